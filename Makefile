@@ -1,0 +1,48 @@
+# Lights-Out developer entry points. Every target does its own set-up.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTHON312 ?= $(shell PYENV_VERSION=3.12.1 command -v python3.12 >/dev/null 2>&1 && echo "env PYENV_VERSION=3.12.1 python3.12" || echo python3.12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+
+.PHONY: setup binaries test test-unit test-e2e test-molecule lint crds demo bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON312) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[ansible,dev]'
+	@rm -f $(VENV)/.installed-*; touch $@
+
+binaries:
+	@bash tools/controlplane/build.sh >/dev/null
+
+test: setup binaries
+	$(PY) -m pytest tests
+
+test-unit: setup
+	$(PY) -m pytest -m unit tests
+
+test-e2e: setup binaries
+	$(PY) -m pytest -m e2e tests
+
+lint: setup
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/yamllint -s playbooks roles deploy crds
+	$(VENV)/bin/ansible-lint playbooks roles
+
+crds: setup
+	$(VENV)/bin/lightsout crds --output crds
+
+demo: setup binaries
+	$(VENV)/bin/lightsout demo
+
+bench: setup binaries
+	$(PY) -m tests.bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
