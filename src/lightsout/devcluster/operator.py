@@ -1,0 +1,98 @@
+"""Runs `lightsout run` as a real subprocess against a local cluster, with its log kept.
+
+The demo and the tests use it to start, kill (SIGKILL, to prove restart safety) and restart the operator, and to
+read its structured log lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lightsout.devcluster import Cluster
+from lightsout.devcluster.cluster import free_port
+
+
+@dataclass
+class OperatorProcess:
+    cluster: Cluster
+    namespaces: tuple[str, ...]
+    log_dir: Path
+    identity: str = "operator-a"
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"{self.identity}.log"
+
+    def start(self, timeout: float = 60.0) -> None:
+        port = free_port()
+        argv = [sys.executable, "-m", "lightsout.cli", "run", "--verbose"]
+        argv += [f"--namespace={ns}" for ns in self.namespaces]
+        argv += [f"--liveness=http://127.0.0.1:{port}/healthz"]
+        env = {**self.cluster.env(), "LIGHTSOUT_IDENTITY": self.identity, **self.extra_env}
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        log.close()
+        self.starts += 1
+        self._wait_healthy(port, timeout)
+
+    def _wait_healthy(self, port: int, timeout: float) -> None:
+        import urllib.error
+        import urllib.request
+
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"operator exited with {self.proc.returncode}:\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"operator not healthy in {timeout}s:\n{self.tail()}")
+
+    def kill(self) -> None:
+        """SIGKILL: the operator gets no chance to clean up, as in a node crash."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.text().splitlines()[-lines:])
+
+    def records(self) -> list[dict[str, Any]]:
+        """The operator's JSON log lines (non-JSON lines are skipped)."""
+        out = []
+        for line in self.text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out

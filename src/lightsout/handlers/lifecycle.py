@@ -1,0 +1,36 @@
+"""Operator start-up: kopf settings, identity and probes. Called once by kopf at start."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+from typing import Any
+
+import kopf
+
+from lightsout import API_GROUP
+
+
+def identity() -> str:
+    """Holder identity for Leases: stable per process, readable by a person."""
+    return os.environ.get("LIGHTSOUT_IDENTITY") or f"{socket.gethostname()}-{os.getpid()}"
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    # Status is the source of truth; kopf's own bookkeeping goes to annotations in our group.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=API_GROUP, key="last-handled-configuration"
+    )
+    settings.posting.level = 20  # INFO and above become Kubernetes events
+    settings.watching.server_timeout = 300
+    settings.networking.request_timeout = 60
+    memo.identity = identity()
+    memo.started = dt.datetime.now(dt.UTC)
+
+
+@kopf.on.probe(id="identity")
+def probe_identity(memo: kopf.Memo, **_: Any) -> str:
+    return str(memo.identity)

@@ -1,0 +1,74 @@
+"""Shared fixtures: the real local control plane, the CRDs, a namespace per test, the operator.
+
+The control plane is session-scoped: started once (tens of seconds), torn down at the end even
+when tests fail. Set LIGHTSOUT_TEST_CLUSTER_DIR to reuse a cluster started with
+`lightsout dev-cluster up --dir DIR` while iterating.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lightsout.devcluster import Cluster
+from lightsout.devcluster.operator import OperatorProcess
+
+ROOT = Path(__file__).resolve().parents[1]
+CRD_NAMES = ("groups.lightsout.dev", "nodes.lightsout.dev")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Every test carries its tier marker, so `-m unit` / `-m e2e` select whole directories.
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
+        tier = parts[0] if len(parts) > 1 else ""
+        if tier in {"unit", "e2e", "molecule"} and tier not in item.keywords:
+            item.add_marker(getattr(pytest.mark, tier))
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    reuse = os.environ.get("LIGHTSOUT_TEST_CLUSTER_DIR")
+    if reuse:
+        existing = Cluster.load(Path(reuse))
+        if not existing.running():
+            pytest.fail(f"LIGHTSOUT_TEST_CLUSTER_DIR={reuse} names a cluster that is not running")
+        yield existing
+        return
+    started = Cluster(directory=tmp_path_factory.mktemp("cluster")).start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture(scope="session")
+def crds(cluster: Cluster) -> Cluster:
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{n}" for n in CRD_NAMES)
+    )
+    return cluster
+
+
+@pytest.fixture
+def namespace(crds: Cluster) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    crds.kubectl("create", "namespace", name)
+    yield name
+    crds.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def operator(crds: Cluster, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+    """The operator as a real `lightsout run` process watching the test's namespace."""
+    proc = OperatorProcess(cluster=crds, namespaces=(namespace,), log_dir=tmp_path)
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()

@@ -1,0 +1,554 @@
+"""A real Redfish BMC for tests: sushy-tools' emulator with TLS, basic auth and a request log.
+
+Who uses it: the e2e tests of the runner and of the operator (startup/shutdown/healthcheck
+Jobs against a Redfish "machine"), and anyone who needs a BMC on 127.0.0.1.
+
+What it gives you:
+
+- ``SushyEmulator(systems=[FakeSystem(...)], ...)`` — a context manager that starts
+  ``sushy-emulator`` (fake driver, no libvirt) in a subprocess on a free loopback port, over
+  HTTPS with a fresh self-signed certificate for 127.0.0.1 (``ca_path``), HTTP basic auth with a
+  bcrypt htpasswd file (``username``/``password``), and a fresh state directory. Optional
+  ``disable_power_off=True`` makes the BMC refuse power-off with HTTP 400.
+- ``power_state(uuid)`` / ``wait_power_state(uuid, "On")`` — read a system's PowerState.
+- ``power_requests(...)`` / ``count_power_requests(...)`` — every
+  ``POST /redfish/v1/Systems/<id>/Actions/ComputerSystem.Reset`` that reached the emulator,
+  with its ``ResetType`` and HTTP status, recorded by a small WSGI middleware wrapped around
+  sushy's Flask app *outside* its auth middleware (so refused requests are counted too).
+  Requests the harness itself makes (``reset``) are not counted.
+
+Remember sushy's quirks (see research/emulators.md): a power change lands 1-11 s after the
+order, and a second order sent while one is pending is silently dropped.
+
+Running this file as a script (``python sushy.py serve CONFIG RECORD``) is the emulator process
+itself; tests never need to do that by hand.
+
+Example::
+
+    with SushyEmulator([FakeSystem(uuid=UUID, name="node-1")]) as bmc:
+        run_startup(endpoint=bmc.endpoint, ca=bmc.ca_path, password=bmc.password)
+        assert bmc.power_state(UUID) == "On"
+        assert bmc.count_power_requests(UUID, reset_types=POWER_ON) == 1
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import io
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Self
+
+PowerState = Literal["On", "Off"]
+
+#: ResetType values that turn a machine on / off (for ``count_power_requests``).
+POWER_ON: frozenset[str] = frozenset({"On", "ForceOn"})
+POWER_OFF: frozenset[str] = frozenset({"ForceOff", "GracefulShutdown"})
+
+#: Header the harness adds to its own requests so they are not counted as the client's.
+HARNESS_HEADER = "X-Lightsout-Harness"
+
+_RESET_SUFFIX = "/Actions/ComputerSystem.Reset"
+_SYSTEMS_PREFIX = "/redfish/v1/Systems/"
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeSystem:
+    """One machine behind the emulated BMC.
+
+    ``uuid`` is what Redfish clients must use as the system id (``resource_id``); ``name`` is
+    only an alias. ``mac`` defaults to one derived from the uuid (sushy requires a NIC).
+    """
+
+    uuid: str
+    name: str
+    power_state: PowerState = "Off"
+    mac: str | None = None
+
+    def to_sushy(self) -> dict[str, Any]:
+        """The dict sushy's fake driver expects in SUSHY_EMULATOR_FAKE_SYSTEMS."""
+        digits = self.uuid.replace("-", "")[-12:].ljust(12, "0")
+        mac = self.mac or "52:54:" + ":".join(digits[i : i + 2] for i in range(4, 12, 2))
+        return {
+            "uuid": self.uuid,
+            "name": self.name,
+            "power_state": self.power_state,
+            "nics": [{"mac": mac, "ip": "127.0.0.1"}],
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordedRequest:
+    """One HTTP request that reached the emulator (before authentication)."""
+
+    time: float
+    method: str
+    path: str
+    status: int
+    body: Any
+    from_harness: bool
+
+    @property
+    def system(self) -> str | None:
+        """The system identity in the URL, for requests under /redfish/v1/Systems/<id>."""
+        if not self.path.startswith(_SYSTEMS_PREFIX):
+            return None
+        rest = self.path[len(_SYSTEMS_PREFIX) :]
+        return rest.split("/", 1)[0] or None
+
+    @property
+    def is_reset(self) -> bool:
+        """True for a POST to the ComputerSystem.Reset action."""
+        return self.method == "POST" and self.path.rstrip("/").endswith(_RESET_SUFFIX)
+
+    @property
+    def reset_type(self) -> str | None:
+        """The ResetType of a Reset action (None for other requests)."""
+        if not self.is_reset or not isinstance(self.body, dict):
+            return None
+        value = self.body.get("ResetType")
+        return value if isinstance(value, str) else None
+
+
+class SushyError(RuntimeError):
+    """The emulator could not be started or answered unexpectedly."""
+
+
+class SushyEmulator:
+    """A sushy-tools Redfish emulator in a subprocess; use it as a context manager.
+
+    Args:
+        systems: the machines it emulates (at least one).
+        username / password: basic-auth credentials it accepts.
+        disable_power_off: refuse ForceOff/GracefulShutdown with HTTP 400.
+        workdir: where the cert, htpasswd, config, state and logs go (default: a temp dir,
+            removed on stop).
+        start_timeout: seconds to wait for the emulator to answer.
+    """
+
+    def __init__(
+        self,
+        systems: Iterable[FakeSystem],
+        *,
+        username: str = "admin",
+        password: str = "lights-out-test-password",
+        disable_power_off: bool = False,
+        workdir: Path | None = None,
+        start_timeout: float = 30.0,
+    ) -> None:
+        self.systems = tuple(systems)
+        if not self.systems:
+            raise ValueError("SushyEmulator needs at least one FakeSystem")
+        self.username = username
+        self.password = password
+        self.disable_power_off = disable_power_off
+        self.start_timeout = start_timeout
+        self.host = "127.0.0.1"
+        self.port = 0
+        self._own_workdir = workdir is None
+        self._workdir = workdir
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_file: io.BufferedWriter | None = None
+
+    # ----------------------------------------------------------------------------- lifecycle
+
+    @property
+    def workdir(self) -> Path:
+        """Directory holding cert.pem, key.pem, htpasswd, config.py, state/, logs."""
+        if self._workdir is None:
+            raise SushyError("emulator not started")
+        return self._workdir
+
+    @property
+    def endpoint(self) -> str:
+        """The BMC URL, e.g. ``https://127.0.0.1:40123`` (what a Node's spec names)."""
+        return f"https://{self.host}:{self.port}"
+
+    @property
+    def baseuri(self) -> str:
+        """``host:port`` as community.general's redfish modules want it."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def ca_path(self) -> Path:
+        """PEM file to trust for the emulator's self-signed certificate."""
+        return self.workdir / "cert.pem"
+
+    @property
+    def log_path(self) -> Path:
+        """The emulator process' stdout/stderr (werkzeug access log, tracebacks)."""
+        return self.workdir / "emulator.log"
+
+    @property
+    def record_path(self) -> Path:
+        """JSON lines, one per request that reached the emulator."""
+        return self.workdir / "requests.jsonl"
+
+    def start(self) -> Self:
+        """Write the files and start the emulator; return once it answers over HTTPS."""
+        if self._proc is not None:
+            raise SushyError("emulator already started")
+        if self._workdir is None:
+            self._workdir = Path(tempfile.mkdtemp(prefix="sushy-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._write_tls()
+        self._write_htpasswd()
+        last_error = ""
+        for _ in range(3):  # a free port can be taken between probing and binding
+            self.port = _free_port(self.host)
+            self._write_config()
+            self.record_path.write_text("")
+            self._launch()
+            try:
+                self._wait_ready()
+            except SushyError as exc:
+                last_error = str(exc)
+                self._terminate()
+                continue
+            return self
+        raise SushyError(f"sushy-emulator did not start: {last_error}\n{self.log_text()}")
+
+    def stop(self) -> None:
+        """Stop the emulator and remove its temp dir (when the harness created it)."""
+        self._terminate()
+        if self._own_workdir and self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def log_text(self) -> str:
+        """The emulator's log so far (for assertion messages)."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    # --------------------------------------------------------------------------- Redfish I/O
+
+    def system_url(self, uuid: str) -> str:
+        """The system's resource URL."""
+        return f"{self.endpoint}{_SYSTEMS_PREFIX}{uuid}"
+
+    def get_system(self, uuid: str) -> dict[str, Any]:
+        """GET the ComputerSystem resource (reading it also lets a pending change land)."""
+        response = self._request("GET", self.system_url(uuid))
+        if response.status_code != 200:
+            raise SushyError(f"GET {uuid}: HTTP {response.status_code} {response.text}")
+        data: dict[str, Any] = response.json()
+        return data
+
+    def power_state(self, uuid: str) -> str:
+        """The system's current PowerState (``On`` or ``Off``)."""
+        return str(self.get_system(uuid)["PowerState"])
+
+    def wait_power_state(
+        self, uuid: str, state: PowerState, timeout: float = 20.0, interval: float = 0.5
+    ) -> None:
+        """Poll until PowerState is ``state``; raise SushyError after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        current = self.power_state(uuid)
+        while current != state:
+            if time.monotonic() >= deadline:
+                raise SushyError(f"{uuid} stayed {current}, expected {state} within {timeout}s")
+            time.sleep(interval)
+            current = self.power_state(uuid)
+
+    def reset(self, uuid: str, reset_type: str, *, wait: PowerState | None = None) -> None:
+        """Send a Reset as the harness (not counted); optionally wait for the new state.
+
+        Use it to put a machine in a state before a test, e.g. ``reset(u, "On", wait="On")``.
+        """
+        response = self._request(
+            "POST",
+            f"{self.system_url(uuid)}{_RESET_SUFFIX}",
+            json_body={"ResetType": reset_type},
+        )
+        if response.status_code >= 300:
+            raise SushyError(f"Reset {reset_type}: HTTP {response.status_code} {response.text}")
+        if wait is not None:
+            self.wait_power_state(uuid, wait)
+
+    # ------------------------------------------------------------------------ request record
+
+    def requests(self, *, include_harness: bool = False) -> list[RecordedRequest]:
+        """Every request recorded so far, oldest first."""
+        records: list[RecordedRequest] = []
+        try:
+            lines = self.record_path.read_text().splitlines()
+        except OSError:
+            return records
+        for line in lines:
+            if not line.strip():
+                continue
+            raw = json.loads(line)
+            record = RecordedRequest(
+                time=float(raw["time"]),
+                method=str(raw["method"]),
+                path=str(raw["path"]),
+                status=int(raw["status"]),
+                body=raw.get("body"),
+                from_harness=bool(raw.get("harness")),
+            )
+            if include_harness or not record.from_harness:
+                records.append(record)
+        return records
+
+    def power_requests(
+        self,
+        uuid: str | None = None,
+        *,
+        reset_types: Iterable[str] | None = None,
+        accepted_only: bool = False,
+    ) -> list[RecordedRequest]:
+        """Reset actions that reached the emulator (not the harness' own).
+
+        Args:
+            uuid: only those for this system.
+            reset_types: only these ResetType values (e.g. ``POWER_ON``).
+            accepted_only: only those the emulator answered with 2xx.
+        """
+        wanted = None if reset_types is None else frozenset(reset_types)
+        return [
+            r
+            for r in self.requests()
+            if r.is_reset
+            and (uuid is None or r.system == uuid)
+            and (wanted is None or r.reset_type in wanted)
+            and (not accepted_only or 200 <= r.status < 300)
+        ]
+
+    def count_power_requests(
+        self,
+        uuid: str | None = None,
+        *,
+        reset_types: Iterable[str] | None = None,
+        accepted_only: bool = False,
+    ) -> int:
+        """How many Reset actions matched (see ``power_requests``)."""
+        return len(
+            self.power_requests(uuid, reset_types=reset_types, accepted_only=accepted_only)
+        )
+
+    def clear_requests(self) -> None:
+        """Forget the requests recorded so far."""
+        with self.record_path.open("w"):
+            pass
+
+    # ------------------------------------------------------------------------------ internals
+
+    def _request(self, method: str, url: str, json_body: Any = None) -> Any:
+        import requests  # only the client side needs it
+
+        # verify= per request: the environment may export REQUESTS_CA_BUNDLE.
+        return requests.request(
+            method,
+            url,
+            json=json_body,
+            auth=(self.username, self.password),
+            headers={HARNESS_HEADER: "1"},
+            verify=str(self.ca_path),
+            timeout=10,
+        )
+
+    def _write_tls(self) -> None:
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                str(self.workdir / "key.pem"),
+                "-out",
+                str(self.ca_path),
+                "-days",
+                "2",
+                "-subj",
+                f"/CN={self.host}",
+                "-addext",
+                f"subjectAltName=IP:{self.host}",
+            ],
+            check=True,
+            capture_output=True,
+        )
+
+    def _write_htpasswd(self) -> None:
+        import bcrypt
+
+        digest = bcrypt.hashpw(self.password.encode(), bcrypt.gensalt(rounds=4)).decode()
+        (self.workdir / "htpasswd").write_text(f"{self.username}:{digest}\n")
+
+    def _write_config(self) -> None:
+        state_dir = self.workdir / "state"
+        shutil.rmtree(state_dir, ignore_errors=True)
+        state_dir.mkdir()
+        settings: dict[str, Any] = {
+            "SUSHY_EMULATOR_LISTEN_IP": self.host,
+            "SUSHY_EMULATOR_LISTEN_PORT": self.port,
+            "SUSHY_EMULATOR_SSL_CERT": str(self.ca_path),
+            "SUSHY_EMULATOR_SSL_KEY": str(self.workdir / "key.pem"),
+            "SUSHY_EMULATOR_STATE_DIR": str(state_dir),
+            "SUSHY_EMULATOR_FAKE_DRIVER": True,
+            "SUSHY_EMULATOR_FAKE_SYSTEMS": [s.to_sushy() for s in self.systems],
+            "SUSHY_EMULATOR_AUTH_FILE": str(self.workdir / "htpasswd"),
+            "SUSHY_EMULATOR_DISABLE_POWER_OFF": self.disable_power_off,
+        }
+        lines = [f"{key} = {value!r}" for key, value in settings.items()]
+        (self.workdir / "config.py").write_text("\n".join(lines) + "\n")
+
+    def _launch(self) -> None:
+        if self._log_file is not None:
+            self._log_file.close()
+        self._log_file = self.log_path.open("ab")
+        self._proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "serve",
+                str(self.workdir / "config.py"),
+                str(self.record_path),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def _wait_ready(self) -> None:
+        import requests
+
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise SushyError(f"emulator exited with {self._proc.returncode}")
+            try:
+                response = requests.get(
+                    f"{self.endpoint}/redfish/v1/", verify=str(self.ca_path), timeout=2
+                )
+            except requests.RequestException as exc:
+                error = str(exc)
+            else:
+                if response.status_code == 200:
+                    return
+                error = f"HTTP {response.status_code}"
+            if time.monotonic() >= deadline:
+                raise SushyError(f"no answer within {self.start_timeout}s: {error}")
+            time.sleep(0.2)
+
+    def _terminate(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+# ---------------------------------------------------------------------- the emulator process
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class _Recorder:
+    """WSGI middleware appending one JSON line per request (method, path, status, body)."""
+
+    def __init__(self, app: WSGIApp, path: Path) -> None:
+        self.app = app
+        self.path = path
+        self.lock = threading.Lock()
+
+    def __call__(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterator[bytes]:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        raw = environ["wsgi.input"].read(length) if length > 0 else b""
+        environ["wsgi.input"] = io.BytesIO(raw)
+        status: list[int] = [0]
+
+        def recording_start_response(code: str, headers: Any, *args: Any) -> Any:
+            status[0] = int(code.split(" ", 1)[0])
+            return start_response(code, headers, *args)
+
+        try:
+            yield from self.app(environ, recording_start_response)
+        finally:
+            self._write(environ, raw, status[0])
+
+    def _write(self, environ: dict[str, Any], raw: bytes, status: int) -> None:
+        body: Any
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = base64.b64encode(raw).decode()
+        record = {
+            "time": time.time(),
+            "method": environ.get("REQUEST_METHOD", ""),
+            "path": environ.get("PATH_INFO", ""),
+            "status": status,
+            "body": body,
+            "harness": bool(environ.get("HTTP_" + HARNESS_HEADER.upper().replace("-", "_"))),
+        }
+        with self.lock, self.path.open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+
+def _serve(config_path: str, record_path: str) -> int:
+    """Run sushy's Flask app like ``sushy-emulator --config``, with the recorder outermost."""
+    import ssl
+
+    from sushy_tools.emulator import main as emulator
+
+    app = emulator.app
+    app.configure(config_file=config_path)  # wraps the auth middleware first
+    app.wsgi_app = _Recorder(app.wsgi_app, Path(record_path))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(app.config["SUSHY_EMULATOR_SSL_CERT"], app.config["SUSHY_EMULATOR_SSL_KEY"])
+    app.run(
+        host=app.config["SUSHY_EMULATOR_LISTEN_IP"],
+        port=app.config["SUSHY_EMULATOR_LISTEN_PORT"],
+        ssl_context=context,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    # Run as a script, this file's directory is sys.path[0]; keep "sushy" meaning the library.
+    sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+    if len(sys.argv) == 4 and sys.argv[1] == "serve":
+        sys.exit(_serve(sys.argv[2], sys.argv[3]))
+    sys.exit("usage: sushy.py serve CONFIG RECORD")

@@ -1,0 +1,46 @@
+"""Polling helpers for end-to-end tests: wait for what a user would see, with a clear failure."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from lightsout.devcluster import Cluster
+
+T = TypeVar("T")
+
+
+def wait_for(
+    probe: Callable[[], T | None], timeout: float, what: str, interval: float = 0.5
+) -> T:
+    """Call probe until it returns something truthy; fail naming `what` and the last value."""
+    end = time.monotonic() + timeout
+    last: T | None = None
+    while True:
+        last = probe()
+        if last:
+            return last
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+        time.sleep(interval)
+
+
+def get_json(cluster: Cluster, *args: str) -> Any:
+    """`kubectl get ARGS -o json` parsed; None when the object does not exist."""
+    proc = cluster.kubectl("get", *args, "-o", "json", check=False)
+    if proc.returncode != 0:
+        if "NotFound" in proc.stderr or "not found" in proc.stderr:
+            return None
+        raise AssertionError(f"kubectl get {' '.join(args)}: {proc.stderr}")
+    return json.loads(proc.stdout)
+
+
+def events_for(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    """Events whose involved object has this name, oldest first."""
+    data = get_json(
+        cluster, "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}"
+    )
+    items: list[dict[str, Any]] = data["items"] if data else []
+    return sorted(items, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")

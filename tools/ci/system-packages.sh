@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Debian packages the tests use: OpenIPMI's simulator and ipmitool (IPMI emulator), sshd (the
+# WoL + SSH driver's peer), dnsmasq (PXE/TFTP), openssl (test certificates), iproute2.
+# Skips apt entirely when everything is already there.
+set -euo pipefail
+need=()
+command -v ipmi_sim >/dev/null || need+=(openipmi)
+command -v ipmitool >/dev/null || need+=(ipmitool)
+command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v dnsmasq >/dev/null || [ -x /usr/sbin/dnsmasq ] || need+=(dnsmasq-base)
+command -v openssl >/dev/null || need+=(openssl)
+command -v ip >/dev/null || need+=(iproute2)
+if [ ${#need[@]} -eq 0 ]; then echo "system packages present"; exit 0; fi
+echo "installing: ${need[*]}"
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
