@@ -1,0 +1,393 @@
+"""A stand-in kubelet for one "runner" node of the local cluster.
+
+There is no container runtime on the machines this project is developed on, yet every hardware
+action is a Kubernetes Job. This agent registers a Node (labelled and tainted so that only
+Lights-Out's action Jobs land there), keeps it Ready, and runs each pod bound to it as a local
+subprocess: ConfigMap, Secret and emptyDir volumes are written to a temporary directory, env
+values and arguments that start with a mount path are rewritten to it, the image's environment
+is emulated by `image_env`, and the container's exit code and termination message are reported
+through the pod's status, exactly where the operator reads them. Pods being deleted are killed
+and force-removed. Used by the end-to-end tests and by `lightsout demo`.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+log = logging.getLogger(__name__)
+
+RUNNER_LABEL = "lightsout.dev/runner"
+TERMINATION_MESSAGE_LIMIT = 4096
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _micro_now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class _Running:
+    proc: subprocess.Popen[bytes]
+    workdir: Path
+
+
+@dataclass
+class KubeletAgent:
+    """Plays kubelet for `node_name`; start() spawns the watch and heartbeat threads."""
+
+    api: client.ApiClient
+    node_name: str = "lightsout-runner"
+    image_env: Mapping[str, str] = field(default_factory=dict)
+    log_dir: Path | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _running: dict[str, _Running] = field(default_factory=dict)
+    _seen: set[str] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    runs: int = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> KubeletAgent:
+        self._register()
+        for target in (self._heartbeat_loop, self._watch_loop):
+            thread = threading.Thread(target=target, name=f"kubelet-{target.__name__}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            running = list(self._running.values())
+        for run in running:
+            _terminate(run.proc)
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+    # ------------------------------------------------------------------ node
+    def _node_status(self) -> dict[str, Any]:
+        now = _now()
+        return {
+            "capacity": {"cpu": "8", "memory": "16Gi", "pods": "110"},
+            "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"},
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "lightsout dev kubelet agent is posting ready status",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            "nodeInfo": {
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+                "kubeletVersion": "v1.34.9",
+                "containerRuntimeVersion": "subprocess://lightsout",
+                "bootID": "",
+                "kernelVersion": "",
+                "kubeProxyVersion": "",
+                "machineID": "",
+                "osImage": "",
+                "systemUUID": "",
+            },
+        }
+
+    def _register(self) -> None:
+        core = client.CoreV1Api(self.api)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self.node_name,
+                "labels": {RUNNER_LABEL: "true", "kubernetes.io/hostname": self.node_name},
+            },
+            # Only Lights-Out's action Jobs tolerate this taint: test workloads never land here.
+            "spec": {"taints": [{"key": RUNNER_LABEL, "value": "true", "effect": "NoSchedule"}]},
+        }
+        try:
+            core.create_node(body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        core.patch_node_status(self.node_name, {"status": self._node_status()})
+
+    def _heartbeat_loop(self) -> None:
+        while True:
+            try:
+                self._heartbeat()
+            except Exception:
+                log.exception("runner node heartbeat failed")
+            if self._stop.wait(10):
+                return
+
+    def _heartbeat(self) -> None:
+        lease = {
+            "metadata": {"name": self.node_name, "namespace": "kube-node-lease"},
+            "spec": {
+                "holderIdentity": self.node_name,
+                "leaseDurationSeconds": 40,
+                "renewTime": _micro_now(),
+            },
+        }
+        coordination = client.CoordinationV1Api(self.api)
+        try:
+            coordination.replace_namespaced_lease(self.node_name, "kube-node-lease", lease)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            coordination.create_namespaced_lease("kube-node-lease", lease)
+        client.CoreV1Api(self.api).patch_node_status(
+            self.node_name, {"status": self._node_status()}
+        )
+
+    # ------------------------------------------------------------------ pods
+    def _watch_loop(self) -> None:
+        core = client.CoreV1Api(self.api)
+        while not self._stop.is_set():
+            stream = watch.Watch()
+            try:
+                for event in stream.stream(
+                    core.list_pod_for_all_namespaces,
+                    field_selector=f"spec.nodeName={self.node_name}",
+                    timeout_seconds=5,
+                    _preload_content=False,
+                ):
+                    if self._stop.is_set():
+                        break
+                    self._on_pod(event["type"], event["raw_object"])
+            except Exception:
+                if not self._stop.is_set():
+                    log.exception("runner pod watch failed; restarting")
+                    self._stop.wait(1)
+
+    def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        if kind == "DELETED":
+            self._kill(key)
+            return
+        if meta.get("deletionTimestamp"):
+            self._kill(key)
+            self._force_delete(meta["namespace"], meta["name"])
+            return
+        phase = (pod.get("status") or {}).get("phase", "Pending")
+        with self._lock:
+            if key in self._seen or phase != "Pending":
+                return
+            self._seen.add(key)
+        threading.Thread(target=self._run_pod, args=(pod,), daemon=True).start()
+
+    def _kill(self, key: str) -> None:
+        with self._lock:
+            run = self._running.get(key)
+        if run is not None:
+            _terminate(run.proc)
+
+    def _force_delete(self, namespace: str, name: str) -> None:
+        try:
+            client.CoreV1Api(self.api).delete_namespaced_pod(
+                name, namespace, grace_period_seconds=0
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("force delete of %s/%s failed: %s", namespace, name, exc.reason)
+
+    def _run_pod(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        container = pod["spec"]["containers"][0]
+        workdir = Path(tempfile.mkdtemp(prefix=f"pod-{meta['name']}-"))
+        started = _now()
+        try:
+            mounts = self._materialise_volumes(pod, container, workdir)
+            termination_path = container.get("terminationMessagePath", "/dev/termination-log")
+            local_termination = workdir / "termination-log"
+            local_termination.touch()
+            mounts[termination_path] = str(local_termination)
+            argv = [
+                _rewrite(v, mounts)
+                for v in [*container.get("command", []), *container.get("args", [])]
+            ]
+            env = {**os.environ, **self.image_env}
+            env.update(self._container_env(pod, container, mounts))
+            if argv and argv[0] in {"python", "python3"}:
+                env["PATH"] = self.image_env.get("PATH", env.get("PATH", ""))
+        except Exception as exc:
+            log.exception("cannot prepare pod %s", key)
+            self._report(pod, started, 128, "ContainerCannotRun", str(exc))
+            return
+        self._report_running(pod, started)
+        log_file = (self.log_dir or workdir) / f"{meta['namespace']}_{meta['name']}.log"
+        with log_file.open("wb") as out:
+            proc = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=workdir,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            with self._lock:
+                self._running[key] = _Running(proc, workdir)
+                self.runs += 1
+            code = proc.wait()
+        with self._lock:
+            self._running.pop(key, None)
+        message = local_termination.read_bytes()[-TERMINATION_MESSAGE_LIMIT:].decode(
+            errors="replace"
+        )
+        if not self._stop.is_set():
+            self._report(pod, started, code, "Completed" if code == 0 else "Error", message)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    def _materialise_volumes(
+        self, pod: dict[str, Any], container: dict[str, Any], workdir: Path
+    ) -> dict[str, str]:
+        """Write each mounted volume under workdir; return mountPath → local path."""
+        namespace = pod["metadata"]["namespace"]
+        core = client.CoreV1Api(self.api)
+        volumes = {v["name"]: v for v in pod["spec"].get("volumes", [])}
+        mounts: dict[str, str] = {}
+        for index, mount in enumerate(container.get("volumeMounts", [])):
+            volume = volumes[mount["name"]]
+            local = workdir / "volumes" / f"{index}-{mount['name']}"
+            local.mkdir(parents=True)
+            files: dict[str, bytes] = {}
+            if "configMap" in volume:
+                cm = core.read_namespaced_config_map(volume["configMap"]["name"], namespace)
+                files = {k: v.encode() for k, v in (cm.data or {}).items()}
+                items = volume["configMap"].get("items")
+            elif "secret" in volume:
+                secret = core.read_namespaced_secret(volume["secret"]["secretName"], namespace)
+                files = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+                items = volume["secret"].get("items")
+            elif "emptyDir" in volume or "projected" in volume:
+                # Projected service-account tokens are not emulated; action Jobs disable them.
+                items = None
+            else:
+                raise RuntimeError(f"volume {mount['name']}: only configMap/secret/emptyDir/projected")
+            if items:
+                files = {item["path"]: files[item["key"]] for item in items}
+            for rel, data in files.items():
+                target = local / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+            sub = mount.get("subPath")
+            mounts[mount["mountPath"]] = str(local / sub) if sub else str(local)
+        return mounts
+
+    def _container_env(
+        self, pod: dict[str, Any], container: dict[str, Any], mounts: Mapping[str, str]
+    ) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for item in container.get("env", []):
+            if "value" in item:
+                env[item["name"]] = _rewrite(item["value"], mounts)
+            elif "fieldRef" in (item.get("valueFrom") or {}):
+                path = item["valueFrom"]["fieldRef"]["fieldPath"]
+                section, _, attr = path.partition(".")
+                env[item["name"]] = str(pod.get(section, {}).get(attr, ""))
+        return env
+
+    # ------------------------------------------------------------------ status
+    def _container_status(self, pod: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+        container = pod["spec"]["containers"][0]
+        return {
+            "name": container["name"],
+            "image": container.get("image", ""),
+            "imageID": "",
+            "ready": "running" in state,
+            "restartCount": 0,
+            "started": "running" in state,
+            "state": state,
+        }
+
+    def _patch_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        try:
+            client.CoreV1Api(self.api).patch_namespaced_pod_status(
+                meta["name"], meta["namespace"], {"status": status}
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                log.warning("status of %s/%s: %s", meta["namespace"], meta["name"], exc.reason)
+
+    def _report_running(self, pod: dict[str, Any], started: str) -> None:
+        self._patch_status(
+            pod,
+            {
+                "phase": "Running",
+                "startTime": started,
+                "hostIP": "127.0.0.1",
+                "podIP": "127.0.0.1",
+                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": started}],
+                "containerStatuses": [
+                    self._container_status(pod, {"running": {"startedAt": started}})
+                ],
+            },
+        )
+
+    def _report(
+        self, pod: dict[str, Any], started: str, code: int, reason: str, message: str
+    ) -> None:
+        terminated = {
+            "exitCode": code,
+            "reason": reason,
+            "message": message,
+            "startedAt": started,
+            "finishedAt": _now(),
+        }
+        self._patch_status(
+            pod,
+            {
+                "phase": "Succeeded" if code == 0 else "Failed",
+                "startTime": started,
+                "conditions": [
+                    {"type": "Ready", "status": "False", "lastTransitionTime": _now()}
+                ],
+                "containerStatuses": [
+                    self._container_status(pod, {"terminated": terminated})
+                ],
+            },
+        )
+
+
+def _rewrite(value: str, mounts: Mapping[str, str]) -> str:
+    # Longest mount path first, so /etc/lightsout/credentials wins over /etc/lightsout.
+    for path in sorted(mounts, key=len, reverse=True):
+        if value == path or value.startswith(path.rstrip("/") + "/"):
+            return mounts[path] + value[len(path) :]
+    return value
+
+
+def _terminate(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -1,0 +1,143 @@
+"""Emulated machines joining and leaving the local cluster as their power state changes.
+
+A real machine that powers on boots, its kubelet registers a core Node, and heartbeats keep it
+Ready; when it powers off the heartbeats stop. Here each machine's power state is read from its
+emulator's own API (a callable per machine: sushy-tools, ipmi_sim, fakepve…), and after a boot
+delay the simulator registers the matching core Node with its capacity, labels and providerID,
+annotated so that kwok keeps it Ready and runs its pods. When the machine goes off, the Node is
+deleted (as a node that stopped heartbeating would later be removed). Used by the end-to-end
+tests and by `lightsout demo`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from lightsout.devcluster.cluster import KWOK_ANNOTATION
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SimMachine:
+    """One emulated machine and the core Node it registers as."""
+
+    node_name: str
+    provider_id: str
+    power: Callable[[], str]
+    capacity: Mapping[str, str] = field(
+        default_factory=lambda: {"cpu": "4", "memory": "8Gi", "pods": "110"}
+    )
+    labels: Mapping[str, str] = field(default_factory=dict)
+    boot_seconds: float = 2.0
+    on_since: float | None = None
+    registered: bool = False
+    registrations: int = 0
+    observed: str = "Unknown"
+
+
+@dataclass
+class MachineSimulator:
+    api: client.ApiClient
+    machines: list[SimMachine]
+    poll_seconds: float = 0.5
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> MachineSimulator:
+        self._thread = threading.Thread(target=self._loop, name="machine-simulator", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=10)
+
+    def machine(self, node_name: str) -> SimMachine:
+        return next(m for m in self.machines if m.node_name == node_name)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            for machine in self.machines:
+                try:
+                    self._step(machine, time.monotonic())
+                except Exception:
+                    log.exception("simulating %s failed", machine.node_name)
+            self._stop.wait(self.poll_seconds)
+
+    def _step(self, machine: SimMachine, now: float) -> None:
+        try:
+            machine.observed = machine.power()
+        except Exception as exc:  # an emulator that does not answer counts as unknown
+            log.debug("power of %s unreadable: %s", machine.node_name, exc)
+            machine.observed = "Unknown"
+            return
+        if machine.observed == "On":
+            if machine.on_since is None:
+                machine.on_since = now
+            if not machine.registered and now - machine.on_since >= machine.boot_seconds:
+                self._register(machine)
+        elif machine.observed == "Off":
+            machine.on_since = None
+            if machine.registered:
+                self._unregister(machine)
+
+    def _register(self, machine: SimMachine) -> None:
+        core = client.CoreV1Api(self.api)
+        resources = dict(machine.capacity)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": machine.node_name,
+                "labels": {"kubernetes.io/hostname": machine.node_name, **machine.labels},
+                "annotations": {KWOK_ANNOTATION: "fake"},
+            },
+            "spec": {"providerID": machine.provider_id},
+        }
+        try:
+            core.create_node(body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        core.patch_node_status(
+            machine.node_name,
+            {
+                "status": {
+                    "capacity": resources,
+                    "allocatable": resources,
+                    "nodeInfo": {
+                        "architecture": "amd64",
+                        "operatingSystem": "linux",
+                        "kubeletVersion": "v1.34.9",
+                        "bootID": "",
+                        "containerRuntimeVersion": "",
+                        "kernelVersion": "",
+                        "kubeProxyVersion": "",
+                        "machineID": "",
+                        "osImage": "",
+                        "systemUUID": "",
+                    },
+                }
+            },
+        )
+        machine.registered = True
+        machine.registrations += 1
+        log.info("machine %s booted and registered", machine.node_name)
+
+    def _unregister(self, machine: SimMachine) -> None:
+        try:
+            client.CoreV1Api(self.api).delete_node(machine.node_name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        machine.registered = False
+        log.info("machine %s powered off; its Node is gone", machine.node_name)

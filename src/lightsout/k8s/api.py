@@ -1,0 +1,247 @@
+"""The only code that talks to the Kubernetes API (besides kopf itself).
+
+Thin, typed wrappers over the official client used by the handlers: Lights-Out resources and
+their status, Jobs and their pods, the extravars ConfigMaps, Leases with optimistic
+concurrency, core Nodes (cordon, labels, taints, delete), pods on a node, the Eviction API and
+PodDisruptionBudgets, and Events. Every function takes and returns plain dicts, so the pure
+layers never see client model classes. "Not found" comes back as None, "already exists" and
+"conflict" as the domain exceptions below; anything else propagates.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import os
+import uuid
+from collections.abc import Mapping
+from typing import Any, cast
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from lightsout import API_GROUP, API_VERSION
+
+Obj = dict[str, Any]
+
+
+class Conflict(Exception):
+    """The object changed since it was read (HTTP 409 on update) or already exists on create."""
+
+
+class TooManyRequests(Exception):
+    """The Eviction API refused: a PodDisruptionBudget does not allow the disruption now."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@functools.cache
+def api_client() -> client.ApiClient:
+    """A client for in-cluster config, or the kubeconfig named by KUBECONFIG."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+        config.load_incluster_config()
+        return client.ApiClient()
+    return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
+
+
+def _data(obj: Any) -> Obj:
+    return cast(Obj, api_client().sanitize_for_serialization(obj))
+
+
+def _get(call: Any, *args: Any) -> Obj | None:
+    try:
+        return cast(Obj, call(*args, _preload_content=False).json())
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _raw(call: Any, *args: Any, **kwargs: Any) -> Obj:
+    try:
+        return cast(Obj, call(*args, _preload_content=False, **kwargs).json())
+    except ApiException as exc:
+        if exc.status == 409:
+            raise Conflict(str(exc.reason)) from exc
+        raise
+
+
+# ---------------------------------------------------------------- Lights-Out resources
+def custom() -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client())
+
+
+def patch_status(namespace: str, plural: str, name: str, status: Mapping[str, Any]) -> Obj:
+    return _raw(
+        custom().patch_namespaced_custom_object_status,
+        API_GROUP,
+        API_VERSION,
+        namespace,
+        plural,
+        name,
+        {"status": dict(status)},
+    )
+
+
+def get_resource(namespace: str, plural: str, name: str) -> Obj | None:
+    return _get(
+        custom().get_namespaced_custom_object, API_GROUP, API_VERSION, namespace, plural, name
+    )
+
+
+def list_resources(namespace: str, plural: str) -> list[Obj]:
+    data = _raw(
+        custom().list_namespaced_custom_object, API_GROUP, API_VERSION, namespace, plural
+    )
+    return cast(list[Obj], data.get("items", []))
+
+
+# ---------------------------------------------------------------- Jobs and ConfigMaps
+def batch() -> client.BatchV1Api:
+    return client.BatchV1Api(api_client())
+
+
+def core() -> client.CoreV1Api:
+    return client.CoreV1Api(api_client())
+
+
+def get_job(namespace: str, name: str) -> Obj | None:
+    return _get(batch().read_namespaced_job, name, namespace)
+
+
+def create_job(namespace: str, body: Mapping[str, Any]) -> Obj:
+    """Create the Job; raises Conflict when one of that (deterministic) name exists."""
+    return _raw(batch().create_namespaced_job, namespace, dict(body))
+
+
+def delete_job(namespace: str, name: str) -> None:
+    try:
+        # Foreground-free background propagation still deletes the pods (no orphans).
+        batch().delete_namespaced_job(name, namespace, propagation_policy="Background")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def job_pods(namespace: str, job_name: str) -> list[Obj]:
+    data = _raw(core().list_namespaced_pod, namespace, label_selector=f"job-name={job_name}")
+    return cast(list[Obj], data.get("items", []))
+
+
+def apply_configmap(namespace: str, body: Mapping[str, Any]) -> None:
+    name = body["metadata"]["name"]
+    try:
+        _raw(core().create_namespaced_config_map, namespace, dict(body))
+    except Conflict:
+        _raw(core().replace_namespaced_config_map, name, namespace, dict(body))
+
+
+# ---------------------------------------------------------------- Leases
+def coordination() -> client.CoordinationV1Api:
+    return client.CoordinationV1Api(api_client())
+
+
+def get_lease(namespace: str, name: str) -> Obj | None:
+    return _get(coordination().read_namespaced_lease, name, namespace)
+
+
+def create_lease(namespace: str, body: Mapping[str, Any]) -> Obj:
+    return _raw(coordination().create_namespaced_lease, namespace, dict(body))
+
+
+def replace_lease(namespace: str, name: str, body: Mapping[str, Any]) -> Obj:
+    """Replace with the resourceVersion in body: a concurrent writer makes this raise Conflict."""
+    return _raw(coordination().replace_namespaced_lease, name, namespace, dict(body))
+
+
+# ---------------------------------------------------------------- core Nodes and pods
+def get_node(name: str) -> Obj | None:
+    return _get(core().read_node, name)
+
+
+def patch_node(name: str, patch: Mapping[str, Any]) -> Obj:
+    return _raw(core().patch_node, name, dict(patch))
+
+
+def delete_node(name: str) -> None:
+    try:
+        core().delete_node(name)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def pods_on_node(node_name: str) -> list[Obj]:
+    data = _raw(core().list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node_name}")
+    return cast(list[Obj], data.get("items", []))
+
+
+def evict(namespace: str, name: str) -> None:
+    """Ask the Eviction API to evict a pod; TooManyRequests when a PDB forbids it now."""
+    body = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+    }
+    try:
+        core().create_namespaced_pod_eviction(name, namespace, body)
+    except ApiException as exc:
+        if exc.status == 404:
+            return
+        if exc.status == 429:
+            raise TooManyRequests(_status_message(exc)) from exc
+        raise
+
+
+def pdbs(namespace: str) -> list[Obj]:
+    policy = client.PolicyV1Api(api_client())
+    data = _raw(policy.list_namespaced_pod_disruption_budget, namespace)
+    return cast(list[Obj], data.get("items", []))
+
+
+def _status_message(exc: ApiException) -> str:
+    import json
+
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except ValueError:
+        return str(exc.reason)
+
+
+# ---------------------------------------------------------------- Events
+def post_event(
+    involved: Mapping[str, Any],
+    event_type: str,
+    reason: str,
+    message: str,
+    component: str = "lightsout",
+) -> None:
+    """Post a core/v1 Event about a Lights-Out object (used outside kopf's own posting)."""
+    meta = involved["metadata"]
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body = {
+        "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:12]}", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": involved.get("apiVersion", f"{API_GROUP}/{API_VERSION}"),
+            "kind": involved.get("kind", "Node"),
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid"),
+        },
+        "type": event_type,
+        "reason": reason,
+        "message": message[:1024],
+        "source": {"component": component},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+        "reportingComponent": component,
+    }
+    _raw(core().create_namespaced_event, meta["namespace"], body)
+
+
+def as_dict(obj: Any) -> Obj:
+    """Client model → plain dict (for callers holding a client object)."""
+    return _data(obj)
