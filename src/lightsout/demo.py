@@ -36,15 +36,24 @@ def run_demo(keep: bool = False) -> int:
     root = repo_root()
     workdir = Path(tempfile.mkdtemp(prefix="lightsout-demo-"))
     cluster = Cluster(directory=workdir / "cluster")
-    say("starting the local control plane (etcd, kube-apiserver, controller-manager, "
-        "scheduler, kwok)", started)
+    say(
+        "starting the local control plane (etcd, kube-apiserver, controller-manager, "
+        "scheduler, kwok)",
+        started,
+    )
     cluster.start()
     operator = OperatorProcess(cluster=cluster, namespaces=(NAMESPACE,), log_dir=workdir)
     try:
         say(f"control plane up at {cluster.server}", started)
         cluster.kubectl("apply", "--server-side", "-f", str(root / "crds"))
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd",
-                        "groups.lightsout.dev", "nodes.lightsout.dev")
+        cluster.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd",
+            "groups.lightsout.dev",
+            "nodes.lightsout.dev",
+        )
         say("CRDs installed", started)
         cluster.kubectl("create", "namespace", NAMESPACE)
         cluster.kubectl("apply", "-n", NAMESPACE, "-f", str(root / "deploy" / "samples"))

@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from lightsout.devcluster import Cluster
 
-T = TypeVar("T")
 
-
-def wait_for(
+def wait_for[T](
     probe: Callable[[], T | None], timeout: float, what: str, interval: float = 0.5
 ) -> T:
     """Call probe until it returns something truthy; fail naming `what` and the last value."""

@@ -15,7 +15,7 @@ from pathlib import Path
 REQUIRED = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 
 
-class BinariesMissing(RuntimeError):
+class BinariesMissingError(RuntimeError):
     """No usable control-plane binaries could be found or built."""
 
 
@@ -33,16 +33,14 @@ def find_binaries() -> Path:
     else:
         script = repo_root() / "tools" / "controlplane" / "build.sh"
         if not script.exists():
-            raise BinariesMissing(
+            raise BinariesMissingError(
                 f"{script} not found: set LIGHTSOUT_BIN_DIR to a directory with {REQUIRED}"
             )
-        proc = subprocess.run(
-            ["bash", str(script)], capture_output=True, text=True, check=False
-        )
+        proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise BinariesMissing(f"building the control plane failed:\n{proc.stderr[-4000:]}")
+            raise BinariesMissingError(f"building the control plane failed:\n{proc.stderr[-4000:]}")
         directory = Path(proc.stdout.strip().splitlines()[-1])
     missing = [name for name in REQUIRED if not (directory / name).exists()]
     if missing:
-        raise BinariesMissing(f"{directory} lacks {', '.join(missing)}")
+        raise BinariesMissingError(f"{directory} lacks {', '.join(missing)}")
     return directory

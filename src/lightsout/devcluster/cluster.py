@@ -85,7 +85,9 @@ class Cluster:
         deadline = time.monotonic() + timeout
         try:
             self._spawn("etcd", [str(bins / "etcd"), *self._etcd_args()])
-            self._spawn("kube-apiserver", [str(bins / "kube-apiserver"), *self._apiserver_args(pki)])
+            self._spawn(
+                "kube-apiserver", [str(bins / "kube-apiserver"), *self._apiserver_args(pki)]
+            )
             self._wait_https("kube-apiserver", f"{self.server}/readyz", deadline, pki)
             self._spawn(
                 "kube-controller-manager",

@@ -286,7 +286,9 @@ class KubeletAgent:
                 # Projected service-account tokens are not emulated; action Jobs disable them.
                 items = None
             else:
-                raise RuntimeError(f"volume {mount['name']}: only configMap/secret/emptyDir/projected")
+                raise RuntimeError(
+                    f"volume {mount['name']}: only configMap/secret/emptyDir/projected"
+                )
             if items:
                 files = {item["path"]: files[item["key"]] for item in items}
             for rel, data in files.items():
@@ -363,12 +365,8 @@ class KubeletAgent:
             {
                 "phase": "Succeeded" if code == 0 else "Failed",
                 "startTime": started,
-                "conditions": [
-                    {"type": "Ready", "status": "False", "lastTransitionTime": _now()}
-                ],
-                "containerStatuses": [
-                    self._container_status(pod, {"terminated": terminated})
-                ],
+                "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": _now()}],
+                "containerStatuses": [self._container_status(pod, {"terminated": terminated})],
             },
         )
 

@@ -1,6 +1,7 @@
 """Runs `lightsout run` as a real subprocess against a local cluster, with its log kept.
 
-The demo and the tests use it to start, kill (SIGKILL, to prove restart safety) and restart the operator, and to
+The demo and the tests use it to start, kill (SIGKILL, to prove restart safety) and restart
+the operator, and to
 read its structured log lines.
 """
 

@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
-import socket
 from typing import Any
 
 import kopf
 
 from lightsout import API_GROUP
-
-
-def identity() -> str:
-    """Holder identity for Leases: stable per process, readable by a person."""
-    return os.environ.get("LIGHTSOUT_IDENTITY") or f"{socket.gethostname()}-{os.getpid()}"
+from lightsout.config import OperatorConfig
 
 
 @kopf.on.startup()
@@ -27,10 +21,10 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.posting.level = 20  # INFO and above become Kubernetes events
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
-    memo.identity = identity()
+    memo.config = OperatorConfig.from_env()
     memo.started = dt.datetime.now(dt.UTC)
 
 
 @kopf.on.probe(id="identity")
 def probe_identity(memo: kopf.Memo, **_: Any) -> str:
-    return str(memo.identity)
+    return str(memo.config.identity)

@@ -25,11 +25,11 @@ from lightsout import API_GROUP, API_VERSION
 Obj = dict[str, Any]
 
 
-class Conflict(Exception):
+class ConflictError(Exception):
     """The object changed since it was read (HTTP 409 on update) or already exists on create."""
 
 
-class TooManyRequests(Exception):
+class EvictionBlockedError(Exception):
     """The Eviction API refused: a PodDisruptionBudget does not allow the disruption now."""
 
     def __init__(self, message: str) -> None:
@@ -64,7 +64,7 @@ def _raw(call: Any, *args: Any, **kwargs: Any) -> Obj:
         return cast(Obj, call(*args, _preload_content=False, **kwargs).json())
     except ApiException as exc:
         if exc.status == 409:
-            raise Conflict(str(exc.reason)) from exc
+            raise ConflictError(str(exc.reason)) from exc
         raise
 
 
@@ -92,9 +92,7 @@ def get_resource(namespace: str, plural: str, name: str) -> Obj | None:
 
 
 def list_resources(namespace: str, plural: str) -> list[Obj]:
-    data = _raw(
-        custom().list_namespaced_custom_object, API_GROUP, API_VERSION, namespace, plural
-    )
+    data = _raw(custom().list_namespaced_custom_object, API_GROUP, API_VERSION, namespace, plural)
     return cast(list[Obj], data.get("items", []))
 
 
@@ -111,8 +109,13 @@ def get_job(namespace: str, name: str) -> Obj | None:
     return _get(batch().read_namespaced_job, name, namespace)
 
 
+def list_jobs(namespace: str, label_selector: str) -> list[Obj]:
+    data = _raw(batch().list_namespaced_job, namespace, label_selector=label_selector)
+    return cast(list[Obj], data.get("items", []))
+
+
 def create_job(namespace: str, body: Mapping[str, Any]) -> Obj:
-    """Create the Job; raises Conflict when one of that (deterministic) name exists."""
+    """Create the Job; raises ConflictError when one of that (deterministic) name exists."""
     return _raw(batch().create_namespaced_job, namespace, dict(body))
 
 
@@ -134,7 +137,7 @@ def apply_configmap(namespace: str, body: Mapping[str, Any]) -> None:
     name = body["metadata"]["name"]
     try:
         _raw(core().create_namespaced_config_map, namespace, dict(body))
-    except Conflict:
+    except ConflictError:
         _raw(core().replace_namespaced_config_map, name, namespace, dict(body))
 
 
@@ -152,7 +155,7 @@ def create_lease(namespace: str, body: Mapping[str, Any]) -> Obj:
 
 
 def replace_lease(namespace: str, name: str, body: Mapping[str, Any]) -> Obj:
-    """Replace with the resourceVersion in body: a concurrent writer makes this raise Conflict."""
+    """Replace with body's resourceVersion; a concurrent writer makes this raise ConflictError."""
     return _raw(coordination().replace_namespaced_lease, name, namespace, dict(body))
 
 
@@ -179,7 +182,7 @@ def pods_on_node(node_name: str) -> list[Obj]:
 
 
 def evict(namespace: str, name: str) -> None:
-    """Ask the Eviction API to evict a pod; TooManyRequests when a PDB forbids it now."""
+    """Ask the Eviction API to evict a pod; EvictionBlockedError when a PDB forbids it now."""
     body = {
         "apiVersion": "policy/v1",
         "kind": "Eviction",
@@ -191,7 +194,7 @@ def evict(namespace: str, name: str) -> None:
         if exc.status == 404:
             return
         if exc.status == 429:
-            raise TooManyRequests(_status_message(exc)) from exc
+            raise EvictionBlockedError(_status_message(exc)) from exc
         raise
 
 
@@ -222,7 +225,10 @@ def post_event(
     meta = involved["metadata"]
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     body = {
-        "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:12]}", "namespace": meta["namespace"]},
+        "metadata": {
+            "name": f"{meta['name']}.{uuid.uuid4().hex[:12]}",
+            "namespace": meta["namespace"],
+        },
         "involvedObject": {
             "apiVersion": involved.get("apiVersion", f"{API_GROUP}/{API_VERSION}"),
             "kind": involved.get("kind", "Node"),

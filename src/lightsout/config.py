@@ -1,0 +1,55 @@
+"""Operator settings, read once from the environment (the Helm chart sets them).
+
+| variable | default | meaning |
+| --- | --- | --- |
+| LIGHTSOUT_IDENTITY | hostname-pid | holder identity written into machine Leases |
+| LIGHTSOUT_LEASE_NAMESPACE | the Node's namespace | where machine Leases live |
+| LIGHTSOUT_LEASE_SECONDS | 15 | Lease duration; renewed every third of it while an action runs |
+| LIGHTSOUT_RUNNER_IMAGE | ghcr.io/lightsout/runner:0.1.0 | image of action Jobs |
+| LIGHTSOUT_JOB_NODE_SELECTOR | (none) | `k=v,k2=v2`: where action Jobs may run (always-on nodes) |
+| LIGHTSOUT_JOB_TOLERATIONS | (none) | `key,key2`: taints (any value/effect) action Jobs tolerate |
+| LIGHTSOUT_JOB_TTL_SECONDS | 3600 | how long finished Jobs are kept for inspection |
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+def _pairs(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, _, value = part.partition("=")
+        out[key] = value
+    return out
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    identity: str
+    lease_namespace: str | None = None
+    lease_seconds: int = 15
+    runner_image: str = "ghcr.io/lightsout/runner:0.1.0"
+    job_node_selector: Mapping[str, str] = field(default_factory=dict)
+    job_tolerations: tuple[str, ...] = ()
+    job_ttl_seconds: int = 3600
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
+        env = os.environ if env is None else env
+        return cls(
+            identity=env.get("LIGHTSOUT_IDENTITY") or f"{socket.gethostname()}-{os.getpid()}",
+            lease_namespace=env.get("LIGHTSOUT_LEASE_NAMESPACE") or None,
+            lease_seconds=int(env.get("LIGHTSOUT_LEASE_SECONDS", "15")),
+            runner_image=env.get("LIGHTSOUT_RUNNER_IMAGE", cls.runner_image),
+            job_node_selector=_pairs(env.get("LIGHTSOUT_JOB_NODE_SELECTOR", "")),
+            job_tolerations=tuple(
+                filter(
+                    None, (t.strip() for t in env.get("LIGHTSOUT_JOB_TOLERATIONS", "").split(","))
+                )
+            ),
+            job_ttl_seconds=int(env.get("LIGHTSOUT_JOB_TTL_SECONDS", "3600")),
+        )

@@ -1,0 +1,1 @@
+"""Carrying decisions out: pure builders of Jobs, Leases and ConfigMaps, and the actuator."""

@@ -1,0 +1,237 @@
+"""Carries out the state machine's effects for one machine through `lightsout.k8s`.
+
+Called by the Node reconciler with a `Decision` from `planning.fsm.decide`. Every effect is
+idempotent: creating a Job that exists adopts it (deterministic names), cordoning a cordoned
+node changes nothing, evicting a gone pod is fine. The Lease is taken with optimistic
+concurrency (replace with resourceVersion), so two operators racing for one machine cannot both
+win.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lightsout.execution.jobs import (
+    JobRequest,
+    build_action_job,
+    build_extravars_configmap,
+    job_name,
+)
+
+from lightsout import API_GROUP, API_VERSION
+from lightsout.config import OperatorConfig
+from lightsout.execution import leases
+from lightsout.execution.extravars import action_extravars, credentials_secret
+from lightsout.execution.nodeops import blocking_pdb, metadata_patch, pods_to_drain
+from lightsout.k8s import api
+from lightsout.planning.effects import (
+    ApplyNodeMetadata,
+    Cordon,
+    DeleteCoreNode,
+    DeleteJob,
+    Drain,
+    Effect,
+    Event,
+    StartJob,
+    Uncordon,
+)
+from lightsout.planning.types import DrainStatus, LeaseState
+
+log = logging.getLogger(__name__)
+Obj = Mapping[str, Any]
+
+
+@dataclass
+class MachineContext:
+    """Everything the actuator needs to know about one machine for one reconcile pass."""
+
+    node: Obj
+    group: Obj | None
+    config: OperatorConfig
+    labels: Mapping[str, str]
+    taints: list[dict[str, str]]
+
+    @property
+    def name(self) -> str:
+        return str(self.node["metadata"]["name"])
+
+    @property
+    def namespace(self) -> str:
+        return str(self.node["metadata"]["namespace"])
+
+    @property
+    def core_name(self) -> str:
+        return str((self.node.get("spec") or {}).get("kubernetesNodeName") or self.name)
+
+    @property
+    def lease_namespace(self) -> str:
+        return self.config.lease_namespace or self.namespace
+
+    @property
+    def lease_name(self) -> str:
+        return leases.lease_name(self.namespace, self.name)
+
+
+# ---------------------------------------------------------------- Lease
+def read_lease_state(ctx: MachineContext, now: dt.datetime) -> LeaseState:
+    lease = api.get_lease(ctx.lease_namespace, ctx.lease_name)
+    return leases.lease_state(lease, ctx.config.identity, now)
+
+
+def acquire_lease(ctx: MachineContext, now: dt.datetime) -> bool:
+    """Take or renew the machine's Lease; False when another holder has it (or won a race)."""
+    current = api.get_lease(ctx.lease_namespace, ctx.lease_name)
+    try:
+        if current is None:
+            body = leases.build_lease(
+                ctx.lease_name,
+                ctx.lease_namespace,
+                ctx.config.identity,
+                ctx.config.lease_seconds,
+                now,
+            )
+            api.create_lease(ctx.lease_namespace, body)
+            return True
+        patched = leases.acquire(current, ctx.config.identity, ctx.config.lease_seconds, now)
+        if patched is None:
+            return False
+        api.replace_lease(ctx.lease_namespace, ctx.lease_name, patched)
+        return True
+    except api.ConflictError:
+        return False
+
+
+def release_lease(ctx: MachineContext, now: dt.datetime) -> None:
+    current = api.get_lease(ctx.lease_namespace, ctx.lease_name)
+    if current is None:
+        return
+    released = leases.release(current, ctx.config.identity, now)
+    if released is not None:
+        try:
+            api.replace_lease(ctx.lease_namespace, ctx.lease_name, released)
+        except api.ConflictError:
+            log.info("lease %s changed while releasing; leaving it", ctx.lease_name)
+
+
+# ---------------------------------------------------------------- Jobs
+def job_request(ctx: MachineContext, effect: StartJob | DeleteJob) -> JobRequest:
+    spec = ctx.node.get("spec") or {}
+    power = spec.get("power") or {}
+    playbooks = spec.get("playbooks") or {}
+    group_playbooks = ((ctx.group or {}).get("spec") or {}).get("playbooks") or {}
+    action = str(effect.action)
+    timeout = (
+        power.get("shutdownTimeoutSeconds", 300)
+        if action in ("shutdown", "deprovision")
+        else power.get("bootTimeoutSeconds", 600)
+    )
+    secret, ca_secret = credentials_secret(spec)
+    return JobRequest(
+        node_name=ctx.name,
+        namespace=ctx.namespace,
+        node_uid=str(ctx.node["metadata"].get("uid", "")),
+        generation=effect.generation,
+        attempt=effect.attempt,
+        action=effect.action,
+        extravars=action_extravars(ctx.node, action),
+        credentials_secret=secret,
+        ca_secret=ca_secret,
+        overlay_configmap=playbooks.get("configMapName") or group_playbooks.get("configMapName"),
+        playbook=playbooks.get(action),
+        image=ctx.config.runner_image,
+        deadline_seconds=int(timeout) + 120,
+        ttl_seconds=ctx.config.job_ttl_seconds,
+        node_selector=dict(ctx.config.job_node_selector),
+        tolerations=tuple({"key": key, "operator": "Exists"} for key in ctx.config.job_tolerations),
+        host_network="wol" in (spec.get("driver") or {}),
+    )
+
+
+def start_job(ctx: MachineContext, effect: StartJob) -> str:
+    """Create the action Job unless it exists (then it is adopted). Returns its name."""
+    request = job_request(ctx, effect)
+    name = job_name(ctx.name, str(effect.action), effect.generation, effect.attempt)
+    if api.get_job(ctx.namespace, name) is not None:
+        log.info("adopting existing job %s", name)
+        return name
+    api.apply_configmap(ctx.namespace, build_extravars_configmap(request))
+    try:
+        api.create_job(ctx.namespace, build_action_job(request))
+    except api.ConflictError:
+        log.info("job %s already exists; adopted", name)
+    return name
+
+
+# ---------------------------------------------------------------- core Node
+def cordon(ctx: MachineContext, unschedulable: bool) -> None:
+    if api.get_node(ctx.core_name) is not None:
+        api.patch_node(ctx.core_name, {"spec": {"unschedulable": unschedulable or None}})
+
+
+def apply_metadata(ctx: MachineContext) -> None:
+    node = api.get_node(ctx.core_name)
+    if node is None:
+        return
+    patch = metadata_patch(node, ctx.labels, ctx.taints)
+    if patch:
+        api.patch_node(ctx.core_name, patch)
+
+
+def drain(ctx: MachineContext) -> DrainStatus:
+    """One pass of evictions; returns what is left and which PDB (if any) is blocking."""
+    remaining = pods_to_drain(api.pods_on_node(ctx.core_name))
+    blocked_by, blocked_message = None, ""
+    for pod in remaining:
+        meta = pod["metadata"]
+        if meta.get("deletionTimestamp"):
+            continue
+        try:
+            api.evict(meta["namespace"], meta["name"])
+        except api.EvictionBlockedError as exc:
+            pdb = blocking_pdb(pod, api.pdbs(meta["namespace"]))
+            blocked_by = pdb or f"{meta['namespace']}/{meta['name']}"
+            blocked_message = f"evicting {meta['namespace']}/{meta['name']}: {exc.message}"
+    return DrainStatus(
+        pods_remaining=len(remaining), blocked_by=blocked_by, blocked_message=blocked_message
+    )
+
+
+def pods_remaining(ctx: MachineContext) -> int:
+    return len(pods_to_drain(api.pods_on_node(ctx.core_name)))
+
+
+def post_event(ctx: MachineContext, effect: Event) -> None:
+    involved = {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": "Node",
+        "metadata": ctx.node["metadata"],
+    }
+    api.post_event(involved, str(effect.type), effect.reason, effect.message)
+
+
+def apply_effect(ctx: MachineContext, effect: Effect) -> DrainStatus | None:
+    """Carry out one effect (Lease, Requeue and SetCondition are handled by the caller)."""
+    if isinstance(effect, StartJob):
+        start_job(ctx, effect)
+    elif isinstance(effect, DeleteJob):
+        api.delete_job(
+            ctx.namespace,
+            job_name(ctx.name, str(effect.action), effect.generation, effect.attempt),
+        )
+    elif isinstance(effect, Cordon):
+        cordon(ctx, True)
+    elif isinstance(effect, Uncordon):
+        cordon(ctx, False)
+    elif isinstance(effect, ApplyNodeMetadata):
+        apply_metadata(ctx)
+    elif isinstance(effect, Drain):
+        return drain(ctx)
+    elif isinstance(effect, DeleteCoreNode):
+        api.delete_node(ctx.core_name)
+    elif isinstance(effect, Event):
+        post_event(ctx, effect)
+    return None

@@ -1,0 +1,204 @@
+"""Turns API objects into the state machine's inputs (pure: dicts in, frozen dataclasses out).
+
+Called by the Node reconciler with what it read from the API: the Node resource, its Group,
+its newest action Job and pods, the core Node, drain progress and the Lease state. Anything
+malformed in status (a person's edit, an old version's leftovers) degrades to "unknown" rather
+than raising: the operator never crashes on someone else's garbage.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lightsout.execution.nodeops import metadata_applied, node_cordoned, node_ready
+from lightsout.planning.types import (
+    Action,
+    DrainStatus,
+    LeaseState,
+    MachineState,
+    NodeRemovalPolicy,
+    Observations,
+    ObservedJob,
+    Operation,
+    OperationResult,
+    Phase,
+    PowerState,
+)
+
+Obj = Mapping[str, Any]
+GENERATION_LABEL = "lightsout.dev/generation"
+ATTEMPT_LABEL = "lightsout.dev/attempt"
+ACTION_LABEL = "lightsout.dev/action"
+
+
+def parse_time(value: Any) -> dt.datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def format_time(value: dt.datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _enum[E](kind: type[E], value: Any, default: E) -> E:
+    try:
+        return kind(value)  # type: ignore[call-arg]
+    except (ValueError, TypeError):
+        return default
+
+
+def operation_from_status(raw: Any) -> Operation | None:
+    if not isinstance(raw, Mapping):
+        return None
+    action = _enum(Action, raw.get("action"), None)
+    started = parse_time(raw.get("started"))
+    if action is None or started is None:
+        return None
+    try:
+        generation = int(raw.get("intent", 0))
+        attempt = int(raw.get("attempt", 1))
+    except (TypeError, ValueError):
+        return None
+    power = (
+        raw.get("values", {}).get("power_state") if isinstance(raw.get("values"), Mapping) else None
+    )
+    return Operation(
+        action=action,
+        intent_generation=generation,
+        attempt=attempt,
+        started=started,
+        result=_enum(OperationResult, raw.get("result"), OperationResult.RUNNING),
+        finished=parse_time(raw.get("finished")),
+        failed_task=raw.get("failedTask") or None,
+        message=str(raw.get("message") or ""),
+        power_state=_enum(PowerState, power, None) if power else None,
+    )
+
+
+def operation_to_status(op: Operation | None, job_name: str | None) -> dict[str, Any] | None:
+    if op is None:
+        return None
+    out: dict[str, Any] = {
+        "action": str(op.action),
+        "intent": op.intent_generation,
+        "attempt": op.attempt,
+        "started": format_time(op.started),
+        "finished": format_time(op.finished),
+        "result": str(op.result),
+        "failedTask": op.failed_task,
+        "message": op.message[:2048],
+        "job": job_name,
+    }
+    if op.power_state is not None:
+        out["values"] = {"power_state": str(op.power_state)}
+    return out
+
+
+def machine_state(node: Obj, group: Obj | None) -> MachineState:
+    """MachineState of one Node resource (its Group supplies the drift policy)."""
+    meta, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
+    power = spec.get("power") or {}
+    proxmox = (spec.get("driver") or {}).get("proxmox") or {}
+    desired = _enum(PowerState, spec.get("desiredPowerState"), PowerState.OFF)
+    generation = int(meta.get("generation") or 1)
+    # The intent only changes when the desired power state does: editing labels bumps the
+    # generation but must not look like a new power command.
+    # After a failure, though, any spec edit (a fixed Secret name, a new endpoint) is a new
+    # intent, so the machine is retried from scratch.
+    phase = _enum(Phase, status.get("phase"), Phase.UNKNOWN)
+    intent = status.get("intent") if isinstance(status.get("intent"), Mapping) else {}
+    if (
+        phase is not Phase.FAILED
+        and intent.get("desired") == str(desired)
+        and isinstance(intent.get("generation"), int)
+    ):
+        intent_generation = int(intent["generation"])
+    else:
+        intent_generation = generation
+    health = ((group or {}).get("spec") or {}).get("healthCheck") or {}
+    return MachineState(
+        name=meta["name"],
+        kubernetes_node_name=spec.get("kubernetesNodeName") or meta["name"],
+        phase=phase,
+        desired=desired,
+        intent_generation=intent_generation,
+        phase_since=parse_time(status.get("phaseSince")),
+        reason=status.get("reason"),
+        message=str(status.get("message") or ""),
+        operation=operation_from_status(status.get("lastOperation")),
+        max_retries=int(spec.get("maxRetries", 3)),
+        boot_timeout_seconds=int(power.get("bootTimeoutSeconds", 600)),
+        shutdown_timeout_seconds=int(power.get("shutdownTimeoutSeconds", 300)),
+        drain_timeout_seconds=int(power.get("drainTimeoutSeconds", 900)),
+        ephemeral=proxmox.get("mode") == "Ephemeral",
+        node_removal_policy=_enum(
+            NodeRemovalPolicy, spec.get("nodeRemovalPolicy"), NodeRemovalPolicy.DELETE
+        ),
+        correct_drift=health.get("driftPolicy") == "Correct",
+    )
+
+
+def job_identity(job: Obj) -> tuple[Action, int, int] | None:
+    labels = (job.get("metadata") or {}).get("labels") or {}
+    action = _enum(Action, labels.get(ACTION_LABEL), None)
+    try:
+        generation = int(labels.get(GENERATION_LABEL, ""))
+        attempt = int(labels.get(ATTEMPT_LABEL, ""))
+    except ValueError:
+        return None
+    return None if action is None else (action, generation, attempt)
+
+
+def newest_job(jobs: Sequence[Obj]) -> Obj | None:
+    """The Job of the newest (generation, attempt); Jobs without our labels are ignored."""
+    keyed = [(ident[1], ident[2], job) for job in jobs if (ident := job_identity(job))]
+    if not keyed:
+        return None
+    return max(keyed, key=lambda item: (item[0], item[1]))[2]
+
+
+def observations(
+    *,
+    job: ObservedJob | None,
+    core_node: Obj | None,
+    labels: Mapping[str, str],
+    taints: Sequence[Mapping[str, str]],
+    drain: DrainStatus | None,
+    lease: LeaseState,
+    power_state: PowerState = PowerState.UNKNOWN,
+    power_state_at: dt.datetime | None = None,
+) -> Observations:
+    return Observations(
+        job=job,
+        node_exists=core_node is not None,
+        node_ready=node_ready(core_node),
+        node_cordoned=node_cordoned(core_node),
+        node_metadata_applied=metadata_applied(core_node, labels, taints),
+        drain=drain,
+        lease=lease,
+        power_state=power_state,
+        power_state_observed_at=power_state_at,
+    )
+
+
+def wanted_metadata(node: Obj, group: Obj | None) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """Labels and taints the core Node must carry: the Group's, then the Node's (which win)."""
+    gspec = (group or {}).get("spec") or {}
+    spec = node.get("spec") or {}
+    labels = {**(gspec.get("labels") or {}), **(spec.get("labels") or {})}
+    labels["lightsout.dev/node"] = node["metadata"]["name"]
+    labels["lightsout.dev/group"] = str(spec.get("group", ""))
+    taints: dict[tuple[str, str], dict[str, str]] = {}
+    for taint in [*(gspec.get("taints") or []), *(spec.get("taints") or [])]:
+        clean = {k: str(v) for k, v in taint.items() if k in ("key", "value", "effect")}
+        taints[(clean.get("key", ""), clean.get("effect", ""))] = clean
+    return labels, list(taints.values())

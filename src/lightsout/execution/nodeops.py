@@ -1,0 +1,117 @@
+"""Pure helpers for what the operator does to core Nodes: readiness, metadata, drain selection.
+
+Called by `lightsout.execution.actuator` (which does the API calls) and by the observation
+builder. No I/O here: everything takes and returns plain dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+Obj = Mapping[str, Any]
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+DO_NOT_DISRUPT = "lightsout.dev/do-not-disrupt"
+
+
+def node_ready(node: Obj | None) -> bool:
+    if not node:
+        return False
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return False
+
+
+def node_cordoned(node: Obj | None) -> bool:
+    return bool(node and (node.get("spec") or {}).get("unschedulable"))
+
+
+def _taint_key(taint: Obj) -> tuple[str, str]:
+    return (str(taint.get("key")), str(taint.get("effect")))
+
+
+def metadata_patch(
+    node: Obj, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]]
+) -> dict[str, Any] | None:
+    """The merge patch that gives `node` these labels and taints, or None when it has them.
+
+    Taints are merged by (key, effect): ours replace a same-keyed one, others are kept.
+    """
+    current_labels = (node.get("metadata") or {}).get("labels") or {}
+    current_taints = list((node.get("spec") or {}).get("taints") or [])
+    patch: dict[str, Any] = {}
+    missing = {k: v for k, v in labels.items() if current_labels.get(k) != v}
+    if missing:
+        patch["metadata"] = {"labels": missing}
+    wanted = {_taint_key(t): dict(t) for t in taints}
+    kept = [t for t in current_taints if _taint_key(t) not in wanted]
+    merged = kept + [wanted[k] for k in sorted(wanted)]
+    normalise = sorted(
+        (str(t.get("key")), str(t.get("value", "")), str(t.get("effect"))) for t in current_taints
+    )
+    target = sorted(
+        (str(t.get("key")), str(t.get("value", "")), str(t.get("effect"))) for t in merged
+    )
+    if normalise != target:
+        patch["spec"] = {"taints": merged}
+    return patch or None
+
+
+def metadata_applied(
+    node: Obj | None, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]]
+) -> bool:
+    return node is not None and metadata_patch(node, labels, taints) is None
+
+
+def _owned_by_daemonset(pod: Obj) -> bool:
+    return any(
+        ref.get("kind") == "DaemonSet"
+        for ref in (pod.get("metadata") or {}).get("ownerReferences") or []
+    )
+
+
+def evictable(pod: Obj) -> bool:
+    """Pods a drain must move: not DaemonSet-owned, not mirror pods, not already finished."""
+    meta = pod.get("metadata") or {}
+    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+        return False
+    if _owned_by_daemonset(pod):
+        return False
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def pods_to_drain(pods: Iterable[Obj]) -> list[Obj]:
+    return [pod for pod in pods if evictable(pod)]
+
+
+def _selector_matches(selector: Obj | None, labels: Mapping[str, str]) -> bool:
+    if selector is None:
+        return False
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and labels.get(key) in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def blocking_pdb(pod: Obj, pdbs: Iterable[Obj]) -> str | None:
+    """`namespace/name` of the PodDisruptionBudget selecting `pod`, if any."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    for pdb in pdbs:
+        pmeta = pdb.get("metadata") or {}
+        if pmeta.get("namespace") != meta.get("namespace"):
+            continue
+        if _selector_matches((pdb.get("spec") or {}).get("selector"), labels):
+            return f"{pmeta.get('namespace')}/{pmeta.get('name')}"
+    return None

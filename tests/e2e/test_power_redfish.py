@@ -1,0 +1,211 @@
+"""The power state machine end to end: kubectl patch → Job → Ansible → sushy-tools → Node.
+
+Real kube-apiserver/controller-manager/scheduler, real Redfish emulator, real ansible-runner in
+the action Job's pod (run by the stand-in kubelet), the operator as a real process.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from lightsout.devcluster import Cluster
+from lightsout.devcluster.cluster import KWOK_ANNOTATION
+from lightsout.devcluster.machines import MachineSimulator
+from lightsout.devcluster.operator import OperatorProcess
+from tests.harness import fleet
+from tests.harness.sushy import POWER_OFF, POWER_ON, FakeSystem, SushyEmulator
+from tests.harness.wait import events_for, get_json, wait_for
+
+PATIENCE = 240  # seconds: sushy lands power changes 1-11 s late, Ansible starts in ~5 s
+
+
+@pytest.fixture
+def machine(namespace: str) -> fleet.MachineDef:
+    return fleet.MachineDef(name=f"box-{namespace}", uuid=str(uuid.uuid4()), cpu="8")
+
+
+@pytest.fixture
+def bmc(machine: fleet.MachineDef) -> Iterator[SushyEmulator]:
+    with SushyEmulator([FakeSystem(uuid=machine.uuid, name=machine.name)]) as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def sim(
+    kube_api: client.ApiClient,
+    cluster: Cluster,
+    bmc: SushyEmulator,
+    machine: fleet.MachineDef,
+    namespace: str,
+) -> Iterator[MachineSimulator]:
+    simulator = fleet.simulator(kube_api, bmc, [machine], namespace)
+    yield simulator
+    simulator.stop()
+    cluster.kubectl("delete", "node", machine.name, "--ignore-not-found", "--wait=false")
+
+
+def status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    obj = get_json(cluster, "lsn", name, "-n", namespace)
+    return (obj or {}).get("status") or {}
+
+
+def wait_phase(cluster: Cluster, namespace: str, name: str, phase: str) -> dict[str, Any]:
+    return wait_for(
+        lambda: (s := status(cluster, namespace, name)).get("phase") == phase and s,
+        PATIENCE,
+        f"{name} to reach phase {phase}",
+    )
+
+
+def patch_desired(cluster: Cluster, namespace: str, name: str, desired: str) -> None:
+    body = json.dumps({"spec": {"desiredPowerState": desired}})
+    cluster.kubectl("patch", "lsn", name, "-n", namespace, "--type", "merge", "-p", body)
+
+
+def always_on_node(cluster: Cluster, name: str, unschedulable: bool) -> None:
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_ANNOTATION: "fake"},
+            "labels": {"kubernetes.io/hostname": name},
+        },
+        "spec": {"unschedulable": unschedulable},
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(node))
+    capacity = {"cpu": "8", "memory": "16Gi", "pods": "110"}
+    cluster.kubectl(
+        "patch",
+        "node",
+        name,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": {"capacity": capacity, "allocatable": capacity}}),
+    )
+
+
+def test_power_on_then_drain_and_power_off(
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    bmc: SushyEmulator,
+    machine: fleet.MachineDef,
+    sim: MachineSimulator,
+) -> None:
+    fleet.apply(
+        crds,
+        namespace,
+        [
+            *fleet.bmc_secrets(bmc),
+            fleet.group(),
+            fleet.redfish_node(machine, bmc, labels={"lightsout.dev/test": "yes"}),
+        ],
+    )
+    wait_phase(crds, namespace, machine.name, "Off")
+    assert bmc.power_state(machine.uuid) == "Off"
+
+    # --- power on
+    patch_desired(crds, namespace, machine.name, "On")
+    ready = wait_phase(crds, namespace, machine.name, "Ready")
+    assert bmc.power_state(machine.uuid) == "On"
+    assert bmc.count_power_requests(machine.uuid, reset_types=POWER_ON) == 1
+    op = ready["lastOperation"]
+    assert (op["action"], op["result"]) == ("startup", "Succeeded")
+    assert op["job"] and get_json(crds, "job", op["job"], "-n", namespace) is not None
+    core = get_json(crds, "node", machine.name)
+    assert core["metadata"]["labels"]["lightsout.dev/test"] == "yes"
+    assert not core["spec"].get("unschedulable")
+    reasons = [e["reason"] for e in events_for(crds, namespace, machine.name)]
+    for expected in ("PowerOnRequested", "JobSucceeded", "NodeRegistered"):
+        assert expected in reasons, reasons
+
+    # --- a workload on the machine, protected by a PDB that first forbids any eviction
+    spare = f"spare-{namespace}"
+    always_on_node(crds, spare, unschedulable=True)
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}],
+                    "containers": [
+                        {
+                            "name": "web",
+                            "image": "nginx",
+                            "resources": {"requests": {"cpu": "100m"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}},
+    }
+    fleet.apply(crds, namespace, [deployment, pdb])
+
+    def web_pods() -> list[dict[str, Any]]:
+        pods = get_json(crds, "pods", "-n", namespace, "-l", "app=web")["items"]
+        return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+    wait_for(
+        lambda: len([p for p in web_pods() if p["status"].get("phase") == "Running"]) == 2,
+        PATIENCE,
+        "two web pods running on the machine",
+    )
+    assert {p["spec"]["nodeName"] for p in web_pods()} == {machine.name}
+    crds.kubectl("uncordon", spare)
+
+    # --- power off: the PDB holds the drain, and the status says why
+    patch_desired(crds, namespace, machine.name, "Off")
+
+    def drain_blocked() -> dict[str, Any] | None:
+        s = status(crds, namespace, machine.name)
+        for c in s.get("conditions", []):
+            if c["type"] == "Draining" and c["reason"] == "DrainBlocked":
+                return c
+        return None
+
+    blocked = wait_for(drain_blocked, PATIENCE, "the drain to report the blocking PDB")
+    assert f"{namespace}/web" in blocked["message"]
+    assert status(crds, namespace, machine.name)["phase"] == "Draining"
+    assert bmc.power_state(machine.uuid) == "On"
+    assert bmc.count_power_requests(machine.uuid, reset_types=POWER_OFF) == 0
+
+    crds.kubectl(
+        "patch",
+        "pdb",
+        "web",
+        "-n",
+        namespace,
+        "--type",
+        "merge",
+        "-p",
+        json.dumps({"spec": {"minAvailable": 1}}),
+    )
+    off = wait_phase(crds, namespace, machine.name, "Off")
+    assert bmc.power_state(machine.uuid) == "Off"
+    assert (off["lastOperation"]["action"], off["lastOperation"]["result"]) == (
+        "shutdown",
+        "Succeeded",
+    )
+    pods = web_pods()
+    assert len(pods) == 2 and {p["spec"]["nodeName"] for p in pods} == {spare}
+    assert get_json(crds, "node", machine.name) is None, "core Node removed (policy Delete)"
+    crds.kubectl("delete", "node", spare, "--wait=false")

@@ -1,0 +1,113 @@
+"""Builds Lights-Out resources for emulated machines and wires them to the machine simulator.
+
+Used by end-to-end tests: one call gives a BMC Secret, a Group and Nodes pointing at a running
+sushy-tools emulator, and a `MachineSimulator` that registers each machine's core Node once the
+emulator says it is On.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+
+from lightsout.devcluster import Cluster
+from lightsout.devcluster.machines import MachineSimulator, SimMachine
+from tests.harness.sushy import SushyEmulator
+
+
+@dataclass(frozen=True)
+class MachineDef:
+    name: str
+    uuid: str
+    cpu: str = "4"
+    memory: str = "8Gi"
+    on_watts: int = 60
+
+
+def secret(name: str, data: Mapping[str, str | bytes]) -> dict[str, Any]:
+    encoded = {
+        k: base64.b64encode(v if isinstance(v, bytes) else v.encode()).decode()
+        for k, v in data.items()
+    }
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": encoded}
+
+
+def group(name: str = "homelab", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "lightsout.dev/v1alpha1",
+        "kind": "Group",
+        "metadata": {"name": name},
+        "spec": {"minNodes": 0, "maxNodes": 10, "autoscaler": "none", **spec},
+    }
+
+
+def redfish_node(
+    machine: MachineDef,
+    bmc: SushyEmulator,
+    *,
+    group_name: str = "homelab",
+    desired: str = "Off",
+    secret_name: str = "bmc",
+    **spec: Any,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "lightsout.dev/v1alpha1",
+        "kind": "Node",
+        "metadata": {"name": machine.name},
+        "spec": {
+            "desiredPowerState": desired,
+            "group": group_name,
+            "kubernetesNodeName": machine.name,
+            "driver": {
+                "redfish": {
+                    "endpoint": bmc.endpoint,
+                    "systemId": machine.uuid,
+                    "credentialsSecretRef": {"name": secret_name},
+                    "tls": {"caSecretRef": {"name": f"{secret_name}-ca", "key": "ca.crt"}},
+                    "gracefulShutdownSeconds": 30,
+                }
+            },
+            "resources": {"cpu": machine.cpu, "memory": machine.memory, "pods": 110},
+            "power": {"onWatts": machine.on_watts, "bootTimeoutSeconds": 180},
+            **spec,
+        },
+    }
+
+
+def apply(cluster: Cluster, namespace: str, objects: Iterable[Mapping[str, Any]]) -> None:
+    items = {"apiVersion": "v1", "kind": "List", "items": list(objects)}
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(items))
+
+
+def bmc_secrets(
+    bmc: SushyEmulator, name: str = "bmc", password: str | None = None
+) -> list[dict[str, Any]]:
+    return [
+        secret(name, {"username": bmc.username, "password": password or bmc.password}),
+        secret(f"{name}-ca", {"ca.crt": bmc.ca_path.read_bytes()}),
+    ]
+
+
+def simulator(
+    api: client.ApiClient,
+    bmc: SushyEmulator,
+    machines: Iterable[MachineDef],
+    namespace: str,
+    boot_seconds: float = 2.0,
+) -> MachineSimulator:
+    sims = [
+        SimMachine(
+            node_name=m.name,
+            provider_id=f"lightsout://{namespace}/{m.name}",
+            power=lambda uuid=m.uuid: bmc.power_state(uuid),
+            capacity={"cpu": m.cpu, "memory": m.memory, "pods": "110"},
+            boot_seconds=boot_seconds,
+        )
+        for m in machines
+    ]
+    return MachineSimulator(api=api, machines=sims).start()

@@ -1,0 +1,203 @@
+"""API objects → state machine inputs; core Node helpers; the extravars contract."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from lightsout.execution import extravars, inputs, nodeops
+from lightsout.planning.types import Action, OperationResult, Phase, PowerState
+
+pytestmark = pytest.mark.unit
+
+
+def node(status: dict[str, Any] | None = None, generation: int = 3, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "big-box", "namespace": "lab", "generation": generation},
+        "spec": {
+            "desiredPowerState": "On",
+            "group": "homelab",
+            "kubernetesNodeName": "big-box",
+            "driver": {
+                "redfish": {
+                    "endpoint": "https://10.1.2.3",
+                    "systemId": "abc",
+                    "credentialsSecretRef": {"name": "bmc", "passwordKey": "pw"},
+                    "tls": {"insecureSkipVerify": True},
+                }
+            },
+            **spec,
+        },
+        "status": status or {},
+    }
+
+
+def test_fresh_node_is_unknown_with_intent_at_current_generation() -> None:
+    machine = inputs.machine_state(node(), None)
+    assert machine.phase is Phase.UNKNOWN
+    assert machine.desired is PowerState.ON
+    assert machine.intent_generation == 3
+    assert machine.operation is None
+
+
+def test_label_edit_keeps_the_intent_but_a_new_desired_state_starts_one() -> None:
+    status = {"phase": "PoweringOn", "intent": {"desired": "On", "generation": 2}}
+    assert inputs.machine_state(node(status), None).intent_generation == 2
+    status["intent"] = {"desired": "Off", "generation": 2}
+    assert inputs.machine_state(node(status), None).intent_generation == 3
+
+
+def test_any_edit_of_a_failed_machine_is_a_new_intent() -> None:
+    status = {"phase": "Failed", "intent": {"desired": "On", "generation": 2}}
+    assert inputs.machine_state(node(status), None).intent_generation == 3
+
+
+def test_garbage_status_degrades_instead_of_raising() -> None:
+    status = {
+        "phase": "Sleeping",
+        "phaseSince": "yesterday",
+        "lastOperation": {"action": "dance", "started": 7},
+        "intent": "x",
+    }
+    machine = inputs.machine_state(node(status), None)
+    assert machine.phase is Phase.UNKNOWN
+    assert machine.operation is None
+    assert machine.phase_since is None
+
+
+def test_operation_round_trips_through_status() -> None:
+    started = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    raw = {
+        "action": "shutdown",
+        "intent": 4,
+        "attempt": 2,
+        "started": "2026-01-02T03:04:05Z",
+        "result": "Failed",
+        "failedTask": "power off",
+        "message": "HTTP Error 400",
+        "values": {"power_state": "On"},
+    }
+    op = inputs.operation_from_status(raw)
+    assert op is not None
+    assert (op.action, op.intent_generation, op.attempt, op.started) == (
+        Action.SHUTDOWN,
+        4,
+        2,
+        started,
+    )
+    assert op.result is OperationResult.FAILED and op.power_state is PowerState.ON
+    back = inputs.operation_to_status(op, "lo-big-box-shutdown-g4-a2")
+    assert back is not None and back["job"] == "lo-big-box-shutdown-g4-a2"
+    assert inputs.operation_from_status(back) == op
+
+
+def test_newest_job_picks_highest_generation_then_attempt() -> None:
+    def job(gen: str, attempt: str) -> dict[str, Any]:
+        labels = {
+            "lightsout.dev/action": "startup",
+            "lightsout.dev/generation": gen,
+            "lightsout.dev/attempt": attempt,
+        }
+        return {"metadata": {"name": f"j{gen}{attempt}", "labels": labels}}
+
+    jobs = [job("2", "3"), job("3", "1"), job("3", "2"), {"metadata": {"labels": {}}}]
+    newest = inputs.newest_job(jobs)
+    assert newest is not None and newest["metadata"]["name"] == "j32"
+    assert inputs.newest_job([{"metadata": {}}]) is None
+
+
+def test_wanted_metadata_merges_group_then_node() -> None:
+    group = {
+        "spec": {
+            "labels": {"tier": "cold", "zone": "a"},
+            "taints": [{"key": "power", "value": "group", "effect": "NoSchedule"}],
+        }
+    }
+    n = node(
+        labels={"zone": "b"}, taints=[{"key": "power", "value": "node", "effect": "NoSchedule"}]
+    )
+    labels, taints = inputs.wanted_metadata(n, group)
+    assert labels["tier"] == "cold" and labels["zone"] == "b"
+    assert labels["lightsout.dev/node"] == "big-box"
+    assert taints == [{"key": "power", "value": "node", "effect": "NoSchedule"}]
+
+
+def test_metadata_patch_adds_missing_and_keeps_foreign_taints() -> None:
+    core = {
+        "metadata": {"labels": {"a": "1"}},
+        "spec": {"taints": [{"key": "other", "effect": "NoExecute"}]},
+    }
+    patch = nodeops.metadata_patch(
+        core, {"a": "1", "b": "2"}, [{"key": "k", "value": "v", "effect": "NoSchedule"}]
+    )
+    assert patch == {
+        "metadata": {"labels": {"b": "2"}},
+        "spec": {
+            "taints": [
+                {"key": "other", "effect": "NoExecute"},
+                {"key": "k", "value": "v", "effect": "NoSchedule"},
+            ]
+        },
+    }
+    applied = {
+        "metadata": {"labels": {"a": "1", "b": "2"}},
+        "spec": {"taints": patch["spec"]["taints"]},
+    }
+    assert (
+        nodeops.metadata_patch(
+            applied, {"b": "2"}, [{"key": "k", "value": "v", "effect": "NoSchedule"}]
+        )
+        is None
+    )
+
+
+def test_drain_leaves_daemonset_mirror_and_finished_pods() -> None:
+    def pod(name: str, **meta: Any) -> dict[str, Any]:
+        phase = meta.pop("phase", "Running")
+        return {"metadata": {"name": name, **meta}, "status": {"phase": phase}}
+
+    pods = [
+        pod("web"),
+        pod("ds", ownerReferences=[{"kind": "DaemonSet", "name": "x"}]),
+        pod("mirror", annotations={nodeops.MIRROR_ANNOTATION: "x"}),
+        pod("done", phase="Succeeded"),
+        pod("rs", ownerReferences=[{"kind": "ReplicaSet", "name": "y"}]),
+    ]
+    assert [p["metadata"]["name"] for p in nodeops.pods_to_drain(pods)] == ["web", "rs"]
+
+
+def test_blocking_pdb_matches_selector_in_the_pods_namespace() -> None:
+    pod = {"metadata": {"name": "p", "namespace": "a", "labels": {"app": "web", "tier": "1"}}}
+    pdbs = [
+        {
+            "metadata": {"name": "other-ns", "namespace": "b"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}},
+        },
+        {
+            "metadata": {"name": "nope", "namespace": "a"},
+            "spec": {"selector": {"matchLabels": {"app": "db"}}},
+        },
+        {
+            "metadata": {"name": "web", "namespace": "a"},
+            "spec": {
+                "selector": {
+                    "matchExpressions": [{"key": "tier", "operator": "In", "values": ["1", "2"]}]
+                }
+            },
+        },
+    ]
+    assert nodeops.blocking_pdb(pod, pdbs) == "a/web"
+    assert nodeops.blocking_pdb(pod, pdbs[:2]) is None
+
+
+def test_extravars_carry_parameters_but_no_credentials() -> None:
+    n = node()
+    out = extravars.action_extravars(n, "startup")
+    assert out["lightsout_driver"] == "redfish"
+    assert out["lightsout_redfish"]["endpoint"] == "https://10.1.2.3"
+    assert out["lightsout_redfish"]["validate_certs"] is False
+    assert out["lightsout_redfish"]["password_key"] == "pw"
+    assert "SecretRef" not in repr(out)
+    assert extravars.credentials_secret(n["spec"]) == ("bmc", None)
