@@ -37,6 +37,7 @@ lint: setup
 
 crds: setup
 	$(VENV)/bin/lightsout crds --output crds
+	$(PY) -m lightsout.models.reference docs/crds.md
 
 demo: setup binaries
 	$(VENV)/bin/lightsout demo

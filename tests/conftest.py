@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CRD_NAMES = ("groups.lightsout.dev", "nodes.lightsout.dev")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Every test carries its tier marker, so `-m unit` / `-m e2e` select whole directories.
     for item in items:

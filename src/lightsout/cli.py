@@ -40,7 +40,8 @@ def cmd_crds(args: argparse.Namespace) -> int:
         for name, text in rendered.items():
             (out / name).write_text(text)
     else:
-        sys.stdout.write("---\n".join(rendered[name] for name in sorted(rendered)))
+        # Each rendered file starts with its own `---` document marker.
+        sys.stdout.write("".join(rendered[name] for name in sorted(rendered)))
     return 0
 
 

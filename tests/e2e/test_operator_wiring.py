@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from lightsout.devcluster import Cluster
 from lightsout.devcluster.operator import OperatorProcess
@@ -41,3 +42,11 @@ def test_created_node_gets_status_and_event(
     events = wait_for(lambda: events_for(crds, namespace, "wired"), 30, "an event on the Node")
     assert any(e["source"].get("component", "").startswith("kopf") or e["reason"] for e in events)
     assert operator.records(), "the operator logs JSON lines"
+
+
+def test_install_manifests_are_accepted_by_the_api_server(crds: Cluster) -> None:
+    root = Path(__file__).resolve().parents[2] / "deploy" / "operator"
+    crds.kubectl("apply", "-f", str(root / "namespace.yaml"))
+    proc = crds.kubectl("apply", "--dry-run=server", "-f", str(root), check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "clusterrole.rbac.authorization.k8s.io/lightsout created (server dry run)" in proc.stdout

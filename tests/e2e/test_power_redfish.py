@@ -7,65 +7,16 @@ the action Job's pod (run by the stand-in kubelet), the operator as a real proce
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
-from kubernetes import client
 
 from lightsout.devcluster import Cluster
 from lightsout.devcluster.cluster import KWOK_ANNOTATION
 from lightsout.devcluster.machines import MachineSimulator
 from lightsout.devcluster.operator import OperatorProcess
+from tests.e2e.conftest import PATIENCE, patch_desired, status, wait_phase
 from tests.harness import fleet
-from tests.harness.sushy import POWER_OFF, POWER_ON, FakeSystem, SushyEmulator
+from tests.harness.sushy import POWER_OFF, POWER_ON, SushyEmulator
 from tests.harness.wait import events_for, get_json, wait_for
-
-PATIENCE = 240  # seconds: sushy lands power changes 1-11 s late, Ansible starts in ~5 s
-
-
-@pytest.fixture
-def machine(namespace: str) -> fleet.MachineDef:
-    return fleet.MachineDef(name=f"box-{namespace}", uuid=str(uuid.uuid4()), cpu="8")
-
-
-@pytest.fixture
-def bmc(machine: fleet.MachineDef) -> Iterator[SushyEmulator]:
-    with SushyEmulator([FakeSystem(uuid=machine.uuid, name=machine.name)]) as emulator:
-        yield emulator
-
-
-@pytest.fixture
-def sim(
-    kube_api: client.ApiClient,
-    cluster: Cluster,
-    bmc: SushyEmulator,
-    machine: fleet.MachineDef,
-    namespace: str,
-) -> Iterator[MachineSimulator]:
-    simulator = fleet.simulator(kube_api, bmc, [machine], namespace)
-    yield simulator
-    simulator.stop()
-    cluster.kubectl("delete", "node", machine.name, "--ignore-not-found", "--wait=false")
-
-
-def status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
-    obj = get_json(cluster, "lsn", name, "-n", namespace)
-    return (obj or {}).get("status") or {}
-
-
-def wait_phase(cluster: Cluster, namespace: str, name: str, phase: str) -> dict[str, Any]:
-    return wait_for(
-        lambda: (s := status(cluster, namespace, name)).get("phase") == phase and s,
-        PATIENCE,
-        f"{name} to reach phase {phase}",
-    )
-
-
-def patch_desired(cluster: Cluster, namespace: str, name: str, desired: str) -> None:
-    body = json.dumps({"spec": {"desiredPowerState": desired}})
-    cluster.kubectl("patch", "lsn", name, "-n", namespace, "--type", "merge", "-p", body)
 
 
 def always_on_node(cluster: Cluster, name: str, unschedulable: bool) -> None:

@@ -53,6 +53,9 @@ class Cluster:
     with_kwok: bool = True
     ports: dict[str, int] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
+    # Popen objects of processes this instance started, kept so they are reaped (and Python does
+    # not warn about children still running when the object would be collected).
+    _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     @property
     def kubeconfig(self) -> Path:
@@ -113,7 +116,10 @@ class Cluster:
         """Kill every component's process group; safe to call twice or after a failed start."""
         for pid in reversed(list(self.pids.values())):
             _kill_group(pid)
+        for proc in self._procs.values():
+            proc.wait()
         self.pids.clear()
+        self._procs.clear()
         self._save_state()
 
     def destroy(self) -> None:
@@ -175,6 +181,7 @@ class Cluster:
         )
         log.close()
         self.pids[name] = proc.pid
+        self._procs[name] = proc
 
     def _etcd_args(self) -> list[str]:
         client = f"http://127.0.0.1:{self.ports['etcd']}"

@@ -1,0 +1,133 @@
+"""Sub-objects used by both kinds or by several drivers: Secret references, TLS, taints, conditions.
+
+Shapes follow core Kubernetes where one exists (a taint is a core/v1 Taint, a condition is a
+metav1.Condition) so users and tools recognise them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Self
+
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
+
+from lightsout.models.base import ApiModel, Rule, RuleReason, rules
+from lightsout.models.enums import ConditionStatus, TaintEffect
+from lightsout.models.types import (
+    LABEL_VALUE,
+    QUALIFIED_NAME,
+    DnsSubdomain,
+    LongText,
+    SecretKey,
+)
+
+
+class CredentialsSecretRef(ApiModel):
+    """A Secret in the Node's namespace holding a user name and a password."""
+
+    name: DnsSubdomain
+    """Name of the Secret."""
+    username_key: SecretKey = "username"
+    """Key of the Secret holding the user name."""
+    password_key: SecretKey = "password"  # noqa: S105 - the name of a key, not a password
+    """Key of the Secret holding the password."""
+
+
+class SecretKeyRef(ApiModel):
+    """One key of a Secret in the Node's namespace."""
+
+    name: DnsSubdomain
+    """Name of the Secret."""
+    key: SecretKey
+    """Key within the Secret."""
+
+
+class CaSecretRef(SecretKeyRef):
+    """A Secret key holding the PEM CA bundle that signed the endpoint's certificate."""
+
+    key: SecretKey = "ca.crt"
+    """Key within the Secret holding the PEM bundle."""
+
+
+TLS_EXCLUSIVE = Rule(
+    cel="!(self.insecureSkipVerify && has(self.caSecretRef))",
+    message="set either insecureSkipVerify or caSecretRef, not both",
+    field_path=".caSecretRef",
+    reason=RuleReason.FORBIDDEN,
+)
+
+
+class TLSConfig(ApiModel):
+    """How the endpoint's TLS certificate is checked. By default against the system CAs."""
+
+    model_config = ConfigDict(json_schema_extra=rules(TLS_EXCLUSIVE))
+
+    insecure_skip_verify: bool = False
+    """Accept any certificate (self-signed BMCs). The connection is still encrypted."""
+    ca_secret_ref: CaSecretRef | None = None
+    """Verify the certificate against this CA bundle instead of the system CAs."""
+
+    @model_validator(mode="after")
+    def _exclusive(self) -> Self:
+        TLS_EXCLUSIVE.check(not (self.insecure_skip_verify and self.ca_secret_ref is not None))
+        return self
+
+
+class Taint(ApiModel):
+    """A taint put on the core Node when it registers, as in core/v1."""
+
+    key: Annotated[str, StringConstraints(min_length=1, max_length=317, pattern=QUALIFIED_NAME)]
+    """Taint key, a qualified name (`example.com/dedicated`)."""
+    value: Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE)] | None = None
+    """Taint value."""
+    effect: TaintEffect
+    """Effect on pods that do not tolerate the taint."""
+
+
+Taints = Annotated[
+    list[Taint],
+    Field(
+        max_length=32,
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["key", "effect"],
+        },
+    ),
+]
+
+CONDITION_TYPE = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+CONDITION_REASON = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+
+class Condition(ApiModel):
+    """One aspect of the object's state, as in metav1.Condition."""
+
+    type: Annotated[str, StringConstraints(min_length=1, max_length=316, pattern=CONDITION_TYPE)]
+    """Condition type in CamelCase, see ConditionType (`Registered`, `Healthy`, ...)."""
+    status: ConditionStatus
+    """Whether the condition holds."""
+    reason: Annotated[
+        str, StringConstraints(min_length=1, max_length=1024, pattern=CONDITION_REASON)
+    ]
+    """Machine-readable CamelCase reason for the last transition."""
+    message: LongText = ""
+    """Human-readable details."""
+    last_transition_time: datetime
+    """When the status last changed."""
+    observed_generation: int | None = Field(default=None, ge=0)
+    """metadata.generation the condition was computed from."""
+
+
+Conditions = Annotated[
+    list[Condition],
+    Field(
+        max_length=16,
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+    ),
+]

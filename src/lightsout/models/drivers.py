@@ -1,0 +1,305 @@
+"""The `spec.driver` block of a Node: how one machine is powered on and off.
+
+Exactly one driver is set per Node. Each driver's fields become the extravars of the action
+playbooks (see playbooks/README.md); credentials are only ever referenced by Secret name and key,
+never inlined, because the Secret is mounted into the action Job rather than passed through the
+operator.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Self
+
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
+
+from lightsout.models.base import ApiModel, Rule, RuleReason, default_empty, rules
+from lightsout.models.common import CredentialsSecretRef, SecretKeyRef, TLSConfig
+from lightsout.models.enums import BootOverride, DriverKind, ProxmoxMode
+from lightsout.models.types import Host, HttpsUrl, IPv4, MacAddress, Port, SecretKey
+
+
+class RedfishDriver(ApiModel):
+    """Power through a BMC's Redfish API (iDRAC, iLO, XClarity, OpenBMC, sushy-tools)."""
+
+    endpoint: HttpsUrl
+    """Base URL of the BMC, e.g. https://10.0.0.21; the service root is `<endpoint>/redfish/v1`."""
+    system_id: Annotated[
+        str,
+        StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.:]*$"),
+    ]
+    """Id of the ComputerSystem under /redfish/v1/Systems: a UUID on sushy-tools and libvirt,
+    `System.Embedded.1` on iDRAC, `1` on iLO."""
+    credentials_secret_ref: CredentialsSecretRef
+    """Secret with the BMC user name and password."""
+    tls: TLSConfig = default_empty(TLSConfig)
+    """Certificate checking for the BMC."""
+    boot_override: BootOverride = BootOverride.NONE
+    """One-shot boot device set before power-on; `Pxe` network-boots (re)installable machines."""
+    graceful_shutdown_seconds: int = Field(default=120, ge=0, le=3600)
+    """How long to wait after a graceful shutdown request before forcing the power off."""
+
+
+class IPMIDriver(ApiModel):
+    """Power through IPMI-over-LAN (lanplus), for BMCs without Redfish."""
+
+    host: Host
+    """BMC host name or IP address."""
+    port: Port = 623
+    """BMC UDP port."""
+    credentials_secret_ref: CredentialsSecretRef
+    """Secret with the BMC user name and password."""
+    cipher_suite: int = Field(default=3, ge=0, le=17)
+    """IPMI 2.0 cipher suite id; 3 (AES-128, HMAC-SHA1) is what most BMCs accept."""
+    boot_override: BootOverride = BootOverride.NONE
+    """One-shot boot device set before power-on."""
+
+
+class SSHKeySecretRef(SecretKeyRef):
+    """A Secret key holding an OpenSSH private key."""
+
+    key: SecretKey = "ssh-privatekey"
+    """Key within the Secret (the key of a kubernetes.io/ssh-auth Secret by default)."""
+
+
+class SSHShutdown(ApiModel):
+    """How a Wake-on-LAN machine is shut down: a command run over SSH."""
+
+    host: Host
+    """Host name or IP address to SSH to."""
+    port: Port = 22
+    """SSH port."""
+    user: Annotated[
+        str, StringConstraints(min_length=1, max_length=32, pattern=r"^[a-z_][-a-z0-9_.]*\$?$")
+    ]
+    """Login user; it must be allowed to run `shutdownCommand`."""
+    private_key_secret_ref: SSHKeySecretRef
+    """Secret with the private key to log in with."""
+    known_hosts: Annotated[str, StringConstraints(max_length=16384)] | None = None
+    """known_hosts lines for the host; when omitted the host key is not verified."""
+    shutdown_command: Annotated[str, StringConstraints(min_length=1, max_length=1024)] = (
+        "sudo systemctl poweroff"
+    )
+    """Command that powers the machine off."""
+
+
+class Probe(ApiModel):
+    """A TCP port that answers only while the machine is up, to observe its power state."""
+
+    host: Host
+    """Host name or IP address to probe."""
+    port: Port = 22
+    """TCP port to probe."""
+
+
+class WoLDriver(ApiModel):
+    """Power on with a Wake-on-LAN magic packet, power off over SSH (mini PCs, desktops)."""
+
+    mac_address: MacAddress
+    """MAC address of the network card that wakes the machine."""
+    broadcast_address: IPv4 = "255.255.255.255"
+    """Where the magic packet is sent: the machine's subnet broadcast address."""
+    port: Port = 9
+    """UDP port of the magic packet."""
+    ssh: SSHShutdown
+    """How the machine is shut down."""
+    probe: Probe | None = None
+    """How the power state is observed; by default the SSH host and port."""
+
+
+TOKEN_KEYS_PAIRED = Rule(
+    cel="has(self.tokenIdKey) == has(self.tokenSecretKey)",
+    message="tokenIdKey and tokenSecretKey must be set together",
+    field_path=".tokenSecretKey",
+)
+
+
+class ProxmoxCredentialsRef(CredentialsSecretRef):
+    """A Secret with a Proxmox VE user and password, or an API token when its keys are named."""
+
+    model_config = ConfigDict(json_schema_extra=rules(TOKEN_KEYS_PAIRED))
+
+    token_id_key: SecretKey | None = None
+    """Key holding an API token id (`user@pam!name`); when set, the token is used instead of
+    the password."""
+    token_secret_key: SecretKey | None = None
+    """Key holding the API token secret."""
+
+    @model_validator(mode="after")
+    def _token_pair(self) -> Self:
+        TOKEN_KEYS_PAIRED.check((self.token_id_key is None) == (self.token_secret_key is None))
+        return self
+
+
+Vmid = Annotated[int, Field(ge=100, le=999_999_999)]
+PveName = Annotated[
+    str,
+    StringConstraints(
+        min_length=1, max_length=63, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?$"
+    ),
+]
+PveTag = Annotated[
+    str, StringConstraints(min_length=1, max_length=64, pattern=r"^[a-z0-9_][-a-z0-9_+.]*$")
+]
+
+VMID_RANGE_ORDER = Rule(
+    cel="self.lower <= self.upper",
+    message="vmidRange.lower must be less than or equal to vmidRange.upper",
+    field_path=".lower",
+)
+
+
+class VmidRange(ApiModel):
+    """An inclusive range of VM ids Lights-Out may use for clones."""
+
+    model_config = ConfigDict(json_schema_extra=rules(VMID_RANGE_ORDER))
+
+    lower: Vmid
+    """Lowest VM id."""
+    upper: Vmid
+    """Highest VM id."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        VMID_RANGE_ORDER.check(self.lower <= self.upper)
+        return self
+
+
+class ProxmoxTemplate(ApiModel):
+    """The template an Ephemeral VM is cloned from."""
+
+    vmid: Vmid
+    """VM id of the template."""
+
+
+PERSISTENT_NEEDS_VMID = Rule(
+    cel="self.mode != 'Persistent' || has(self.vmid)",
+    message="mode Persistent needs vmid, the VM to start and stop",
+    field_path=".vmid",
+    reason=RuleReason.REQUIRED,
+)
+EPHEMERAL_NEEDS_TEMPLATE = Rule(
+    cel="self.mode != 'Ephemeral' || has(self.template)",
+    message="mode Ephemeral needs template.vmid, the template to clone",
+    field_path=".template",
+    reason=RuleReason.REQUIRED,
+)
+PROXMOX_MODE_IMMUTABLE = Rule(
+    cel="self.mode == oldSelf.mode",
+    message=(
+        "mode cannot change: Ephemeral VMs are created and destroyed by Lights-Out, Persistent"
+        " ones belong to you; delete the Node and create it again"
+    ),
+    field_path=".mode",
+)
+
+
+class ProxmoxDriver(ApiModel):
+    """Power a Proxmox VE virtual machine: start/stop one VM, or clone and destroy one."""
+
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            PERSISTENT_NEEDS_VMID, EPHEMERAL_NEEDS_TEMPLATE, PROXMOX_MODE_IMMUTABLE
+        )
+    )
+
+    endpoint: HttpsUrl
+    """Proxmox VE API URL, e.g. https://pve.example:8006."""
+    node: PveName
+    """Proxmox VE host (cluster node) the VM lives on or is cloned on."""
+    credentials_secret_ref: ProxmoxCredentialsRef
+    """Secret with the API user and password, or an API token."""
+    tls: TLSConfig = default_empty(TLSConfig)
+    """Certificate checking for the API."""
+    mode: ProxmoxMode = ProxmoxMode.PERSISTENT
+    """Persistent: start and stop `vmid`. Ephemeral: clone `template` on power-on, destroy the
+    clone on power-off."""
+    vmid: Vmid | None = None
+    """The VM (Persistent), or a fixed id for the clone (Ephemeral; else taken from vmidRange)."""
+    template: ProxmoxTemplate | None = None
+    """Template to clone (Ephemeral)."""
+    vmid_range: VmidRange | None = None
+    """Ids a clone may take (Ephemeral); the lowest free one is used."""
+    allowed_hosts: list[PveName] | None = Field(
+        default=None, max_length=32, json_schema_extra={"x-kubernetes-list-type": "set"}
+    )
+    """Proxmox VE hosts a clone may be placed on (Ephemeral); by default only `node`."""
+    cores: int | None = Field(default=None, ge=1, le=1024)
+    """CPU cores of the clone (Ephemeral); by default the template's."""
+    memory_mib: int | None = Field(default=None, ge=16, le=16_777_216, alias="memoryMiB")
+    """Memory of the clone in MiB (Ephemeral); by default the template's."""
+    tags: list[PveTag] | None = Field(
+        default=None, max_length=16, json_schema_extra={"x-kubernetes-list-type": "set"}
+    )
+    """Proxmox tags put on the VM, to recognise machines Lights-Out manages."""
+
+    @model_validator(mode="after")
+    def _mode_fields(self) -> Self:
+        PERSISTENT_NEEDS_VMID.check(
+            self.mode is not ProxmoxMode.PERSISTENT or self.vmid is not None
+        )
+        EPHEMERAL_NEEDS_TEMPLATE.check(
+            self.mode is not ProxmoxMode.EPHEMERAL or self.template is not None
+        )
+        return self
+
+
+ONE_DRIVER = Rule(
+    cel=" + ".join(f"(has(self.{kind.value}) ? 1 : 0)" for kind in DriverKind) + " == 1",
+    message="exactly one of redfish, ipmi, wol or proxmox must be set",
+)
+DRIVER_KIND_IMMUTABLE = Rule(
+    cel=" && ".join(f"has(self.{kind.value}) == has(oldSelf.{kind.value})" for kind in DriverKind),
+    message="the driver kind cannot change (it would orphan the machine's running actions and"
+    " clones); delete the Node and create it again",
+)
+
+
+class NodeDriver(ApiModel):
+    """How the machine is powered: exactly one of redfish, ipmi, wol or proxmox."""
+
+    model_config = ConfigDict(json_schema_extra=rules(ONE_DRIVER, DRIVER_KIND_IMMUTABLE))
+
+    redfish: RedfishDriver | None = None
+    """A BMC speaking Redfish."""
+    ipmi: IPMIDriver | None = None
+    """A BMC speaking IPMI-over-LAN."""
+    wol: WoLDriver | None = None
+    """Wake-on-LAN to power on, SSH to power off."""
+    proxmox: ProxmoxDriver | None = None
+    """A Proxmox VE virtual machine."""
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Self:
+        ONE_DRIVER.check(len(self._set()) == 1)
+        return self
+
+    def _set(self) -> list[DriverKind]:
+        return [kind for kind in DriverKind if getattr(self, kind.value) is not None]
+
+    @property
+    def kind(self) -> DriverKind:
+        """Which driver block is set."""
+        return self._set()[0]
+
+    @property
+    def config(self) -> RedfishDriver | IPMIDriver | WoLDriver | ProxmoxDriver:
+        """The one driver block that is set."""
+        block: RedfishDriver | IPMIDriver | WoLDriver | ProxmoxDriver = getattr(
+            self, self.kind.value
+        )
+        return block
+
+
+__all__ = [
+    "IPMIDriver",
+    "NodeDriver",
+    "Probe",
+    "ProxmoxCredentialsRef",
+    "ProxmoxDriver",
+    "ProxmoxTemplate",
+    "RedfishDriver",
+    "SSHKeySecretRef",
+    "SSHShutdown",
+    "VmidRange",
+    "WoLDriver",
+]

@@ -1,0 +1,142 @@
+"""Every closed set of values in the Lights-Out API, as `StrEnum`s.
+
+The values are the exact strings on the wire; the CRD generator turns each into an OpenAPI
+`enum`, so the API server refuses anything else. Imported by the models, the planner and the
+handlers alike (`Phase.READY == "Ready"`).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class PowerState(StrEnum):
+    """A power state a person or the autoscaler can ask for."""
+
+    ON = "On"
+    OFF = "Off"
+
+
+class ObservedPowerState(StrEnum):
+    """The power state last seen on the machine; `Unknown` until a check or action reported."""
+
+    ON = "On"
+    OFF = "Off"
+    UNKNOWN = "Unknown"
+
+
+class Phase(StrEnum):
+    """Where a machine is in its power life cycle (the Node's `status.phase`)."""
+
+    OFF = "Off"
+    POWERING_ON = "PoweringOn"
+    BOOTING = "Booting"
+    READY = "Ready"
+    DRAINING = "Draining"
+    POWERING_OFF = "PoweringOff"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+    PROVISIONING = "Provisioning"
+    DEPROVISIONING = "Deprovisioning"
+
+
+class DriverKind(StrEnum):
+    """How a machine is powered; the name of the one block set under `spec.driver`."""
+
+    REDFISH = "redfish"
+    IPMI = "ipmi"
+    WOL = "wol"
+    PROXMOX = "proxmox"
+
+
+class Action(StrEnum):
+    """An action run as a Job; also the playbook's base name (`startup.yml`)."""
+
+    STARTUP = "startup"
+    SHUTDOWN = "shutdown"
+    PROVISION = "provision"
+    DEPROVISION = "deprovision"
+    HEALTHCHECK = "healthcheck"
+
+
+class OperationResult(StrEnum):
+    """Outcome of the last action Job."""
+
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class BootOverride(StrEnum):
+    """One-shot boot device set before power-on."""
+
+    NONE = "None"
+    PXE = "Pxe"
+
+
+class ProxmoxMode(StrEnum):
+    """Persistent: start and stop one existing VM. Ephemeral: clone on power-on, destroy on off."""
+
+    PERSISTENT = "Persistent"
+    EPHEMERAL = "Ephemeral"
+
+
+class NodeRemovalPolicy(StrEnum):
+    """What happens to the core Kubernetes Node object after the machine is powered off."""
+
+    DELETE = "Delete"
+    KEEP = "Keep"
+
+
+class TaintEffect(StrEnum):
+    """Effect of a taint, as in core/v1."""
+
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class Autoscaler(StrEnum):
+    """Who decides a Group's size."""
+
+    BUILTIN = "builtin"
+    CLUSTER_AUTOSCALER = "cluster-autoscaler"
+    NONE = "none"
+
+
+class SelectionPolicy(StrEnum):
+    """How the autoscaler chooses among machines that would all fit the pending pods."""
+
+    LOWEST_ENERGY = "LowestEnergy"
+    LEAST_WASTE = "LeastWaste"
+    PRIORITY = "Priority"
+    FASTEST_BOOT = "FastestBoot"
+
+
+class DriftPolicy(StrEnum):
+    """What a health check does when a machine's real power state differs from the desired one."""
+
+    REPORT = "Report"
+    CORRECT = "Correct"
+
+
+class ConditionStatus(StrEnum):
+    """Status of a condition, as in metav1.Condition."""
+
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class ConditionType(StrEnum):
+    """Condition types Lights-Out writes (the schema accepts any well-formed type)."""
+
+    # Node
+    REGISTERED = "Registered"
+    HEALTHY = "Healthy"
+    POWER_ACTION_SUCCEEDED = "PowerActionSucceeded"
+    DRIFTED = "Drifted"
+    DRAINING = "Draining"
+    # Group
+    READY = "Ready"
+    SCALING_LIMITED = "ScalingLimited"

@@ -1,0 +1,192 @@
+"""The Group kind (`groups.lightsout.dev`): the autoscaling policy for a set of Nodes.
+
+Nodes join a Group by naming it in `spec.group`. The planner reads `GroupSpec` for limits and
+policy; the operator writes `GroupStatus` (counts, target size, last scaling decisions) through
+the status subresource; cluster-autoscaler sees each Group as one node group.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import AfterValidator, ConfigDict, Field, StringConstraints, model_validator
+
+from lightsout.models.base import ApiModel, Rule, default_empty, rules
+from lightsout.models.common import Conditions, Taints
+from lightsout.models.enums import Autoscaler, DriftPolicy, SelectionPolicy
+from lightsout.models.types import CronSchedule, DnsSubdomain, LabelMap, LongText, ShortText
+
+Seconds = Annotated[int, Field(ge=0, le=86_400)]
+Concurrency = Annotated[int, Field(ge=1, le=100)]
+
+THRESHOLD_RANGE = Rule(
+    cel="self >= 0.0 && self <= 1.0",
+    message="utilizationThreshold must be between 0 and 1 (a fraction of allocatable)",
+)
+
+
+def _threshold_in_range(value: float) -> float:
+    THRESHOLD_RANGE.check(0.0 <= value <= 1.0)
+    return value
+
+
+Fraction = Annotated[float, AfterValidator(_threshold_in_range)]
+
+
+class ScaleUpPolicy(ApiModel):
+    """How eagerly machines are powered on for pending pods."""
+
+    stabilization_window_seconds: Seconds = 0
+    """Pods must have been pending this long before a machine is powered on for them."""
+    max_concurrent_operations: Concurrency = 2
+    """Power-ons in flight at once in this Group."""
+
+
+class ScaleDownPolicy(ApiModel):
+    """When idle machines are drained and powered off."""
+
+    enabled: bool = True
+    """False never powers machines off for being idle."""
+    unneeded_seconds: Seconds = 600
+    """A machine must be unneeded this long before it is powered off."""
+    utilization_threshold: Fraction = Field(default=0.5, json_schema_extra=rules(THRESHOLD_RANGE))
+    """A machine whose requested/allocatable CPU and memory are both below this fraction, and
+    whose pods fit elsewhere, is unneeded."""
+    stabilization_window_seconds: Seconds = 300
+    """No power-off within this long after the Group last scaled up."""
+    max_concurrent_operations: Concurrency = 1
+    """Drains and power-offs in flight at once in this Group."""
+
+
+class HealthCheckPolicy(ApiModel):
+    """The CronJob that checks each machine's BMC and real power state."""
+
+    enabled: bool = True
+    """False creates no health-check CronJob."""
+    schedule: CronSchedule = "*/5 * * * *"
+    """Cron schedule of the check."""
+    drift_policy: DriftPolicy = DriftPolicy.REPORT
+    """Report a machine found in the wrong power state, or also correct it."""
+
+
+class Electricity(ApiModel):
+    """Electricity price, to report the cost of energy used and saved."""
+
+    price_per_kwh: float = Field(ge=0, le=1000, alias="pricePerKWh")
+    """Price of one kWh."""
+    currency: Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$", max_length=3)] = "EUR"
+    """ISO 4217 currency code."""
+
+
+class GroupPlaybooks(ApiModel):
+    """User playbooks for every machine of the Group."""
+
+    config_map_name: DnsSubdomain
+    """ConfigMap whose playbooks replace the shipped ones (same file names)."""
+
+
+MIN_NOT_ABOVE_MAX = Rule(
+    # has(): the CRD's `spec: {}` default is checked before the fields' own defaults exist.
+    cel="!has(self.minNodes) || !has(self.maxNodes) || self.minNodes <= self.maxNodes",
+    message="minNodes must be less than or equal to maxNodes",
+    field_path=".minNodes",
+)
+
+
+class GroupSpec(ApiModel):
+    """Limits and policy for the Group's machines."""
+
+    model_config = ConfigDict(json_schema_extra=rules(MIN_NOT_ABOVE_MAX))
+
+    min_nodes: int = Field(default=0, ge=0, le=1000)
+    """Machines kept powered on at least."""
+    max_nodes: int = Field(default=10, ge=0, le=1000)
+    """Machines powered on at most."""
+    autoscaler: Autoscaler = Autoscaler.BUILTIN
+    """Who sizes the Group: the built-in planner, cluster-autoscaler (externalgrpc), or none."""
+    dry_run: bool = False
+    """Decide and explain, but change no desiredPowerState."""
+    scale_up: ScaleUpPolicy = default_empty(ScaleUpPolicy)
+    """Scale-up policy."""
+    scale_down: ScaleDownPolicy = default_empty(ScaleDownPolicy)
+    """Scale-down policy."""
+    selection_policy: SelectionPolicy = SelectionPolicy.LOWEST_ENERGY
+    """How to choose among machines that would all fit the pending pods."""
+    labels: LabelMap | None = None
+    """Labels applied to every machine's core Node, under the Node's own labels."""
+    taints: Taints | None = None
+    """Taints applied to every machine's core Node, with the Node's own taints."""
+    health_check: HealthCheckPolicy = default_empty(HealthCheckPolicy)
+    """Periodic health check."""
+    electricity: Electricity | None = None
+    """Electricity price for cost figures."""
+    playbooks: GroupPlaybooks | None = None
+    """Playbook overrides for all machines."""
+
+    @model_validator(mode="after")
+    def _limits(self) -> Self:
+        MIN_NOT_ABOVE_MAX.check(self.min_nodes <= self.max_nodes)
+        return self
+
+
+Count = Annotated[int, Field(ge=0)]
+
+
+class NodeCounts(ApiModel):
+    """Machines of the Group by power situation."""
+
+    total: Count = 0
+    """All machines of the Group."""
+    on: Count = 0
+    """Ready machines."""
+    off: Count = 0
+    """Powered-off machines."""
+    transitioning: Count = 0
+    """Machines powering on, booting, draining or powering off."""
+    failed: Count = 0
+    """Failed machines."""
+
+
+class ScaleEvent(ApiModel):
+    """A scaling decision."""
+
+    time: datetime
+    """When it was decided."""
+    reason: LongText
+    """Why, in words (which pods, which policy)."""
+    nodes: list[DnsSubdomain] = Field(
+        default_factory=list, max_length=1000, json_schema_extra={"x-kubernetes-list-type": "set"}
+    )
+    """Machines (Node names) it powered on or off."""
+
+
+class GroupStatus(ApiModel):
+    """What the operator observed and decided. Written through the status subresource only."""
+
+    nodes: NodeCounts | None = None
+    """Machine counts."""
+    target_size: int | None = Field(default=None, ge=0)
+    """Machines that should be on, as last decided by the autoscaler."""
+    conditions: Conditions | None = None
+    """Ready, ScalingLimited."""
+    last_scale_up: ScaleEvent | None = None
+    """The last power-on decision."""
+    last_scale_down: ScaleEvent | None = None
+    """The last power-off decision."""
+    observed_generation: int | None = Field(default=None, ge=0)
+    """metadata.generation this status was computed from."""
+    message: ShortText | None = None
+    """Human-readable summary of the Group's state."""
+
+
+class Group(ApiModel):
+    """A set of machines (Nodes naming this Group) sized together by one autoscaling policy."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    api_version: Literal["lightsout.dev/v1alpha1"] = "lightsout.dev/v1alpha1"
+    kind: Literal["Group"] = "Group"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: GroupSpec = Field(default_factory=GroupSpec)
+    status: GroupStatus | None = None

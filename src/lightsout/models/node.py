@@ -1,0 +1,253 @@
+"""The Node kind (`nodes.lightsout.dev`): one machine Lights-Out can power on and off.
+
+`NodeSpec` is what a person (or the autoscaler, through `desiredPowerState`) wants; `NodeStatus`
+is what the operator observed, written only through the status subresource. The power FSM reads
+both; the CRD generator turns both into the Node CRD's schema.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
+
+from lightsout.models.base import ApiModel, Rule, default_empty, rules
+from lightsout.models.common import Conditions, Taints
+from lightsout.models.drivers import NodeDriver
+from lightsout.models.enums import (
+    Action,
+    NodeRemovalPolicy,
+    ObservedPowerState,
+    OperationResult,
+    Phase,
+    PowerState,
+)
+from lightsout.models.types import (
+    DnsSubdomain,
+    LabelMap,
+    LongText,
+    PlaybookFile,
+    Quantity,
+    ShortText,
+)
+
+ProviderID = Annotated[
+    str, StringConstraints(min_length=1, max_length=512, pattern=r"^[a-z][-a-z0-9+.]*://.+$")
+]
+ExtendedResourceName = Annotated[str, StringConstraints(max_length=317)]
+
+EXTENDED_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+EXTENDED_NAMES = Rule(
+    cel=f"self.all(k, k.matches(r'{EXTENDED_NAME}'))",
+    message="extended resource names must be domain-prefixed, e.g. nvidia.com/gpu",
+)
+
+
+class NodeResources(ApiModel):
+    """Capacity the machine is expected to offer once it has joined, so the autoscaler can plan
+    for a machine that has never run; the real allocatable replaces it once the Node registers."""
+
+    cpu: Quantity
+    """Allocatable CPU (`8`, `7500m`)."""
+    memory: Quantity
+    """Allocatable memory (`32Gi`)."""
+    pods: int = Field(default=110, ge=1, le=10_000)
+    """Maximum number of pods."""
+    extended: dict[ExtendedResourceName, Quantity] | None = Field(
+        default=None, max_length=16, json_schema_extra=rules(EXTENDED_NAMES)
+    )
+    """Extended resources by name (`nvidia.com/gpu: 1`)."""
+
+    @model_validator(mode="after")
+    def _extended_names(self) -> Self:
+        names = self.extended or {}
+        EXTENDED_NAMES.check(all(re.fullmatch(EXTENDED_NAME, name) for name in names))
+        return self
+
+
+Watts = Annotated[float, Field(ge=0, le=100_000)]
+
+IDLE_NOT_ABOVE_ON = Rule(
+    cel="!has(self.idleWatts) || !has(self.onWatts) || self.idleWatts <= self.onWatts",
+    message="idleWatts must not exceed onWatts",
+    field_path=".idleWatts",
+)
+OFF_NOT_ABOVE_ON = Rule(
+    cel="!has(self.offWatts) || ((!has(self.idleWatts) || self.offWatts <= self.idleWatts)"
+    " && (!has(self.onWatts) || self.offWatts <= self.onWatts))",
+    message="offWatts must not exceed idleWatts or onWatts",
+    field_path=".offWatts",
+)
+
+
+class PowerProfile(ApiModel):
+    """Electrical draw for energy accounting and the LowestEnergy policy, and action timeouts."""
+
+    model_config = ConfigDict(json_schema_extra=rules(IDLE_NOT_ABOVE_ON, OFF_NOT_ABOVE_ON))
+
+    on_watts: Watts | None = None
+    """Draw when on and busy."""
+    idle_watts: Watts | None = None
+    """Draw when on and idle."""
+    off_watts: Watts | None = None
+    """Draw when off (BMC, standby)."""
+    boot_timeout_seconds: int = Field(default=600, ge=10, le=86_400)
+    """From power-on until the core Node is Ready; after it the attempt fails."""
+    shutdown_timeout_seconds: int = Field(default=300, ge=10, le=86_400)
+    """From the shutdown request until the machine is observed off."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        on, idle, off = self.on_watts, self.idle_watts, self.off_watts
+        IDLE_NOT_ABOVE_ON.check(idle is None or on is None or idle <= on)
+        OFF_NOT_ABOVE_ON.check(
+            off is None or ((idle is None or off <= idle) and (on is None or off <= on))
+        )
+        return self
+
+
+class AutoscalingSettings(ApiModel):
+    """Whether and how the autoscaler may power this machine on and off."""
+
+    enabled: bool = True
+    """False pins the machine to the `desiredPowerState` a person set."""
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    """Under the Priority selection policy, higher priority machines are powered on first and
+    off last."""
+
+
+class PlaybookOverrides(ApiModel):
+    """User playbooks replacing the shipped ones for this machine's actions."""
+
+    config_map_name: DnsSubdomain | None = None
+    """ConfigMap holding the playbooks; by default the Group's, else the shipped set."""
+    startup: PlaybookFile | None = None
+    """Playbook powering the machine on."""
+    shutdown: PlaybookFile | None = None
+    """Playbook powering the machine off."""
+    provision: PlaybookFile | None = None
+    """Playbook creating an ephemeral machine."""
+    deprovision: PlaybookFile | None = None
+    """Playbook destroying an ephemeral machine."""
+    healthcheck: PlaybookFile | None = None
+    """Playbook observing power state and BMC reachability."""
+
+
+class NodeSpec(ApiModel):
+    """The machine and what is wanted of it."""
+
+    desired_power_state: PowerState = PowerState.OFF
+    """On or Off: set by a person (`kubectl patch`) or by the autoscaler."""
+    group: DnsSubdomain
+    """Name of the Group (same namespace) whose policy applies to this machine."""
+    kubernetes_node_name: DnsSubdomain
+    """Name of the core Kubernetes Node the machine registers as."""
+    provider_id: ProviderID | None = Field(default=None, alias="providerID")
+    """Provider id matched against the core Node; by default `lightsout://<namespace>/<name>`."""
+    driver: NodeDriver
+    """How the machine is powered."""
+    resources: NodeResources | None = None
+    """Expected capacity, so the autoscaler can plan a machine that has never joined."""
+    labels: LabelMap | None = None
+    """Labels applied to the core Node when it registers."""
+    taints: Taints | None = None
+    """Taints applied to the core Node when it registers."""
+    power: PowerProfile = default_empty(PowerProfile)
+    """Power draw and action timeouts."""
+    autoscaling: AutoscalingSettings = default_empty(AutoscalingSettings)
+    """Autoscaler participation."""
+    playbooks: PlaybookOverrides | None = None
+    """Per-action playbook overrides."""
+    node_removal_policy: NodeRemovalPolicy = NodeRemovalPolicy.DELETE
+    """Delete or keep the core Node object after power-off."""
+    max_retries: int = Field(default=3, ge=0, le=20)
+    """Failed attempts of one intent before the Node goes Failed."""
+
+
+class LastOperation(ApiModel):
+    """The most recent action Job and how it ended."""
+
+    action: Action
+    """Which action ran."""
+    intent: int = Field(ge=0)
+    """metadata.generation of the Node when the intent this action serves was decided."""
+    job: DnsSubdomain
+    """Name of the Job (`lo-<node>-<action>-g<generation>-a<attempt>`)."""
+    attempt: int = Field(ge=0, le=1000)
+    """Attempt number for this intent, from 1 (0: adopted without a Job of its own)."""
+    started: datetime
+    """When the Job was created."""
+    finished: datetime | None = None
+    """When the Job ended."""
+    result: OperationResult
+    """Running, Succeeded or Failed."""
+    failed_task: ShortText | None = None
+    """Name of the playbook task that failed."""
+    message: LongText | None = None
+    """What the playbook reported, credentials redacted."""
+    values: dict[str, Any] | None = None
+    """Values the playbook reported through set_stats (`lightsout` key)."""
+
+
+class Intent(ApiModel):
+    """The power state the operator is working towards, and since which generation."""
+
+    desired: PowerState
+    """The desiredPowerState being carried out."""
+    generation: int = Field(ge=0)
+    """metadata.generation at which this desired state was first seen. Only a change of
+    desiredPowerState starts a new intent (editing labels does not), except that any spec edit
+    of a Failed machine retries it."""
+
+
+class Energy(ApiModel):
+    """Energy drawn by the machine, estimated from its power profile and phases."""
+
+    watt_hours: float = Field(default=0.0, ge=0)
+    """Energy since `since`, in Wh."""
+    since: datetime | None = None
+    """Start of the accounting period."""
+
+
+class NodeStatus(ApiModel):
+    """What the operator observed. Written through the status subresource only."""
+
+    phase: Phase | None = None
+    """Where the machine is in its power life cycle."""
+    observed_power_state: ObservedPowerState | None = None
+    """Power state last seen on the machine."""
+    conditions: Conditions | None = None
+    """Registered, Healthy, PowerActionSucceeded, Drifted, Draining."""
+    last_operation: LastOperation | None = None
+    """The most recent action."""
+    provider_id: ProviderID | None = Field(default=None, alias="providerID")
+    """Provider id in use (spec.providerID or the default)."""
+    observed_generation: int | None = Field(default=None, ge=0)
+    """metadata.generation this status was computed from."""
+    intent: Intent | None = None
+    """The intent being carried out; its generation names the action Jobs."""
+    phase_since: datetime | None = None
+    """When `phase` last changed."""
+    reason: ShortText | None = None
+    """CamelCase reason for the current phase."""
+    message: LongText | None = None
+    """Human-readable explanation of the current phase."""
+    attempts: int | None = Field(default=None, ge=0)
+    """Attempts made for the current intent."""
+    energy: Energy | None = None
+    """Energy accounting."""
+
+
+class Node(ApiModel):
+    """A machine Lights-Out powers on and off: a BMC-managed server, a Wake-on-LAN PC or a
+    Proxmox VM, member of one Group."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    api_version: Literal["lightsout.dev/v1alpha1"] = "lightsout.dev/v1alpha1"
+    kind: Literal["Node"] = "Node"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: NodeSpec
+    status: NodeStatus | None = None

@@ -1,0 +1,74 @@
+"""Fixtures for end-to-end tests of machines: a Redfish BMC, its machine, the simulator.
+
+`@pytest.mark.bmc(power_state="On", disable_power_off=True)` on a test configures the emulator.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from lightsout.devcluster import Cluster
+from lightsout.devcluster.machines import MachineSimulator
+from tests.harness import fleet
+from tests.harness.sushy import FakeSystem, SushyEmulator
+from tests.harness.wait import get_json, wait_for
+
+#: Seconds to wait for a phase: sushy lands power changes 1-11 s late, Ansible starts in ~5 s.
+PATIENCE = 240
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "bmc(**options): options of the test's Redfish emulator")
+
+
+@pytest.fixture
+def machine(namespace: str) -> fleet.MachineDef:
+    return fleet.MachineDef(name=f"box-{namespace}", uuid=str(uuid.uuid4()), cpu="8")
+
+
+@pytest.fixture
+def bmc(request: pytest.FixtureRequest, machine: fleet.MachineDef) -> Iterator[SushyEmulator]:
+    marker = request.node.get_closest_marker("bmc")
+    options: dict[str, Any] = dict(marker.kwargs) if marker else {}
+    power = options.pop("power_state", "Off")
+    system = FakeSystem(uuid=machine.uuid, name=machine.name, power_state=power)
+    with SushyEmulator([system], **options) as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def sim(
+    kube_api: client.ApiClient,
+    cluster: Cluster,
+    bmc: SushyEmulator,
+    machine: fleet.MachineDef,
+    namespace: str,
+) -> Iterator[MachineSimulator]:
+    simulator = fleet.simulator(kube_api, bmc, [machine], namespace)
+    yield simulator
+    simulator.stop()
+    cluster.kubectl("delete", "node", machine.name, "--ignore-not-found", "--wait=false")
+
+
+def status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    obj = get_json(cluster, "lsn", name, "-n", namespace)
+    return (obj or {}).get("status") or {}
+
+
+def wait_phase(cluster: Cluster, namespace: str, name: str, phase: str) -> dict[str, Any]:
+    return wait_for(
+        lambda: (s := status(cluster, namespace, name)).get("phase") == phase and s,
+        PATIENCE,
+        f"{name} to reach phase {phase}",
+    )
+
+
+def patch_desired(cluster: Cluster, namespace: str, name: str, desired: str) -> None:
+    body = json.dumps({"spec": {"desiredPowerState": desired}})
+    cluster.kubectl("patch", "lsn", name, "-n", namespace, "--type", "merge", "-p", body)

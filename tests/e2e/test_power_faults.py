@@ -1,0 +1,78 @@
+"""What a user sees when the BMC says no: a Failed phase that names the cause, nothing leaked."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lightsout.devcluster import Cluster
+from lightsout.devcluster.machines import MachineSimulator
+from lightsout.devcluster.operator import OperatorProcess
+from tests.e2e.conftest import patch_desired, wait_phase
+from tests.harness import fleet
+from tests.harness.sushy import POWER_OFF, SushyEmulator
+from tests.harness.wait import events_for, get_json
+
+
+@pytest.mark.bmc(power_state="On", disable_power_off=True)
+def test_bmc_refusing_power_off_ends_failed_with_its_message(
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    bmc: SushyEmulator,
+    machine: fleet.MachineDef,
+    sim: MachineSimulator,
+) -> None:
+    node = fleet.redfish_node(machine, bmc, desired="On", maxRetries=1)
+    fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), fleet.group(), node])
+    wait_phase(crds, namespace, machine.name, "Ready")
+
+    patch_desired(crds, namespace, machine.name, "Off")
+    failed = wait_phase(crds, namespace, machine.name, "Failed")
+
+    op = failed["lastOperation"]
+    assert (op["action"], op["result"], op["attempt"]) == ("shutdown", "Failed", 2)
+    assert failed["attempts"] == 2, "one try plus maxRetries=1 retry, then it stops"
+    assert "400" in op["message"] or "power" in op["message"].lower(), op["message"]
+    condition = {c["type"]: c for c in failed["conditions"]}["PowerActionSucceeded"]
+    assert condition["status"] == "False"
+    assert op["message"][:40] in condition["message"] or condition["message"] in failed["message"]
+    # The machine is still on and was drained: the status says so rather than hiding it.
+    assert bmc.power_state(machine.uuid) == "On"
+    assert bmc.count_power_requests(machine.uuid, reset_types=POWER_OFF) >= 2
+    core = get_json(crds, "node", machine.name)
+    assert core is not None and core["spec"].get("unschedulable") is True
+    warnings = [e for e in events_for(crds, namespace, machine.name) if e["type"] == "Warning"]
+    assert warnings, "a Warning event explains the failure"
+
+
+def test_wrong_credentials_fail_with_authentication_message_and_leak_nothing(
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    bmc: SushyEmulator,
+    machine: fleet.MachineDef,
+    sim: MachineSimulator,
+) -> None:
+    wrong = "Wr0ng-Passw0rd-That-Must-Not-Leak"
+    node = fleet.redfish_node(machine, bmc, desired="On", maxRetries=0)
+    fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc, password=wrong), fleet.group(), node])
+    failed = wait_phase(crds, namespace, machine.name, "Failed")
+
+    message = failed["lastOperation"]["message"]
+    assert "401" in message or "auth" in message.lower(), message
+    assert bmc.power_state(machine.uuid) == "Off"
+
+    job = get_json(crds, "job", failed["lastOperation"]["job"], "-n", namespace)
+    everything = "\n".join(
+        [
+            json.dumps(get_json(crds, "lsn", machine.name, "-n", namespace)),
+            json.dumps(events_for(crds, namespace, machine.name)),
+            json.dumps(job),
+            json.dumps(get_json(crds, "configmaps", "-n", namespace)),
+            operator.text(),
+        ]
+    )
+    assert wrong not in everything
+    assert bmc.password not in everything

@@ -1,0 +1,212 @@
+"""The action Job's entrypoint against a real Redfish BMC: `python -m lightsout.runner`.
+
+Runs the runner as a subprocess, exactly as the Job's container does (env settings, extravars
+file, credentials directory, termination-message file), with real ansible-runner, the shipped
+playbooks and roles, and sushy-tools' emulator over TLS with basic auth. No Kubernetes needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.sushy import POWER_OFF, POWER_ON, FakeSystem, PowerState, SushyEmulator
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class RunnerRun:
+    """One finished run of the runner."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    result_text: str
+
+    @property
+    def result(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.result_text)
+        return data
+
+    def explain(self) -> str:
+        return f"rc={self.returncode}\nresult={self.result_text}\nstdout:\n{self.stdout[-6000:]}"
+
+
+def run_runner(
+    tmp_path: Path,
+    bmc: SushyEmulator,
+    system_id: str,
+    action: str,
+    *,
+    password: str | None = None,
+    driver: str = "redfish",
+    overlay: dict[str, str] | None = None,
+) -> RunnerRun:
+    """Lay out the Job's files under tmp_path and run the runner once."""
+    job = tmp_path / f"job-{action}-{uuid.uuid4().hex[:6]}"
+    credentials = job / "credentials"
+    credentials.mkdir(parents=True)
+    (credentials / "username").write_text(bmc.username)
+    (credentials / "password").write_text((password or bmc.password) + "\n")
+    (credentials / "ca.crt").write_text(bmc.ca_path.read_text())
+    overlay_dir = job / "overlay"
+    overlay_dir.mkdir()
+    for name, text in (overlay or {}).items():
+        (overlay_dir / name).write_text(text)
+    extravars = {
+        "lightsout_node": {"name": "box-1", "namespace": "homelab"},
+        "lightsout_action": action,
+        "lightsout_driver": driver,
+        "lightsout_redfish": {
+            "endpoint": bmc.endpoint,
+            "system_id": system_id,
+            "validate_certs": True,
+            "boot_override": "None",
+            "graceful_timeout": 20,
+            "transition_timeout": 30,
+            "poll_interval": 1,
+        },
+    }
+    (job / "extravars.json").write_text(json.dumps(extravars))
+    result_path = job / "termination-log"
+    work = job / "scratch"
+    work.mkdir()
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        "LIGHTSOUT_ACTION": action,
+        "LIGHTSOUT_EXTRAVARS": str(job / "extravars.json"),
+        "LIGHTSOUT_CREDENTIALS_DIR": str(credentials),
+        "LIGHTSOUT_PLAYBOOK_DIR": str(ROOT / "playbooks"),
+        "LIGHTSOUT_ROLES_DIR": str(ROOT / "roles"),
+        "LIGHTSOUT_OVERLAY_DIR": str(overlay_dir),
+        "LIGHTSOUT_RESULT_PATH": str(result_path),
+        "LIGHTSOUT_WORK_DIR": str(work),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightsout.runner"],
+        env=env,
+        cwd=job,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    return RunnerRun(proc.returncode, proc.stdout, proc.stderr, result_path.read_text())
+
+
+def new_system(power_state: PowerState = "Off") -> FakeSystem:
+    return FakeSystem(uuid=str(uuid.uuid4()), name="box-1", power_state=power_state)
+
+
+def test_startup_powers_on_once_and_is_idempotent(tmp_path: Path) -> None:
+    system = new_system("Off")
+    with SushyEmulator([system]) as bmc:
+        first = run_runner(tmp_path, bmc, system.uuid, "startup")
+        assert first.returncode == 0, first.explain()
+        assert first.result["result"] == "Succeeded", first.explain()
+        assert first.result["failedTask"] is None
+        assert first.result["values"] == {"power_state": "On", "driver": "redfish", "changed": True}
+        assert bmc.power_state(system.uuid) == "On"
+        assert bmc.count_power_requests(system.uuid, reset_types=POWER_ON) == 1
+        assert bmc.count_power_requests(system.uuid) == 1
+
+        again = run_runner(tmp_path, bmc, system.uuid, "startup")
+        assert again.returncode == 0, again.explain()
+        assert again.result["values"]["changed"] is False
+        assert bmc.count_power_requests(system.uuid) == 1  # no second order
+
+
+def test_shutdown_powers_off_and_confirms(tmp_path: Path) -> None:
+    system = new_system("On")
+    with SushyEmulator([system]) as bmc:
+        run = run_runner(tmp_path, bmc, system.uuid, "shutdown")
+        assert run.returncode == 0, run.explain()
+        assert run.result["result"] == "Succeeded", run.explain()
+        assert run.result["values"]["power_state"] == "Off"
+        assert run.result["values"]["changed"] is True
+        assert bmc.power_state(system.uuid) == "Off"
+        # Graceful first; sushy lands it within the graceful timeout, so no forced power-off.
+        orders = [r.reset_type for r in bmc.power_requests(system.uuid)]
+        assert orders == ["GracefulShutdown"]
+
+
+def test_healthcheck_reads_the_state_and_sends_no_order(tmp_path: Path) -> None:
+    system = new_system("On")
+    with SushyEmulator([system]) as bmc:
+        run = run_runner(tmp_path, bmc, system.uuid, "healthcheck")
+        assert run.returncode == 0, run.explain()
+        assert run.result["values"] == {"power_state": "On", "driver": "redfish", "changed": False}
+        assert bmc.count_power_requests() == 0
+
+
+def test_wrong_password_fails_without_leaking_it(tmp_path: Path) -> None:
+    system = new_system("Off")
+    wrong = "Wr0ng-pa55word-" + uuid.uuid4().hex
+    with SushyEmulator([system]) as bmc:
+        run = run_runner(tmp_path, bmc, system.uuid, "startup", password=wrong)
+        assert run.returncode == 1, run.explain()
+        result = run.result
+        assert result["result"] == "Failed"
+        assert result["failedTask"]
+        assert "401" in result["message"]
+        assert "authentication" in result["message"].lower()
+        for text in (run.result_text, run.stdout, run.stderr):
+            assert wrong not in text
+        assert bmc.power_state(system.uuid) == "Off"
+        assert bmc.count_power_requests() == 0
+
+
+def test_refused_power_off_fails_with_the_bmc_message(tmp_path: Path) -> None:
+    system = new_system("On")
+    with SushyEmulator([system], disable_power_off=True) as bmc:
+        run = run_runner(tmp_path, bmc, system.uuid, "shutdown")
+        assert run.returncode == 1, run.explain()
+        result = run.result
+        assert result["result"] == "Failed"
+        assert "HTTP 400" in result["message"]
+        assert "Can not request power off transition" in result["message"]
+        assert "GracefulShutdown" in result["message"]
+        assert bmc.power_state(system.uuid) == "On"
+        # Refused once; the runner does not retry the refused order or force it.
+        assert bmc.count_power_requests(system.uuid, reset_types=POWER_OFF) == 1
+
+
+def test_unsupported_driver_fails_clearly(tmp_path: Path) -> None:
+    system = new_system("Off")
+    with SushyEmulator([system]) as bmc:
+        run = run_runner(tmp_path, bmc, system.uuid, "startup", driver="ipmi")
+        assert run.returncode == 1, run.explain()
+        assert "Driver 'ipmi' is not supported" in run.result["message"]
+        assert bmc.count_power_requests() == 0
+
+
+def test_overlay_playbook_wins_over_the_shipped_one(tmp_path: Path) -> None:
+    overlay = """---
+- name: User startup
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Report without touching the machine
+      ansible.builtin.set_stats:
+        data: {lightsout: {power_state: "On", driver: custom, changed: false}}
+        aggregate: false
+        per_host: false
+"""
+    system = new_system("Off")
+    with SushyEmulator([system]) as bmc:
+        run = run_runner(tmp_path, bmc, system.uuid, "startup", overlay={"startup.yml": overlay})
+        assert run.returncode == 0, run.explain()
+        assert run.result["values"]["driver"] == "custom"
+        assert bmc.count_power_requests() == 0
