@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes.client import ApiException
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class KubeletAgent:
 
     def _register(self) -> None:
         core = client.CoreV1Api(self.api)
-        body = {
+        body: Any = {
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {
@@ -142,7 +142,7 @@ class KubeletAgent:
                 return
 
     def _heartbeat(self) -> None:
-        lease = {
+        lease: Any = {
             "metadata": {"name": self.node_name, "namespace": "kube-node-lease"},
             "spec": {
                 "holderIdentity": self.node_name,

@@ -16,9 +16,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client import ApiException
 
 from lightsout.devcluster.cluster import KWOK_ANNOTATION
 
@@ -93,7 +94,7 @@ class MachineSimulator:
     def _register(self, machine: SimMachine) -> None:
         core = client.CoreV1Api(self.api)
         resources = dict(machine.capacity)
-        body = {
+        body: Any = {
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {

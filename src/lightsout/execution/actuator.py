@@ -15,17 +15,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from lightsout import API_GROUP, API_VERSION
+from lightsout.config import OperatorConfig
+from lightsout.execution import leases
+from lightsout.execution.extravars import action_extravars, credentials_secret
 from lightsout.execution.jobs import (
     JobRequest,
     build_action_job,
     build_extravars_configmap,
     job_name,
 )
-
-from lightsout import API_GROUP, API_VERSION
-from lightsout.config import OperatorConfig
-from lightsout.execution import leases
-from lightsout.execution.extravars import action_extravars, credentials_secret
 from lightsout.execution.nodeops import blocking_pdb, metadata_patch, pods_to_drain
 from lightsout.k8s import api
 from lightsout.planning.effects import (

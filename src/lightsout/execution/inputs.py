@@ -115,7 +115,8 @@ def machine_state(node: Obj, group: Obj | None) -> MachineState:
     # After a failure, though, any spec edit (a fixed Secret name, a new endpoint) is a new
     # intent, so the machine is retried from scratch.
     phase = _enum(Phase, status.get("phase"), Phase.UNKNOWN)
-    intent = status.get("intent") if isinstance(status.get("intent"), Mapping) else {}
+    raw_intent = status.get("intent")
+    intent: Mapping[str, Any] = raw_intent if isinstance(raw_intent, Mapping) else {}
     if (
         phase is not Phase.FAILED
         and intent.get("desired") == str(desired)

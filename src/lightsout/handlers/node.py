@@ -21,7 +21,7 @@ import kopf
 from lightsout import API_GROUP, API_VERSION
 from lightsout.config import OperatorConfig
 from lightsout.execution import actuator, inputs
-from lightsout.execution.jobs import job_name
+from lightsout.execution.jobs import job_name, job_selector
 from lightsout.execution.results import observe_job
 from lightsout.k8s import api
 from lightsout.planning import fsm
@@ -50,8 +50,9 @@ def wake(key: str | None) -> None:
 
 @kopf.daemon(API_GROUP, API_VERSION, "nodes", cancellation_timeout=10.0)
 def machine_loop(
-    stopped: kopf.DaemonStopped, name: str, namespace: str, memo: kopf.Memo, **_: Any
+    stopped: kopf.DaemonStopped, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
 ) -> None:
+    assert namespace is not None, "nodes.lightsout.dev is namespaced"
     key = f"{namespace}/{name}"
     config: OperatorConfig = memo.config
     trigger = _trigger(key)
@@ -73,12 +74,12 @@ def machine_loop(
 
 
 @kopf.on.event(API_GROUP, API_VERSION, "nodes")
-def node_changed(name: str, namespace: str, **_: Any) -> None:
+def node_changed(name: str, namespace: str | None, **_: Any) -> None:
     wake(f"{namespace}/{name}")
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={"app.kubernetes.io/managed-by": "lightsout"})
-def job_changed(labels: Mapping[str, str], namespace: str, **_: Any) -> None:
+def job_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
     node = labels.get("lightsout.dev/node")
     if node:
         wake(f"{namespace}/{node}")
@@ -109,11 +110,12 @@ def reconcile(namespace: str, name: str, config: OperatorConfig) -> float:
         _core_to_key[ctx.core_name] = key
     now = dt.datetime.now(dt.UTC)
     machine = inputs.machine_state(node, group)
-    jobs = api.list_jobs(namespace, f"lightsout.dev/node={name}")
-    newest = inputs.newest_job(jobs)
-    observed_job = None
-    if newest is not None:
-        observed_job = observe_job(newest, api.job_pods(namespace, newest["metadata"]["name"]))
+    observed = [
+        o
+        for job in api.list_jobs(namespace, job_selector(name))
+        if (o := observe_job(job, api.job_pods(namespace, job["metadata"]["name"]))) is not None
+    ]
+    observed_job = fsm.select_job(observed, machine.operation)
     core_node = api.get_node(ctx.core_name)
     drain = None
     if machine.phase == Phase.DRAINING and core_node is not None:
@@ -141,7 +143,7 @@ def reconcile(namespace: str, name: str, config: OperatorConfig) -> float:
 def _observed_power(node: Mapping[str, Any]) -> PowerState:
     value = (node.get("status") or {}).get("observedPowerState")
     try:
-        return PowerState(value)
+        return PowerState(str(value))
     except ValueError:
         return PowerState.UNKNOWN
 
@@ -196,7 +198,9 @@ def _merge_conditions(
             "reason": effect.reason,
             "message": effect.message[:1024],
             "observedGeneration": generation,
-            "lastTransitionTime": stamp if changed else old.get("lastTransitionTime", stamp),
+            "lastTransitionTime": stamp
+            if changed or old is None
+            else old.get("lastTransitionTime", stamp),
         }
     return [by_type[k] for k in sorted(by_type, key=str)]
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client import ApiException
 
 from lightsout import API_GROUP, API_VERSION
 
@@ -43,7 +43,8 @@ def api_client() -> client.ApiClient:
     if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
         config.load_incluster_config()
         return client.ApiClient()
-    return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
+    made: client.ApiClient = config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
+    return made
 
 
 def _data(obj: Any) -> Obj:
@@ -121,8 +122,9 @@ def create_job(namespace: str, body: Mapping[str, Any]) -> Obj:
 
 def delete_job(namespace: str, name: str) -> None:
     try:
-        # Foreground-free background propagation still deletes the pods (no orphans).
-        batch().delete_namespaced_job(name, namespace, propagation_policy="Background")
+        # Foreground: the Job stays visible (and counts as active) until its pods are gone, so
+        # no new power Job can start while a cancelled one's pod might still run.
+        batch().delete_namespaced_job(name, namespace, propagation_policy="Foreground")
     except ApiException as exc:
         if exc.status != 404:
             raise
@@ -183,7 +185,7 @@ def pods_on_node(node_name: str) -> list[Obj]:
 
 def evict(namespace: str, name: str) -> None:
     """Ask the Eviction API to evict a pod; EvictionBlockedError when a PDB forbids it now."""
-    body = {
+    body: Any = {
         "apiVersion": "policy/v1",
         "kind": "Eviction",
         "metadata": {"name": name, "namespace": namespace},

@@ -1,0 +1,370 @@
+"""Builders of action Jobs and their extravars ConfigMaps (pure: a request in, dicts out).
+
+The actuator calls `build_extravars_configmap` and `build_action_job` for a `StartJob` effect
+and sends both through `lightsout.k8s`; `job_name`/`job_labels` are also used to find a Job
+again (re-adoption after a restart, deletion). The contract for names, labels, mount paths and
+environment is docs/architecture.md ("Actions as Jobs").
+
+Safety properties kept here, and asserted by tests/unit/test_jobs.py: credentials reach the pod
+only as a read-only Secret volume (never env, args or the ConfigMap); the pod runs as a
+non-root user with no service account token, a read-only root filesystem, no capabilities and
+the RuntimeDefault seccomp profile; the Job is owned by its Node resource, bounded by a deadline
+and garbage-collected after a TTL.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightsout import API_GROUP, API_VERSION
+from lightsout.execution.naming import dns_label, label_value
+from lightsout.planning.types import Action
+
+MANAGED_BY = "lightsout"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_NODE = "lightsout.dev/node"
+LABEL_ACTION = "lightsout.dev/action"
+LABEL_GENERATION = "lightsout.dev/generation"
+LABEL_ATTEMPT = "lightsout.dev/attempt"
+ANNOTATION_INTENT = "lightsout.dev/intent"
+ANNOTATION_NODE_NAME = "lightsout.dev/node-name"
+
+CONTAINER_NAME = "action"
+RUNNER_COMMAND = ("python", "-m", "lightsout.runner")
+#: The "nonroot" user of distroless-style images; any non-zero uid works.
+RUN_AS_USER = 65532
+EXTRAVARS_KEY = "extravars.json"
+EXTRAVARS_PATH = "/etc/lightsout/extravars.json"
+CREDENTIALS_DIR = "/etc/lightsout/credentials"
+CA_DIR = "/etc/lightsout/ca"
+OVERLAY_DIR = "/etc/lightsout/overlay"
+WORK_DIR = "/tmp/lightsout"  # noqa: S108 - a private emptyDir, not a shared /tmp
+RESULT_PATH = "/dev/termination-log"
+
+DEFAULT_RESOURCES: Mapping[str, Mapping[str, str]] = {
+    "requests": {"cpu": "100m", "memory": "256Mi"},
+    "limits": {"cpu": "1", "memory": "512Mi"},
+}
+
+#: Extravars keys that name a credential *value*. Keys naming where a value lives
+#: (`password_key`, `*_secret_name`, `*_dir`) are fine; these are refused outright.
+_CREDENTIAL_KEY_SUFFIXES = (
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "token",
+    "apikey",
+    "privatekey",
+)
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """Everything needed to build one action Job for one attempt of one intent."""
+
+    node_name: str
+    namespace: str
+    node_uid: str
+    generation: int
+    attempt: int
+    action: Action
+    image: str
+    extravars: Mapping[str, Any] = field(default_factory=dict)
+    #: Secret mounted read-only at /etc/lightsout/credentials (BMC/Proxmox login, SSH key).
+    credentials_secret: str | None = None
+    #: Secret with a CA bundle, mounted read-only at /etc/lightsout/ca.
+    ca_secret: str | None = None
+    #: ConfigMap of user playbooks mounted at /etc/lightsout/overlay.
+    overlay_configmap: str | None = None
+    #: Playbook file name overriding the shipped `<action>.yml`.
+    playbook: str | None = None
+    image_pull_policy: str = "IfNotPresent"
+    deadline_seconds: int = 900
+    #: Pod failures that never ran the playbook (rejected at admission, evicted before start)
+    #: may be retried inside the Job; every other failure fails the Job at once through the
+    #: pod failure policy, because the operator owns retries (as new, named attempts).
+    backoff_limit: int = 1
+    ttl_seconds: int = 86_400
+    resources: Mapping[str, Mapping[str, str]] = field(
+        default_factory=lambda: {k: dict(v) for k, v in DEFAULT_RESOURCES.items()}
+    )
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: Sequence[Mapping[str, Any]] = ()
+    #: Wake-on-LAN broadcasts only reach the machine's L2 segment from the host network.
+    host_network: bool = False
+    service_account_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.generation < 0 or self.attempt < 1:
+            raise ValueError("generation must be >= 0 and attempt >= 1")
+        if not 0 <= self.backoff_limit <= 3:
+            raise ValueError("backoff_limit must be 0..3: the operator owns retries")
+        if self.deadline_seconds < 1 or self.ttl_seconds < 0:
+            raise ValueError("deadline_seconds must be positive and ttl_seconds not negative")
+
+
+def job_name(node_name: str, action: str, generation: int, attempt: int) -> str:
+    """`lo-<node>-<action>-g<generation>-a<attempt>`, a DNS-1123 label of at most 63 chars.
+
+    Too long or not label-safe (dots, capitals) → the node part is cut and a stable hash of the
+    full name is added, so the name stays deterministic and distinct.
+    """
+    return dns_label("lo-", node_name, f"-{action}-g{generation}-a{attempt}")
+
+
+def extravars_configmap_name(req: JobRequest) -> str:
+    return f"{job_name(req.node_name, req.action, req.generation, req.attempt)}-extravars"
+
+
+def job_labels(node_name: str, action: str, generation: int, attempt: int) -> dict[str, str]:
+    return {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_COMPONENT: "action",
+        LABEL_NODE: label_value(node_name),
+        LABEL_ACTION: str(action),
+        LABEL_GENERATION: str(generation),
+        LABEL_ATTEMPT: str(attempt),
+    }
+
+
+def job_selector(node_name: str) -> str:
+    """Label selector for all action Jobs of one machine."""
+    return f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_NODE}={label_value(node_name)}"
+
+
+def node_owner_reference(req: JobRequest) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": "Node",
+        "name": req.node_name,
+        "uid": req.node_uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def build_extravars_configmap(req: JobRequest, *, job_uid: str | None = None) -> dict[str, Any]:
+    """The ConfigMap holding the action's extravars as JSON (never a credential).
+
+    Owned by the Node resource, or by the Job when `job_uid` is given (then it disappears with
+    the Job at its TTL instead of accumulating one ConfigMap per attempt).
+    """
+    _refuse_credentials(req.extravars, "extravars")
+    labels = job_labels(req.node_name, req.action, req.generation, req.attempt)
+    if job_uid is None:
+        owner = node_owner_reference(req)
+    else:
+        owner = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": job_name(req.node_name, req.action, req.generation, req.attempt),
+            "uid": job_uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": extravars_configmap_name(req),
+            "namespace": req.namespace,
+            "labels": labels,
+            "annotations": {ANNOTATION_NODE_NAME: req.node_name},
+            "ownerReferences": [owner],
+        },
+        "data": {EXTRAVARS_KEY: json.dumps(req.extravars, sort_keys=True, indent=2)},
+    }
+
+
+def build_action_job(req: JobRequest) -> dict[str, Any]:
+    """The `batch/v1` Job running one attempt of one action for one machine."""
+    name = job_name(req.node_name, req.action, req.generation, req.attempt)
+    labels = job_labels(req.node_name, req.action, req.generation, req.attempt)
+    target = req.action.target
+    intent = {
+        "action": str(req.action),
+        "desiredPowerState": str(target) if target is not None else None,
+        "generation": req.generation,
+        "attempt": req.attempt,
+    }
+    volumes, mounts = _volumes(req)
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        # The playbook talks to BMCs and hypervisors, never to the Kubernetes API.
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            "fsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [
+            {
+                "name": CONTAINER_NAME,
+                "image": req.image,
+                "imagePullPolicy": req.image_pull_policy,
+                "command": list(RUNNER_COMMAND),
+                "env": _env(req),
+                "resources": {k: dict(v) for k, v in req.resources.items()},
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "terminationMessagePath": RESULT_PATH,
+                # File, not FallbackToLogsOnError: log lines are not redacted the way the
+                # runner's result is, and must never land in the Node's status.
+                "terminationMessagePolicy": "File",
+                "volumeMounts": mounts,
+            }
+        ],
+        "volumes": volumes,
+    }
+    if req.service_account_name:
+        pod_spec["serviceAccountName"] = req.service_account_name
+    if req.host_network:
+        pod_spec["hostNetwork"] = True
+        pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    if req.node_selector:
+        pod_spec["nodeSelector"] = dict(req.node_selector)
+    if req.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in req.tolerations]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": req.namespace,
+            "labels": labels,
+            "annotations": {
+                ANNOTATION_INTENT: json.dumps(intent, sort_keys=True),
+                ANNOTATION_NODE_NAME: req.node_name,
+            },
+            "ownerReferences": [node_owner_reference(req)],
+        },
+        "spec": {
+            "completions": 1,
+            "parallelism": 1,
+            "backoffLimit": req.backoff_limit,
+            "activeDeadlineSeconds": req.deadline_seconds,
+            "ttlSecondsAfterFinished": req.ttl_seconds,
+            # A replacement pod only after the old one is fully gone: two runner pods of one
+            # Job must never be sending power commands at the same time.
+            "podReplacementPolicy": "Failed",
+            "podFailurePolicy": {
+                "rules": [
+                    # The playbook ran and failed (or was killed, e.g. OOM): report it now;
+                    # a retry is the operator's decision, made visible as a new attempt.
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {
+                            "containerName": CONTAINER_NAME,
+                            "operator": "NotIn",
+                            "values": [0],
+                        },
+                    },
+                    # Evicted, preempted or its node lost: the power command may have been
+                    # half-sent, so this is a failed attempt too, not a silent re-run.
+                    {
+                        "action": "FailJob",
+                        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                    },
+                ]
+            },
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+
+
+def _env(req: JobRequest) -> list[dict[str, str]]:
+    env = {
+        "LIGHTSOUT_ACTION": str(req.action),
+        "LIGHTSOUT_NODE": req.node_name,
+        "LIGHTSOUT_ATTEMPT": str(req.attempt),
+        "LIGHTSOUT_EXTRAVARS": EXTRAVARS_PATH,
+        "LIGHTSOUT_RESULT_PATH": RESULT_PATH,
+        # The root filesystem is read-only: the runner keeps Ansible's home and temp files
+        # here, on the /tmp emptyDir, and Python writes no bytecode.
+        "LIGHTSOUT_WORK_DIR": WORK_DIR,
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    if req.credentials_secret:
+        env["LIGHTSOUT_CREDENTIALS_DIR"] = CREDENTIALS_DIR
+    if req.ca_secret:
+        env["LIGHTSOUT_CA_DIR"] = CA_DIR
+    if req.overlay_configmap:
+        env["LIGHTSOUT_OVERLAY_DIR"] = OVERLAY_DIR
+    if req.playbook:
+        env["LIGHTSOUT_PLAYBOOK"] = req.playbook
+    return [{"name": key, "value": value} for key, value in env.items()]
+
+
+def _volumes(req: JobRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
+        {
+            "name": "extravars",
+            "configMap": {
+                "name": extravars_configmap_name(req),
+                "items": [{"key": EXTRAVARS_KEY, "path": EXTRAVARS_KEY}],
+                "defaultMode": 0o444,
+            },
+        },
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - the pod's own emptyDir
+        {
+            "name": "extravars",
+            "mountPath": EXTRAVARS_PATH,
+            "subPath": EXTRAVARS_KEY,
+            "readOnly": True,
+        },
+    ]
+    if req.credentials_secret:
+        # 0440: owned by root, readable through fsGroup by the non-root runner and nobody
+        # else. SSH refuses group-readable keys, so the runner copies a key to /tmp as 0600.
+        volumes.append(
+            {
+                "name": "credentials",
+                "secret": {"secretName": req.credentials_secret, "defaultMode": 0o440},
+            }
+        )
+        mounts.append({"name": "credentials", "mountPath": CREDENTIALS_DIR, "readOnly": True})
+    if req.ca_secret:
+        volumes.append(
+            {"name": "ca", "secret": {"secretName": req.ca_secret, "defaultMode": 0o444}}
+        )
+        mounts.append({"name": "ca", "mountPath": CA_DIR, "readOnly": True})
+    if req.overlay_configmap:
+        volumes.append(
+            {
+                "name": "overlay",
+                "configMap": {"name": req.overlay_configmap, "defaultMode": 0o444},
+            }
+        )
+        mounts.append({"name": "overlay", "mountPath": OVERLAY_DIR, "readOnly": True})
+    return volumes, mounts
+
+
+def _refuse_credentials(value: Any, path: str) -> None:
+    """Raise if extravars carry a key that can only hold a credential value."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            normalized = "".join(ch for ch in str(key).lower() if ch.isalnum())
+            if normalized.endswith(_CREDENTIAL_KEY_SUFFIXES):
+                raise ValueError(
+                    f"{path}.{key} looks like a credential; credentials are mounted from the "
+                    "Secret, extravars may only name where they are"
+                )
+            _refuse_credentials(item, f"{path}.{key}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _refuse_credentials(item, f"{path}[{index}]")

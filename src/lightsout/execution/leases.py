@@ -1,0 +1,199 @@
+"""Per-machine `coordination.k8s.io/v1` Leases: names, bodies and every decision about them.
+
+A Lease is held while an action runs on a machine, so two operator replicas, a person (who can
+create or take a Lease with kubectl) and the autoscaler never act on one machine at once. The
+actuator reads the Lease, asks this module what to write, and sends it with `create`, or with
+`replace` carrying the `resourceVersion` it read: if anyone changed the Lease in between, the
+API server answers 409 Conflict and nobody wins by accident. Nothing here calls the API.
+
+Expiry: a Lease expires `leaseDurationSeconds` after its `renewTime` (else `acquireTime`). A
+Lease with a holder but no duration or no time never expires: that is how a person pins a
+machine by hand, and a Lease that cannot be proven expired is never taken over.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from lightsout.execution.jobs import LABEL_MANAGED_BY, LABEL_NODE, MANAGED_BY
+from lightsout.execution.naming import label_value, stable_hash
+from lightsout.planning.types import LeaseState
+
+LEASE_PREFIX = "lightsout"
+LABEL_NAMESPACE = "lightsout.dev/node-namespace"
+ANNOTATION_MACHINE = "lightsout.dev/machine"
+
+__all__ = [
+    "LeaseState",
+    "acquire",
+    "build_lease",
+    "format_micro_time",
+    "lease_expiry",
+    "lease_name",
+    "lease_state",
+    "parse_micro_time",
+    "release",
+    "renew",
+]
+
+
+def lease_name(namespace: str, node: str) -> str:
+    """`lightsout.<namespace>.<node>`: namespaces hold no dots, so no two machines collide."""
+    name = f"{LEASE_PREFIX}.{namespace}.{node}"
+    if len(name) <= 253:
+        return name
+    return f"{name[:240]}.{stable_hash(name)}"
+
+
+def format_micro_time(moment: datetime) -> str:
+    """A `MicroTime`: RFC 3339 in UTC with exactly six fractional digits and `Z`."""
+    if moment.tzinfo is None:
+        raise ValueError("Lease times must be timezone-aware")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_micro_time(value: Any) -> datetime | None:
+    """Parse a `MicroTime` or `Time` string; None for anything else."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def build_lease(
+    name: str,
+    namespace: str,
+    holder: str,
+    duration_seconds: int,
+    now: datetime,
+    *,
+    transitions: int = 0,
+    machine: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """A new Lease held by `holder` from `now`; `machine` is (namespace, name) for labels."""
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {LABEL_MANAGED_BY: MANAGED_BY},
+    }
+    if machine is not None:
+        node_namespace, node = machine
+        metadata["labels"][LABEL_NODE] = label_value(node)
+        metadata["labels"][LABEL_NAMESPACE] = label_value(node_namespace)
+        metadata["annotations"] = {ANNOTATION_MACHINE: f"{node_namespace}/{node}"}
+    stamp = format_micro_time(now)
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": metadata,
+        "spec": {
+            "holderIdentity": holder,
+            "leaseDurationSeconds": duration_seconds,
+            "acquireTime": stamp,
+            "renewTime": stamp,
+            "leaseTransitions": transitions,
+        },
+    }
+
+
+def lease_expiry(lease: Mapping[str, Any]) -> datetime | None:
+    """When the Lease's current hold ends, or None if it cannot be shown to end."""
+    spec = _spec(lease)
+    duration = spec.get("leaseDurationSeconds")
+    if not isinstance(duration, int) or isinstance(duration, bool):
+        return None
+    since = parse_micro_time(spec.get("renewTime")) or parse_micro_time(spec.get("acquireTime"))
+    if since is None:
+        return None
+    return since + timedelta(seconds=duration)
+
+
+def lease_state(lease: Mapping[str, Any] | None, holder: str, now: datetime) -> LeaseState:
+    """Free, held by `holder`, held by someone else, or expired (anyone may take it)."""
+    if lease is None:
+        return LeaseState.FREE
+    current = _spec(lease).get("holderIdentity")
+    if not current:
+        return LeaseState.FREE
+    expiry = lease_expiry(lease)
+    if expiry is not None and now >= expiry:
+        return LeaseState.EXPIRED
+    return LeaseState.HELD_BY_ME if current == holder else LeaseState.HELD_BY_OTHER
+
+
+def acquire(
+    lease: Mapping[str, Any], holder: str, duration_seconds: int, now: datetime
+) -> dict[str, Any] | None:
+    """Body to `replace` the Lease with so `holder` holds it; None if someone else holds it.
+
+    Taking a free or expired Lease from another holder restarts `acquireTime` and counts a
+    transition; acquiring a Lease already held renews it.
+    """
+    if lease_state(lease, holder, now) is LeaseState.HELD_BY_OTHER:
+        return None
+    body = _for_replace(lease)
+    spec = body["spec"]
+    previous = spec.get("holderIdentity")
+    if previous != holder:
+        spec["acquireTime"] = format_micro_time(now)
+        spec["leaseTransitions"] = _int(spec.get("leaseTransitions")) + 1
+    else:
+        spec.setdefault("acquireTime", format_micro_time(now))
+        spec["leaseTransitions"] = _int(spec.get("leaseTransitions"))
+    spec["holderIdentity"] = holder
+    spec["leaseDurationSeconds"] = duration_seconds
+    spec["renewTime"] = format_micro_time(now)
+    return body
+
+
+def renew(lease: Mapping[str, Any], holder: str, now: datetime) -> dict[str, Any] | None:
+    """Body extending `holder`'s hold from `now`; None unless `holder` is the holder.
+
+    An expired Lease that still names `holder` can be renewed: nobody took it in between, and
+    if someone does now, the replace fails on its resourceVersion.
+    """
+    if _spec(lease).get("holderIdentity") != holder:
+        return None
+    body = _for_replace(lease)
+    body["spec"]["renewTime"] = format_micro_time(now)
+    return body
+
+
+def release(lease: Mapping[str, Any], holder: str, now: datetime) -> dict[str, Any] | None:
+    """Body that frees the Lease; None unless `holder` holds it (never free someone else's)."""
+    if _spec(lease).get("holderIdentity") != holder:
+        return None
+    body = _for_replace(lease)
+    spec = body["spec"]
+    spec.pop("holderIdentity", None)
+    spec.pop("acquireTime", None)
+    spec["renewTime"] = format_micro_time(now)
+    return body
+
+
+def _for_replace(lease: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy that keeps `metadata.resourceVersion` (the compare in compare-and-swap)."""
+    body = copy.deepcopy(dict(lease))
+    body.setdefault("apiVersion", "coordination.k8s.io/v1")
+    body.setdefault("kind", "Lease")
+    metadata = body.setdefault("metadata", {})
+    # Server-side bookkeeping; left out, the API server keeps what it has.
+    metadata.pop("managedFields", None)
+    spec = body.get("spec")
+    body["spec"] = dict(spec) if isinstance(spec, Mapping) else {}
+    return body
+
+
+def _spec(lease: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = lease.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

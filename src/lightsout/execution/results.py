@@ -1,0 +1,293 @@
+"""Reads what an action Job did, from the Job's status and its pods (pure: dicts in).
+
+The Node reconciler calls `observe_job` on a machine's newest action Job and its pods to build
+`Observations.job` for the state machine. The runner in the Job's pod writes ONE JSON object to
+its termination message (docs/architecture.md):
+`{"result": "Succeeded"|"Failed", "failedTask": str|null, "message": str, "values": {...}}`.
+Anything else there (nothing, non-JSON, JSON cut at Kubernetes' 4096-byte limit, a wrong
+shape) is tolerated and explained in the outcome's message, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightsout.execution.jobs import (
+    CONTAINER_NAME,
+    LABEL_ACTION,
+    LABEL_ATTEMPT,
+    LABEL_GENERATION,
+)
+from lightsout.planning.types import Action, JobPhase, ObservedJob, OperationResult, PowerState
+
+#: Kubernetes keeps at most this many bytes of a container's termination message.
+TERMINATION_MESSAGE_LIMIT = 4096
+#: Longest message carried into status; the rest of a runaway message is dropped.
+MESSAGE_LIMIT = 2048
+_EXCERPT = 160
+_STARTED_POD_PHASES = frozenset({"Running", "Succeeded", "Failed"})
+
+
+@dataclass(frozen=True)
+class RunnerResult:
+    """The runner's own verdict, as written to the termination message."""
+
+    result: OperationResult
+    failed_task: str | None = None
+    message: str = ""
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What a Job is doing or did, in the FSM's terms, with a message a person can act on."""
+
+    state: JobPhase
+    message: str
+    failed_task: str | None = None
+    values: Mapping[str, Any] = field(default_factory=dict)
+    #: Reason of the Job's terminal condition (DeadlineExceeded, BackoffLimitExceeded,
+    #: PodFailurePolicy, ...), if it has one.
+    reason: str | None = None
+    #: The runner's verdict, None when it left no readable result.
+    runner_result: OperationResult | None = None
+
+    @property
+    def power_state(self) -> PowerState | None:
+        """`values.power_state` as reported by the playbook (`On`/`Off`/`Unknown`)."""
+        return parse_power_state(self.values.get("power_state", self.values.get("powerState")))
+
+
+def parse_power_state(value: Any) -> PowerState | None:
+    if not isinstance(value, str):
+        return None
+    return {"on": PowerState.ON, "off": PowerState.OFF, "unknown": PowerState.UNKNOWN}.get(
+        value.strip().lower()
+    )
+
+
+def parse_runner_result(text: str | None) -> tuple[RunnerResult | None, str]:
+    """The runner's result from a termination message, or None and why it could not be read."""
+    if text is None or not text.strip():
+        return None, "the runner left no result"
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        cut = len(text.encode()) >= TERMINATION_MESSAGE_LIMIT - 8
+        hint = f", probably cut at {TERMINATION_MESSAGE_LIMIT} bytes" if cut else ""
+        return None, f"the runner's result is not JSON ({exc.msg}{hint}): {_excerpt(text)}"
+    if not isinstance(data, Mapping):
+        return None, f"the runner's result is not a JSON object: {_excerpt(text)}"
+    verdict = data.get("result")
+    if verdict not in (OperationResult.SUCCEEDED, OperationResult.FAILED):
+        return None, f"the runner's result has no valid 'result' (got {verdict!r})"
+    failed_task = data.get("failedTask")
+    message = data.get("message")
+    values = data.get("values")
+    return (
+        RunnerResult(
+            result=OperationResult(verdict),
+            failed_task=failed_task if isinstance(failed_task, str) and failed_task else None,
+            message=_clip(message if isinstance(message, str) else json.dumps(message or "")),
+            values=dict(values) if isinstance(values, Mapping) else {},
+        ),
+        "",
+    )
+
+
+def parse_job_outcome(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> JobOutcome:
+    """Combine the Job's conditions with its pods' runner results into one outcome.
+
+    Only the terminal conditions `Complete` and `Failed` end a Job: since Kubernetes 1.31 the
+    controller first adds `SuccessCriteriaMet`/`FailureTarget` and waits for the pods to stop,
+    and until then a power command may still be in flight.
+    """
+    status = _mapping(job.get("status"))
+    conditions = {
+        str(c.get("type")): c
+        for c in _sequence(status.get("conditions"))
+        if isinstance(c, Mapping) and c.get("status") == "True"
+    }
+    pod = _result_pod(pods)
+    terminated = _terminated(pod)
+    runner, problem = (
+        parse_runner_result(terminated.get("message")) if terminated else (None, "no pod result")
+    )
+    if "Complete" in conditions:
+        return _completed(runner, problem)
+    if "Failed" in conditions:
+        return _failed(conditions["Failed"], runner, problem, pod, terminated)
+    ending = conditions.get("FailureTarget") or conditions.get("SuccessCriteriaMet")
+    if ending is not None:
+        detail = ending.get("message") or ending.get("reason") or ending.get("type")
+        return JobOutcome(JobPhase.RUNNING, _clip(f"finishing: {detail}"))
+    if _started(status, pods):
+        return JobOutcome(JobPhase.RUNNING, "")
+    return JobOutcome(JobPhase.PENDING, _waiting_message(pods))
+
+
+def observe_job(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> ObservedJob | None:
+    """The FSM's view of an action Job; None for a Job without Lights-Out's identity labels."""
+    labels = _mapping(_mapping(job.get("metadata")).get("labels"))
+    try:
+        action = Action(str(labels.get(LABEL_ACTION, "")))
+        generation = int(labels.get(LABEL_GENERATION, ""))
+        attempt = int(labels.get(LABEL_ATTEMPT, ""))
+    except (TypeError, ValueError):
+        return None
+    outcome = parse_job_outcome(job, pods)
+    return ObservedJob(
+        action=action,
+        generation=generation,
+        attempt=attempt,
+        state=outcome.state,
+        failed_task=outcome.failed_task,
+        message=outcome.message,
+        power_state=outcome.power_state,
+        values=outcome.values,
+    )
+
+
+def _completed(runner: RunnerResult | None, problem: str) -> JobOutcome:
+    if runner is None:
+        # Exit 0 without a readable result: the FSM still demands proof of the power state
+        # (registration after power-on, a reported Off after power-off).
+        return JobOutcome(JobPhase.SUCCEEDED, _clip(f"Job completed but {problem}"))
+    if runner.result is OperationResult.FAILED:
+        # The runner's verdict wins over its exit code.
+        return JobOutcome(
+            JobPhase.FAILED,
+            runner.message or "the runner reported a failure although the Job completed",
+            failed_task=runner.failed_task,
+            values=runner.values,
+            runner_result=runner.result,
+        )
+    return JobOutcome(
+        JobPhase.SUCCEEDED, runner.message, values=runner.values, runner_result=runner.result
+    )
+
+
+def _failed(
+    condition: Mapping[str, Any],
+    runner: RunnerResult | None,
+    problem: str,
+    pod: Mapping[str, Any] | None,
+    terminated: Mapping[str, Any],
+) -> JobOutcome:
+    reason = str(condition.get("reason") or "") or None
+    job_says = ": ".join(str(p) for p in (reason, condition.get("message")) if p)
+    if runner is not None and runner.result is OperationResult.FAILED:
+        message = runner.message or "the playbook failed"
+        if reason == "DeadlineExceeded":
+            message = f"{message} ({job_says})"
+        return JobOutcome(
+            JobPhase.FAILED,
+            _clip(message),
+            failed_task=runner.failed_task,
+            values=runner.values,
+            reason=reason,
+            runner_result=runner.result,
+        )
+    parts = [job_says or "Job failed"]
+    if runner is not None:
+        parts.append("although the runner reported success")
+    container = _container_failure(pod, terminated)
+    if container:
+        parts.append(container)
+    if runner is None and problem:
+        parts.append(problem)
+    return JobOutcome(
+        JobPhase.FAILED,
+        _clip("; ".join(parts)),
+        values=runner.values if runner else {},
+        reason=reason,
+        runner_result=runner.result if runner else None,
+    )
+
+
+def _container_failure(pod: Mapping[str, Any] | None, terminated: Mapping[str, Any]) -> str:
+    bits = []
+    if terminated:
+        bits.append(
+            f"container exited with code {terminated.get('exitCode')}"
+            + (f" ({terminated['reason']})" if terminated.get("reason") else "")
+        )
+    pod_status = _mapping((pod or {}).get("status"))
+    if pod_status.get("reason"):
+        bits.append(f"pod {pod_status['reason']}: {pod_status.get('message', '')}".rstrip(": "))
+    return "; ".join(bits)
+
+
+def _result_pod(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The pod whose runner finished last, else the newest pod."""
+    finished = [p for p in pods if _terminated(p)]
+    if finished:
+        return max(finished, key=lambda p: str(_terminated(p).get("finishedAt") or ""))
+    if not pods:
+        return None
+    return max(pods, key=lambda p: str(_mapping(p.get("metadata")).get("creationTimestamp") or ""))
+
+
+def _container_status(pod: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    for item in _sequence(_mapping(_mapping(pod).get("status")).get("containerStatuses")):
+        if isinstance(item, Mapping) and item.get("name") == CONTAINER_NAME:
+            return item
+    return {}
+
+
+def _terminated(pod: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    status = _container_status(pod)
+    return _mapping(_mapping(status.get("state")).get("terminated")) or _mapping(
+        _mapping(status.get("lastState")).get("terminated")
+    )
+
+
+def _started(status: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether any container of the Job may have run; when in doubt, yes."""
+    if any(_int(status.get(k)) for k in ("succeeded", "failed", "ready")):
+        return True
+    if not pods:
+        # No pod visible yet: started only if the Job counts an active pod we cannot see.
+        return _int(status.get("active")) > 0
+    for pod in pods:
+        if _mapping(pod.get("status")).get("phase") in _STARTED_POD_PHASES:
+            return True
+        state = _mapping(_container_status(pod).get("state"))
+        if state.get("running") or state.get("terminated"):
+            return True
+    return False
+
+
+def _waiting_message(pods: Sequence[Mapping[str, Any]]) -> str:
+    for pod in pods:
+        waiting = _mapping(_mapping(_container_status(pod).get("state")).get("waiting"))
+        if waiting.get("reason"):
+            return _clip(f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": "))
+        for cond in _sequence(_mapping(pod.get("status")).get("conditions")):
+            if isinstance(cond, Mapping) and cond.get("status") == "False" and cond.get("reason"):
+                return _clip(f"{cond['reason']}: {cond.get('message', '')}".rstrip(": "))
+    return "waiting for its pod to start" if pods else "waiting for its pod to be created"
+
+
+def _excerpt(text: str) -> str:
+    flat = " ".join(text.split())
+    return repr(flat[:_EXCERPT] + ("…" if len(flat) > _EXCERPT else ""))
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _sequence(value: Any) -> Sequence[Any]:
+    return value if isinstance(value, list | tuple) else ()
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

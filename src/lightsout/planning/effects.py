@@ -1,0 +1,157 @@
+"""Effects and the `Decision` returned by `fsm.decide`.
+
+An effect is a frozen description of one idempotent side effect; the handler maps each to a
+`lightsout.k8s` call. Contract for the caller:
+
+1. Persist the decision's status fields (phase, phaseSince, reason, message, lastOperation)
+   first, then apply the effects in order. Writing the operation before creating its Job means
+   a crash between the two leaves a status that names the Job, and the next decision recreates
+   it under the same deterministic name instead of inventing a new attempt.
+2. Stop at the first effect that fails (for example `AcquireLease` losing a race) and requeue.
+   Every effect is idempotent and the next decision is recomputed from fresh observations, so
+   stopping half-way is safe.
+3. `StartJob` means "create this Job unless it exists": an AlreadyExists answer is success
+   (the Job is adopted), never a reason to create another one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from lightsout.planning.types import (
+    Action,
+    ConditionStatus,
+    ConditionType,
+    EventType,
+    Operation,
+    Phase,
+    PowerState,
+)
+
+
+@dataclass(frozen=True)
+class StartJob:
+    """Create the action Job `lo-<node>-<action>-g<generation>-a<attempt>` if absent."""
+
+    action: Action
+    generation: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    """Delete that Job with `propagationPolicy: Foreground`; a missing Job is fine.
+
+    Foreground keeps the Job visible until its pods are gone, which is what stops the FSM from
+    starting the next power action while a cancelled pod could still be running.
+    """
+
+    action: Action
+    generation: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Cordon:
+    """Mark the core Node unschedulable."""
+
+
+@dataclass(frozen=True)
+class Uncordon:
+    """Mark the core Node schedulable."""
+
+
+@dataclass(frozen=True)
+class ApplyNodeMetadata:
+    """Apply the machine's (and its Group's) labels and taints to the core Node."""
+
+
+@dataclass(frozen=True)
+class Drain:
+    """Evict the core Node's pods through the Eviction API (PDBs honoured), one pass."""
+
+
+@dataclass(frozen=True)
+class DeleteCoreNode:
+    """Delete the core `v1/Node` object."""
+
+
+@dataclass(frozen=True)
+class AcquireLease:
+    """Acquire the machine's Lease, or renew it when already held by this operator."""
+
+
+@dataclass(frozen=True)
+class ReleaseLease:
+    """Release the machine's Lease if this operator holds it."""
+
+
+@dataclass(frozen=True)
+class Requeue:
+    """Reconcile again after this many seconds even if nothing changes."""
+
+    after_seconds: float
+
+
+@dataclass(frozen=True)
+class SetCondition:
+    """Set one status condition (merged by type; transition time changes with status)."""
+
+    type: ConditionType
+    status: ConditionStatus
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Event:
+    """Post a Kubernetes Event on the Node resource."""
+
+    type: EventType
+    reason: str
+    message: str
+
+
+Effect = (
+    StartJob
+    | DeleteJob
+    | Cordon
+    | Uncordon
+    | ApplyNodeMetadata
+    | Drain
+    | DeleteCoreNode
+    | AcquireLease
+    | ReleaseLease
+    | Requeue
+    | SetCondition
+    | Event
+)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The next status of a machine and the effects that get it there."""
+
+    phase: Phase
+    reason: str
+    message: str
+    effects: tuple[Effect, ...] = ()
+    #: `status.lastOperation` to persist (the previous one when nothing changed).
+    operation: Operation | None = None
+    #: `status.phaseSince`: `now` when the phase changed, else the previous value.
+    phase_since: datetime | None = None
+    #: `status.observedPowerState` to write, None to leave it unchanged.
+    observed_power_state: PowerState | None = None
+
+    @property
+    def requeue_after(self) -> float | None:
+        for effect in self.effects:
+            if isinstance(effect, Requeue):
+                return effect.after_seconds
+        return None
+
+    @property
+    def attempts(self) -> int:
+        """`status.attempts`: attempts made for the current operation's intent."""
+        return self.operation.attempt if self.operation is not None else 0

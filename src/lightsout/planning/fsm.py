@@ -1,0 +1,835 @@
+"""The power state machine: one pure transition function, `decide(machine, obs, now)`.
+
+The Node handler calls `decide` on every reconcile with the machine's spec/status
+(`MachineState`), what it sees in the cluster (`Observations`) and the time; it persists the
+returned `Decision` (phase, reason, message, lastOperation) and applies its effects in order
+(see `lightsout.planning.effects` for that contract). Nothing here does I/O, so a restarted
+operator reaches the same decision from the same objects: that is how it re-adopts a running Job
+instead of sending a power command twice for one intent.
+
+Transitions (D = spec.desiredPowerState; on-action is `startup`, or `provision` for ephemeral
+VMs; off-action is `shutdown`/`deprovision`; PoweringOn/PoweringOff also stand for
+Provisioning/Deprovisioning; "retry" means: back to the action's phase with RetryScheduled
+while attempts remain, else Failed with RetriesExhausted; every StartJob comes after an
+AcquireLease, and every transitional phase renews the Lease on each reconcile):
+
+| Phase | When | Next | Reason (effects) |
+|---|---|---|---|
+| any | Lease held by another holder | unchanged | LeaseHeldElsewhere (Requeue only) |
+| any | active Job not described by status | its action's phase | JobAdopted (no StartJob) |
+| any | a StartJob while any power Job is active | unchanged | WaitingForJob (held back) |
+| Unknown | operation Running in status | its action's phase | as that phase decides |
+| Unknown | core Node Ready or health On | Booting (D On), Ready (D Off) | as that phase decides |
+| Unknown | no evidence | Off | ObservedOff, then as Off |
+| Off | D On | PoweringOn | PowerOnRequested (StartJob on-action) |
+| Off | D Off, machine seen running | Off, Draining if Correct | DriftDetected / DriftCorrection |
+| PoweringOn | Job pending or running | unchanged | WaitingForJob |
+| PoweringOn | Job not visible yet | unchanged | WaitingForJob (StartJob again, same name) |
+| PoweringOn | D changed, Job not started | unchanged | ActionCancelled (DeleteJob) |
+| PoweringOn | cancelled, Job gone | per new intent | PowerOnRequested/PowerOffRequested |
+| PoweringOn | D changed, Job running | unchanged | WaitingForJob (let it finish) |
+| PoweringOn | Job succeeded, power On/unreported | Booting | JobSucceeded |
+| PoweringOn | Job succeeded, power Off | retry | PowerStateMismatch (Drifted=True) |
+| PoweringOn | Job failed | retry | JobFailed (quotes the failed task) |
+| PoweringOn | Job gone past the action timeout | retry | JobLost |
+| PoweringOn | retry backoff over | unchanged | Retrying (StartJob attempt+1) |
+| Booting | core Node Ready | Ready | NodeRegistered (labels/taints, Uncordon) |
+| Booting | not Ready yet, within bootTimeout | unchanged | WaitingForNode |
+| Booting | bootTimeout since power-on passed | retry | RegistrationTimeout |
+| Booting, Ready | D Off, core Node Ready | Draining | PowerOffRequested (Cordon, Drain) |
+| Booting, Ready | D Off, core Node not Ready | PoweringOff | PowerOffRequested |
+| Ready | core Node NotReady or missing | unchanged | NodeNotReady |
+| Ready | health check says Off | Ready, PoweringOn if Correct | DriftDetected / DriftCorrection |
+| Draining | pods left | unchanged | Draining (Drain again) |
+| Draining | eviction refused by a PDB | unchanged | DrainBlocked (names the PDB) |
+| Draining | drainTimeout passed | unchanged | DrainTimeout (never forced) |
+| Draining | drained, or core Node gone | PoweringOff | Drained (StartJob off-action) |
+| Draining | D On | Ready | DrainCancelled (Uncordon) |
+| PoweringOff | Job succeeded, power Off | Off | JobSucceeded (DeleteCoreNode per policy) |
+| PoweringOff | Job succeeded, power On/unreported | retry | PowerStateMismatch (Drifted=True) |
+| PoweringOff | Job failed/lost, retry due, D changed | as PoweringOn | |
+| Failed | new generation (any spec edit) | per D, attempt 1 | PowerOnRequested/PowerOffRequested |
+| Failed | D On and core Node Ready | Ready | NodeRegistered |
+| Failed | otherwise | unchanged | RetriesExhausted |
+
+Retries: an attempt that fails (Job failed, wrong power state, registration timeout, Job lost)
+is retried while `attempt <= maxRetries`, after `retry_backoff(attempt)` seconds (30 s doubling
+up to 10 min); the retry is a new Job (`attempt + 1`) for the same intent generation. Then the
+machine is Failed, which is not a dead end: any new generation starts over at attempt 1.
+
+Drain timeout: eviction is never forced past a PodDisruptionBudget, because powering off a
+machine whose pods a PDB protects is exactly the outage a PDB exists to prevent. After
+`drain_timeout_seconds` the machine stays Draining with a DrainTimeout warning and keeps
+retrying; setting desiredPowerState back to On cancels the drain.
+
+Events are only emitted when (phase, reason) changes, so polling a blocked drain or a running
+Job does not post an event per reconcile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from lightsout.planning.effects import (
+    AcquireLease,
+    ApplyNodeMetadata,
+    Cordon,
+    Decision,
+    DeleteCoreNode,
+    DeleteJob,
+    Drain,
+    Effect,
+    Event,
+    ReleaseLease,
+    Requeue,
+    SetCondition,
+    StartJob,
+    Uncordon,
+)
+from lightsout.planning.types import (
+    ACTION_PHASE,
+    PHASE_ACTION,
+    Action,
+    ConditionStatus,
+    ConditionType,
+    EventType,
+    JobPhase,
+    LeaseState,
+    MachineState,
+    NodeRemovalPolicy,
+    Observations,
+    ObservedJob,
+    Operation,
+    OperationResult,
+    Phase,
+    PowerState,
+)
+
+JOB_POLL_SECONDS = 30.0
+BOOT_POLL_SECONDS = 15.0
+DRAIN_POLL_SECONDS = 10.0
+DRAIN_BLOCKED_POLL_SECONDS = 30.0
+LEASE_RETRY_SECONDS = 30.0
+#: Chaining to the next step right after a transition (e.g. acting on a changed intent).
+SOON_SECONDS = 1.0
+RETRY_BASE_SECONDS = 30
+RETRY_MAX_SECONDS = 600
+#: A core Node keeps reporting Ready for a while after its machine loses power (the node
+#: lifecycle controller's grace period), so "Ready while Off" only counts as drift after this.
+DRIFT_GRACE_SECONDS = 120
+
+
+class Reason(StrEnum):
+    """`status.reason` values (and event reasons) chosen by `decide`."""
+
+    POWER_ON_REQUESTED = "PowerOnRequested"
+    POWER_OFF_REQUESTED = "PowerOffRequested"
+    JOB_ADOPTED = "JobAdopted"
+    WAITING_FOR_JOB = "WaitingForJob"
+    JOB_SUCCEEDED = "JobSucceeded"
+    JOB_FAILED = "JobFailed"
+    JOB_LOST = "JobLost"
+    WAITING_FOR_NODE = "WaitingForNode"
+    NODE_REGISTERED = "NodeRegistered"
+    NODE_NOT_READY = "NodeNotReady"
+    REGISTRATION_TIMEOUT = "RegistrationTimeout"
+    POWER_STATE_MISMATCH = "PowerStateMismatch"
+    RETRY_SCHEDULED = "RetryScheduled"
+    RETRYING = "Retrying"
+    RETRIES_EXHAUSTED = "RetriesExhausted"
+    DRAINING = "Draining"
+    DRAINED = "Drained"
+    DRAIN_BLOCKED = "DrainBlocked"
+    DRAIN_TIMEOUT = "DrainTimeout"
+    DRAIN_CANCELLED = "DrainCancelled"
+    ACTION_CANCELLED = "ActionCancelled"
+    LEASE_HELD_ELSEWHERE = "LeaseHeldElsewhere"
+    DRIFT_DETECTED = "DriftDetected"
+    DRIFT_CORRECTION = "DriftCorrection"
+    DRIFT_RESOLVED = "DriftResolved"
+    OBSERVED_ON = "ObservedOn"
+    OBSERVED_OFF = "ObservedOff"
+    RESUMED = "Resumed"
+
+
+#: Reasons that describe a passing wait rather than the machine; a steady phase replaces them.
+_TRANSIENT_REASONS = frozenset({Reason.LEASE_HELD_ELSEWHERE})
+
+
+def retry_backoff(failed_attempt: int) -> int:
+    """Seconds to wait before retrying after attempt `failed_attempt` failed."""
+    exponent = max(failed_attempt, 1) - 1
+    return int(min(RETRY_BASE_SECONDS * 2**exponent, RETRY_MAX_SECONDS))
+
+
+def select_job(jobs: Iterable[ObservedJob], operation: Operation | None) -> ObservedJob | None:
+    """Which of a machine's action Jobs goes into `Observations.job`.
+
+    An active power Job wins (newest first), so a Job the status does not know about is
+    re-adopted rather than duplicated; then the Job of the recorded operation; then the newest.
+    Jobs being deleted must be passed too: a cancelled Job stays active until its pod is gone,
+    and no new power Job may start before that.
+    """
+    candidates = list(jobs)
+    active = [j for j in candidates if j.active and j.action.target is not None]
+    if active:
+        return max(active, key=lambda j: (j.generation, j.attempt))
+    if operation is not None:
+        for job in candidates:
+            if operation.matches(job):
+                return job
+    return max(candidates, key=lambda j: (j.generation, j.attempt), default=None)
+
+
+def decide(machine: MachineState, obs: Observations, now: datetime) -> Decision:
+    """Decide the next phase of `machine` and the effects that lead there."""
+    if obs.lease is LeaseState.HELD_BY_OTHER:
+        # Someone else (another replica, a person, a tool) is acting on this machine: touch
+        # nothing, not even status conditions, and look again later.
+        message = "another holder owns this machine's Lease; waiting for it to be released"
+        decision = Decision(
+            machine.phase,
+            Reason.LEASE_HELD_ELSEWHERE,
+            message,
+            (Requeue(LEASE_RETRY_SECONDS),),
+            machine.operation,
+        )
+        return _finish(machine, decision, now)
+    adopted = _adopt_active_job(machine, obs.job, now)
+    if adopted is not None:
+        return _finish(machine, adopted, now)
+    subject = _resolve_unknown(machine, obs, now) if machine.phase is Phase.UNKNOWN else machine
+    decision = _HANDLERS[subject.phase](subject, obs, now)
+    return _finish(machine, _one_job_at_a_time(machine, obs, decision), now)
+
+
+def _one_job_at_a_time(machine: MachineState, obs: Observations, decision: Decision) -> Decision:
+    """Hold back a new power Job while any power Job of this machine is still active.
+
+    This covers a cancelled Job that is still being deleted (DeleteJob uses foreground
+    propagation, so the Job stays visible until its pod is gone) and status that disagrees
+    with the cluster. Whatever the reason, two power commands never overlap.
+    """
+    job = obs.job
+    if job is None or not job.active or job.action.target is None:
+        return decision
+    if not any(isinstance(e, StartJob) for e in decision.effects):
+        return decision
+    message = (
+        f"waiting for the {job.action} Job (generation {job.generation}, attempt "
+        f"{job.attempt}) to finish or go away before starting another power action"
+    )
+    effects: tuple[Effect, ...] = (AcquireLease(), Requeue(JOB_POLL_SECONDS))
+    return Decision(machine.phase, Reason.WAITING_FOR_JOB, message, effects, machine.operation)
+
+
+def _finish(machine: MachineState, decision: Decision, now: datetime) -> Decision:
+    changed_phase = decision.phase is not machine.phase
+    effects = decision.effects
+    if not changed_phase and decision.reason == machine.reason:
+        effects = tuple(e for e in effects if not isinstance(e, Event))
+    return replace(
+        decision,
+        effects=effects,
+        phase_since=now if changed_phase else (machine.phase_since or now),
+    )
+
+
+# --- re-adoption and Unknown ---------------------------------------------------------------
+
+
+def _adopt_active_job(
+    machine: MachineState, job: ObservedJob | None, now: datetime
+) -> Decision | None:
+    """A power Job is in flight that the status does not account for: follow it, start nothing.
+
+    Either the status does not name the Job (lost status, a crash, a Job created by someone
+    else) or it names it but sits in another phase; in both cases the Job's action decides the
+    phase until it finishes.
+    """
+    if job is None or not job.active or job.action.target is None:
+        return None
+    phase = ACTION_PHASE[job.action]
+    known = machine.operation is not None and machine.operation.matches(job)
+    if known and machine.phase in (phase, Phase.UNKNOWN):
+        return None
+    message = (
+        f"adopted the running {job.action} Job (generation {job.generation}, attempt "
+        f"{job.attempt}); waiting for it instead of starting another power command"
+    )
+    if known and machine.operation is not None:
+        operation = replace(machine.operation, result=OperationResult.RUNNING, finished=None)
+    else:
+        operation = Operation(job.action, job.generation, job.attempt, started=now)
+    effects: tuple[Effect, ...] = (
+        AcquireLease(),
+        Event(EventType.NORMAL, Reason.JOB_ADOPTED, message),
+        Requeue(JOB_POLL_SECONDS),
+    )
+    return Decision(phase, Reason.JOB_ADOPTED, message, effects, operation)
+
+
+def _resolve_unknown(machine: MachineState, obs: Observations, now: datetime) -> MachineState:
+    """Pick the phase the evidence supports; the handler of that phase then decides."""
+    op = machine.operation
+    if op is not None and op.result is OperationResult.RUNNING and op.action in ACTION_PHASE:
+        phase, reason = ACTION_PHASE[op.action], Reason.RESUMED
+        message = f"resuming {op.action} (attempt {op.attempt}) recorded in status"
+    elif (obs.node_exists and obs.node_ready) or obs.power_state is PowerState.ON:
+        phase = Phase.BOOTING if machine.desired is PowerState.ON else Phase.READY
+        reason, message = Reason.OBSERVED_ON, "machine observed running"
+    else:
+        phase, reason = Phase.OFF, Reason.OBSERVED_OFF
+        message = "no core Node registered and no health check says On; taking the machine as off"
+    return replace(machine, phase=phase, phase_since=now, reason=reason, message=message)
+
+
+# --- steady phases --------------------------------------------------------------------------
+
+
+def _off(m: MachineState, obs: Observations, now: datetime) -> Decision:
+    if m.desired is PowerState.ON:
+        return _power_on(m, now, Reason.POWER_ON_REQUESTED, "desired power state is On")
+    if _observed_on(m, obs, now):
+        message = (
+            f"machine is running (core Node {m.kubernetes_node_name} Ready or health check On) "
+            "although desired power state is Off"
+        )
+        return _drift(m, obs, now, message, PowerState.ON)
+    return _steady(m, obs, Reason.OBSERVED_OFF, "machine is off")
+
+
+def _ready(m: MachineState, obs: Observations, now: datetime) -> Decision:
+    if m.desired is PowerState.OFF:
+        return _power_off(m, obs, now, Reason.POWER_OFF_REQUESTED, "desired power state is Off")
+    if _observed_off(m, obs):
+        message = "health check reports the machine Off although desired power state is On"
+        return _drift(m, obs, now, message, PowerState.OFF)
+    node = m.kubernetes_node_name
+    if not (obs.node_exists and obs.node_ready):
+        message = f"core Node {node} is {'not Ready' if obs.node_exists else 'missing'}"
+        effects: tuple[Effect, ...] = (
+            _condition(ConditionType.REGISTERED, False, Reason.NODE_NOT_READY, message),
+            Event(EventType.WARNING, Reason.NODE_NOT_READY, message),
+            *_release_if_held(obs),
+        )
+        return Decision(Phase.READY, Reason.NODE_NOT_READY, message, effects, m.operation)
+    if m.reason in (Reason.NODE_NOT_READY, Reason.DRIFT_DETECTED):
+        return _back_to_normal(m, obs, f"core Node {node} is Ready again")
+    metadata: tuple[Effect, ...] = () if obs.node_metadata_applied else (ApplyNodeMetadata(),)
+    return _steady(m, obs, Reason.NODE_REGISTERED, f"core Node {node} is Ready", metadata)
+
+
+def _failed(m: MachineState, obs: Observations, now: datetime) -> Decision:
+    op = m.operation
+    if op is None or m.intent_generation > op.intent_generation:
+        return _act_on_intent(
+            m, obs, now, f"new intent (generation {m.intent_generation}) after a failure"
+        )
+    if m.desired is PowerState.ON and obs.node_exists and obs.node_ready:
+        return _registered(m, f"core Node {m.kubernetes_node_name} became Ready; recovered")
+    hint = "gave up; any change to the Node's spec starts over"
+    return _steady(m, obs, Reason.RETRIES_EXHAUSTED, op.message or hint)
+
+
+def _steady(
+    m: MachineState,
+    obs: Observations,
+    default_reason: Reason,
+    default_message: str,
+    effects: tuple[Effect, ...] = (),
+) -> Decision:
+    if m.reason and m.reason not in _TRANSIENT_REASONS:
+        reason, message = m.reason, m.message or default_message
+    else:
+        reason, message = default_reason, default_message
+    if m.reason == Reason.DRIFT_DETECTED:
+        reason, message = Reason.DRIFT_RESOLVED, "power state matches the desired state again"
+        effects = (*effects, _condition(ConditionType.DRIFTED, False, reason, message))
+    return Decision(m.phase, reason, message, (*effects, *_release_if_held(obs)), m.operation)
+
+
+def _back_to_normal(m: MachineState, obs: Observations, message: str) -> Decision:
+    effects: tuple[Effect, ...] = (
+        _condition(ConditionType.REGISTERED, True, Reason.NODE_REGISTERED, message),
+        _condition(ConditionType.DRIFTED, False, Reason.DRIFT_RESOLVED, message),
+        Event(EventType.NORMAL, Reason.NODE_REGISTERED, message),
+        *_release_if_held(obs),
+    )
+    return Decision(Phase.READY, Reason.NODE_REGISTERED, message, effects, m.operation)
+
+
+def _drift(
+    m: MachineState, obs: Observations, now: datetime, message: str, seen: PowerState
+) -> Decision:
+    noticed: tuple[Effect, ...] = (
+        _condition(ConditionType.DRIFTED, True, Reason.DRIFT_DETECTED, message),
+        Event(EventType.WARNING, Reason.DRIFT_DETECTED, message),
+    )
+    if m.correct_drift:
+        fix = f"{message}; correcting it (driftPolicy Correct)"
+        if m.desired is PowerState.ON:
+            decision = _power_on(m, now, Reason.DRIFT_CORRECTION, fix, noticed)
+        else:
+            decision = _power_off(m, obs, now, Reason.DRIFT_CORRECTION, fix, extra=noticed)
+        return replace(decision, observed_power_state=seen)
+    effects = (*noticed, *_release_if_held(obs))
+    return Decision(
+        m.phase, Reason.DRIFT_DETECTED, message, effects, m.operation, observed_power_state=seen
+    )
+
+
+# --- transitional phases --------------------------------------------------------------------
+
+
+def _booting(m: MachineState, obs: Observations, now: datetime) -> Decision:
+    node = m.kubernetes_node_name
+    if m.desired is PowerState.OFF:
+        return _power_off(
+            m,
+            obs,
+            now,
+            Reason.POWER_OFF_REQUESTED,
+            "desired power state changed to Off while booting",
+        )
+    if obs.node_exists and obs.node_ready:
+        return _registered(m, f"core Node {node} registered and Ready")
+    op = m.operation
+    # The boot timeout runs from the confirmed power-on (the Job's end), not the Job's start:
+    # a slow BMC or a Proxmox clone must not eat into the time the OS gets to boot.
+    if op is not None and op.result is OperationResult.SUCCEEDED and op.finished is not None:
+        since = op.finished
+    else:
+        since = m.phase_since or now
+    remaining = (since + timedelta(seconds=m.boot_timeout_seconds) - now).total_seconds()
+    if remaining > 0:
+        detail = "registered but not Ready" if obs.node_exists else "not registered yet"
+        reason = Reason.NODE_NOT_READY if obs.node_exists else Reason.WAITING_FOR_NODE
+        message = f"waiting for core Node {node} ({detail}); boot timeout in {int(remaining)}s"
+        effects: tuple[Effect, ...] = (
+            AcquireLease(),
+            _condition(ConditionType.REGISTERED, False, reason, message),
+            Requeue(max(SOON_SECONDS, min(BOOT_POLL_SECONDS, remaining))),
+        )
+        return Decision(Phase.BOOTING, Reason.WAITING_FOR_NODE, message, effects, op)
+    message = f"core Node {node} did not become Ready within {m.boot_timeout_seconds}s of power-on"
+    if op is None or op.target is not PowerState.ON:
+        # Booting without a power-on on record (entered from Unknown): count it as attempt 0
+        # so the first real power-on is attempt 1.
+        op = Operation(m.on_action, m.intent_generation, 0, started=since)
+    failed = op.finish(OperationResult.FAILED, now, message, power_state=op.power_state)
+    registered = _condition(ConditionType.REGISTERED, False, Reason.REGISTRATION_TIMEOUT, message)
+    return _attempt_failed(m, failed, Reason.REGISTRATION_TIMEOUT, message, (registered,))
+
+
+def _draining(m: MachineState, obs: Observations, now: datetime) -> Decision:
+    node = m.kubernetes_node_name
+    if m.desired is PowerState.ON:
+        message = "desired power state changed to On while draining; uncordoning"
+        effects: tuple[Effect, ...] = (
+            Uncordon(),
+            _condition(ConditionType.DRAINING, False, Reason.DRAIN_CANCELLED, message),
+            ReleaseLease(),
+            Event(EventType.NORMAL, Reason.DRAIN_CANCELLED, message),
+        )
+        return Decision(Phase.READY, Reason.DRAIN_CANCELLED, message, effects, m.operation)
+    drain = obs.drain
+    if not (obs.node_exists and obs.node_ready) or (
+        drain is not None and drain.pods_remaining <= 0
+    ):
+        if obs.node_exists and obs.node_ready:
+            message = f"core Node {node} drained; starting {m.off_action}"
+        else:
+            state = "not Ready" if obs.node_exists else "gone"
+            message = f"core Node {node} is {state}, nothing left to drain; starting {m.off_action}"
+        done = _condition(ConditionType.DRAINING, False, Reason.DRAINED, message)
+        return _start(
+            m,
+            now,
+            m.off_action,
+            m.intent_generation,
+            reason=Reason.DRAINED,
+            message=message,
+            extra=(done,),
+        )
+    keep_going: tuple[Effect, ...] = (
+        AcquireLease(),
+        *(() if obs.node_cordoned else (Cordon(),)),
+        Drain(),
+    )
+    left = "an unknown number of" if drain is None else str(drain.pods_remaining)
+    blocked = ""
+    if drain is not None and drain.blocked_by:
+        blocked = f"eviction blocked by PodDisruptionBudget {drain.blocked_by}"
+        if drain.blocked_message:
+            blocked += f" ({drain.blocked_message})"
+    elapsed = (now - (m.phase_since or now)).total_seconds()
+    if elapsed >= m.drain_timeout_seconds:
+        message = (
+            f"core Node {node} still has {left} pods after {m.drain_timeout_seconds}s of "
+            f"draining{'; ' + blocked if blocked else ''}; eviction is never forced, still "
+            "retrying (set desiredPowerState On to cancel)"
+        )
+        reason = Reason.DRAIN_TIMEOUT
+    elif blocked:
+        message, reason = f"{blocked}; {left} pods left on core Node {node}", Reason.DRAIN_BLOCKED
+    else:
+        message = f"draining core Node {node}: {left} pods left"
+        effects = (
+            *keep_going,
+            _condition(ConditionType.DRAINING, True, Reason.DRAINING, message),
+            Requeue(DRAIN_POLL_SECONDS),
+        )
+        return Decision(Phase.DRAINING, Reason.DRAINING, message, effects, m.operation)
+    effects = (
+        *keep_going,
+        _condition(ConditionType.DRAINING, False, reason, message),
+        Event(EventType.WARNING, reason, message),
+        Requeue(DRAIN_BLOCKED_POLL_SECONDS),
+    )
+    return Decision(Phase.DRAINING, reason, message, effects, m.operation)
+
+
+def _in_action(m: MachineState, obs: Observations, now: datetime) -> Decision:
+    """PoweringOn, PoweringOff, Provisioning, Deprovisioning: one power action in flight."""
+    op = m.operation
+    if op is None or ACTION_PHASE.get(op.action) is not m.phase:
+        return _act_on_intent(m, obs, now, f"status has no {PHASE_ACTION[m.phase]} operation")
+    if op.result is OperationResult.RUNNING:
+        return _running(m, obs, now, op)
+    if op.result is OperationResult.FAILED:
+        return _retry_pending(m, obs, now, op)
+    # Succeeded in status but the phase did not move on: finish the step from the record.
+    recorded = ObservedJob(
+        op.action, op.intent_generation, op.attempt, JobPhase.SUCCEEDED, power_state=op.power_state
+    )
+    return _succeeded(m, obs, now, op, recorded)
+
+
+def _running(m: MachineState, obs: Observations, now: datetime, op: Operation) -> Decision:
+    job = obs.job if obs.job is not None and op.matches(obs.job) else None
+    intent_changed = m.desired is not op.target
+    what = f"{op.action} Job (attempt {op.attempt})"
+    if job is None:
+        if intent_changed:
+            return _cancel(m, now, op, "before its Job was created")
+        age = (now - op.started).total_seconds()
+        timeout = _action_timeout(m, op.action)
+        if age > timeout:
+            message = f"{what} has not been seen for {int(age)}s (timeout {timeout}s)"
+            failed = op.finish(OperationResult.FAILED, now, message)
+            return _attempt_failed(m, failed, Reason.JOB_LOST, message)
+        # Not visible yet (watch lag, or a crash between writing status and creating the
+        # Job): ask for it again; the name is deterministic so this cannot make a second one.
+        effects: tuple[Effect, ...] = (
+            AcquireLease(),
+            StartJob(op.action, op.intent_generation, op.attempt),
+            Requeue(JOB_POLL_SECONDS),
+        )
+        return Decision(m.phase, Reason.WAITING_FOR_JOB, f"waiting for {what}", effects, op)
+    if job.state is JobPhase.PENDING and intent_changed:
+        return _cancel(m, now, op, "before its pod started")
+    if job.active:
+        message = f"{what} is {job.state.lower()}"
+        if job.message:
+            message += f": {job.message}"
+        if intent_changed:
+            message += f"; desired power state is now {m.desired}, acting on it once it finishes"
+        effects = (AcquireLease(), Requeue(JOB_POLL_SECONDS))
+        return Decision(m.phase, Reason.WAITING_FOR_JOB, message, effects, op)
+    if job.state is JobPhase.SUCCEEDED:
+        return _succeeded(m, obs, now, op, job)
+    task = f" at task '{job.failed_task}'" if job.failed_task else ""
+    message = f"{op.action} playbook failed{task}: {job.message or 'no message'}"
+    failed = op.finish(
+        OperationResult.FAILED,
+        now,
+        message,
+        failed_task=job.failed_task,
+        power_state=job.power_state,
+    )
+    return _attempt_failed(m, failed, Reason.JOB_FAILED, message)
+
+
+def _succeeded(
+    m: MachineState, obs: Observations, now: datetime, op: Operation, job: ObservedJob
+) -> Decision:
+    # "Unknown" from the playbook means it could not tell: treated as not reported.
+    reported = job.power_state if job.power_state is not PowerState.UNKNOWN else None
+    target = op.target
+    # Exit 0 is not proof: the playbook must report the power state it left the machine in.
+    # After power-on an unreported state is tolerated (registration will prove it); after
+    # power-off nothing else can prove it, so it must be reported.
+    if (reported is not None and reported is not target) or (
+        target is PowerState.OFF and reported is None
+    ):
+        seen = f"reports power state {reported}" if reported else "did not report a power state"
+        message = f"{op.action} playbook succeeded but the machine {seen}, expected {target}"
+        failed = op.finish(OperationResult.FAILED, now, message, power_state=reported)
+        return _attempt_failed(m, failed, Reason.POWER_STATE_MISMATCH, message, drifted=True)
+    message = f"{op.action} Job (attempt {op.attempt}) succeeded"
+    if job.message:
+        message += f": {job.message}"
+    done = op.finish(OperationResult.SUCCEEDED, now, message, power_state=reported)
+    succeeded = _condition(
+        ConditionType.POWER_ACTION_SUCCEEDED, True, Reason.JOB_SUCCEEDED, message
+    )
+    soon: tuple[Effect, ...] = () if m.desired is target else (Requeue(SOON_SECONDS),)
+    if target is PowerState.ON:
+        effects: tuple[Effect, ...] = (
+            AcquireLease(),
+            succeeded,
+            Event(EventType.NORMAL, Reason.JOB_SUCCEEDED, message),
+            *(soon or (Requeue(BOOT_POLL_SECONDS),)),
+        )
+        return Decision(
+            Phase.BOOTING,
+            Reason.JOB_SUCCEEDED,
+            message,
+            effects,
+            done,
+            observed_power_state=reported,
+        )
+    delete_node = obs.node_exists and (
+        m.ephemeral or m.node_removal_policy is NodeRemovalPolicy.DELETE
+    )
+    effects = (
+        *((DeleteCoreNode(),) if delete_node else ()),
+        succeeded,
+        _condition(ConditionType.REGISTERED, False, Reason.JOB_SUCCEEDED, "machine powered off"),
+        _condition(ConditionType.DRIFTED, False, Reason.JOB_SUCCEEDED, "power-off confirmed"),
+        ReleaseLease(),
+        Event(EventType.NORMAL, Reason.JOB_SUCCEEDED, message),
+        *soon,
+    )
+    return Decision(
+        Phase.OFF, Reason.JOB_SUCCEEDED, message, effects, done, observed_power_state=PowerState.OFF
+    )
+
+
+def _retry_pending(m: MachineState, obs: Observations, now: datetime, op: Operation) -> Decision:
+    if m.desired is not op.target:
+        return _act_on_intent(
+            m,
+            obs,
+            now,
+            f"desired power state changed to {m.desired}; {op.action} retries abandoned",
+        )
+    allowed = m.max_retries + 1
+    if op.attempt >= allowed:
+        # maxRetries was lowered while a retry was pending.
+        message = f"{op.message} (gave up after {op.attempt} attempts)"
+        effects: tuple[Effect, ...] = (
+            ReleaseLease(),
+            Event(EventType.WARNING, Reason.RETRIES_EXHAUSTED, message),
+        )
+        return Decision(Phase.FAILED, Reason.RETRIES_EXHAUSTED, message, effects, op)
+    due = (op.finished or op.started) + timedelta(seconds=retry_backoff(op.attempt))
+    if now < due:
+        remaining = (due - now).total_seconds()
+        message = (
+            f"{op.message}; retrying in {int(remaining)}s (attempt {op.attempt + 1} of {allowed})"
+        )
+        effects = (AcquireLease(), Requeue(max(SOON_SECONDS, remaining)))
+        return Decision(m.phase, Reason.RETRY_SCHEDULED, message, effects, op)
+    message = f"retrying {op.action} (attempt {op.attempt + 1} of {allowed}) after: {op.message}"
+    return _start(m, now, op.action, op.intent_generation, reason=Reason.RETRYING, message=message)
+
+
+def _attempt_failed(
+    m: MachineState,
+    failed: Operation,
+    cause: Reason,
+    message: str,
+    extra: tuple[Effect, ...] = (),
+    *,
+    drifted: bool = False,
+) -> Decision:
+    conditions: tuple[Effect, ...] = (
+        _condition(ConditionType.POWER_ACTION_SUCCEEDED, False, cause, message),
+        *((_condition(ConditionType.DRIFTED, True, cause, message),) if drifted else ()),
+        *extra,
+    )
+    allowed = m.max_retries + 1
+    if failed.attempt < allowed:
+        delay = retry_backoff(failed.attempt)
+        text = f"{message}; retrying in {delay}s (attempt {failed.attempt + 1} of {allowed})"
+        effects: tuple[Effect, ...] = (
+            AcquireLease(),
+            *conditions,
+            Event(EventType.WARNING, cause, message),
+            Requeue(float(delay)),
+        )
+        return Decision(ACTION_PHASE[failed.action], Reason.RETRY_SCHEDULED, text, effects, failed)
+    text = f"{message} (gave up after {failed.attempt} attempts)"
+    effects = (
+        *conditions,
+        ReleaseLease(),
+        Event(EventType.WARNING, cause, message),
+        Event(EventType.WARNING, Reason.RETRIES_EXHAUSTED, text),
+    )
+    return Decision(Phase.FAILED, Reason.RETRIES_EXHAUSTED, text, effects, failed)
+
+
+def _cancel(m: MachineState, now: datetime, op: Operation, when: str) -> Decision:
+    """The intent changed before the action's container started: delete its Job.
+
+    The new intent is acted on at the next reconcile, once the Job is gone; the machine's real
+    state is uncertain after an earlier attempt, so the new intent is then carried out in full
+    (a power-off of a machine that is already off is harmless and confirms it).
+    """
+    message = f"desired power state changed to {m.desired} {when}; {op.action} cancelled"
+    cancelled = op.finish(OperationResult.FAILED, now, f"cancelled: {message}")
+    effects: tuple[Effect, ...] = (
+        DeleteJob(op.action, op.intent_generation, op.attempt),
+        AcquireLease(),
+        Event(EventType.NORMAL, Reason.ACTION_CANCELLED, message),
+        Requeue(SOON_SECONDS),
+    )
+    return Decision(m.phase, Reason.ACTION_CANCELLED, message, effects, cancelled)
+
+
+# --- building blocks ------------------------------------------------------------------------
+
+
+def _act_on_intent(m: MachineState, obs: Observations, now: datetime, why: str) -> Decision:
+    """Drive the machine toward `desired` from a state we cannot vouch for."""
+    if m.desired is PowerState.ON:
+        if obs.node_exists and obs.node_ready:
+            return _registered(m, f"{why}; core Node {m.kubernetes_node_name} is Ready")
+        return _power_on(m, now, Reason.POWER_ON_REQUESTED, why)
+    return _power_off(m, obs, now, Reason.POWER_OFF_REQUESTED, why)
+
+
+def _power_on(
+    m: MachineState, now: datetime, reason: Reason, why: str, extra: tuple[Effect, ...] = ()
+) -> Decision:
+    message = f"{why}; starting {m.on_action}"
+    return _start(
+        m, now, m.on_action, m.intent_generation, reason=reason, message=message, extra=extra
+    )
+
+
+def _power_off(
+    m: MachineState,
+    obs: Observations,
+    now: datetime,
+    reason: Reason,
+    why: str,
+    *,
+    extra: tuple[Effect, ...] = (),
+) -> Decision:
+    node = m.kubernetes_node_name
+    if obs.node_exists and obs.node_ready:
+        message = f"{why}; cordoning and draining core Node {node}"
+        effects: tuple[Effect, ...] = (
+            AcquireLease(),
+            *extra,
+            *(() if obs.node_cordoned else (Cordon(),)),
+            Drain(),
+            _condition(ConditionType.DRAINING, True, Reason.DRAINING, message),
+            Event(EventType.NORMAL, reason, message),
+            Requeue(DRAIN_POLL_SECONDS),
+        )
+        return Decision(Phase.DRAINING, reason, message, effects, m.operation)
+    message = f"{why}; core Node {node} not Ready, nothing to drain; starting {m.off_action}"
+    return _start(
+        m, now, m.off_action, m.intent_generation, reason=reason, message=message, extra=extra
+    )
+
+
+def _start(
+    m: MachineState,
+    now: datetime,
+    action: Action,
+    generation: int,
+    *,
+    reason: Reason,
+    message: str,
+    extra: tuple[Effect, ...] = (),
+) -> Decision:
+    attempt = _next_attempt(m, action, generation)
+    operation = Operation(action, generation, attempt, started=now)
+    effects: tuple[Effect, ...] = (
+        AcquireLease(),
+        *extra,
+        StartJob(action, generation, attempt),
+        Event(EventType.NORMAL, reason, message),
+        Requeue(JOB_POLL_SECONDS),
+    )
+    return Decision(ACTION_PHASE[action], reason, message, effects, operation)
+
+
+def _registered(m: MachineState, message: str) -> Decision:
+    effects: tuple[Effect, ...] = (
+        ApplyNodeMetadata(),
+        Uncordon(),
+        _condition(ConditionType.REGISTERED, True, Reason.NODE_REGISTERED, message),
+        _condition(ConditionType.DRIFTED, False, Reason.NODE_REGISTERED, message),
+        ReleaseLease(),
+        Event(EventType.NORMAL, Reason.NODE_REGISTERED, message),
+    )
+    return Decision(
+        Phase.READY,
+        Reason.NODE_REGISTERED,
+        message,
+        effects,
+        m.operation,
+        observed_power_state=PowerState.ON,
+    )
+
+
+def _next_attempt(m: MachineState, action: Action, generation: int) -> int:
+    """Attempt number for a new Job, never reusing the name of an earlier Job of the intent."""
+    op = m.operation
+    if op is not None and op.action is action and op.intent_generation == generation:
+        return op.attempt + 1
+    return 1
+
+
+def _action_timeout(m: MachineState, action: Action) -> int:
+    if action.target is PowerState.OFF:
+        return m.shutdown_timeout_seconds
+    return m.boot_timeout_seconds
+
+
+def _observed_on(m: MachineState, obs: Observations, now: datetime) -> bool:
+    settled = m.phase_since is None or (now - m.phase_since).total_seconds() >= (
+        DRIFT_GRACE_SECONDS
+    )
+    return (obs.node_ready and settled) or (obs.power_state is PowerState.ON and _fresh(m, obs))
+
+
+def _observed_off(m: MachineState, obs: Observations) -> bool:
+    return obs.power_state is PowerState.OFF and _fresh(m, obs)
+
+
+def _fresh(m: MachineState, obs: Observations) -> bool:
+    """A health result counts only if taken after the machine entered its current phase."""
+    seen = obs.power_state_observed_at
+    return seen is not None and (m.phase_since is None or seen > m.phase_since)
+
+
+def _release_if_held(obs: Observations) -> tuple[Effect, ...]:
+    return (ReleaseLease(),) if obs.lease is LeaseState.HELD_BY_ME else ()
+
+
+def _condition(kind: ConditionType, status: bool, reason: str, message: str) -> SetCondition:
+    value = ConditionStatus.TRUE if status else ConditionStatus.FALSE
+    return SetCondition(kind, value, reason, message)
+
+
+_HANDLERS: Mapping[Phase, Callable[[MachineState, Observations, datetime], Decision]] = {
+    Phase.OFF: _off,
+    Phase.POWERING_ON: _in_action,
+    Phase.PROVISIONING: _in_action,
+    Phase.BOOTING: _booting,
+    Phase.READY: _ready,
+    Phase.DRAINING: _draining,
+    Phase.POWERING_OFF: _in_action,
+    Phase.DEPROVISIONING: _in_action,
+    Phase.FAILED: _failed,
+}

@@ -1,0 +1,266 @@
+"""Vocabulary of the power state machine: enums and the frozen inputs of `fsm.decide`.
+
+Handlers (through the state layer) fill `MachineState` from a Node's spec and status and
+`Observations` from the watched Job, core Node, drain progress and Lease; `fsm.decide` reads
+them. `lightsout.execution` imports the enums from here (execution sits above planning), so the
+names below are also the values written into labels and status.
+
+The enum values are the strings of docs/architecture.md; `lightsout.models` will later own
+Phase/PowerState and this module will re-export them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class Phase(StrEnum):
+    """`status.phase` of a Node: where the machine is in its power life cycle."""
+
+    OFF = "Off"
+    POWERING_ON = "PoweringOn"
+    BOOTING = "Booting"
+    READY = "Ready"
+    DRAINING = "Draining"
+    POWERING_OFF = "PoweringOff"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+    PROVISIONING = "Provisioning"
+    DEPROVISIONING = "Deprovisioning"
+
+
+class PowerState(StrEnum):
+    """Desired (`On`/`Off`) or observed (`On`/`Off`/`Unknown`) power state."""
+
+    ON = "On"
+    OFF = "Off"
+    UNKNOWN = "Unknown"
+
+
+class Action(StrEnum):
+    """An action Job's playbook; also the `lightsout.dev/action` label value."""
+
+    STARTUP = "startup"
+    SHUTDOWN = "shutdown"
+    PROVISION = "provision"
+    DEPROVISION = "deprovision"
+    HEALTHCHECK = "healthcheck"
+
+    @property
+    def target(self) -> PowerState | None:
+        """The power state this action drives the machine to (None for a health check)."""
+        return _ACTION_TARGET.get(self)
+
+
+_ACTION_TARGET: dict[Action, PowerState] = {
+    Action.STARTUP: PowerState.ON,
+    Action.PROVISION: PowerState.ON,
+    Action.SHUTDOWN: PowerState.OFF,
+    Action.DEPROVISION: PowerState.OFF,
+}
+
+#: The phase a machine is in while each power action runs (or waits for its retry).
+ACTION_PHASE: Mapping[Action, Phase] = {
+    Action.STARTUP: Phase.POWERING_ON,
+    Action.PROVISION: Phase.PROVISIONING,
+    Action.SHUTDOWN: Phase.POWERING_OFF,
+    Action.DEPROVISION: Phase.DEPROVISIONING,
+}
+#: Inverse of ACTION_PHASE: the action a transitional phase belongs to.
+PHASE_ACTION: Mapping[Phase, Action] = {phase: action for action, phase in ACTION_PHASE.items()}
+
+
+class OperationResult(StrEnum):
+    """`status.lastOperation.result`."""
+
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class JobPhase(StrEnum):
+    """What an action Job is doing, as read by `execution.results.parse_job_outcome`.
+
+    `Pending` means no container of the Job has started yet, so deleting the Job cannot
+    interrupt a power command half-way; the FSM only cancels Jobs in this state.
+    """
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class LeaseState(StrEnum):
+    """Who holds a machine's coordination Lease, from the point of view of one holder."""
+
+    FREE = "Free"
+    HELD_BY_ME = "HeldByMe"
+    HELD_BY_OTHER = "HeldByOther"
+    EXPIRED = "Expired"
+
+
+class NodeRemovalPolicy(StrEnum):
+    """`spec.nodeRemovalPolicy`: what happens to the core Node after power-off."""
+
+    DELETE = "Delete"
+    KEEP = "Keep"
+
+
+class ConditionType(StrEnum):
+    """Condition types of a Node's status."""
+
+    REGISTERED = "Registered"
+    HEALTHY = "Healthy"
+    POWER_ACTION_SUCCEEDED = "PowerActionSucceeded"
+    DRIFTED = "Drifted"
+    DRAINING = "Draining"
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class EventType(StrEnum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+@dataclass(frozen=True)
+class Operation:
+    """`status.lastOperation`: one attempt of one power action for one intent.
+
+    `intent_generation` is the Node's `metadata.generation` when the intent was decided; with
+    `action` and `attempt` it names the Job deterministically, which is what lets a restarted
+    operator find and re-adopt the Job instead of starting a second one.
+    """
+
+    action: Action
+    intent_generation: int
+    attempt: int
+    started: datetime
+    result: OperationResult = OperationResult.RUNNING
+    finished: datetime | None = None
+    failed_task: str | None = None
+    message: str = ""
+    #: The power state the playbook reported (`values.power_state`), if any.
+    power_state: PowerState | None = None
+
+    @property
+    def target(self) -> PowerState | None:
+        return self.action.target
+
+    def matches(self, job: ObservedJob) -> bool:
+        """Whether `job` is the Job of this operation (same action, intent and attempt)."""
+        return (self.action, self.intent_generation, self.attempt) == (
+            job.action,
+            job.generation,
+            job.attempt,
+        )
+
+    def finish(
+        self,
+        result: OperationResult,
+        now: datetime,
+        message: str,
+        *,
+        failed_task: str | None = None,
+        power_state: PowerState | None = None,
+    ) -> Operation:
+        return replace(
+            self,
+            result=result,
+            finished=now,
+            message=message,
+            failed_task=failed_task,
+            power_state=power_state,
+        )
+
+
+@dataclass(frozen=True)
+class ObservedJob:
+    """An action Job as observed in the cluster (identity from its labels, state parsed)."""
+
+    action: Action
+    generation: int
+    attempt: int
+    state: JobPhase
+    failed_task: str | None = None
+    message: str = ""
+    power_state: PowerState | None = None
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def active(self) -> bool:
+        return self.state in (JobPhase.PENDING, JobPhase.RUNNING)
+
+
+@dataclass(frozen=True)
+class DrainStatus:
+    """Progress of evicting the pods of the core Node (DaemonSet and mirror pods excluded)."""
+
+    pods_remaining: int
+    #: `namespace/name` of the PodDisruptionBudget refusing an eviction, if any.
+    blocked_by: str | None = None
+    blocked_message: str = ""
+
+
+@dataclass(frozen=True)
+class MachineState:
+    """What the operator knows about one machine from its Node resource (spec + status)."""
+
+    name: str
+    kubernetes_node_name: str
+    phase: Phase
+    desired: PowerState
+    #: `metadata.generation` the current intent belongs to (see `Operation`).
+    intent_generation: int
+    phase_since: datetime | None = None
+    #: `status.reason`/`status.message` of the last decision: events fire only when
+    #: (phase, reason) changes, so a machine waiting on a PDB does not spam an event per poll.
+    reason: str | None = None
+    message: str = ""
+    operation: Operation | None = None
+    max_retries: int = 3
+    boot_timeout_seconds: int = 600
+    shutdown_timeout_seconds: int = 300
+    drain_timeout_seconds: int = 900
+    #: Proxmox clones: provision on power-on, deprovision on power-off.
+    ephemeral: bool = False
+    node_removal_policy: NodeRemovalPolicy = NodeRemovalPolicy.DELETE
+    #: Group `healthCheck.driftPolicy == Correct`: drive a drifted machine back to its intent.
+    correct_drift: bool = False
+
+    @property
+    def on_action(self) -> Action:
+        return Action.PROVISION if self.ephemeral else Action.STARTUP
+
+    @property
+    def off_action(self) -> Action:
+        return Action.DEPROVISION if self.ephemeral else Action.SHUTDOWN
+
+
+@dataclass(frozen=True)
+class Observations:
+    """What the operator sees in the cluster right now for one machine.
+
+    `job` is the newest action Job labelled for this machine (largest generation, then
+    attempt), whether or not it belongs to `MachineState.operation`.
+    """
+
+    job: ObservedJob | None = None
+    node_exists: bool = False
+    node_ready: bool = False
+    node_cordoned: bool = False
+    node_metadata_applied: bool = False
+    drain: DrainStatus | None = None
+    lease: LeaseState = LeaseState.FREE
+    #: Last power state reported by a health check, and when; used for Unknown and drift.
+    power_state: PowerState = PowerState.UNKNOWN
+    power_state_observed_at: datetime | None = None
