@@ -52,6 +52,7 @@ def run_runner(
     password: str | None = None,
     driver: str = "redfish",
     overlay: dict[str, str] | None = None,
+    validate_certs: bool = True,
 ) -> RunnerRun:
     """Lay out the Job's files under tmp_path and run the runner once."""
     job = tmp_path / f"job-{action}-{uuid.uuid4().hex[:6]}"
@@ -59,7 +60,8 @@ def run_runner(
     credentials.mkdir(parents=True)
     (credentials / "username").write_text(bmc.username)
     (credentials / "password").write_text((password or bmc.password) + "\n")
-    (credentials / "ca.crt").write_text(bmc.ca_path.read_text())
+    if validate_certs:
+        (credentials / "ca.crt").write_text(bmc.ca_path.read_text())
     overlay_dir = job / "overlay"
     overlay_dir.mkdir()
     for name, text in (overlay or {}).items():
@@ -71,7 +73,7 @@ def run_runner(
         "lightsout_redfish": {
             "endpoint": bmc.endpoint,
             "system_id": system_id,
-            "validate_certs": True,
+            "validate_certs": validate_certs,
             "boot_override": "None",
             "graceful_timeout": 20,
             "transition_timeout": 30,
@@ -149,6 +151,14 @@ def test_healthcheck_reads_the_state_and_sends_no_order(tmp_path: Path) -> None:
         assert run.returncode == 0, run.explain()
         assert run.result["values"] == {"power_state": "On", "driver": "redfish", "changed": False}
         assert bmc.count_power_requests() == 0
+
+
+def test_healthcheck_without_certificate_verification(tmp_path: Path) -> None:
+    system = new_system("Off")
+    with SushyEmulator([system]) as bmc:
+        run = run_runner(tmp_path, bmc, system.uuid, "healthcheck", validate_certs=False)
+        assert run.returncode == 0, run.explain()
+        assert run.result["values"]["power_state"] == "Off"
 
 
 def test_wrong_password_fails_without_leaking_it(tmp_path: Path) -> None:

@@ -152,7 +152,7 @@ class KubeletAgent:
         }
         coordination = client.CoordinationV1Api(self.api)
         try:
-            coordination.replace_namespaced_lease(self.node_name, "kube-node-lease", lease)
+            coordination.patch_namespaced_lease(self.node_name, "kube-node-lease", lease)
         except ApiException as exc:
             if exc.status != 404:
                 raise

@@ -25,8 +25,8 @@ from lightsout.execution.jobs import job_name, job_selector
 from lightsout.execution.results import observe_job
 from lightsout.k8s import api
 from lightsout.planning import fsm
-from lightsout.planning.effects import AcquireLease, Decision, ReleaseLease, SetCondition
-from lightsout.planning.types import DrainStatus, Phase, PowerState
+from lightsout.planning.effects import AcquireLease, Decision, Event, ReleaseLease, SetCondition
+from lightsout.planning.types import DrainStatus, EventType, Phase, PowerState
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,13 @@ def apply(
         if not actuator.acquire_lease(ctx, now):
             return 2.0
         holding = True
+    previous_phase = (ctx.node.get("status") or {}).get("phase")
     write_status(ctx, desired, intent_generation, decision, now)
+    if previous_phase != decision.phase and not any(isinstance(e, Event) for e in decision.effects):
+        # Every phase transition is an event, even when the state machine had nothing to add.
+        actuator.post_event(
+            ctx, Event(EventType.NORMAL, decision.reason, f"{decision.phase}: {decision.message}")
+        )
     key = f"{ctx.namespace}/{ctx.name}"
     for effect in decision.effects:
         if isinstance(effect, AcquireLease | SetCondition):

@@ -1,0 +1,139 @@
+"""`python -m lightsout.runner`: run the action's playbook and write the Job's result.
+
+The sequence: read the settings (env), build the redactor from the credentials dir, resolve
+the playbook (overlay first), lay out the private data dir in the scratch dir, run
+ansible-runner without process isolation, then write ONE JSON object to the result path
+(the termination message) and exit 0 (Succeeded) or 1 (Failed). Any error of the runner
+itself is a Failed result too, never a traceback without a result.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from lightsout.runner.config import ConfigError, RunnerConfig
+from lightsout.runner.log import JsonLogger
+from lightsout.runner.project import (
+    ProjectError,
+    ansible_env,
+    load_extravars,
+    make_dirs,
+    prepare_private_data_dir,
+    resolve_playbook,
+)
+from lightsout.runner.redact import Redactor, read_secret_dir
+from lightsout.runner.result import EventCollector, RunResult, build_result, render_result
+
+
+def run_action(config: RunnerConfig, logger: JsonLogger, scratch: Path) -> RunResult:
+    """Run the playbook for `config.action` in `scratch`; never raises for playbook failures."""
+    import ansible_runner  # heavy; and only this function needs it
+
+    choice = resolve_playbook(
+        config.action,
+        config.playbook,
+        overlay_dir=config.overlay_dir,
+        playbook_dir=config.playbook_dir,
+    )
+    extravars, notes = load_extravars(
+        config.extravars_path, action=config.action, credentials_dir=config.credentials_dir
+    )
+    for note in notes:
+        logger.log("extravars", level="warning", note=note)
+    private = scratch / "private"
+    project = prepare_private_data_dir(
+        private,
+        playbook_dir=config.playbook_dir,
+        overlay_dir=config.overlay_dir,
+        interpreter=sys.executable,
+    )
+    envvars = ansible_env(
+        scratch, roles_path=[project / "roles", config.roles_dir], base_env=os.environ
+    )
+    # ansible-runner spawns ansible-playbook by name: make sure this interpreter's one is found.
+    envvars["PATH"] = os.pathsep.join(
+        [str(Path(sys.executable).parent), os.environ.get("PATH", "")]
+    )
+    make_dirs(envvars)
+    logger.log(
+        "start",
+        action=config.action,
+        playbook=choice.name,
+        source=choice.source,
+        driver=extravars.get("lightsout_driver"),
+        node=extravars.get("lightsout_node"),
+    )
+    collector = EventCollector(on_event=logger.ansible_event)
+    runner = ansible_runner.run(
+        private_data_dir=str(private),
+        playbook=choice.name,
+        extravars=extravars,
+        envvars=envvars,
+        event_handler=collector,
+        ident="run",
+        quiet=True,
+        process_isolation=False,
+    )
+    return build_result(collector, status=str(runner.status), rc=runner.rc, playbook=choice.name)
+
+
+def write_result(path: Path, text: str, logger: JsonLogger) -> None:
+    try:
+        with path.open("w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        logger.log("result-not-written", level="error", path=str(path), error=str(exc))
+
+
+def main(env: Mapping[str, str] | None = None) -> int:
+    """Entry point; returns the process exit code (0 Succeeded, 1 Failed)."""
+    env = os.environ if env is None else env
+    logger = JsonLogger()
+    try:
+        config = RunnerConfig.from_env(env)
+    except ConfigError as exc:
+        result = RunResult("Failed", None, str(exc))
+        path = Path(env.get("LIGHTSOUT_RESULT_PATH") or "/dev/termination-log")
+        logger.log("result", level="error", result=result.result, message=result.message)
+        write_result(path, render_result(result), logger)
+        return 1
+
+    redactor = Redactor.from_values(read_secret_dir(config.credentials_dir))
+    logger.redactor = redactor
+    scratch = Path(
+        tempfile.mkdtemp(
+            prefix="lo-",  # short: Ansible puts a socket under it (see project.MAX_TMPDIR)
+            dir=str(config.work_dir) if config.work_dir else None,
+        )
+    )
+    try:
+        result = run_action(config, logger, scratch)
+    except ProjectError as exc:
+        result = RunResult("Failed", None, str(exc))
+    except Exception as exc:  # the Job must still report why
+        result = RunResult("Failed", None, f"runner error: {type(exc).__name__}: {exc}")
+    finally:
+        if not config.keep_work_dir:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    result = RunResult(
+        result.result,
+        redactor.text(result.failed_task) if result.failed_task is not None else None,
+        redactor.text(result.message),
+        redactor.obj(result.values),
+    )
+    logger.log(
+        "result",
+        level="info" if result.succeeded else "error",
+        result=result.result,
+        failedTask=result.failed_task,
+        message=result.message,
+        values=result.values,
+    )
+    write_result(config.result_path, render_result(result), logger)
+    return 0 if result.succeeded else 1
