@@ -346,9 +346,7 @@ class SushyEmulator:
         accepted_only: bool = False,
     ) -> int:
         """How many Reset actions matched (see ``power_requests``)."""
-        return len(
-            self.power_requests(uuid, reset_types=reset_types, accepted_only=accepted_only)
-        )
+        return len(self.power_requests(uuid, reset_types=reset_types, accepted_only=accepted_only))
 
     def clear_requests(self) -> None:
         """Forget the requests recorded so far."""
@@ -531,13 +529,15 @@ def _serve(config_path: str, record_path: str) -> int:
     """Run sushy's Flask app like ``sushy-emulator --config``, with the recorder outermost."""
     import ssl
 
-    from sushy_tools.emulator import main as emulator
+    from sushy_tools.emulator import main as emulator  # type: ignore[import-untyped]
 
     app = emulator.app
     app.configure(config_file=config_path)  # wraps the auth middleware first
     app.wsgi_app = _Recorder(app.wsgi_app, Path(record_path))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(app.config["SUSHY_EMULATOR_SSL_CERT"], app.config["SUSHY_EMULATOR_SSL_KEY"])
+    context.load_cert_chain(
+        app.config["SUSHY_EMULATOR_SSL_CERT"], app.config["SUSHY_EMULATOR_SSL_KEY"]
+    )
     app.run(
         host=app.config["SUSHY_EMULATOR_LISTEN_IP"],
         port=app.config["SUSHY_EMULATOR_LISTEN_PORT"],

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 CREDENTIALS_DIR = "/etc/lightsout/credentials"
-CA_DIR = "/etc/lightsout/ca"
 
 
 def _driver(spec: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
@@ -36,9 +35,8 @@ def _redfish(block: Mapping[str, Any]) -> dict[str, Any]:
         "endpoint": block.get("endpoint"),
         "system_id": block.get("systemId"),
         "validate_certs": not tls.get("insecureSkipVerify", False),
-        "ca_path": f"{CA_DIR}/{(tls.get('caSecretRef') or {}).get('key', 'ca.crt')}"
-        if tls.get("caSecretRef")
-        else None,
+        # The file name only: the runner knows where the CA Secret is mounted.
+        "ca_key": (tls.get("caSecretRef") or {}).get("key", "ca.crt"),
         "boot_override": str(block.get("bootOverride", "None")).lower(),
         "graceful_timeout": int(block.get("gracefulShutdownSeconds", 120)),
         "username_key": ref.get("usernameKey", "username"),

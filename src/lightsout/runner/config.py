@@ -32,6 +32,8 @@ class RunnerConfig:
     action: str
     extravars_path: Path
     credentials_dir: Path
+    #: Where the Node's CA Secret is mounted, when it names one.
+    ca_dir: Path | None
     playbook_dir: Path
     roles_dir: Path
     overlay_dir: Path
@@ -53,6 +55,7 @@ class RunnerConfig:
             action=action,
             extravars_path=Path(env.get("LIGHTSOUT_EXTRAVARS") or DEFAULT_EXTRAVARS),
             credentials_dir=Path(env.get("LIGHTSOUT_CREDENTIALS_DIR") or DEFAULT_CREDENTIALS_DIR),
+            ca_dir=Path(env["LIGHTSOUT_CA_DIR"]) if env.get("LIGHTSOUT_CA_DIR") else None,
             playbook_dir=Path(env.get("LIGHTSOUT_PLAYBOOK_DIR") or DEFAULT_PLAYBOOK_DIR),
             roles_dir=Path(env.get("LIGHTSOUT_ROLES_DIR") or DEFAULT_ROLES_DIR),
             overlay_dir=Path(env.get("LIGHTSOUT_OVERLAY_DIR") or DEFAULT_OVERLAY_DIR),

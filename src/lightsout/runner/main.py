@@ -41,7 +41,10 @@ def run_action(config: RunnerConfig, logger: JsonLogger, scratch: Path) -> RunRe
         playbook_dir=config.playbook_dir,
     )
     extravars, notes = load_extravars(
-        config.extravars_path, action=config.action, credentials_dir=config.credentials_dir
+        config.extravars_path,
+        action=config.action,
+        credentials_dir=config.credentials_dir,
+        ca_dir=config.ca_dir,
     )
     for note in notes:
         logger.log("extravars", level="warning", note=note)
@@ -105,6 +108,9 @@ def main(env: Mapping[str, str] | None = None) -> int:
 
     redactor = Redactor.from_values(read_secret_dir(config.credentials_dir))
     logger.redactor = redactor
+    if config.work_dir is not None:
+        # The pod's /tmp is an empty emptyDir: the runner's own subdirectory starts absent.
+        config.work_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(
         tempfile.mkdtemp(
             prefix="lo-",  # short: Ansible puts a socket under it (see project.MAX_TMPDIR)

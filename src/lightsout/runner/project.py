@@ -62,7 +62,7 @@ def resolve_playbook(
 
 
 def load_extravars(
-    path: Path, *, action: str, credentials_dir: Path
+    path: Path, *, action: str, credentials_dir: Path, ca_dir: Path | None = None
 ) -> tuple[dict[str, Any], list[str]]:
     """Read the extravars JSON; the runner's own action and credentials dir win.
 
@@ -82,6 +82,8 @@ def load_extravars(
         notes.append(f"lightsout_action {given!r} replaced by LIGHTSOUT_ACTION {action!r}")
     raw["lightsout_action"] = action
     raw["lightsout_credentials_dir"] = str(credentials_dir)
+    if ca_dir is not None:
+        raw["lightsout_ca_dir"] = str(ca_dir)
     return raw, notes
 
 
