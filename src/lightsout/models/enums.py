@@ -58,6 +58,15 @@ class Action(StrEnum):
     DEPROVISION = "deprovision"
     HEALTHCHECK = "healthcheck"
 
+    @property
+    def target(self) -> ObservedPowerState | None:
+        """The power state this action drives the machine to (None for a health check)."""
+        if self in (Action.STARTUP, Action.PROVISION):
+            return ObservedPowerState.ON
+        if self in (Action.SHUTDOWN, Action.DEPROVISION):
+            return ObservedPowerState.OFF
+        return None
+
 
 class OperationResult(StrEnum):
     """Outcome of the last action Job."""

@@ -5,8 +5,8 @@ Handlers (through the state layer) fill `MachineState` from a Node's spec and st
 them. `lightsout.execution` imports the enums from here (execution sits above planning), so the
 names below are also the values written into labels and status.
 
-The enum values are the strings of docs/architecture.md; `lightsout.models` will later own
-Phase/PowerState and this module will re-export them.
+Phase, Action, PowerState (the observed one: On/Off/Unknown) and the condition enums are
+`lightsout.models.enums`' own, re-exported here.
 """
 
 from __future__ import annotations
@@ -17,51 +17,37 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+# Re-exported: the API's own enums are the state machine's vocabulary (one definition).
+from lightsout.models.enums import (
+    Action,
+    ConditionStatus,
+    ConditionType,
+    NodeRemovalPolicy,
+    OperationResult,
+    Phase,
+)
+from lightsout.models.enums import ObservedPowerState as PowerState
 
-class Phase(StrEnum):
-    """`status.phase` of a Node: where the machine is in its power life cycle."""
+__all__ = [
+    "ACTION_PHASE",
+    "PHASE_ACTION",
+    "Action",
+    "ConditionStatus",
+    "ConditionType",
+    "DrainStatus",
+    "EventType",
+    "JobPhase",
+    "LeaseState",
+    "MachineState",
+    "NodeRemovalPolicy",
+    "Observations",
+    "ObservedJob",
+    "Operation",
+    "OperationResult",
+    "Phase",
+    "PowerState",
+]
 
-    OFF = "Off"
-    POWERING_ON = "PoweringOn"
-    BOOTING = "Booting"
-    READY = "Ready"
-    DRAINING = "Draining"
-    POWERING_OFF = "PoweringOff"
-    FAILED = "Failed"
-    UNKNOWN = "Unknown"
-    PROVISIONING = "Provisioning"
-    DEPROVISIONING = "Deprovisioning"
-
-
-class PowerState(StrEnum):
-    """Desired (`On`/`Off`) or observed (`On`/`Off`/`Unknown`) power state."""
-
-    ON = "On"
-    OFF = "Off"
-    UNKNOWN = "Unknown"
-
-
-class Action(StrEnum):
-    """An action Job's playbook; also the `lightsout.dev/action` label value."""
-
-    STARTUP = "startup"
-    SHUTDOWN = "shutdown"
-    PROVISION = "provision"
-    DEPROVISION = "deprovision"
-    HEALTHCHECK = "healthcheck"
-
-    @property
-    def target(self) -> PowerState | None:
-        """The power state this action drives the machine to (None for a health check)."""
-        return _ACTION_TARGET.get(self)
-
-
-_ACTION_TARGET: dict[Action, PowerState] = {
-    Action.STARTUP: PowerState.ON,
-    Action.PROVISION: PowerState.ON,
-    Action.SHUTDOWN: PowerState.OFF,
-    Action.DEPROVISION: PowerState.OFF,
-}
 
 #: The phase a machine is in while each power action runs (or waits for its retry).
 ACTION_PHASE: Mapping[Action, Phase] = {
@@ -72,14 +58,6 @@ ACTION_PHASE: Mapping[Action, Phase] = {
 }
 #: Inverse of ACTION_PHASE: the action a transitional phase belongs to.
 PHASE_ACTION: Mapping[Phase, Action] = {phase: action for action, phase in ACTION_PHASE.items()}
-
-
-class OperationResult(StrEnum):
-    """`status.lastOperation.result`."""
-
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
 
 
 class JobPhase(StrEnum):
@@ -102,29 +80,6 @@ class LeaseState(StrEnum):
     HELD_BY_ME = "HeldByMe"
     HELD_BY_OTHER = "HeldByOther"
     EXPIRED = "Expired"
-
-
-class NodeRemovalPolicy(StrEnum):
-    """`spec.nodeRemovalPolicy`: what happens to the core Node after power-off."""
-
-    DELETE = "Delete"
-    KEEP = "Keep"
-
-
-class ConditionType(StrEnum):
-    """Condition types of a Node's status."""
-
-    REGISTERED = "Registered"
-    HEALTHY = "Healthy"
-    POWER_ACTION_SUCCEEDED = "PowerActionSucceeded"
-    DRIFTED = "Drifted"
-    DRAINING = "Draining"
-
-
-class ConditionStatus(StrEnum):
-    TRUE = "True"
-    FALSE = "False"
-    UNKNOWN = "Unknown"
 
 
 class EventType(StrEnum):
