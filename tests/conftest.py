@@ -8,17 +8,16 @@ when tests fail. Set LIGHTSOUT_TEST_CLUSTER_DIR to reuse a cluster started with
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from lightsout.devcluster import Cluster
-from lightsout.devcluster.kubelet import RUNNER_LABEL, KubeletAgent
-from lightsout.devcluster.operator import OperatorProcess
+from lightsout.devcluster.kubelet import JOB_PLACEMENT_ENV, KubeletAgent, runner_image_env
+from lightsout.devcluster.operator_process import OperatorProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD_NAMES = ("groups.lightsout.dev", "nodes.lightsout.dev")
@@ -69,7 +68,7 @@ def namespace(crds: Cluster) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def kube_api(cluster: Cluster) -> client.ApiClient:
-    return config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    return cluster.api_client()
 
 
 @pytest.fixture(scope="session")
@@ -78,23 +77,12 @@ def runner(
 ) -> Iterator[KubeletAgent]:
     """The `lightsout-runner` node whose pods (action Jobs) run as local subprocesses."""
     agent = KubeletAgent(
-        api=kube_api, image_env=RUNNER_IMAGE_ENV, log_dir=tmp_path_factory.mktemp("runner-pods")
+        api=kube_api,
+        image_env=runner_image_env(ROOT),
+        log_dir=tmp_path_factory.mktemp("runner-pods"),
     ).start()
     yield agent
     agent.stop()
-
-
-#: What the runner image's environment would be: this venv's python, the repo's playbooks.
-RUNNER_IMAGE_ENV = {
-    "PATH": f"{Path(sys.executable).parent}{os.pathsep}/usr/sbin:/usr/bin:/sbin:/bin",
-    "LIGHTSOUT_PLAYBOOK_DIR": str(ROOT / "playbooks"),
-    "LIGHTSOUT_ROLES_DIR": str(ROOT / "roles"),
-}
-#: Operator settings that send action Jobs to the runner node.
-JOB_PLACEMENT_ENV = {
-    "LIGHTSOUT_JOB_NODE_SELECTOR": f"{RUNNER_LABEL}=true",
-    "LIGHTSOUT_JOB_TOLERATIONS": RUNNER_LABEL,
-}
 
 
 @pytest.fixture

@@ -1,8 +1,10 @@
 """`lightsout demo` / `make demo`: the whole product on one machine, narrated.
 
-Starts the local control plane, installs the CRDs, applies the samples from deploy/samples,
-runs the operator and prints what a user would look at (`kubectl get lightsout`), then cleans
-up. Later stages add emulated machines and the autoscaling scenario.
+Starts the local control plane, a Redfish BMC emulator (sushy-tools) for the three sample
+machines, the stand-in kubelet that runs action Jobs, the machine simulator that registers a
+machine's core Node once its BMC says On, and the operator. It applies deploy/samples (with the
+BMC endpoint pointed at the emulator), then powers machines on and off with `kubectl patch`,
+printing a timeline of what the operator does, and cleans up. Ends by itself in a few minutes.
 """
 
 from __future__ import annotations
@@ -10,41 +12,156 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from lightsout.devcluster import Cluster
 from lightsout.devcluster.binaries import repo_root
-from lightsout.devcluster.operator import OperatorProcess
+from lightsout.devcluster.kubelet import JOB_PLACEMENT_ENV, KubeletAgent, runner_image_env
+from lightsout.devcluster.machines import MachineSimulator, SimMachine
+from lightsout.devcluster.operator_process import OperatorProcess
+from lightsout.devcluster.sushy import FakeSystem, SushyEmulator
 
 NAMESPACE = "lightsout-demo"
+PHASE_TIMEOUT = 300.0
 
 
-def say(message: str, started: float) -> None:
-    print(f"[{time.monotonic() - started:6.1f}s] {message}", flush=True)
+class Narrator:
+    """Prints timestamped lines and every phase change of the demo's machines."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.started = time.monotonic()
+        self.seen: dict[str, tuple[str, str]] = {}
+
+    def say(self, message: str) -> None:
+        print(f"[{time.monotonic() - self.started:6.1f}s] {message}", flush=True)
+
+    def machines(self) -> dict[str, dict[str, Any]]:
+        out = self.cluster.kubectl("get", "lsn", "-n", NAMESPACE, "-o", "json").stdout
+        return {item["metadata"]["name"]: item for item in json.loads(out)["items"]}
+
+    def poll(self) -> dict[str, dict[str, Any]]:
+        machines = self.machines()
+        for name, obj in sorted(machines.items()):
+            status = obj.get("status") or {}
+            key = (str(status.get("phase")), str(status.get("reason")))
+            if self.seen.get(name) != key and status.get("phase"):
+                self.seen[name] = key
+                self.say(f"  {name:<10} {key[0]:<12} {key[1]}: {status.get('message', '')}")
+        return machines
+
+    def wait(self, name: str, phase: str) -> None:
+        end = time.monotonic() + PHASE_TIMEOUT
+        while time.monotonic() < end:
+            status = self.poll().get(name, {}).get("status") or {}
+            if status.get("phase") == phase:
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"{name} did not reach {phase} within {PHASE_TIMEOUT:.0f}s")
+
+    def show(self, *args: str) -> None:
+        print(f"$ kubectl {' '.join(args)}")
+        print(self.cluster.kubectl(*args).stdout, flush=True)
 
 
-def _all_observed(cluster: Cluster) -> bool:
-    items = json.loads(cluster.kubectl("get", "lsn,lsg", "-n", NAMESPACE, "-o", "json").stdout)
-    return bool(items["items"]) and all(
-        (obj.get("status") or {}).get("observedGeneration") == obj["metadata"]["generation"]
-        for obj in items["items"]
+def _samples(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The sample objects, and among them the Nodes (desired Off, brisk timeouts)."""
+    objects: list[dict[str, Any]] = []
+    for path in sorted((root / "deploy" / "samples").glob("*.yaml")):
+        objects += [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    nodes = [obj for obj in objects if obj["kind"] == "Node"]
+    for node in nodes:
+        node["spec"]["desiredPowerState"] = "Off"
+        # Short timeouts keep the demo brisk; the emulator shuts down at once anyway.
+        node["spec"]["driver"]["redfish"]["gracefulShutdownSeconds"] = 20
+    return objects, nodes
+
+
+def _credentials(objects: Iterable[dict[str, Any]]) -> tuple[str, str]:
+    secret = next(obj for obj in objects if obj["kind"] == "Secret")
+    return secret["stringData"]["username"], secret["stringData"]["password"]
+
+
+def _patch(narrator: Narrator, name: str, desired: str) -> None:
+    body = json.dumps({"spec": {"desiredPowerState": desired}})
+    narrator.say(f"$ kubectl patch lsn {name} --type merge -p '{body}'")
+    narrator.cluster.kubectl("patch", "lsn", name, "-n", NAMESPACE, "--type", "merge", "-p", body)
+
+
+def power_cycle(narrator: Narrator, bmc: SushyEmulator, uuid: str, name: str) -> None:
+    """Power one machine on and off by hand, showing what a user would look at."""
+    _patch(narrator, name, "On")
+    narrator.wait(name, "Ready")
+    narrator.say(f"BMC reports {name} {bmc.power_state(uuid)}; its core Node joined the cluster:")
+    narrator.show("get", "lightsout,nodes", "-n", NAMESPACE)
+
+    _patch(narrator, name, "Off")
+    narrator.wait(name, "Off")
+    narrator.say(
+        f"BMC reports {name} {bmc.power_state(uuid)}; "
+        f"power orders the BMC received: {len(bmc.power_requests())}"
+    )
+    narrator.show("get", "lightsout", "-n", NAMESPACE)
+    narrator.show(
+        "get",
+        "events",
+        "-n",
+        NAMESPACE,
+        "--field-selector",
+        f"involvedObject.name={name}",
+        "--sort-by=.lastTimestamp",
     )
 
 
 def run_demo(keep: bool = False) -> int:
-    started = time.monotonic()
     root = repo_root()
     workdir = Path(tempfile.mkdtemp(prefix="lightsout-demo-"))
     cluster = Cluster(directory=workdir / "cluster")
-    say(
-        "starting the local control plane (etcd, kube-apiserver, controller-manager, "
-        "scheduler, kwok)",
-        started,
-    )
+    print("Lights-Out demo: a local control plane, three emulated Redfish servers, the operator.")
     cluster.start()
-    operator = OperatorProcess(cluster=cluster, namespaces=(NAMESPACE,), log_dir=workdir)
+    narrator = Narrator(cluster)
+    narrator.say(
+        f"control plane up at {cluster.server} (etcd, apiserver, controller-manager, "
+        "scheduler, kwok)"
+    )
+    objects, nodes = _samples(root)
+    username, password = _credentials(objects)
+    systems = [
+        FakeSystem(uuid=n["spec"]["driver"]["redfish"]["systemId"], name=n["metadata"]["name"])
+        for n in nodes
+    ]
+    bmc = SushyEmulator(systems, username=username, password=password).start()
+    api = cluster.api_client()
+    agent = KubeletAgent(api=api, image_env=runner_image_env(root), log_dir=workdir).start()
+    simulator = MachineSimulator(
+        api=api,
+        machines=[
+            SimMachine(
+                node_name=n["spec"]["kubernetesNodeName"],
+                provider_id=f"lightsout://{NAMESPACE}/{n['metadata']['name']}",
+                power=bmc.power_reader(n["spec"]["driver"]["redfish"]["systemId"]),
+                capacity={k: str(v) for k, v in n["spec"]["resources"].items() if k != "extended"},
+                labels={},
+                boot_seconds=3.0,
+            )
+            for n in nodes
+        ],
+    ).start()
+    operator = OperatorProcess(
+        cluster=cluster,
+        namespaces=(NAMESPACE,),
+        log_dir=workdir,
+        identity="demo-operator",
+        extra_env=JOB_PLACEMENT_ENV,
+    )
     try:
-        say(f"control plane up at {cluster.server}", started)
+        narrator.say(f"Redfish emulator (sushy-tools) for {len(systems)} servers at {bmc.endpoint}")
+        for node in nodes:
+            node["spec"]["driver"]["redfish"]["endpoint"] = bmc.endpoint
         cluster.kubectl("apply", "--server-side", "-f", str(root / "crds"))
         cluster.kubectl(
             "wait",
@@ -54,27 +171,35 @@ def run_demo(keep: bool = False) -> int:
             "groups.lightsout.dev",
             "nodes.lightsout.dev",
         )
-        say("CRDs installed", started)
         cluster.kubectl("create", "namespace", NAMESPACE)
-        cluster.kubectl("apply", "-n", NAMESPACE, "-f", str(root / "deploy" / "samples"))
-        say("samples applied (deploy/samples)", started)
+        items = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+        cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", input=items)
+        narrator.say("CRDs installed, deploy/samples applied (all machines desired Off)")
         operator.start()
-        say("operator running", started)
-        end = time.monotonic() + 60
-        while not _all_observed(cluster):
-            if time.monotonic() > end:
-                say("the operator did not observe every resource in 60s", started)
-                print(operator.tail())
-                return 1
-            time.sleep(0.5)
-        say("kubectl get lightsout:", started)
-        print(cluster.kubectl("get", "lightsout", "-n", NAMESPACE).stdout, flush=True)
+        narrator.say("operator running; every machine starts Off:")
+        for node in nodes:
+            narrator.wait(node["metadata"]["name"], "Off")
+        narrator.show("get", "lightsout", "-n", NAMESPACE)
+
+        power_cycle(narrator, bmc, systems[0].uuid, "big-box")
         if keep:
-            print(f"cluster left running: export KUBECONFIG={cluster.kubeconfig}")
+            print(
+                f"Left running. export KUBECONFIG={cluster.kubeconfig}\n"
+                f"  kubectl get lightsout -n {NAMESPACE}\n"
+                f"  kubectl patch lsn small-box -n {NAMESPACE} --type merge "
+                '-p \'{"spec":{"desiredPowerState":"On"}}\''
+            )
             return 0
+    except Exception as exc:
+        narrator.say(f"demo failed: {exc}")
+        print(operator.tail())
+        return 1
     finally:
         if not keep:
             operator.stop()
+            simulator.stop()
+            agent.stop()
+            bmc.stop()
             cluster.destroy()
-            say("cleaned up", started)
+            narrator.say("cleaned up")
     return 0

@@ -15,8 +15,8 @@ from kubernetes import client
 
 from lightsout.devcluster import Cluster
 from lightsout.devcluster.machines import MachineSimulator
+from lightsout.devcluster.sushy import FakeSystem, SushyEmulator
 from tests.harness import fleet
-from tests.harness.sushy import FakeSystem, SushyEmulator
 from tests.harness.wait import get_json, wait_for
 
 #: Seconds to wait for a phase: sushy lands power changes 1-11 s late, Ansible starts in ~5 s.

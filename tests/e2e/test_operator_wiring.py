@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from lightsout.devcluster import Cluster
-from lightsout.devcluster.operator import OperatorProcess
+from lightsout.devcluster.operator_process import OperatorProcess
 from tests.harness.wait import events_for, get_json, wait_for
 
 NODE = {
@@ -30,6 +30,12 @@ NODE = {
 def test_created_node_gets_status_and_event(
     crds: Cluster, namespace: str, operator: OperatorProcess
 ) -> None:
+    group = {
+        "apiVersion": "lightsout.dev/v1alpha1",
+        "kind": "Group",
+        "metadata": {"name": "homelab"},
+    }
+    crds.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(group))
     crds.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(NODE))
 
     def observed() -> dict[str, object] | None:
@@ -42,6 +48,15 @@ def test_created_node_gets_status_and_event(
     events = wait_for(lambda: events_for(crds, namespace, "wired"), 30, "an event on the Node")
     assert any(e["source"].get("component", "").startswith("kopf") or e["reason"] for e in events)
     assert operator.records(), "the operator logs JSON lines"
+    counts = wait_for(
+        lambda: (get_json(crds, "lsg", "homelab", "-n", namespace).get("status") or {}).get(
+            "nodes"
+        ),
+        30,
+        "the Group to count its machine",
+    )
+    assert counts["total"] == 1
+    assert counts["off"] + counts["transitioning"] + counts["failed"] == 1
 
 
 def test_install_manifests_are_accepted_by_the_api_server(crds: Cluster) -> None:

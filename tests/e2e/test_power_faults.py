@@ -8,10 +8,10 @@ import pytest
 
 from lightsout.devcluster import Cluster
 from lightsout.devcluster.machines import MachineSimulator
-from lightsout.devcluster.operator import OperatorProcess
+from lightsout.devcluster.operator_process import OperatorProcess
+from lightsout.devcluster.sushy import POWER_OFF, SushyEmulator
 from tests.e2e.conftest import patch_desired, wait_phase
 from tests.harness import fleet
-from tests.harness.sushy import POWER_OFF, SushyEmulator
 from tests.harness.wait import events_for, get_json
 
 

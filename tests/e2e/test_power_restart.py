@@ -10,11 +10,11 @@ import pytest
 from kubernetes import client
 
 from lightsout.devcluster import Cluster
-from lightsout.devcluster.operator import OperatorProcess
-from tests.conftest import JOB_PLACEMENT_ENV
+from lightsout.devcluster.kubelet import JOB_PLACEMENT_ENV
+from lightsout.devcluster.operator_process import OperatorProcess
+from lightsout.devcluster.sushy import POWER_ON, FakeSystem, SushyEmulator
 from tests.e2e.conftest import PATIENCE, patch_desired, status, wait_phase
 from tests.harness import fleet
-from tests.harness.sushy import POWER_ON, FakeSystem, SushyEmulator
 from tests.harness.wait import get_json, wait_for
 
 

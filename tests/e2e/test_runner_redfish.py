@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness.sushy import POWER_OFF, POWER_ON, FakeSystem, PowerState, SushyEmulator
+from lightsout.devcluster.sushy import POWER_OFF, POWER_ON, FakeSystem, PowerState, SushyEmulator
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ from kubernetes import client
 
 from lightsout.devcluster import Cluster
 from lightsout.devcluster.machines import MachineSimulator, SimMachine
-from tests.harness.sushy import SushyEmulator
+from lightsout.devcluster.sushy import SushyEmulator
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def simulator(
         SimMachine(
             node_name=m.name,
             provider_id=f"lightsout://{namespace}/{m.name}",
-            power=lambda uuid=m.uuid: bmc.power_state(uuid),
+            power=bmc.power_reader(m.uuid),
             capacity={"cpu": m.cpu, "memory": m.memory, "pods": "110"},
             boot_seconds=boot_seconds,
         )

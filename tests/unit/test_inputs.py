@@ -201,3 +201,19 @@ def test_extravars_carry_parameters_but_no_credentials() -> None:
     assert out["lightsout_redfish"]["password_key"] == "pw"
     assert "SecretRef" not in repr(out)
     assert extravars.credentials_secret(n["spec"]) == ("bmc", None)
+
+
+def test_group_counts_sort_machines_by_phase_and_intent() -> None:
+    from lightsout.handlers.group import group_counts
+
+    machines = [
+        {"spec": {"desiredPowerState": "On"}, "status": {"phase": "Ready"}},
+        {"spec": {"desiredPowerState": "On"}, "status": {"phase": "Booting"}},
+        {"spec": {"desiredPowerState": "Off"}, "status": {"phase": "Off"}},
+        {"spec": {"desiredPowerState": "Off"}, "status": {"phase": "Failed"}},
+        {"spec": {}, "status": None},
+    ]
+    assert group_counts(machines) == {
+        "nodes": {"total": 5, "on": 1, "off": 1, "transitioning": 1, "failed": 1},
+        "targetSize": 2,
+    }

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kubernetes import client, config
+
 from lightsout.devcluster.binaries import find_binaries
 from lightsout.devcluster.pki import Pki, create_pki
 
@@ -142,6 +144,11 @@ class Cluster:
         return bool(self.pids) and all(_alive(pid) for pid in self.pids.values())
 
     # ----------------------------------------------------------------- helpers for callers
+    def api_client(self) -> client.ApiClient:
+        """A Kubernetes API client authenticated as this cluster's admin."""
+        made: client.ApiClient = config.new_client_from_config(config_file=str(self.kubeconfig))
+        return made
+
     def env(self) -> dict[str, str]:
         """Environment for tools that should talk to this cluster (kubectl, the operator)."""
         bins = find_binaries()

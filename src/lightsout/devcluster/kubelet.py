@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Mapping
@@ -33,6 +34,20 @@ log = logging.getLogger(__name__)
 
 RUNNER_LABEL = "lightsout.dev/runner"
 TERMINATION_MESSAGE_LIMIT = 4096
+#: Operator settings that send action Jobs to the runner node (see lightsout.config).
+JOB_PLACEMENT_ENV = {
+    "LIGHTSOUT_JOB_NODE_SELECTOR": f"{RUNNER_LABEL}=true",
+    "LIGHTSOUT_JOB_TOLERATIONS": RUNNER_LABEL,
+}
+
+
+def runner_image_env(repo: Path) -> dict[str, str]:
+    """What the runner image's environment would be: this venv's python, the repo's playbooks."""
+    return {
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}/usr/sbin:/usr/bin:/sbin:/bin",
+        "LIGHTSOUT_PLAYBOOK_DIR": str(repo / "playbooks"),
+        "LIGHTSOUT_ROLES_DIR": str(repo / "roles"),
+    }
 
 
 def _now() -> str:

@@ -92,8 +92,15 @@ def get_resource(namespace: str, plural: str, name: str) -> Obj | None:
     )
 
 
-def list_resources(namespace: str, plural: str) -> list[Obj]:
-    data = _raw(custom().list_namespaced_custom_object, API_GROUP, API_VERSION, namespace, plural)
+def list_resources(namespace: str, plural: str, field_selector: str | None = None) -> list[Obj]:
+    data = _raw(
+        custom().list_namespaced_custom_object,
+        API_GROUP,
+        API_VERSION,
+        namespace,
+        plural,
+        field_selector=field_selector,
+    )
     return cast(list[Obj], data.get("items", []))
 
 

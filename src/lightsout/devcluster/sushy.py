@@ -20,8 +20,8 @@ What it gives you:
 Remember sushy's quirks (see research/emulators.md): a power change lands 1-11 s after the
 order, and a second order sent while one is pending is silently dropped.
 
-Running this file as a script (``python sushy.py serve CONFIG RECORD``) is the emulator process
-itself; tests never need to do that by hand.
+Running this module (``python -m lightsout.devcluster.sushy serve CONFIG RECORD``) is the
+emulator process itself; tests never need to do that by hand.
 
 Example::
 
@@ -262,6 +262,10 @@ class SushyEmulator:
         """The system's current PowerState (``On`` or ``Off``)."""
         return str(self.get_system(uuid)["PowerState"])
 
+    def power_reader(self, uuid: str) -> Callable[[], str]:
+        """A callable reading one system's PowerState (for the machine simulator)."""
+        return lambda: self.power_state(uuid)
+
     def wait_power_state(
         self, uuid: str, state: PowerState, timeout: float = 20.0, interval: float = 0.5
     ) -> None:
@@ -424,7 +428,8 @@ class SushyEmulator:
         self._proc = subprocess.Popen(
             [
                 sys.executable,
-                str(Path(__file__).resolve()),
+                "-m",
+                __name__,
                 "serve",
                 str(self.workdir / "config.py"),
                 str(self.record_path),
