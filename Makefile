@@ -28,8 +28,8 @@ test-e2e: setup binaries
 	$(PY) -m pytest -m e2e tests
 
 lint: setup
-	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/yamllint -s playbooks roles deploy crds
@@ -43,7 +43,8 @@ demo: setup binaries
 	$(VENV)/bin/lightsout demo
 
 bench: setup binaries
-	$(PY) -m tests.bench
+	$(PY) -m benchmarks.planner
+	$(PY) -m benchmarks.power_timeline 5
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

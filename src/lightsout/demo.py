@@ -10,7 +10,6 @@ printing a timeline of what the operator does, and cleans up. Ends by itself in 
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,10 +19,8 @@ import yaml
 
 from lightsout.devcluster import Cluster
 from lightsout.devcluster.binaries import repo_root
-from lightsout.devcluster.kubelet import JOB_PLACEMENT_ENV, KubeletAgent, runner_image_env
-from lightsout.devcluster.machines import MachineSimulator, SimMachine
-from lightsout.devcluster.operator_process import OperatorProcess
-from lightsout.devcluster.sushy import FakeSystem, SushyEmulator
+from lightsout.devcluster.lab import Lab
+from lightsout.devcluster.sushy import SushyEmulator
 
 NAMESPACE = "lightsout-demo"
 PHASE_TIMEOUT = 300.0
@@ -118,73 +115,26 @@ def power_cycle(narrator: Narrator, bmc: SushyEmulator, uuid: str, name: str) ->
 
 
 def run_demo(keep: bool = False) -> int:
-    root = repo_root()
-    workdir = Path(tempfile.mkdtemp(prefix="lightsout-demo-"))
-    cluster = Cluster(directory=workdir / "cluster")
-    print("Lights-Out demo: a local control plane, three emulated Redfish servers, the operator.")
-    cluster.start()
-    narrator = Narrator(cluster)
-    narrator.say(
-        f"control plane up at {cluster.server} (etcd, apiserver, controller-manager, "
-        "scheduler, kwok)"
-    )
-    objects, nodes = _samples(root)
+    objects, nodes = _samples(repo_root())
     username, password = _credentials(objects)
-    systems = [
-        FakeSystem(uuid=n["spec"]["driver"]["redfish"]["systemId"], name=n["metadata"]["name"])
-        for n in nodes
-    ]
-    bmc = SushyEmulator(systems, username=username, password=password).start()
-    api = cluster.api_client()
-    agent = KubeletAgent(api=api, image_env=runner_image_env(root), log_dir=workdir).start()
-    simulator = MachineSimulator(
-        api=api,
-        machines=[
-            SimMachine(
-                node_name=n["spec"]["kubernetesNodeName"],
-                provider_id=f"lightsout://{NAMESPACE}/{n['metadata']['name']}",
-                power=bmc.power_reader(n["spec"]["driver"]["redfish"]["systemId"]),
-                capacity={k: str(v) for k, v in n["spec"]["resources"].items() if k != "extended"},
-                labels={},
-                boot_seconds=3.0,
-            )
-            for n in nodes
-        ],
-    ).start()
-    operator = OperatorProcess(
-        cluster=cluster,
-        namespaces=(NAMESPACE,),
-        log_dir=workdir,
-        identity="demo-operator",
-        extra_env=JOB_PLACEMENT_ENV,
-    )
+    print("Lights-Out demo: a local control plane, three emulated Redfish servers, the operator.")
+    lab = Lab(objects=objects, namespace=NAMESPACE, username=username, password=password)
+    lab.start()
+    assert lab.cluster is not None and lab.bmc is not None and lab.operator is not None
+    narrator = Narrator(lab.cluster)
     try:
-        narrator.say(f"Redfish emulator (sushy-tools) for {len(systems)} servers at {bmc.endpoint}")
-        for node in nodes:
-            node["spec"]["driver"]["redfish"]["endpoint"] = bmc.endpoint
-        cluster.kubectl("apply", "--server-side", "-f", str(root / "crds"))
-        cluster.kubectl(
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd",
-            "groups.lightsout.dev",
-            "nodes.lightsout.dev",
+        narrator.say(
+            f"control plane up at {lab.cluster.server}; Redfish emulator (sushy-tools) "
+            f"for {len(nodes)} servers at {lab.bmc.endpoint}; operator running"
         )
-        cluster.kubectl("create", "namespace", NAMESPACE)
-        items = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
-        cluster.kubectl("apply", "-n", NAMESPACE, "-f", "-", input=items)
-        narrator.say("CRDs installed, deploy/samples applied (all machines desired Off)")
-        operator.start()
-        narrator.say("operator running; every machine starts Off:")
+        narrator.say("deploy/samples applied with every machine desired Off:")
         for node in nodes:
             narrator.wait(node["metadata"]["name"], "Off")
         narrator.show("get", "lightsout", "-n", NAMESPACE)
-
-        power_cycle(narrator, bmc, systems[0].uuid, "big-box")
+        power_cycle(narrator, lab.bmc, lab.system_id("big-box"), "big-box")
         if keep:
             print(
-                f"Left running. export KUBECONFIG={cluster.kubeconfig}\n"
+                f"Left running. export KUBECONFIG={lab.cluster.kubeconfig}\n"
                 f"  kubectl get lightsout -n {NAMESPACE}\n"
                 f"  kubectl patch lsn small-box -n {NAMESPACE} --type merge "
                 '-p \'{"spec":{"desiredPowerState":"On"}}\''
@@ -192,14 +142,10 @@ def run_demo(keep: bool = False) -> int:
             return 0
     except Exception as exc:
         narrator.say(f"demo failed: {exc}")
-        print(operator.tail())
+        print(lab.operator.tail())
         return 1
     finally:
         if not keep:
-            operator.stop()
-            simulator.stop()
-            agent.stop()
-            bmc.stop()
-            cluster.destroy()
+            lab.stop()
             narrator.say("cleaned up")
     return 0

@@ -1,0 +1,115 @@
+"""A whole Lights-Out installation on one machine: the `make demo` and `make bench` stage.
+
+Starts, in order: the control plane, a sushy-tools Redfish BMC emulating the given servers, the
+stand-in kubelet that runs action Jobs, the machine simulator that registers a server's core
+Node once its BMC says On, the CRDs, a namespace with the given objects, and the operator.
+`stop()` takes everything down again in reverse order, even after a failure half-way.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lightsout.devcluster.binaries import repo_root
+from lightsout.devcluster.cluster import Cluster
+from lightsout.devcluster.kubelet import JOB_PLACEMENT_ENV, KubeletAgent, runner_image_env
+from lightsout.devcluster.machines import MachineSimulator, SimMachine
+from lightsout.devcluster.operator_process import OperatorProcess
+from lightsout.devcluster.sushy import FakeSystem, SushyEmulator
+
+CRDS = ("groups.lightsout.dev", "nodes.lightsout.dev")
+
+
+@dataclass
+class Lab:
+    """Everything running; `nodes` are Lights-Out Node manifests with Redfish drivers."""
+
+    objects: Sequence[dict[str, Any]]
+    namespace: str = "lightsout-demo"
+    username: str = "admin"
+    password: str = "lights-out-demo"
+    boot_seconds: float = 3.0
+    operator_env: Mapping[str, str] = field(default_factory=dict)
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="lightsout-lab-")))
+    cluster: Cluster | None = None
+    bmc: SushyEmulator | None = None
+    agent: KubeletAgent | None = None
+    simulator: MachineSimulator | None = None
+    operator: OperatorProcess | None = None
+
+    @property
+    def nodes(self) -> list[dict[str, Any]]:
+        return [obj for obj in self.objects if obj.get("kind") == "Node"]
+
+    def system_id(self, node_name: str) -> str:
+        node = next(n for n in self.nodes if n["metadata"]["name"] == node_name)
+        return str(node["spec"]["driver"]["redfish"]["systemId"])
+
+    def start(self) -> Lab:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        root = repo_root()
+        self.cluster = cluster = Cluster(directory=self.workdir / "cluster").start()
+        systems = [
+            FakeSystem(uuid=self.system_id(n["metadata"]["name"]), name=n["metadata"]["name"])
+            for n in self.nodes
+        ]
+        self.bmc = bmc = SushyEmulator(
+            systems, username=self.username, password=self.password
+        ).start()
+        for node in self.nodes:
+            node["spec"]["driver"]["redfish"]["endpoint"] = bmc.endpoint
+        api = cluster.api_client()
+        self.agent = KubeletAgent(
+            api=api, image_env=runner_image_env(root), log_dir=self.workdir
+        ).start()
+        self.simulator = MachineSimulator(
+            api=api,
+            machines=[
+                SimMachine(
+                    node_name=n["spec"]["kubernetesNodeName"],
+                    provider_id=f"lightsout://{self.namespace}/{n['metadata']['name']}",
+                    power=bmc.power_reader(self.system_id(n["metadata"]["name"])),
+                    capacity={
+                        k: str(v)
+                        for k, v in (n["spec"].get("resources") or {}).items()
+                        if k != "extended"
+                    },
+                    boot_seconds=self.boot_seconds,
+                )
+                for n in self.nodes
+            ],
+        ).start()
+        cluster.kubectl("apply", "--server-side", "-f", str(root / "crds"))
+        cluster.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{c}" for c in CRDS)
+        )
+        cluster.kubectl("create", "namespace", self.namespace)
+        items = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(self.objects)})
+        cluster.kubectl("apply", "-n", self.namespace, "-f", "-", input=items)
+        self.operator = OperatorProcess(
+            cluster=cluster,
+            namespaces=(self.namespace,),
+            log_dir=self.workdir,
+            identity="lab-operator",
+            extra_env={**JOB_PLACEMENT_ENV, **self.operator_env},
+        )
+        self.operator.start()
+
+    def stop(self) -> None:
+        for part in (self.operator, self.simulator, self.agent, self.bmc):
+            if part is not None:
+                part.stop()
+        if self.cluster is not None:
+            self.cluster.destroy()
