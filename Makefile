@@ -2,7 +2,8 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-PYTHON312 ?= $(shell PYENV_VERSION=3.12.1 command -v python3.12 >/dev/null 2>&1 && echo "env PYENV_VERSION=3.12.1 python3.12" || echo python3.12)
+# Python 3.12 (the full `ansible` package needs it): pyenv's 3.12.x when present, else PATH's.
+PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12) python3.12)
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
 .PHONY: setup binaries test test-unit test-e2e test-molecule lint crds demo bench clean

@@ -10,6 +10,9 @@ KWOK_VERSION=v0.7.0
 cache=${LIGHTSOUT_CACHE:-$HOME/.cache/lightsout}
 bin="$cache/bin/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
 mkdir -p "$bin"
+# Go may be installed outside a non-login shell's PATH.
+command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"
+command -v go >/dev/null || { echo "Go >= 1.24 is needed to build the control plane" >&2; exit 1; }
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 # The checksum database does not list k8s.io/externaljwt v0.34.9; go.sum pins its hash instead.
 export GONOSUMDB=k8s.io/externaljwt
