@@ -196,9 +196,9 @@ def test_refused_power_off_fails_with_the_bmc_message(tmp_path: Path) -> None:
 def test_unsupported_driver_fails_clearly(tmp_path: Path) -> None:
     system = new_system("Off")
     with SushyEmulator([system]) as bmc:
-        run = run_runner(tmp_path, bmc, system.uuid, "startup", driver="ipmi")
+        run = run_runner(tmp_path, bmc, system.uuid, "startup", driver="nosuch")
         assert run.returncode == 1, run.explain()
-        assert "Driver 'ipmi' is not supported" in run.result["message"]
+        assert "Driver 'nosuch' is not supported" in run.result["message"]
         assert bmc.count_power_requests() == 0
 
 

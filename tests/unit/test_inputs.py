@@ -203,6 +203,26 @@ def test_extravars_carry_parameters_but_no_credentials() -> None:
     assert extravars.credentials_secret(n["spec"]) == ("bmc", None)
 
 
+def test_other_drivers_pass_key_names_and_group_but_no_values() -> None:
+    n = node()
+    n["spec"]["driver"] = {
+        "proxmox": {
+            "endpoint": "https://pve:8006",
+            "node": "pve1",
+            "credentialsSecretRef": {"name": "pve", "tokenIdKey": "id", "tokenSecretKey": "tok"},
+        }
+    }
+    out = extravars.action_extravars(n, "provision")
+    block = out["lightsout_proxmox"]
+    assert block["credentialsSecretRef"] == {
+        "name": "pve",
+        "tokenIdKey": "id",
+        "tokenSecretKey": "tok",
+    }
+    assert out["lightsout_group"] == n["spec"]["group"]
+    assert extravars.credentials_secret(n["spec"]) == ("pve", None)
+
+
 def test_group_counts_sort_machines_by_phase_and_intent() -> None:
     from lightsout.handlers.group import group_counts
 

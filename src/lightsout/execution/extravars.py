@@ -1,8 +1,8 @@
 """The extravars contract between the operator and the shipped playbooks (pure).
 
 Called by the actuator when it builds an action Job. The machine's parameters become extravars
-(see playbooks/README.md); credentials never do: only the Secret's *name* leaves this module,
-and the Job mounts that Secret as files under `lightsout_credentials_dir`.
+(see playbooks/README.md); credentials never do: only Secret *names* and *key names* leave this
+module, and the Job mounts that Secret as files under `lightsout_credentials_dir`.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ def action_extravars(node: Mapping[str, Any], action: str) -> dict[str, Any]:
             "namespace": node["metadata"]["namespace"],
             "kubernetes_node_name": spec.get("kubernetesNodeName"),
         },
+        "lightsout_group": spec.get("group"),
         "lightsout_action": action,
         "lightsout_driver": kind,
         "lightsout_credentials_dir": CREDENTIALS_DIR,
@@ -61,6 +62,7 @@ def action_extravars(node: Mapping[str, Any], action: str) -> dict[str, Any]:
     if kind == "redfish":
         out["lightsout_redfish"] = _redfish(block)
     elif kind:
-        # Other drivers pass their block through unchanged (minus Secret references).
-        out[f"lightsout_{kind}"] = {k: v for k, v in block.items() if not k.endswith("SecretRef")}
+        # Other drivers pass their block through unchanged: its Secret references hold only
+        # names (which Secret, which key = which mounted file), never a credential value.
+        out[f"lightsout_{kind}"] = dict(block)
     return out

@@ -1,0 +1,223 @@
+"""The built-in autoscaler's planner: `plan(snapshot, now) -> Plan`. Pure; no I/O, no clock.
+
+The autoscaler handler calls it whenever a watched pod, node or Lights-Out object changes
+(event-driven, no polling loop), with a `Snapshot` from `lightsout.state.snapshot_from` and the
+current time, then applies the returned actions (`spec.desiredPowerState`, unless dry-run),
+persists `Plan.unneeded_since` and emits the explanations as events; `lightsout plan` prints the
+same `Plan` without applying it.
+
+In order:
+
+1. No decision on an incomplete snapshot: a missing pod list looks like an idle cluster.
+2. Pending Unschedulable pods (DaemonSet pods aside: they target one node) are grouped by their
+   scheduling requirements and placed on capacity that exists or is coming
+   (`scaleup.absorb`), then on a set of powered-off machines (`scaleup.choose`); what is left
+   gets an explanation naming each machine's reason (`explain.Explainer`).
+3. Groups below minNodes are topped up with their cheapest machines (`scaleup.top_up`).
+4. Unneeded Ready machines are found and, past their timers, powered off (`scaledown`).
+
+Only machines of Groups whose `autoscaler` is `builtin`, with `spec.autoscaling.enabled`, are
+ever acted on; every other machine still counts as the capacity it is.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+
+from lightsout.models.enums import Autoscaler
+from lightsout.planning.cluster import (
+    Availability,
+    Cluster,
+    PodClass,
+    build_cluster,
+    pod_weights,
+    since_verdict,
+)
+from lightsout.planning.decisions import Explanations, Plan, PowerOff, PowerOn, ScaleAction
+from lightsout.planning.explain import Explainer
+from lightsout.planning.policy import EnergyModel, describe
+from lightsout.planning.scaledown import scale_down
+from lightsout.planning.scaleup import Chosen, absorb, choose, eligible_classes, room_of, top_up
+from lightsout.state.types import ObjectKey, Pod, SchedulingRequirements, Snapshot
+
+WAITING_FOR_SYNC = "waiting for every watch to sync: no decision on a partial view of the cluster"
+
+
+def plan(snapshot: Snapshot, now: datetime) -> Plan:
+    """Decide which machines to power on and off, and explain every decision and non-decision."""
+    if not snapshot.complete:
+        groups = {group.key: (WAITING_FOR_SYNC,) for group in snapshot.groups}
+        return Plan(
+            explanations=Explanations(groups=groups),
+            unneeded_since=dict(snapshot.unneeded_since),
+            decided=False,
+            summary=WAITING_FOR_SYNC,
+        )
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)  # API times are aware; a naive clock is taken as UTC
+    cluster = build_cluster(snapshot, now)
+    energy = EnergyModel.of(snapshot.machines, snapshot.groups)
+    pod_notes: dict[ObjectKey, str] = {}
+
+    classes = _classes(cluster, pod_notes)
+    skipped = len(pod_notes)  # DaemonSet pods
+    absorb(cluster, classes, pod_notes)
+    absorbed = len(pod_notes) - skipped
+    room = room_of(cluster)
+    wanting = eligible_classes(cluster, classes)
+    chosen = choose(cluster, wanting, room, energy)
+    minimum = top_up(cluster, chosen, room, energy)
+
+    actions: list[ScaleAction] = []
+    machine_notes: dict[ObjectKey, list[str]] = defaultdict(list)
+    for entry in chosen:
+        actions.append(_power_on(entry, pod_notes))
+    for info, reason in minimum:
+        assert info.group is not None
+        actions.append(PowerOn(info.key, info.group.key, reason, (), info.group.dry_run))
+    for action in actions:
+        machine_notes[action.machine].append(f"powering on: {action.reason}")
+
+    planned = {action.machine: action.group for action in actions}
+    explainer = Explainer(cluster, room, planned)
+    blocked = 0
+    for cls in wanting:
+        if cls.remaining:
+            text = explainer.why_not(cls)
+            blocked += cls.remaining
+            pod_notes.update((pod.key, text) for pod in cls.rest())
+
+    scaling_up = set(planned.values())
+    down = scale_down(
+        cluster, energy, snapshot.disruption_budgets, dict(snapshot.unneeded_since), scaling_up
+    )
+    actions.extend(down.actions)
+    for key, note in down.notes.items():
+        machine_notes[key].append(note)
+    _machine_states(cluster, machine_notes, explainer, room)
+
+    placed = sum(len(entry.pods) for entry in chosen)
+    summary = (
+        f"{len(actions) - len(down.actions)} power-on(s), {len(down.actions)} power-off(s); "
+        f"{len(cluster.pending)} pending pod(s): {absorbed} expected on existing or incoming "
+        f"capacity, {placed} on machines being powered on, {blocked} without capacity"
+    )
+    return Plan(
+        actions=tuple(actions),
+        explanations=Explanations(
+            groups=_group_notes(cluster, actions, explainer, room),
+            machines={key: tuple(notes) for key, notes in machine_notes.items()},
+            pods={key: (note,) for key, note in pod_notes.items()},
+        ),
+        unneeded_since=down.unneeded_since,
+        summary=summary,
+    )
+
+
+def _classes(cluster: Cluster, notes: dict[ObjectKey, str]) -> list[PodClass]:
+    """Pending pods grouped by scheduling requirements, oldest verdict first within a class,
+    heaviest class first."""
+    by_req: dict[SchedulingRequirements, list[Pod]] = {}
+    for pod in cluster.pending:
+        if pod.daemonset:
+            notes[pod.key] = "a DaemonSet pod targets one node; it never calls for a new machine"
+            continue
+        by_req.setdefault(pod.scheduling, []).append(pod)
+    now = cluster.now
+    classes = [
+        PodClass(i, req, sorted(pods, key=lambda p: (-since_verdict(p, now), p.key)))
+        for i, (req, pods) in enumerate(by_req.items())
+    ]
+    capacities = [b.view.allocatable.as_dict() for b in cluster.ready_bins]
+    capacities += [i.view.allocatable.as_dict() for i in cluster.infos if i.view is not None]
+    pod_weights(classes, capacities)
+    classes.sort(key=lambda c: (-c.weight, c.pods[0].key))
+    return classes
+
+
+def _power_on(entry: Chosen, pod_notes: dict[ObjectKey, str]) -> PowerOn:
+    info = entry.bin.info
+    assert info is not None and info.group is not None
+    keys = tuple(pod.key for pod in entry.pods)
+    shown = ", ".join(str(key) for key in keys[:3]) + (
+        f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+    )
+    reason = f"{len(keys)} pending pod(s) need it ({shown}); {describe(entry.fill, len(keys))}"
+    note = f"powering on machine {info.key.name} for it"
+    pod_notes.update((key, note) for key in keys)
+    return PowerOn(info.key, info.group.key, reason, keys, info.group.dry_run)
+
+
+def _machine_states(
+    cluster: Cluster,
+    notes: dict[ObjectKey, list[str]],
+    explainer: Explainer,
+    room: dict[ObjectKey, int],
+) -> None:
+    """A line for every machine the plan does not otherwise mention."""
+    for info in cluster.infos:
+        if notes.get(info.key):
+            continue
+        group = info.group
+        if group is None:
+            notes[info.key].append(f"group {info.machine.group} not found: not autoscaled")
+        elif group.autoscaler is not Autoscaler.BUILTIN:
+            notes[info.key].append(f"group {group.key.name} is sized by {group.autoscaler}")
+        elif not info.machine.autoscaling_enabled:
+            notes[info.key].append(f"pinned (autoscaling.enabled=false): {info.state}")
+        elif info.view is None:
+            notes[info.key].append("capacity unknown: set spec.resources to autoscale it")
+        elif info.availability is not Availability.OFF:
+            notes[info.key].append(info.state)
+        elif room.get(group.key, 0) <= 0:
+            notes[info.key].append(f"off: {explainer.group_limit(group.key)}")
+        else:
+            notes[info.key].append("off: no pending pod needs it")
+
+
+def _group_notes(
+    cluster: Cluster,
+    actions: list[ScaleAction],
+    explainer: Explainer,
+    room: dict[ObjectKey, int],
+) -> dict[ObjectKey, tuple[str, ...]]:
+    counts: dict[ObjectKey, dict[Availability, int]] = defaultdict(lambda: defaultdict(int))
+    for info in cluster.infos:
+        counts[info.machine.group_key][info.availability] += 1
+    out: dict[ObjectKey, tuple[str, ...]] = {}
+    for key, group in sorted(cluster.groups.items()):
+        c = counts[key]
+        lines = [
+            f"{group.autoscaler}, {group.selection_policy}: {c[Availability.READY]} ready, "
+            f"{c[Availability.COMING]} powering on, {c[Availability.GOING]} powering off, "
+            f"{c[Availability.OFF]} off, {c[Availability.FAILED]} failed "
+            f"(minNodes {group.min_nodes}, maxNodes {group.max_nodes})"
+        ]
+        if group.autoscaler is not Autoscaler.BUILTIN:
+            lines.append(f"sized by {group.autoscaler}: the built-in planner leaves it alone")
+            out[key] = tuple(lines)
+            continue
+        if group.dry_run:
+            lines.append("dryRun: the actions below are planned, not applied")
+        ons = [a.machine.name for a in actions if isinstance(a, PowerOn) and a.group == key]
+        offs = [a.machine.name for a in actions if isinstance(a, PowerOff) and a.group == key]
+        if ons:
+            lines.append(f"powering on {', '.join(ons)}")
+        if offs:
+            lines.append(f"powering off {', '.join(offs)}")
+        active = cluster.active.get(key, 0)
+        if active + len(ons) < group.min_nodes:
+            lines.append(
+                f"below minNodes ({active + len(ons)} of {group.min_nodes} on or coming): "
+                "no further machine may be powered on now"
+            )
+        if active > group.max_nodes:
+            lines.append(f"above maxNodes ({active} on): no power-on until it is back under")
+        elif room.get(key, 0) <= 0:
+            lines.append(f"no further power-on now: {explainer.group_limit(key)}")
+        out[key] = tuple(lines)
+    return out
+
+
+__all__ = ["WAITING_FOR_SYNC", "plan"]

@@ -1,0 +1,349 @@
+"""The planner's working model of one snapshot: machines classified, capacity as bins, pending
+pods grouped into classes of identical scheduling requirements.
+
+`lightsout.planning.autoscale.plan` builds a `Cluster` once per call and hands it to the scale-up
+(`planning.scaleup`) and scale-down (`planning.scaledown`) passes, which place pods into its bins.
+Bins and classes are deliberately mutable scratch space local to one `plan` call; nothing here
+outlives it, so `plan` stays a pure function of (snapshot, now).
+
+Speed comes from two ideas: pods with equal `SchedulingRequirements` form one `PodClass` placed
+by count (how many fit = the minimum over resources of free // request), and nodes are reduced
+to a `shape` (labels, taints, cordon) so each (class, shape) placement check runs once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from lightsout.models.enums import Autoscaler, Phase, PowerState
+from lightsout.planning.scheduling import (
+    HOSTNAME_LABEL,
+    NodeView,
+    placement_reasons,
+    view_of_machine,
+)
+from lightsout.state.resources import PODS
+from lightsout.state.types import (
+    CoreNode,
+    Group,
+    Machine,
+    ObjectKey,
+    Pod,
+    SchedulingRequirements,
+    Snapshot,
+)
+
+#: How long after a pod's Unschedulable verdict, or after a node became Ready, the planner
+#: believes its own simulation over the scheduler's "no": long enough for the scheduler to
+#: retry (its backoff tops out at 10 s and node events requeue at once), short enough that a
+#: constraint the simulation does not model (pod anti-affinity, topology spread) only delays a
+#: power-on by this much instead of blocking it for ever.
+SCHEDULER_GRACE = timedelta(seconds=30)
+
+
+class Availability(StrEnum):
+    READY = "Ready"  # on, core Node Ready: capacity now
+    COMING = "Coming"  # desired On, not Ready yet: capacity in flight
+    GOING = "Going"  # desired Off, not off yet: leaving
+    OFF = "Off"  # off: may be powered on
+    FAILED = "Failed"
+    UNAVAILABLE = "Unavailable"  # on paper, but not usable (phase Unknown, core Node NotReady)
+
+
+@dataclass(eq=False)
+class MachineInfo:
+    machine: Machine
+    group: Group | None
+    availability: Availability
+    state: str  # a few words for explanations: "Ready", "powering on (Booting)", ...
+    node: CoreNode | None
+    #: The machine's node with no workload but its DaemonSets; None when capacity is unknown.
+    view: NodeView | None
+    shape: Hashable = None
+
+    @property
+    def key(self) -> ObjectKey:
+        return self.machine.key
+
+    @property
+    def managed(self) -> bool:
+        """The built-in autoscaler may change this machine's power state."""
+        return (
+            self.group is not None
+            and self.group.autoscaler is Autoscaler.BUILTIN
+            and self.machine.autoscaling_enabled
+        )
+
+    @property
+    def active(self) -> bool:
+        """Counts as on for minNodes/maxNodes: on, or on its way."""
+        return self.availability in (Availability.READY, Availability.COMING) or (
+            self.availability is Availability.UNAVAILABLE and self.machine.desired is PowerState.ON
+        )
+
+
+@dataclass(eq=False)
+class PodClass:
+    """Pending pods with identical scheduling requirements, oldest verdict first. Pods are taken
+    from the back (youngest) for capacity that already exists and from the front (oldest) for
+    new machines, so the pods that have waited longest are the ones new machines are for."""
+
+    id: int
+    req: SchedulingRequirements
+    pods: list[Pod]
+    weight: float = 0.0
+    #: Groups whose scale-up window these pods are past (set for the scale-up pass).
+    eligible: frozenset[ObjectKey] = frozenset()
+    lo: int = 0
+    hi: int = -1
+
+    def __post_init__(self) -> None:
+        self.demand = tuple((k, v) for k, v in self.req.requests if v > 0)
+        self.static_key = (self.req.node_selector, self.req.affinity, self.req.tolerations)
+        if self.hi < 0:
+            self.hi = len(self.pods)
+
+    @property
+    def remaining(self) -> int:
+        return self.hi - self.lo
+
+    def rest(self) -> list[Pod]:
+        return self.pods[self.lo : self.hi]
+
+    def take_front(self, count: int) -> list[Pod]:
+        taken = self.pods[self.lo : self.lo + count]
+        self.lo += count
+        return taken
+
+    def take_back(self, count: int) -> list[Pod]:
+        taken = self.pods[self.hi - count : self.hi]
+        self.hi -= count
+        return taken
+
+
+@dataclass(eq=False)
+class Bin:
+    """Free capacity of one node (real or simulated) during a `plan` call."""
+
+    name: str
+    view: NodeView
+    shape: Hashable
+    free: dict[str, int]
+    info: MachineInfo | None = None
+    ready_since: datetime | None = None
+    #: Pending pods simulated onto this bin, by class id.
+    placed: dict[int, list[Pod]] = field(default_factory=dict)
+
+    @property
+    def group_key(self) -> ObjectKey | None:
+        return self.info.group.key if self.info and self.info.group else None
+
+    def add(self, cls: PodClass, pods: list[Pod]) -> None:
+        for name, value in cls.demand:
+            self.free[name] = self.free.get(name, 0) - value * len(pods)
+        self.placed.setdefault(cls.id, []).extend(pods)
+
+    def remove(self, cls: PodClass, count: int) -> list[Pod]:
+        pods = self.placed[cls.id]
+        moved, self.placed[cls.id] = pods[len(pods) - count :], pods[: len(pods) - count]
+        if not self.placed[cls.id]:
+            del self.placed[cls.id]
+        for name, value in cls.demand:
+            self.free[name] = self.free.get(name, 0) + value * count
+        return moved
+
+
+def count_fit(demand: Iterable[tuple[str, int]], free: Mapping[str, int]) -> int:
+    """How many pods requesting `demand` fit into `free` (every pod requests `pods: 1`, so the
+    answer is always bounded)."""
+    best = 1 << 62
+    for name, value in demand:
+        have = free.get(name, 0)
+        if have < value:
+            return 0
+        best = min(best, have // value)
+    return best
+
+
+class Placer:
+    """Placement checks (selector, affinity, taints, cordon) cached by (class, node shape)."""
+
+    def __init__(self, named: frozenset[str] | None) -> None:
+        # A node's name (and hostname label) only belongs in its shape when some pod picks
+        # nodes by that name; otherwise a thousand identical machines collapse into one shape
+        # and one check. `named` is None when any name might matter.
+        self.named = named
+        self._cache: dict[tuple[Hashable, Hashable], tuple[str, ...]] = {}
+
+    def shape(self, view: NodeView) -> Hashable:
+        named = self.named is None or view.name in self.named
+        labels = view.labels
+        if not named:
+            labels = {k: v for k, v in labels.items() if k != HOSTNAME_LABEL}
+        return (tuple(sorted(labels.items())), view.taints, view.unschedulable, named and view.name)
+
+    def reasons(self, cls: PodClass, shape: Hashable, view: NodeView) -> tuple[str, ...]:
+        key = (cls.static_key, shape)
+        found = self._cache.get(key)
+        if found is None:
+            found = self._cache[key] = tuple(placement_reasons(cls.req, view))
+        return found
+
+    def capacity(self, cls: PodClass, target: Bin) -> int:
+        if self.reasons(cls, target.shape, target.view):
+            return 0
+        return count_fit(cls.demand, target.free)
+
+
+@dataclass(eq=False)
+class Cluster:
+    now: datetime
+    infos: list[MachineInfo]
+    groups: dict[ObjectKey, Group]
+    pods_by_node: dict[str, list[Pod]]
+    ready_bins: list[Bin]
+    coming_bins: list[Bin]
+    pending: list[Pod]
+    placer: Placer
+    #: Per Group: machines on or coming (for min/max), power-ons and power-offs in flight.
+    active: dict[ObjectKey, int]
+    coming: dict[ObjectKey, int]
+    going: dict[ObjectKey, int]
+
+
+def classify(machine: Machine, node: CoreNode | None) -> tuple[Availability, str]:
+    phase = machine.phase
+    if phase is Phase.FAILED:
+        return Availability.FAILED, "Failed"
+    if phase is Phase.UNKNOWN:
+        return Availability.UNAVAILABLE, "phase Unknown"
+    if machine.desired is PowerState.ON:
+        if phase is Phase.READY:
+            if node is not None and node.ready and not node.deleting:
+                return Availability.READY, "Ready"
+            return (
+                Availability.UNAVAILABLE,
+                f"Ready, but core node {machine.kubernetes_node_name} is not",
+            )
+        return Availability.COMING, f"powering on ({phase or 'requested'})"
+    if phase in (None, Phase.OFF):
+        return Availability.OFF, "Off"
+    return Availability.GOING, f"powering off ({phase})"
+
+
+def named_nodes(pods: Iterable[Pod]) -> frozenset[str] | None:
+    """The node names pods select by (hostname label or metadata.name field), or None when
+    some pod uses a name in a way that makes every name matter (NotIn, Exists, ...)."""
+    named: set[str] = set()
+    seen: set[SchedulingRequirements] = set()
+    for pod in pods:
+        req = pod.scheduling
+        if req in seen:
+            continue
+        seen.add(req)
+        named.update(value for key, value in req.node_selector if key == HOSTNAME_LABEL)
+        for term in req.affinity or ():
+            by_name = [r for r in term.match_expressions if r.key == HOSTNAME_LABEL]
+            for requirement in (*by_name, *term.match_fields):
+                if requirement.operator != "In":
+                    return None
+                named.update(requirement.values)
+    return frozenset(named)
+
+
+def build_cluster(snapshot: Snapshot, now: datetime) -> Cluster:
+    groups = {group.key: group for group in snapshot.groups}
+    nodes = {node.name: node for node in snapshot.nodes}
+    pods_by_node: dict[str, list[Pod]] = defaultdict(list)
+    pending: list[Pod] = []
+    for pod in snapshot.pods:
+        if pod.node_name is not None:
+            if not pod.terminal:
+                pods_by_node[pod.node_name].append(pod)
+        elif pod.pending_unschedulable:
+            pending.append(pod)
+    placer = Placer(named_nodes(pending))
+
+    infos: list[MachineInfo] = []
+    active: dict[ObjectKey, int] = defaultdict(int)
+    coming: dict[ObjectKey, int] = defaultdict(int)
+    going: dict[ObjectKey, int] = defaultdict(int)
+    for machine in sorted(snapshot.machines, key=lambda m: m.key):
+        node = nodes.get(machine.kubernetes_node_name)
+        availability, state = classify(machine, node)
+        view = view_of_machine(machine, snapshot.daemonsets, node)
+        info = MachineInfo(machine, groups.get(machine.group_key), availability, state, node, view)
+        info.shape = placer.shape(view) if view is not None else None
+        infos.append(info)
+        active[machine.group_key] += info.active
+        coming[machine.group_key] += availability is Availability.COMING
+        going[machine.group_key] += availability is Availability.GOING
+
+    by_node = {info.machine.kubernetes_node_name: info for info in infos}
+    ready_bins: list[Bin] = []
+    for node in sorted(nodes.values(), key=lambda n: n.name):
+        owner = by_node.get(node.name)
+        if not node.ready or node.deleting or node.unschedulable:
+            continue
+        if owner is not None and owner.availability is not Availability.READY:
+            continue
+        free = node.allocatable.as_dict()
+        for pod in pods_by_node.get(node.name, ()):
+            for name, value in pod.requests:
+                free[name] = free.get(name, 0) - value
+        view = NodeView(node.name, node.labels, node.taints, node.allocatable)
+        since = node.ready_since
+        if owner is not None and owner.machine.phase_since is not None:
+            # A machine is only usable once the operator has labelled and uncordoned it (phase
+            # Ready), which can be long after its kubelet reported Ready.
+            since = max(since, owner.machine.phase_since) if since else owner.machine.phase_since
+        ready_bins.append(Bin(node.name, view, placer.shape(view), free, owner, since))
+
+    coming_bins: list[Bin] = []
+    for info in infos:
+        if info.availability is Availability.COMING and info.view is not None:
+            free = info.view.free.as_dict()
+            # DaemonSet pods are already in the view; pods bound early take the rest.
+            for pod in pods_by_node.get(info.machine.kubernetes_node_name, ()):
+                if not pod.daemonset:
+                    for name, value in pod.requests:
+                        free[name] = free.get(name, 0) - value
+            coming_bins.append(Bin(info.view.name, info.view, info.shape, free, info))
+
+    return Cluster(
+        now=now,
+        infos=infos,
+        groups=groups,
+        pods_by_node=dict(pods_by_node),
+        ready_bins=ready_bins,
+        coming_bins=coming_bins,
+        pending=pending,
+        placer=placer,
+        active=dict(active),
+        coming=dict(coming),
+        going=dict(going),
+    )
+
+
+def pod_weights(classes: Iterable[PodClass], capacities: Iterable[Mapping[str, int]]) -> None:
+    """Set each class's weight: its largest request as a share of the largest capacity of that
+    resource anywhere. Sorting by it is the "decreasing" of first-fit decreasing, and it is
+    the unit of demand the selection policies compare machines by."""
+    reference: dict[str, int] = {}
+    for capacity in capacities:
+        for name, value in capacity.items():
+            reference[name] = max(reference.get(name, 0), value)
+    for cls in classes:
+        shares = [v / reference[k] for k, v in cls.demand if reference.get(k, 0) > 0]
+        floor = 1 / reference[PODS] if reference.get(PODS) else 0.001
+        cls.weight = max([floor, *shares])
+
+
+def since_verdict(pod: Pod, now: datetime) -> float:
+    """Seconds since the scheduler declared the pod Unschedulable."""
+    since = pod.unschedulable_since or pod.created or now
+    return (now - since).total_seconds()

@@ -1,0 +1,68 @@
+"""What the autoscaling planner returns: power actions, explanations, unneeded-since times.
+
+`lightsout.planning.autoscale.plan` builds a `Plan`; the autoscaler handler applies its actions
+(setting `spec.desiredPowerState`, unless `dry_run`), records `Group.status.lastScaleUp/Down`,
+persists `unneeded_since`, and turns the explanations into events; `lightsout plan` prints them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from lightsout.state.types import ObjectKey
+
+
+@dataclass(frozen=True, slots=True)
+class PowerOn:
+    machine: ObjectKey
+    group: ObjectKey
+    reason: str
+    #: The pending pods this machine is powered on for (empty when it is for minNodes).
+    pods: tuple[ObjectKey, ...] = ()
+    #: The Group is in dryRun: explain, but do not change desiredPowerState.
+    dry_run: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PowerOff:
+    machine: ObjectKey
+    group: ObjectKey
+    reason: str
+    dry_run: bool = False
+
+
+type ScaleAction = PowerOn | PowerOff
+
+
+@dataclass(frozen=True)
+class Explanations:
+    """Why (or why not), per Group, per machine and per pending pod, in words a person reads."""
+
+    groups: Mapping[ObjectKey, tuple[str, ...]] = field(default_factory=dict)
+    machines: Mapping[ObjectKey, tuple[str, ...]] = field(default_factory=dict)
+    pods: Mapping[ObjectKey, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Plan:
+    actions: tuple[ScaleAction, ...] = ()
+    explanations: Explanations = field(default_factory=Explanations)
+    #: When each machine found unneeded now was first found so; machines not listed are needed.
+    #: The caller persists this and passes it back in the next snapshot.
+    unneeded_since: Mapping[ObjectKey, datetime] = field(default_factory=dict)
+    #: False when the planner refused to decide (the snapshot was incomplete).
+    decided: bool = True
+    summary: str = ""
+
+    @property
+    def power_on(self) -> tuple[PowerOn, ...]:
+        return tuple(a for a in self.actions if isinstance(a, PowerOn))
+
+    @property
+    def power_off(self) -> tuple[PowerOff, ...]:
+        return tuple(a for a in self.actions if isinstance(a, PowerOff))
+
+
+__all__ = ["Explanations", "Plan", "PowerOff", "PowerOn", "ScaleAction"]

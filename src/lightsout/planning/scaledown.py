@@ -1,0 +1,240 @@
+"""Scale-down: which Ready machines are unneeded, and which of those to power off now.
+
+Called by `lightsout.planning.autoscale.plan` after scale-up, on the bins scale-up left (pending
+pods already placed on them). A Ready machine of a builtin Group with autoscaling enabled is
+*unneeded* when:
+
+- no pending pod is expected to run on it (a machine powered on for a pod keeps it);
+- its utilisation (requests of pods other than DaemonSet and mirror pods over allocatable, the
+  larger of cpu and memory) is under the Group's scaleDown.utilizationThreshold;
+- none of its pods carries `lightsout.dev/do-not-disrupt: "true"`, lacks a controller (it would
+  not come back after eviction), or is selected by a PodDisruptionBudget allowing no disruption;
+- every such pod fits on the other Ready nodes. Machines are considered one by one and the
+  space their pods would take is reserved, so two machines never count on the same free space,
+  and a machine found unneeded no longer offers its own space to the others.
+
+An unneeded machine is powered off once it has been unneeded for scaleDown.unneededSeconds,
+outside scaleDown.stabilizationWindowSeconds after the Group's last scale-up (and never while
+the same plan powers machines on in its Group), without taking the Group below minNodes, and at
+most scaleDown.maxConcurrentOperations at once counting those already powering off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from lightsout.models.enums import Autoscaler
+from lightsout.planning.cluster import Availability, Bin, Cluster, MachineInfo, PodClass
+from lightsout.planning.decisions import PowerOff
+from lightsout.planning.policy import EnergyModel, power_off_rank
+from lightsout.planning.scheduling import selector_matches
+from lightsout.state.resources import CPU, MEMORY
+from lightsout.state.types import DO_NOT_DISRUPT, DisruptionBudget, ObjectKey, Pod
+
+
+@dataclass
+class ScaleDown:
+    actions: list[PowerOff] = field(default_factory=list)
+    unneeded_since: dict[ObjectKey, datetime] = field(default_factory=dict)
+    notes: dict[ObjectKey, str] = field(default_factory=dict)
+
+
+def scale_down(
+    cluster: Cluster,
+    energy: EnergyModel,
+    budgets: Sequence[DisruptionBudget],
+    previous: dict[ObjectKey, datetime],
+    scaling_up: set[ObjectKey],
+) -> ScaleDown:
+    result = ScaleDown()
+    bins = {b.name: b for b in cluster.ready_bins}
+    candidates: list[tuple[tuple[float, ...], MachineInfo, float]] = []
+    for info in cluster.infos:
+        group = info.group
+        if info.availability is not Availability.READY or group is None:
+            continue
+        if group.autoscaler is not Autoscaler.BUILTIN:
+            continue
+        if not info.machine.autoscaling_enabled:
+            result.notes[info.key] = (
+                "pinned (autoscaling.enabled=false): never powered off by the autoscaler"
+            )
+            continue
+        if not group.scale_down.enabled:
+            result.notes[info.key] = f"group {group.key.name} has scaleDown.enabled=false"
+            continue
+        utilisation = _utilisation(cluster, info)
+        order = power_off_rank(group.selection_policy, info.machine, group, energy)
+        candidates.append(((*order, utilisation), info, utilisation))
+    candidates.sort(key=lambda item: (item[0], item[1].key))
+
+    removed: set[str] = set()
+    unneeded: list[tuple[MachineInfo, float, int]] = []
+    for _, info, utilisation in candidates:
+        assert info.group is not None
+        threshold = info.group.scale_down.utilization_threshold
+        target = bins.get(info.machine.kubernetes_node_name)
+        movable = [
+            pod
+            for pod in cluster.pods_by_node.get(info.machine.kubernetes_node_name, ())
+            if not (pod.daemonset or pod.mirror or pod.terminal or pod.deleting)
+        ]
+        why = _needed(target, utilisation, threshold, movable, budgets)
+        if why is None:
+            why = _reschedule(cluster, info, movable, removed)
+        if why is not None:
+            result.notes[info.key] = f"needed: {why}"
+            continue
+        removed.add(info.machine.kubernetes_node_name)
+        unneeded.append((info, utilisation, len(movable)))
+
+    planned: dict[ObjectKey, int] = {}
+    for info, utilisation, pods in unneeded:
+        group = info.group
+        assert group is not None
+        since = previous.get(info.key, cluster.now)
+        result.unneeded_since[info.key] = since
+        elapsed = int((cluster.now - since).total_seconds())
+        why = _held_back(cluster, info, elapsed, planned.get(group.key, 0), scaling_up)
+        if why is not None:
+            result.notes[info.key] = f"unneeded, but {why}"
+            continue
+        planned[group.key] = planned.get(group.key, 0) + 1
+        moving = {0: "no pod to move", 1: "its 1 pod fits on another node"}.get(
+            pods, f"its {pods} pods fit on other nodes"
+        )
+        reason = (
+            f"unneeded for {elapsed}s: utilisation {utilisation:.0%} under "
+            f"{group.scale_down.utilization_threshold:.0%} and {moving}"
+        )
+        result.actions.append(PowerOff(info.key, group.key, reason, group.dry_run))
+        result.notes[info.key] = f"powering off: {reason}"
+    return result
+
+
+def _utilisation(cluster: Cluster, info: MachineInfo) -> float:
+    node = info.node
+    if node is None:
+        return 1.0
+    used: dict[str, int] = {}
+    for pod in cluster.pods_by_node.get(node.name, ()):
+        if not (pod.daemonset or pod.mirror):
+            for name in (CPU, MEMORY):
+                used[name] = used.get(name, 0) + pod.requests.get(name)
+    shares = [
+        used.get(name, 0) / node.allocatable.get(name)
+        for name in (CPU, MEMORY)
+        if node.allocatable.get(name) > 0
+    ]
+    return max(shares, default=1.0)
+
+
+def _needed(
+    target: Bin | None,
+    utilisation: float,
+    threshold: float,
+    movable: list[Pod],
+    budgets: Sequence[DisruptionBudget],
+) -> str | None:
+    """Why the machine is needed whatever the other nodes offer, or None."""
+    if target is None:
+        return "its node is cordoned or not schedulable; left as it is"
+    if target.placed:
+        waiting = [pod.key for pods in target.placed.values() for pod in pods]
+        return f"pending pods are expected to run here ({_list(waiting)})"
+    if utilisation >= threshold:
+        return f"utilisation {utilisation:.0%} is not under the threshold {threshold:.0%}"
+    for pod in movable:
+        if pod.do_not_disrupt:
+            return f"pod {pod.key} has {DO_NOT_DISRUPT}=true"
+        if pod.owner_kind is None:
+            return f"pod {pod.key} has no controller and would not come back after eviction"
+        for budget in budgets:
+            if budget.key.namespace != pod.key.namespace:
+                continue
+            if (budget.disruptions_allowed or 0) > 0:
+                continue
+            if selector_matches(budget.selector, pod.labels):
+                return f"PodDisruptionBudget {budget.key} allows no disruption (pod {pod.key})"
+    return None
+
+
+def _reschedule(
+    cluster: Cluster,
+    info: MachineInfo,
+    movable: list[Pod],
+    removed: set[str],
+) -> str | None:
+    """Reserve room on the other Ready nodes for the machine's pods; None when all fit (the
+    room stays reserved), else why not (nothing reserved)."""
+    own = info.machine.kubernetes_node_name
+    by_req: dict[object, list[Pod]] = {}
+    for pod in movable:
+        by_req.setdefault(pod.scheduling, []).append(pod)
+    classes = [PodClass(i, pods[0].scheduling, pods) for i, pods in enumerate(by_req.values())]
+    classes.sort(key=lambda c: (-c.req.requests.get(CPU), -c.req.requests.get(MEMORY)))
+    placer = cluster.placer
+    reserved: list[tuple[Bin, PodClass, int]] = []
+    for cls in classes:
+        for target in cluster.ready_bins:
+            if not cls.remaining:
+                break
+            if target.name == own or target.name in removed:
+                continue
+            count = min(cls.remaining, placer.capacity(cls, target))
+            if count:
+                cls.take_front(count)
+                _reserve(target, cls, count)
+                reserved.append((target, cls, count))
+        if cls.remaining:
+            for target, other, count in reserved:
+                _reserve(target, other, -count)
+            return f"pod {cls.rest()[0].key} would not fit on any other Ready node"
+    return None
+
+
+def _reserve(target: Bin, cls: PodClass, count: int) -> None:
+    """Take (or, with a negative count, give back) room for `count` pods of `cls`. Pods that
+    would move here are not pending pods, so `Bin.placed` does not list them."""
+    for name, value in cls.demand:
+        target.free[name] = target.free.get(name, 0) - value * count
+
+
+def _held_back(
+    cluster: Cluster,
+    info: MachineInfo,
+    elapsed: int,
+    planned: int,
+    scaling_up: set[ObjectKey],
+) -> str | None:
+    group = info.group
+    assert group is not None
+    policy = group.scale_down
+    if elapsed < policy.unneeded_seconds:
+        return f"only for {elapsed}s of {policy.unneeded_seconds}s (scaleDown.unneededSeconds)"
+    if group.key in scaling_up:
+        return f"group {group.key.name} is scaling up in this plan"
+    if group.last_scale_up is not None:
+        since = int((cluster.now - group.last_scale_up).total_seconds())
+        if since < policy.stabilization_seconds:
+            return (
+                f"within the stabilisation window: group {group.key.name} scaled up {since}s ago "
+                f"(scaleDown.stabilizationWindowSeconds {policy.stabilization_seconds})"
+            )
+    active = cluster.active.get(group.key, 0) - planned
+    if active - 1 < group.min_nodes:
+        return f"group {group.key.name} is at minNodes ({active} on, minimum {group.min_nodes})"
+    in_flight = cluster.going.get(group.key, 0) + planned
+    if in_flight >= policy.max_concurrent:
+        return (
+            f"group {group.key.name} has {in_flight} power-offs in flight "
+            f"(scaleDown.maxConcurrentOperations {policy.max_concurrent})"
+        )
+    return None
+
+
+def _list(keys: list[ObjectKey], shown: int = 3) -> str:
+    names = ", ".join(str(key) for key in keys[:shown])
+    return names if len(keys) <= shown else f"{names} and {len(keys) - shown} more"

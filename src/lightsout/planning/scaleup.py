@@ -1,0 +1,332 @@
+"""Scale-up: which powered-off machines to power on so that pending pods can run.
+
+Called by `lightsout.planning.autoscale.plan` in three steps:
+
+1. `absorb`: capacity that exists or is on its way takes pending pods first — machines already
+   powering on (their pods placed virtually, so a second machine is not started for them), and
+   Ready nodes the scheduler may not have tried yet (see `cluster.SCHEDULER_GRACE`).
+2. `choose`: the rest are bin-packed onto a *set* of powered-off machines. Greedy: at each step
+   every distinct candidate (identical machines collapse into one offer) is filled first-fit
+   decreasing with the remaining pods; each Group's selection policy picks its best offer,
+   `policy.best` picks among Groups; identical machines that would be filled identically are
+   taken in one step. Each Group's room (maxNodes, and scaleUp.maxConcurrentOperations less the
+   power-ons in flight) bounds it. Then machines whose pods fit on the others are dropped.
+3. `top_up`: Groups below minNodes get their cheapest machines powered on.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from lightsout.models.enums import Autoscaler, SelectionPolicy
+from lightsout.planning.cluster import (
+    SCHEDULER_GRACE,
+    Availability,
+    Bin,
+    Cluster,
+    MachineInfo,
+    PodClass,
+    count_fit,
+    since_verdict,
+)
+from lightsout.planning.packing import drop_redundant
+from lightsout.planning.policy import EnergyModel, Fill, best, fill_of, idle_rank, rank
+from lightsout.state.types import Group, ObjectKey, Pod
+
+
+@dataclass(eq=False)
+class Offer:
+    """Identical powered-off machines of one Group, tried as one candidate."""
+
+    group: Group
+    machines: list[MachineInfo]
+    allocatable: dict[str, int]
+    #: Room on an empty machine: allocatable less its DaemonSet pods.
+    empty: dict[str, int]
+    taken: int = 0
+    #: The last simulated fill, reused until `_Simulated.stale`.
+    cached: _Simulated | None = None
+    #: Nothing pending fits: pods only ever leave, so nothing ever will.
+    spent: bool = False
+    #: Some class the cached fill took pods from has lost pods since.
+    dirty: bool = True
+
+    @property
+    def first(self) -> MachineInfo:
+        return self.machines[self.taken]
+
+    @property
+    def left(self) -> int:
+        return len(self.machines) - self.taken
+
+
+@dataclass(eq=False)
+class _Simulated:
+    """One empty machine of an offer filled first-fit decreasing with the remaining pods."""
+
+    #: (class, pods placed, the class's remaining count when simulated)
+    placed: list[tuple[PodClass, int, int]]
+    fill: Fill
+    rank: tuple[float, ...]
+
+    def stale(self) -> bool:
+        """Whether filling again could differ. A class that was capped by room gives the same
+        count while it still has that many pods; one that ran out must not have changed."""
+        return any(
+            cls.remaining != before and (before == count or cls.remaining < count)
+            for cls, count, before in self.placed
+        )
+
+
+@dataclass(eq=False)
+class Chosen:
+    """A machine the plan powers on, with the pods placed on it."""
+
+    bin: Bin
+    fill: Fill
+    pods: list[Pod] = field(default_factory=list)
+
+
+def absorb(cluster: Cluster, classes: list[PodClass], notes: dict[ObjectKey, str]) -> None:
+    """Place pending pods on Ready nodes the scheduler may not have tried and on machines
+    already powering on; note where each placed pod is expected to run."""
+    now, grace = cluster.now, SCHEDULER_GRACE.total_seconds()
+    for cls in classes:
+        ages = [-since_verdict(pod, now) for pod in cls.pods]  # ascending: oldest first
+        fresh_from = bisect.bisect_right(ages, -grace)
+        for target in cluster.ready_bins:
+            if not cls.remaining:
+                break
+            node_fresh = (
+                target.ready_since is not None
+                and (now - target.ready_since).total_seconds() < grace
+            )
+            usable = cls.remaining if node_fresh else cls.hi - max(cls.lo, fresh_from)
+            count = min(usable, cluster.placer.capacity(cls, target)) if usable > 0 else 0
+            if count:
+                pods = cls.take_back(count)
+                target.add(cls, pods)
+                note = f"fits on node {target.name}; the scheduler should place it there"
+                notes.update((pod.key, note) for pod in pods)
+        for target in cluster.coming_bins:
+            if not cls.remaining:
+                break
+            count = min(cls.remaining, cluster.placer.capacity(cls, target))
+            if count:
+                pods = cls.take_back(count)
+                target.add(cls, pods)
+                info = target.info
+                state = info.state if info else "powering on"
+                note = f"will run on machine {target.name}, already {state}"
+                notes.update((pod.key, note) for pod in pods)
+
+
+def eligible_classes(cluster: Cluster, classes: list[PodClass]) -> list[PodClass]:
+    """The pods left after `absorb`, regrouped by the Groups whose scale-up window they are past
+    (scaleUp.stabilizationWindowSeconds: how long a pod must wait before a machine is started)."""
+    windows = {
+        key: group.scale_up.stabilization_seconds
+        for key, group in cluster.groups.items()
+        if group.autoscaler is Autoscaler.BUILTIN
+    }
+    # A pod's eligible Groups depend only on how many distinct windows its age has passed.
+    levels = sorted(set(windows.values()))
+    by_level = [frozenset(k for k, w in windows.items() if w <= level) for level in levels]
+    out: list[PodClass] = []
+    for cls in classes:
+        buckets: dict[frozenset[ObjectKey], list[Pod]] = {}
+        for pod in cls.rest():
+            passed = bisect.bisect_right(levels, since_verdict(pod, cluster.now))
+            eligible = by_level[passed - 1] if passed else frozenset()
+            buckets.setdefault(eligible, []).append(pod)
+        for eligible, pods in buckets.items():
+            out.append(PodClass(len(out), cls.req, pods, cls.weight, eligible))
+    out.sort(key=lambda c: (-c.weight, c.pods[0].key))
+    return out
+
+
+def offers_of(cluster: Cluster, energy: EnergyModel) -> list[Offer]:
+    offers: dict[Hashable, Offer] = {}
+    for info in cluster.infos:
+        if info.availability is not Availability.OFF or not info.managed:
+            continue
+        if info.view is None or info.group is None:
+            continue
+        m, policy = info.machine, info.group.selection_policy
+        # Machines alike in everything their Group's policy looks at are one offer, so a
+        # hundred identical boxes cost one simulation, not a hundred.
+        key = (
+            info.group.key,
+            info.shape,
+            info.view.allocatable,
+            info.view.requested,
+            energy.watts(m, 0.0),
+            energy.watts(m, 1.0),
+            m.priority if policy is SelectionPolicy.PRIORITY else 0,
+            m.boot_seconds if policy is SelectionPolicy.FASTEST_BOOT else 0,
+        )
+        offer = offers.get(key)
+        if offer is None:
+            allocatable = info.view.allocatable.as_dict()
+            offer = offers[key] = Offer(info.group, [], allocatable, info.view.free.as_dict())
+        offer.machines.append(info)
+    return list(offers.values())
+
+
+def room_of(cluster: Cluster) -> dict[ObjectKey, int]:
+    """Power-ons each builtin Group may still start: below maxNodes and within
+    scaleUp.maxConcurrentOperations counting those in flight."""
+    return {
+        key: max(
+            0,
+            min(
+                group.max_nodes - cluster.active.get(key, 0),
+                group.scale_up.max_concurrent - cluster.coming.get(key, 0),
+            ),
+        )
+        for key, group in cluster.groups.items()
+        if group.autoscaler is Autoscaler.BUILTIN
+    }
+
+
+def choose(
+    cluster: Cluster,
+    classes: list[PodClass],
+    room: dict[ObjectKey, int],
+    energy: EnergyModel,
+) -> list[Chosen]:
+    """Pick machines to power on for `classes`; pods placed on them leave the classes."""
+    offers = offers_of(cluster, energy)
+    users: dict[int, set[Offer]] = {}  # class id -> offers whose cached fill uses it
+    chosen: list[Chosen] = []
+    while any(cls.remaining for cls in classes):
+        per_group: dict[ObjectKey, tuple[tuple[tuple[float, ...], ObjectKey], Offer]] = {}
+        for offer in offers:
+            group = offer.group
+            if offer.spent or not offer.left or room.get(group.key, 0) <= 0:
+                continue
+            if offer.dirty and (offer.cached is None or offer.cached.stale()):
+                offer.cached = _simulate(cluster, offer, classes, energy)
+                if offer.cached is None:
+                    offer.spent = True
+                    continue
+                for cls, _, _ in offer.cached.placed:
+                    users.setdefault(cls.id, set()).add(offer)
+            offer.dirty = False
+            assert offer.cached is not None
+            key = (offer.cached.rank, offer.first.key)
+            if group.key not in per_group or key < per_group[group.key][0]:
+                per_group[group.key] = (key, offer)
+        if not per_group:
+            break
+        winner = best([o.cached.fill for _, o in per_group.values() if o.cached is not None])
+        offer = per_group[winner.group.key][1]
+        assert offer.cached is not None
+        placed = [(cls, count) for cls, count, _ in offer.cached.placed]
+        # Identical machines filled identically: take as many as the pods and limits allow.
+        copies = min(
+            offer.left,
+            room[offer.group.key],
+            *(cls.remaining // count for cls, count in placed),
+        )
+        for _ in range(copies):
+            info = offer.first
+            offer.taken += 1
+            assert info.view is not None
+            target = Bin(info.view.name, info.view, info.shape, dict(offer.empty), info)
+            for cls, count in placed:
+                target.add(cls, cls.take_front(count))
+            chosen.append(Chosen(target, offer.cached.fill))
+        room[offer.group.key] -= copies
+        for cls, _ in placed:
+            for user in users.get(cls.id, ()):
+                user.dirty = True
+    drop_redundant(cluster.placer, [c.bin for c in chosen], {cls.id: cls for cls in classes})
+    kept = [entry for entry in chosen if entry.bin.placed]
+    for entry in chosen:
+        if not entry.bin.placed and entry.bin.group_key is not None:
+            room[entry.bin.group_key] += 1
+    for entry in kept:
+        entry.pods = [pod for pods in entry.bin.placed.values() for pod in pods]
+    return kept
+
+
+def _simulate(
+    cluster: Cluster, offer: Offer, classes: list[PodClass], energy: EnergyModel
+) -> _Simulated | None:
+    """Fill an empty machine of `offer` first-fit decreasing (`classes` are heaviest first)."""
+    info, group = offer.first, offer.group
+    assert info.view is not None
+    free = dict(offer.empty)
+    placed: list[tuple[PodClass, int, int]] = []
+    value = 0.0
+    for cls in classes:
+        if not cls.remaining or group.key not in cls.eligible:
+            continue
+        if cluster.placer.reasons(cls, info.shape, info.view):
+            continue
+        count = min(cls.remaining, count_fit(cls.demand, free))
+        if count:
+            for name, amount in cls.demand:
+                free[name] -= amount * count
+            placed.append((cls, count, cls.remaining))
+            value += cls.weight * count
+    if not placed:
+        return None
+    fill = fill_of(
+        machine=info.machine,
+        group=group,
+        energy=energy,
+        allocatable=offer.allocatable,
+        free_after=free,
+        value=value,
+    )
+    return _Simulated(placed, fill, rank(group.selection_policy, fill))
+
+
+def top_up(
+    cluster: Cluster,
+    chosen: list[Chosen],
+    room: dict[ObjectKey, int],
+    energy: EnergyModel,
+) -> list[tuple[MachineInfo, str]]:
+    """Machines to power on because their Group is below minNodes."""
+    taken = {entry.bin.info.key for entry in chosen if entry.bin.info}
+    planned: dict[ObjectKey, int] = {}
+    for entry in chosen:
+        if entry.bin.group_key is not None:
+            planned[entry.bin.group_key] = planned.get(entry.bin.group_key, 0) + 1
+    out: list[tuple[MachineInfo, str]] = []
+    for key, group in sorted(cluster.groups.items()):
+        if group.autoscaler is not Autoscaler.BUILTIN:
+            continue
+        have = cluster.active.get(key, 0) + planned.get(key, 0)
+        deficit = min(group.min_nodes - have, room.get(key, 0))
+        if deficit <= 0:
+            continue
+        candidates = [
+            info
+            for info in cluster.infos
+            if info.group is group
+            and info.managed
+            and info.availability is Availability.OFF
+            and info.key not in taken
+        ]
+        candidates.sort(
+            key=lambda i: (
+                idle_rank(
+                    group.selection_policy,
+                    i.machine,
+                    group,
+                    energy,
+                    i.view.allocatable.as_dict() if i.view else {},
+                ),
+                i.key,
+            )
+        )
+        for info in candidates[:deficit]:
+            out.append((info, f"group {key.name} is below minNodes ({have} of {group.min_nodes})"))
+            room[key] -= 1
+    return out

@@ -1,0 +1,332 @@
+"""`snapshot_from`: the planner's `Snapshot` from raw API objects, never raising.
+
+The handler that runs the autoscaler keeps kopf indexes (or watch caches) of pods, core Nodes,
+Lights-Out Nodes and Groups, PodDisruptionBudgets and DaemonSets, and passes their items here as
+plain dicts, keyed by the names below. An object the builder cannot read is skipped and named in
+`Snapshot.problems`; a field it cannot read falls back to its API default. Defaults for the
+Lights-Out kinds come from the pydantic models, so there is one source for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from lightsout.models.enums import Phase, PowerState
+from lightsout.models.group import GroupSpec
+from lightsout.models.node import AutoscalingSettings, PowerProfile
+from lightsout.state.parse import (
+    as_str,
+    condition,
+    controller_kind,
+    dig,
+    merge_taints,
+    parse_label_selector,
+    parse_taints,
+    parse_time,
+    scheduling_requirements,
+    str_map,
+)
+from lightsout.state.resources import CPU, MEMORY, PODS, Resources, parse_amount, parse_resources
+from lightsout.state.types import (
+    DO_NOT_DISRUPT,
+    MIRROR_POD,
+    UNNEEDED_SINCE,
+    CoreNode,
+    DaemonSet,
+    DisruptionBudget,
+    Group,
+    Machine,
+    ObjectKey,
+    Pod,
+    Snapshot,
+    Taint,
+)
+from lightsout.state.types import ScaleDownPolicy as ScaleDown
+from lightsout.state.types import ScaleUpPolicy as ScaleUp
+
+# Keys of the `objects` mapping: the resources' plural names, as `kubectl get` knows them.
+PODS_KEY = "pods"
+NODES_KEY = "nodes"
+MACHINES_KEY = "nodes.lightsout.dev"
+GROUPS_KEY = "groups.lightsout.dev"
+PDBS_KEY = "poddisruptionbudgets"
+DAEMONSETS_KEY = "daemonsets"
+
+
+def snapshot_from(
+    objects: Mapping[str, Sequence[Mapping[str, Any]]],
+    *,
+    complete: bool = False,
+    unneeded_since: Mapping[ObjectKey, datetime] | None = None,
+) -> Snapshot:
+    """A `Snapshot` of `objects` (lists of API objects keyed by `PODS_KEY`, `NODES_KEY`, …).
+
+    `complete` must be True only when every watch behind `objects` has synced: the planner will
+    not decide otherwise. `unneeded_since` (from the previous `Plan`) wins over the
+    `lightsout.dev/unneeded-since` annotation a handler may have persisted on the machines.
+    """
+    problems: list[str] = []
+    groups = _each(objects, GROUPS_KEY, _group, problems)
+    by_group = {group.key: group for group in groups}
+    machines = _each(
+        objects, MACHINES_KEY, lambda obj, notes: _machine(obj, notes, by_group), problems
+    )
+    since = {
+        key: time
+        for key, time in (_annotated_since(o) for o in _items(objects, MACHINES_KEY))
+        if key is not None and time is not None
+    }
+    since.update(unneeded_since or {})
+    return Snapshot(
+        pods=_each(objects, PODS_KEY, _pod, problems),
+        nodes=_each(objects, NODES_KEY, _core_node, problems),
+        machines=machines,
+        groups=groups,
+        disruption_budgets=_each(objects, PDBS_KEY, _pdb, problems),
+        daemonsets=_each(objects, DAEMONSETS_KEY, _daemonset, problems),
+        complete=complete,
+        unneeded_since=since,
+        problems=tuple(problems),
+    )
+
+
+def _items(objects: Mapping[str, Sequence[Mapping[str, Any]]], kind: str) -> Sequence[Any]:
+    items = objects.get(kind)
+    return items if isinstance(items, Sequence) and not isinstance(items, str) else ()
+
+
+def _each[T](
+    objects: Mapping[str, Sequence[Mapping[str, Any]]],
+    kind: str,
+    read: Callable[[Mapping[str, Any], list[str]], T | None],
+    problems: list[str],
+) -> tuple[T, ...]:
+    out: list[T] = []
+    for index, obj in enumerate(_items(objects, kind)):
+        if not isinstance(obj, Mapping):
+            problems.append(f"{kind}[{index}]: not an object, skipped")
+            continue
+        notes: list[str] = []
+        # Garbage must degrade the snapshot (one object skipped), never stop the planner.
+        try:
+            value = read(obj, notes)
+        except Exception as error:
+            value = None
+            notes.append(f"unreadable ({type(error).__name__}: {error}), skipped")
+        if value is None and not notes:
+            notes.append("no name, skipped")
+        problems.extend(f"{kind} {_name(obj) or f'[{index}]'}: {note}" for note in notes)
+        if value is not None:
+            out.append(value)
+    return tuple(out)
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    key = _key(obj)
+    return str(key) if key else ""
+
+
+def _key(obj: Mapping[str, Any]) -> ObjectKey | None:
+    name = as_str(dig(obj, "metadata", "name"))
+    return ObjectKey(as_str(dig(obj, "metadata", "namespace")), name) if name else None
+
+
+def _model[M: BaseModel](model: type[M], value: object, notes: list[str], where: str) -> M:
+    """`value` read by an API model whose fields all have defaults. Top-level fields that do
+    not validate are dropped (and noted) so they take their defaults; the rest still counts."""
+    data = dict(value) if isinstance(value, Mapping) else {}
+    while True:
+        try:
+            return model.model_validate(data)
+        except ValidationError as error:
+            bad = {str(e["loc"][0]) for e in error.errors() if e["loc"]} & data.keys()
+        if not bad:
+            notes.append(f"{where} unreadable, defaults used")
+            return model()
+        notes.append(f"{where}.{', '.join(sorted(bad))} unreadable, defaults used")
+        data = {k: v for k, v in data.items() if k not in bad}
+
+
+def _pod(obj: Mapping[str, Any], _notes: list[str]) -> Pod | None:
+    key = _key(obj)
+    if key is None:
+        return None
+    metadata, spec, status = obj.get("metadata"), obj.get("spec"), obj.get("status")
+    annotations = str_map(dig(metadata, "annotations"))
+    created = parse_time(dig(metadata, "creationTimestamp"))
+    scheduled = condition(status, "PodScheduled")
+    unschedulable_since = None
+    if scheduled and (scheduled.get("status"), scheduled.get("reason")) == (
+        "False",
+        "Unschedulable",
+    ):
+        # When the scheduler first said no; the creation time when that is unreadable.
+        unschedulable_since = parse_time(scheduled.get("lastTransitionTime")) or created
+    return Pod(
+        key=key,
+        uid=as_str(dig(metadata, "uid")),
+        phase=as_str(dig(status, "phase")) or "Pending",
+        node_name=as_str(dig(spec, "nodeName")) or None,
+        scheduling=scheduling_requirements(spec),
+        labels=str_map(dig(metadata, "labels")),
+        owner_kind=controller_kind(metadata),
+        mirror=MIRROR_POD in annotations,
+        do_not_disrupt=annotations.get(DO_NOT_DISRUPT, "").strip().lower() == "true",
+        unschedulable_since=unschedulable_since,
+        created=created,
+        deleting=dig(metadata, "deletionTimestamp") is not None,
+    )
+
+
+def _core_node(obj: Mapping[str, Any], _notes: list[str]) -> CoreNode | None:
+    name = as_str(dig(obj, "metadata", "name"))
+    if not name:
+        return None
+    ready = condition(obj.get("status"), "Ready")
+    return CoreNode(
+        name=name,
+        labels=str_map(dig(obj, "metadata", "labels")),
+        taints=parse_taints(dig(obj, "spec", "taints")),
+        allocatable=parse_resources(dig(obj, "status", "allocatable")),
+        unschedulable=dig(obj, "spec", "unschedulable") is True,
+        ready=bool(ready and ready.get("status") == "True"),
+        ready_since=parse_time(ready.get("lastTransitionTime")) if ready else None,
+        provider_id=as_str(dig(obj, "spec", "providerID")) or None,
+        deleting=dig(obj, "metadata", "deletionTimestamp") is not None,
+    )
+
+
+def _group(obj: Mapping[str, Any], notes: list[str]) -> Group | None:
+    key = _key(obj)
+    if key is None:
+        return None
+    spec = _model(GroupSpec, obj.get("spec"), notes, "spec")
+    up, down = spec.scale_up, spec.scale_down
+    return Group(
+        key=key,
+        min_nodes=spec.min_nodes,
+        max_nodes=spec.max_nodes,
+        autoscaler=spec.autoscaler,
+        dry_run=spec.dry_run,
+        scale_up=ScaleUp(up.stabilization_window_seconds, up.max_concurrent_operations),
+        scale_down=ScaleDown(
+            enabled=down.enabled,
+            unneeded_seconds=down.unneeded_seconds,
+            utilization_threshold=down.utilization_threshold,
+            stabilization_seconds=down.stabilization_window_seconds,
+            max_concurrent=down.max_concurrent_operations,
+        ),
+        selection_policy=spec.selection_policy,
+        labels=dict(spec.labels or {}),
+        taints=tuple(Taint(t.key, t.value or "", t.effect.value) for t in spec.taints or ()),
+        price_per_kwh=spec.electricity.price_per_kwh if spec.electricity else None,
+        last_scale_up=parse_time(dig(obj, "status", "lastScaleUp", "time")),
+        last_scale_down=parse_time(dig(obj, "status", "lastScaleDown", "time")),
+    )
+
+
+def _machine(
+    obj: Mapping[str, Any], notes: list[str], groups: Mapping[ObjectKey, Group]
+) -> Machine | None:
+    key = _key(obj)
+    spec = obj.get("spec")
+    node_name = as_str(dig(spec, "kubernetesNodeName"))
+    if key is None:
+        return None
+    if not node_name:
+        notes.append("no spec.kubernetesNodeName, skipped")
+        return None
+    group_name = as_str(dig(spec, "group"))
+    group = groups.get(ObjectKey(key.namespace, group_name))
+    autoscaling = _model(AutoscalingSettings, dig(spec, "autoscaling"), notes, "spec.autoscaling")
+    power = _model(PowerProfile, dig(spec, "power"), notes, "spec.power")
+    phase = as_str(dig(obj, "status", "phase"))
+    desired = as_str(dig(spec, "desiredPowerState"))
+    resources = _expected_resources(dig(spec, "resources"))
+    if dig(spec, "resources") is not None and resources is None:
+        notes.append("spec.resources unreadable (cpu and memory are required), ignored")
+    return Machine(
+        key=key,
+        group=group_name,
+        kubernetes_node_name=node_name,
+        phase=_enum(Phase, phase, Phase.UNKNOWN) if phase else None,
+        desired=_enum(PowerState, desired, PowerState.OFF),
+        autoscaling_enabled=autoscaling.enabled,
+        priority=autoscaling.priority,
+        resources=resources,
+        labels={**(group.labels if group else {}), **str_map(dig(spec, "labels"))},
+        taints=merge_taints(group.taints if group else (), parse_taints(dig(spec, "taints"))),
+        watts_on=power.on_watts,
+        watts_idle=power.idle_watts,
+        watts_off=power.off_watts,
+        boot_seconds=power.boot_timeout_seconds,
+        phase_since=parse_time(dig(obj, "status", "phaseSince")),
+        provider_id=as_str(dig(obj, "status", "providerID"))
+        or as_str(dig(spec, "providerID"))
+        or None,
+    )
+
+
+def _enum[E: StrEnum](kind: type[E], value: str, default: E) -> E:
+    try:
+        return kind(value)
+    except ValueError:
+        return default
+
+
+def _expected_resources(value: object) -> Resources | None:
+    """spec.resources as amounts; None unless cpu and memory are both readable."""
+    if not isinstance(value, Mapping):
+        return None
+    cpu, memory = parse_amount(CPU, value.get("cpu")), parse_amount(MEMORY, value.get("memory"))
+    if not cpu or not memory:
+        return None
+    pods = value.get("pods", 110)
+    amounts = {CPU: cpu, MEMORY: memory, PODS: pods if isinstance(pods, int) and pods > 0 else 110}
+    return Resources.of(amounts) + parse_resources(value.get("extended"))
+
+
+def _pdb(obj: Mapping[str, Any], _notes: list[str]) -> DisruptionBudget | None:
+    key = _key(obj)
+    if key is None:
+        return None
+    allowed = dig(obj, "status", "disruptionsAllowed")
+    return DisruptionBudget(
+        key=key,
+        selector=parse_label_selector(dig(obj, "spec", "selector")),
+        # Unknown (no status yet, or garbage) is treated by the planner as "allows none".
+        disruptions_allowed=allowed
+        if isinstance(allowed, int) and not isinstance(allowed, bool)
+        else None,
+    )
+
+
+def _daemonset(obj: Mapping[str, Any], _notes: list[str]) -> DaemonSet | None:
+    key = _key(obj)
+    if key is None:
+        return None
+    template = dig(obj, "spec", "template", "spec")
+    return DaemonSet(key=key, scheduling=scheduling_requirements(template))
+
+
+def _annotated_since(obj: object) -> tuple[ObjectKey | None, datetime | None]:
+    if not isinstance(obj, Mapping):
+        return None, None
+    text = str_map(dig(obj, "metadata", "annotations")).get(UNNEEDED_SINCE)
+    return _key(obj), parse_time(text)
+
+
+__all__ = [
+    "DAEMONSETS_KEY",
+    "GROUPS_KEY",
+    "MACHINES_KEY",
+    "NODES_KEY",
+    "PDBS_KEY",
+    "PODS_KEY",
+    "snapshot_from",
+]

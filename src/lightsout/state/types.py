@@ -1,0 +1,262 @@
+"""Frozen snapshot types: what the autoscaling planner knows about the cluster at one instant.
+
+`lightsout.state.build.snapshot_from` fills them from raw API objects; the planner
+(`lightsout.planning.autoscale`) and the scheduling simulation (`lightsout.planning.scheduling`)
+only read them. They hold data, not policy: how a toleration matches a taint, or whether a pod
+fits, is decided in `planning`.
+
+Label maps are plain mappings that nobody mutates; everything else is tuples, so a pod's
+`SchedulingRequirements` is hashable and identical pods can be grouped by it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from lightsout.models.enums import Autoscaler, Phase, PowerState, SelectionPolicy
+from lightsout.state.resources import Resources
+
+#: Pod annotation that keeps the autoscaler from draining the pod's node.
+DO_NOT_DISRUPT = "lightsout.dev/do-not-disrupt"
+#: Pod annotation the kubelet puts on mirror pods of static pods.
+MIRROR_POD = "kubernetes.io/config.mirror"
+#: Machine annotation where a handler may persist `Plan.unneeded_since` (RFC 3339).
+UNNEEDED_SINCE = "lightsout.dev/unneeded-since"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ObjectKey:
+    """Namespace and name of an object (`namespace` is empty for cluster-scoped ones)."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str  # NoSchedule | PreferNoSchedule | NoExecute
+
+    def __str__(self) -> str:
+        return (
+            f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # empty: every effect
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One matchExpressions/matchFields entry: `key operator values`."""
+
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
+    values: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        if self.operator in ("Exists", "DoesNotExist"):
+            return f"{self.key} {self.operator}"
+        if self.operator in ("Gt", "Lt"):
+            return f"{self.key} {self.operator} {self.values[0] if self.values else '?'}"
+        return f"{self.key} {self.operator} [{', '.join(self.values)}]"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorTerm:
+    """Expressions on node labels and fields (only `metadata.name`), all of which must hold."""
+
+    match_expressions: tuple[Requirement, ...] = ()
+    match_fields: tuple[Requirement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A metav1.LabelSelector (PodDisruptionBudget). Empty selects everything."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[Requirement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingRequirements:
+    """What the scheduler looks at to place a pod: identical pods share one value, which is what
+    lets the planner place ten thousand replicas as a handful of groups.
+
+    `requests` is the pod's effective request (see `lightsout.state.parse.pod_requests`),
+    including `pods: 1`. `affinity` holds the required node affinity's terms (ORed), or None when
+    the pod has none.
+    """
+
+    requests: Resources
+    node_selector: tuple[tuple[str, str], ...] = ()
+    affinity: tuple[NodeSelectorTerm, ...] | None = None
+    tolerations: tuple[Toleration, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    key: ObjectKey
+    uid: str
+    phase: str  # Pending | Running | Succeeded | Failed | Unknown
+    node_name: str | None
+    scheduling: SchedulingRequirements
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: Kind of the controlling owner (`ReplicaSet`, `DaemonSet`, …), None for a bare pod.
+    owner_kind: str | None = None
+    mirror: bool = False
+    do_not_disrupt: bool = False
+    #: When the scheduler declared it Unschedulable (PodScheduled=False, reason Unschedulable).
+    unschedulable_since: datetime | None = None
+    created: datetime | None = None
+    deleting: bool = False
+
+    @property
+    def requests(self) -> Resources:
+        return self.scheduling.requests
+
+    @property
+    def daemonset(self) -> bool:
+        return self.owner_kind == "DaemonSet"
+
+    @property
+    def terminal(self) -> bool:
+        """Finished pods hold no resources on their node."""
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def pending_unschedulable(self) -> bool:
+        return (
+            self.node_name is None
+            and self.unschedulable_since is not None
+            and not self.terminal
+            and not self.deleting
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CoreNode:
+    """A core Kubernetes Node (whether or not Lights-Out manages its machine)."""
+
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    allocatable: Resources
+    unschedulable: bool = False
+    ready: bool = False
+    #: When the Ready condition last changed: a node Ready since after a pod's Unschedulable
+    #: verdict is one the scheduler may not have tried yet.
+    ready_since: datetime | None = None
+    provider_id: str | None = None
+    deleting: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    """A Lights-Out Node: one machine, with what its core Node will look like once it joins."""
+
+    key: ObjectKey
+    group: str
+    kubernetes_node_name: str
+    phase: Phase | None
+    desired: PowerState
+    autoscaling_enabled: bool = True
+    priority: int = 0
+    #: Expected capacity (spec.resources), None when the spec does not say.
+    resources: Resources | None = None
+    #: Labels and taints the core Node gets on registration: the Group's, then the machine's.
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    watts_on: float | None = None
+    watts_idle: float | None = None
+    watts_off: float | None = None
+    #: spec.power.bootTimeoutSeconds: the only boot-time figure the spec carries.
+    boot_seconds: int = 600
+    phase_since: datetime | None = None
+    provider_id: str | None = None
+
+    @property
+    def group_key(self) -> ObjectKey:
+        return ObjectKey(self.key.namespace, self.group)
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleUpPolicy:
+    stabilization_seconds: int = 0
+    max_concurrent: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleDownPolicy:
+    enabled: bool = True
+    unneeded_seconds: int = 600
+    utilization_threshold: float = 0.5
+    stabilization_seconds: int = 300
+    max_concurrent: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    key: ObjectKey
+    min_nodes: int = 0
+    max_nodes: int = 10
+    autoscaler: Autoscaler = Autoscaler.BUILTIN
+    dry_run: bool = False
+    scale_up: ScaleUpPolicy = ScaleUpPolicy()
+    scale_down: ScaleDownPolicy = ScaleDownPolicy()
+    selection_policy: SelectionPolicy = SelectionPolicy.LOWEST_ENERGY
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    price_per_kwh: float | None = None
+    last_scale_up: datetime | None = None
+    last_scale_down: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DisruptionBudget:
+    key: ObjectKey
+    #: None selects no pod (policy/v1: a null selector matches nothing).
+    selector: LabelSelector | None
+    #: status.disruptionsAllowed; None until the disruption controller has computed it.
+    disruptions_allowed: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonSet:
+    """A DaemonSet's pod template: every new node it selects also runs one of these pods."""
+
+    key: ObjectKey
+    scheduling: SchedulingRequirements
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the planner reads, captured at one instant.
+
+    `complete` is set by the caller once every watch feeding the snapshot has synced; the planner
+    refuses to decide on a partial view (a missing pod list looks exactly like an idle cluster).
+    `unneeded_since` carries the times the previous plan returned, so unneeded-time counting
+    survives between plans (and restarts, when the handler persists them). `problems` lists the
+    objects the builder skipped or degraded, and why.
+    """
+
+    pods: tuple[Pod, ...] = ()
+    nodes: tuple[CoreNode, ...] = ()
+    machines: tuple[Machine, ...] = ()
+    groups: tuple[Group, ...] = ()
+    disruption_budgets: tuple[DisruptionBudget, ...] = ()
+    daemonsets: tuple[DaemonSet, ...] = ()
+    complete: bool = False
+    unneeded_since: Mapping[ObjectKey, datetime] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()

@@ -1,0 +1,179 @@
+"""The action Job's entrypoint against a real IPMI BMC: `python -m lightsout.runner`.
+
+Runs the runner as a subprocess, exactly as the Job's container does (env settings, extravars
+file, credentials directory, termination-message file), with real ansible-runner, the shipped
+playbooks and the ipmi_power role, against OpenIPMI's ipmi_sim on 127.0.0.1 (harness:
+tests/harness/ipmi.py). No Kubernetes needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.ipmi import IpmiBmc, IpmiMachine, IpmiSim, PowerState
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class RunnerRun:
+    """One finished run of the runner."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    result_text: str
+
+    @property
+    def result(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.result_text)
+        return data
+
+    def explain(self) -> str:
+        return f"rc={self.returncode}\nresult={self.result_text}\nstdout:\n{self.stdout[-6000:]}"
+
+
+def run_runner(
+    tmp_path: Path,
+    bmc: IpmiBmc,
+    action: str,
+    *,
+    password: str | None = None,
+    port: int | None = None,
+    boot_override: str = "None",
+    graceful_seconds: int = 10,
+) -> RunnerRun:
+    """Lay out the Job's files under tmp_path and run the runner once."""
+    job = tmp_path / f"job-{action}-{uuid.uuid4().hex[:6]}"
+    credentials = job / "credentials"
+    credentials.mkdir(parents=True)
+    (credentials / "username").write_text(bmc.username)
+    (credentials / "password").write_text((password or bmc.password) + "\n")
+    extravars = {
+        "lightsout_node": {"name": "box-1", "namespace": "homelab"},
+        "lightsout_action": action,
+        "lightsout_driver": "ipmi",
+        # The Node's spec.driver.ipmi as the operator sends it (credentialsSecretRef dropped).
+        "lightsout_ipmi": {
+            "host": bmc.host,
+            "port": bmc.port if port is None else port,
+            "cipherSuite": 3,
+            "bootOverride": boot_override,
+            "gracefulShutdownSeconds": graceful_seconds,
+            "transitionTimeoutSeconds": 10,
+        },
+    }
+    (job / "extravars.json").write_text(json.dumps(extravars))
+    result_path = job / "termination-log"
+    work = job / "scratch"
+    work.mkdir()
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        "LIGHTSOUT_ACTION": action,
+        "LIGHTSOUT_EXTRAVARS": str(job / "extravars.json"),
+        "LIGHTSOUT_CREDENTIALS_DIR": str(credentials),
+        "LIGHTSOUT_PLAYBOOK_DIR": str(ROOT / "playbooks"),
+        "LIGHTSOUT_ROLES_DIR": str(ROOT / "roles"),
+        "LIGHTSOUT_OVERLAY_DIR": str(job / "overlay"),
+        "LIGHTSOUT_RESULT_PATH": str(result_path),
+        "LIGHTSOUT_WORK_DIR": str(work),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightsout.runner"],
+        env=env,
+        cwd=job,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    return RunnerRun(proc.returncode, proc.stdout, proc.stderr, result_path.read_text())
+
+
+def machine(power_state: PowerState = "Off", **options: Any) -> IpmiMachine:
+    return IpmiMachine(name="box-1", power_state=power_state, **options)
+
+
+def test_startup_powers_on_once_with_pxe_and_is_idempotent(tmp_path: Path) -> None:
+    with IpmiSim(machine("Off")) as sim:
+        bmc = sim.bmc
+        first = run_runner(tmp_path, bmc, "startup", boot_override="Pxe")
+        assert first.returncode == 0, first.explain()
+        assert first.result["result"] == "Succeeded", first.explain()
+        assert first.result["failedTask"] is None
+        assert first.result["values"] == {"power_state": "On", "driver": "ipmi", "changed": True}
+        assert bmc.power_state() == "On"
+        assert bmc.boot_device() == "pxe"
+        assert [str(c) for c in bmc.commands()] == ["boot pxe", "power 1"]
+
+        again = run_runner(tmp_path, bmc, "startup", boot_override="Pxe")
+        assert again.returncode == 0, again.explain()
+        assert again.result["values"] == {"power_state": "On", "driver": "ipmi", "changed": False}
+        assert len(bmc.commands()) == 2  # no second order, no second boot device
+
+
+def test_shutdown_soft_off_is_enough_when_the_os_obeys(tmp_path: Path) -> None:
+    with IpmiSim(machine("On")) as sim:
+        run = run_runner(tmp_path, sim.bmc, "shutdown")
+        assert run.returncode == 0, run.explain()
+        assert run.result["result"] == "Succeeded", run.explain()
+        assert run.result["values"] == {"power_state": "Off", "driver": "ipmi", "changed": True}
+        assert sim.bmc.power_state() == "Off"
+        assert [str(c) for c in sim.bmc.power_commands()] == ["shutdown 1"]
+
+
+def test_shutdown_forces_the_power_off_when_the_os_ignores_it(tmp_path: Path) -> None:
+    with IpmiSim(machine("On", soft_shutdown="ignore")) as sim:
+        run = run_runner(tmp_path, sim.bmc, "shutdown", graceful_seconds=2)
+        assert run.returncode == 0, run.explain()
+        assert run.result["values"]["power_state"] == "Off"
+        assert sim.bmc.power_state() == "Off"
+        assert [str(c) for c in sim.bmc.power_commands()] == ["shutdown 1", "power 0"]
+
+
+def test_healthcheck_reads_the_state_and_sends_no_order(tmp_path: Path) -> None:
+    with IpmiSim(machine("On")) as sim:
+        run = run_runner(tmp_path, sim.bmc, "healthcheck")
+        assert run.returncode == 0, run.explain()
+        assert run.result["values"] == {"power_state": "On", "driver": "ipmi", "changed": False}
+        assert sim.bmc.commands() == []
+
+
+def test_wrong_password_fails_clearly_without_leaking_it(tmp_path: Path) -> None:
+    wrong = "Wr0ng-" + uuid.uuid4().hex[:12]
+    with IpmiSim(machine("Off")) as sim:
+        run = run_runner(tmp_path, sim.bmc, "startup", password=wrong)
+        assert run.returncode == 1, run.explain()
+        result = run.result
+        assert result["result"] == "Failed"
+        assert result["failedTask"]
+        assert f"BMC at 127.0.0.1:{sim.bmc.port}" in result["message"]
+        assert "Incorrect password" in result["message"]
+        assert "check the username and password" in result["message"]
+        for text in (run.result_text, run.stdout, run.stderr):
+            assert wrong not in text
+        assert sim.bmc.power_state() == "Off"
+        assert sim.bmc.commands() == []
+
+
+def test_a_bmc_that_does_not_answer_fails_clearly(tmp_path: Path) -> None:
+    with IpmiSim(machine("Off")) as sim:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as silent:
+            silent.bind(("127.0.0.1", 0))  # bound, never answers
+            port = silent.getsockname()[1]
+            run = run_runner(tmp_path, sim.bmc, "healthcheck", port=port)
+        assert run.returncode == 1, run.explain()
+        assert f"BMC at 127.0.0.1:{port} failed: no answer" in run.result["message"]

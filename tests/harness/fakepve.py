@@ -1,0 +1,332 @@
+"""A fake Proxmox VE cluster for tests: fakepve served over TLS on a free loopback port.
+
+Who uses it: the e2e tests of the runner (tests/e2e/test_runner_proxmox.py) and of the
+operator with Proxmox machines; anyone who needs a Proxmox API on 127.0.0.1.
+
+What it gives you:
+
+- ``FakePveCluster(guests=[Guest(...)], ...)`` - a context manager serving fakepve's
+  ``FakePve`` on its own event loop in a daemon thread (as fakepve's pytest fixture does), on
+  127.0.0.1 with a port the system picks, over HTTPS with a fresh self-signed certificate
+  (``ca_path``), password login (``username``/``password``) and, optionally, an API token
+  (``token_id``/``token_secret``). Tasks finish at once unless ``time_scale`` is set.
+- ``vm(vmid)`` / ``status(vmid)`` / ``exists(vmid)`` / ``vms()`` - what the API shows,
+  read through proxmoxer with ``verify=`` the CA path (the environment may export
+  ``REQUESTS_CA_BUNDLE``, which would override a session-wide setting).
+- ``tasks(...)`` / ``count(...)`` - every Proxmox task the clients started (qmstart,
+  qmshutdown, qmstop, qmclone, qmdestroy, ...) with its exit status, and ``requests(...)``,
+  every HTTP request (secrets redacted by fakepve). Faults: ``pve`` is fakepve's ``FakePve``
+  (``pve.fail(...)``, ``pve.snapshot_lock(vmid)``, ``pve.set_node_offline(node)``, ...);
+  coroutines such as ``pve.backup(vmid)`` run with ``call(...)``.
+
+Example::
+
+    with FakePveCluster([Guest(100, "vm-a", status="stopped")]) as pve:
+        run_startup(endpoint=pve.endpoint, ca=pve.ca_path, password=pve.password)
+        assert pve.status(100) == "running"
+        assert pve.count("qmstart", vmid=100) == 1
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+import threading
+from collections.abc import Coroutine, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+HOST = "127.0.0.1"
+START_TIMEOUT = 30.0
+T = TypeVar("T")
+
+#: Proxmox task types of the power and lifecycle actions, for ``count``.
+START, SHUTDOWN, STOP, CLONE, DESTROY = "qmstart", "qmshutdown", "qmstop", "qmclone", "qmdestroy"
+
+
+@dataclass(frozen=True)
+class Guest:
+    """One QEMU VM of the fake cluster (what fakepve's guests file holds).
+
+    ``tags`` are Proxmox tags (stored ``a;b``). Faults: ``lock`` (e.g. ``"backup"``),
+    ``start_error`` (the start task fails with it), ``shutdown_secs`` (how long the guest
+    takes to power off after ACPI; longer than the shutdown timeout = a hung guest).
+    """
+
+    vmid: int
+    name: str
+    node: str = "pve1"
+    status: str = "stopped"
+    template: bool = False
+    cores: int = 1
+    memory_mib: int = 1024
+    tags: tuple[str, ...] = ()
+    config: Mapping[str, Any] = field(default_factory=dict)
+    lock: str | None = None
+    start_error: str | None = None
+    shutdown_secs: float = 0
+    acpi: bool = True
+
+    def full_config(self) -> dict[str, Any]:
+        """The VM's Proxmox config: cores, memory, a disk and a NIC, the tags, then ``config``."""
+        disk = "base" if self.template else "vm"
+        out: dict[str, Any] = {
+            "cores": self.cores,
+            "memory": self.memory_mib,
+            "scsi0": f"local-lvm:{disk}-{self.vmid}-disk-0,size=8G",
+            "net0": f"virtio=BC:24:11:{self.vmid // 10000 % 100:02X}:{self.vmid // 100 % 100:02X}:"
+            f"{self.vmid % 100:02X},bridge=vmbr0",
+        }
+        if self.tags:
+            out["tags"] = ";".join(self.tags)
+        out.update(self.config)
+        return out
+
+
+class FakePveError(RuntimeError):
+    """The fake could not be started or answered unexpectedly."""
+
+
+class FakePveCluster:
+    """fakepve in a thread of this process; use it as a context manager.
+
+    Args:
+        guests: the VMs of the cluster (their nodes are created; see also ``nodes``).
+        nodes: more (empty) hosts, e.g. ``("pve1", "pve2")``.
+        username / password: the password login it accepts.
+        token_id / token_secret: an API token it accepts as well (``user@realm!name``).
+        time_scale: real seconds per Proxmox second; 0 ends every task before it answers.
+        workdir: where the certificate goes (default: a temp dir, removed on stop).
+    """
+
+    def __init__(
+        self,
+        guests: Iterable[Guest] = (),
+        *,
+        nodes: Iterable[str] = (),
+        username: str = "root@pam",
+        password: str = "lights-out-pve-password",
+        token_id: str | None = None,
+        token_secret: str | None = None,
+        time_scale: float = 0.0,
+        workdir: Path | None = None,
+    ) -> None:
+        self.guests = tuple(guests)
+        self.nodes = tuple(nodes)
+        self.username = username
+        self.password = password
+        self.token_id = token_id
+        self.token_secret = token_secret
+        self.time_scale = time_scale
+        self.host = HOST
+        self.port = 0
+        self._own_workdir = workdir is None
+        self._workdir = workdir
+        self._pve: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    # ----------------------------------------------------------------------------- lifecycle
+
+    @property
+    def pve(self) -> Any:
+        """fakepve's ``FakePve`` (state, faults, request log); see its docstrings."""
+        if self._pve is None:
+            raise FakePveError("fakepve not started")
+        return self._pve
+
+    @property
+    def workdir(self) -> Path:
+        if self._workdir is None:
+            raise FakePveError("fakepve not started")
+        return self._workdir
+
+    @property
+    def endpoint(self) -> str:
+        """The API URL, e.g. ``https://127.0.0.1:40123`` (what a Node's spec names)."""
+        return f"https://{self.host}:{self.port}"
+
+    @property
+    def ca_path(self) -> Path:
+        """PEM file to trust for the fake's self-signed certificate."""
+        return self.workdir / "fakepve.crt"
+
+    def start(self) -> Self:
+        """Serve the fake; return once it listens."""
+        if self._pve is not None:
+            raise FakePveError("fakepve already started")
+        from fakepve import FakePve  # type: ignore[import-untyped]
+        from fakepve.certs import make_cert  # type: ignore[import-untyped]
+
+        if self._workdir is None:
+            self._workdir = Path(tempfile.mkdtemp(prefix="fakepve-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        certfile, keyfile, _ = make_cert(str(self.workdir), hosts=(self.host,))
+        pve = FakePve(user=self.username, password=self.password, host=self.host, port=0)
+        pve.time_scale = self.time_scale
+        for node in self.nodes:
+            pve.add_node(node)
+        for guest in self.guests:
+            vm = pve.add_vm(
+                guest.vmid,
+                guest.name,
+                node=guest.node,
+                status=guest.status,
+                config=guest.full_config(),
+                template=guest.template,
+                lock=guest.lock,
+            )
+            vm.acpi = guest.acpi
+            vm.shutdown_secs = guest.shutdown_secs
+            vm.start_error = guest.start_error
+        if self.token_id:
+            pve.apitokens[self.token_id] = self.token_secret or ""
+        self._pve = pve
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run_loop, name="fakepve", daemon=True)
+        self._thread.start()
+        try:
+            self.call(pve.start(certfile, keyfile))
+        except BaseException:
+            self.stop()
+            raise
+        self.port = int(pve.port)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and remove the temp dir (when the harness made it)."""
+        loop, thread, pve = self._loop, self._thread, self._pve
+        if loop is not None and thread is not None:
+            if pve is not None and pve.runner is not None:
+                with contextlib.suppress(Exception):  # stopping anyway
+                    self.call(pve.stop())
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(START_TIMEOUT)
+            if not thread.is_alive():
+                loop.close()
+        self._loop = self._thread = None
+        self._pve = None
+        if self._own_workdir and self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = START_TIMEOUT) -> T:
+        """Run a coroutine of the fake (``pve.backup(vmid)``, ...) on its loop; its result."""
+        if self._loop is None:
+            coro.close()
+            raise FakePveError("fakepve not started")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def _run_loop(self) -> None:
+        assert self._loop is not None
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    # ----------------------------------------------------------------------------- API reads
+
+    def api(self) -> Any:
+        """A proxmoxer client logged in with the password, verifying TLS with ``ca_path``."""
+        from proxmoxer import ProxmoxAPI
+
+        # verify_ssl is passed with every request, so REQUESTS_CA_BUNDLE cannot override it.
+        return ProxmoxAPI(
+            self.host,
+            port=self.port,
+            user=self.username,
+            password=self.password,
+            verify_ssl=str(self.ca_path),
+            timeout=10,
+        )
+
+    def vms(self) -> list[dict[str, Any]]:
+        """Every QEMU VM as ``/cluster/resources`` lists it (vmid, name, node, status, tags)."""
+        resources: list[dict[str, Any]] = self.api().cluster.resources.get(type="vm")
+        return sorted(
+            (r for r in resources if r.get("type") == "qemu"), key=lambda r: int(r["vmid"])
+        )
+
+    def vm(self, vmid: int) -> dict[str, Any] | None:
+        """The VM as the API shows it, with its ``config`` (None when it does not exist)."""
+        api = self.api()
+        for item in api.cluster.resources.get(type="vm"):
+            if int(item["vmid"]) == vmid and item.get("type") == "qemu":
+                found: dict[str, Any] = dict(item)
+                found["config"] = api.nodes(item["node"]).qemu(vmid).config.get()
+                return found
+        return None
+
+    def exists(self, vmid: int) -> bool:
+        """True when the cluster has a VM with this id."""
+        return any(int(vm["vmid"]) == vmid for vm in self.vms())
+
+    def status(self, vmid: int) -> str | None:
+        """``running``, ``stopped``, ... (None when the VM does not exist)."""
+        vm = self.vm(vmid)
+        return None if vm is None else str(vm["status"])
+
+    def tags(self, vmid: int) -> list[str]:
+        """The VM's tags, sorted (empty when it has none or does not exist)."""
+        vm = self.vm(vmid)
+        raw = str(((vm or {}).get("config") or {}).get("tags") or "")
+        return sorted({t for t in raw.replace(",", ";").replace(" ", ";").split(";") if t})
+
+    # ------------------------------------------------------------------ what the clients did
+
+    def tasks(
+        self, task_type: str | None = None, *, vmid: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Proxmox tasks started so far, oldest first: type, id, node, status, exitstatus, log.
+
+        ``vmid`` matches the id the task names: the VM for start/shutdown/stop/destroy, the
+        *template* for a clone (Proxmox names the source).
+        """
+        return [
+            {key: value for key, value in task.items() if key != "log"} | {"log": list(task["log"])}
+            for task in list(self.pve.tasklog)
+            if (task_type is None or task["type"] == task_type)
+            and (vmid is None or task["id"] == str(vmid))
+        ]
+
+    def count(self, task_type: str, *, vmid: int | None = None, ok_only: bool = False) -> int:
+        """How many tasks of this type were started (``ok_only``: that ended OK)."""
+        return sum(
+            1
+            for task in self.tasks(task_type, vmid=vmid)
+            if not ok_only or task.get("exitstatus") == "OK"
+        )
+
+    def requests(self, method: str | None = None, contains: str = "") -> list[tuple[str, str]]:
+        """(method, path) of every HTTP request that reached the fake, oldest first."""
+        return [
+            (str(m), str(p))
+            for m, p, _body in list(self.pve.requests)
+            if (method is None or m == method) and contains in p
+        ]
+
+    def summary(self) -> dict[str, Any]:
+        """A printable picture: each VM's id/name/node/status/tags and the task counts."""
+        counts: dict[str, int] = {}
+        for task in self.tasks():
+            counts[task["type"]] = counts.get(task["type"], 0) + 1
+        return {
+            "vms": [
+                {k: vm.get(k) for k in ("vmid", "name", "node", "status", "tags")}
+                for vm in self.vms()
+            ],
+            "tasks": counts,
+        }
