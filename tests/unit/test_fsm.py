@@ -730,6 +730,34 @@ def test_job_success_records_result_and_power_state() -> None:
     )
 
 
+def test_provision_keeps_the_clone_the_playbook_reported() -> None:
+    reported = {"power_state": "On", "driver": "proxmox", "changed": True, "vmid": 300}
+    decision = decide(
+        machine(Phase.PROVISIONING, ON, ephemeral=True, operation=op(PROVISION)),
+        obs(job=job(PROVISION, state=JobPhase.SUCCEEDED, power_state=ON, values=reported)),
+        at(60),
+    )
+    assert decision.phase is Phase.BOOTING
+    assert decision.operation is not None
+    assert decision.operation.values == reported
+
+
+def test_failed_provision_still_records_the_clone() -> None:
+    reported = {"power_state": "Unknown", "driver": "proxmox", "vmid": 300, "host": "pve2"}
+    failed = job(PROVISION, state=JobPhase.FAILED, message="no quorum", values=reported)
+    decision = decide(
+        machine(Phase.PROVISIONING, ON, ephemeral=True, operation=op(PROVISION)),
+        obs(job=failed),
+        at(60),
+    )
+    assert decision.operation is not None
+    assert decision.operation.result is FAILED
+    assert decision.operation.values["vmid"] == 300
+    # A later failure (registration timeout) keeps what the provision reported.
+    later = decision.operation.finish(FAILED, at(90), "timeout")
+    assert later.values == reported
+
+
 def test_retry_backoff_doubles_and_caps() -> None:
     assert [retry_backoff(n) for n in range(1, 8)] == [30, 60, 120, 240, 480, 600, 600]
     assert retry_backoff(0) == 30

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from lightsout.execution import extravars, inputs, nodeops
-from lightsout.planning.types import Action, OperationResult, Phase, PowerState
+from lightsout.planning.types import Action, Operation, OperationResult, Phase, PowerState
 
 pytestmark = pytest.mark.unit
 
@@ -91,6 +91,54 @@ def test_operation_round_trips_through_status() -> None:
     back = inputs.operation_to_status(op, "lo-big-box-shutdown-g4-a2")
     assert back is not None and back["job"] == "lo-big-box-shutdown-g4-a2"
     assert inputs.operation_from_status(back) == op
+
+
+def test_every_reported_value_round_trips_through_status() -> None:
+    raw = {
+        "action": "startup",
+        "intent": 2,
+        "attempt": 1,
+        "started": "2026-01-02T03:04:05Z",
+        "result": "Succeeded",
+        "values": {"power_state": "On", "driver": "ipmi", "changed": True, "note": "custom"},
+    }
+    op = inputs.operation_from_status(raw)
+    assert op is not None and op.values["note"] == "custom"
+    back = inputs.operation_to_status(op, "lo-x-startup-g2-a1")
+    assert back is not None and back["values"] == raw["values"]
+
+
+def _op(action: Action, result: OperationResult, **values: Any) -> Operation:
+    power = values.get("power_state")
+    return Operation(
+        action,
+        3,
+        1,
+        started=dt.datetime(2026, 1, 2, tzinfo=dt.UTC),
+        result=result,
+        power_state=PowerState(power) if power else None,
+        values=values,
+    )
+
+
+def test_clone_recorded_by_provision_and_cleared_by_a_confirmed_deprovision() -> None:
+    made = _op(Action.PROVISION, OperationResult.SUCCEEDED, power_state="On", vmid=300, host="b")
+    record = inputs.clone_to_status(None, made)
+    assert record == {"vmid": 300, "host": "b"}
+    # A provision that cloned and then failed still names its clone.
+    half = _op(Action.PROVISION, OperationResult.FAILED, vmid=301)
+    assert inputs.clone_to_status(None, half) == {"vmid": 301}
+    # Other operations, a running or failed deprovision keep the record.
+    running = _op(Action.DEPROVISION, OperationResult.RUNNING)
+    assert inputs.clone_to_status(record, running) == record
+    refused = _op(Action.DEPROVISION, OperationResult.FAILED, power_state="On")
+    assert inputs.clone_to_status(record, refused) == record
+    assert inputs.clone_to_status(record, None) == record
+    gone = _op(Action.DEPROVISION, OperationResult.SUCCEEDED, power_state="Off")
+    assert inputs.clone_to_status(record, gone) is None
+    # Persistent machines never get one.
+    started = _op(Action.STARTUP, OperationResult.SUCCEEDED, power_state="On")
+    assert inputs.clone_to_status(None, started) is None
 
 
 def test_newest_job_picks_highest_generation_then_attempt() -> None:

@@ -68,9 +68,9 @@ def operation_from_status(raw: Any) -> Operation | None:
         attempt = int(raw.get("attempt", 1))
     except (TypeError, ValueError):
         return None
-    power = (
-        raw.get("values", {}).get("power_state") if isinstance(raw.get("values"), Mapping) else None
-    )
+    raw_values = raw.get("values")
+    values: Mapping[str, Any] = raw_values if isinstance(raw_values, Mapping) else {}
+    power = values.get("power_state")
     return Operation(
         action=action,
         intent_generation=generation,
@@ -81,6 +81,7 @@ def operation_from_status(raw: Any) -> Operation | None:
         failed_task=raw.get("failedTask") or None,
         message=str(raw.get("message") or ""),
         power_state=_enum(PowerState, power, None) if power else None,
+        values=dict(values),
     )
 
 
@@ -98,9 +99,37 @@ def operation_to_status(op: Operation | None, job_name: str | None) -> dict[str,
         "message": op.message[:2048],
         "job": job_name,
     }
+    values = dict(op.values)
     if op.power_state is not None:
-        out["values"] = {"power_state": str(op.power_state)}
+        values["power_state"] = str(op.power_state)
+    if values:
+        out["values"] = values
     return out
+
+
+def clone_to_status(previous: Any, op: Operation | None) -> dict[str, Any] | None:
+    """`status.clone`: the ephemeral VM made for this machine, from what its actions reported.
+
+    A provision that made (or found) a clone reports its `vmid` and `host`, even when a later
+    step of it failed; the record then stays until a deprovision confirms the clone is gone, so
+    a person can always see which VM is this machine's while one may exist.
+    """
+    kept = dict(previous) if isinstance(previous, Mapping) else None
+    if op is None:
+        return kept
+    vmid, host = op.values.get("vmid"), op.values.get("host")
+    if op.action is Action.PROVISION and isinstance(vmid, int) and not isinstance(vmid, bool):
+        record: dict[str, Any] = {"vmid": vmid}
+        if isinstance(host, str) and host:
+            record["host"] = host
+        return record
+    if (
+        op.action is Action.DEPROVISION
+        and op.result is OperationResult.SUCCEEDED
+        and op.power_state is PowerState.OFF
+    ):
+        return None
+    return kept
 
 
 def machine_state(node: Obj, group: Obj | None) -> MachineState:

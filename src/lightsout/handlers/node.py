@@ -236,6 +236,8 @@ def write_status(
         "conditions": _merge_conditions(
             list(status.get("conditions") or []), decision, generation, now
         ),
+        # None removes it (merge patch): the clone is gone.
+        "clone": inputs.clone_to_status(status.get("clone"), op),
     }
     if decision.observed_power_state is not None:
         new["observedPowerState"] = str(decision.observed_power_state)

@@ -59,6 +59,7 @@ from lightsout.models.group import (
 )
 from lightsout.models.node import (
     AutoscalingSettings,
+    CloneRecord,
     Energy,
     Intent,
     LastOperation,
@@ -78,6 +79,7 @@ __all__ = [
     "AutoscalingSettings",
     "BootOverride",
     "CaSecretRef",
+    "CloneRecord",
     "Condition",
     "ConditionStatus",
     "ConditionType",

@@ -211,6 +211,15 @@ class Energy(ApiModel):
     """Start of the accounting period."""
 
 
+class CloneRecord(ApiModel):
+    """The virtual machine an ephemeral Node's provision made (Proxmox `mode: Ephemeral`)."""
+
+    vmid: int = Field(ge=100, le=999_999_999)
+    """Proxmox VM id of the clone."""
+    host: ShortText | None = None
+    """Proxmox VE host the clone was placed on."""
+
+
 class NodeStatus(ApiModel):
     """What the operator observed. Written through the status subresource only."""
 
@@ -238,6 +247,9 @@ class NodeStatus(ApiModel):
     """Attempts made for the current intent."""
     energy: Energy | None = None
     """Energy accounting."""
+    clone: CloneRecord | None = None
+    """Ephemeral machines: the VM made by the last provision, kept until a deprovision
+    confirms it is gone (also when the provision failed after cloning)."""
 
 
 class Node(ApiModel):

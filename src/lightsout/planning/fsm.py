@@ -504,7 +504,12 @@ def _in_action(m: MachineState, obs: Observations, now: datetime) -> Decision:
         return _retry_pending(m, obs, now, op)
     # Succeeded in status but the phase did not move on: finish the step from the record.
     recorded = ObservedJob(
-        op.action, op.intent_generation, op.attempt, JobPhase.SUCCEEDED, power_state=op.power_state
+        op.action,
+        op.intent_generation,
+        op.attempt,
+        JobPhase.SUCCEEDED,
+        power_state=op.power_state,
+        values=op.values,
     )
     return _succeeded(m, obs, now, op, recorded)
 
@@ -550,6 +555,7 @@ def _running(m: MachineState, obs: Observations, now: datetime, op: Operation) -
         message,
         failed_task=job.failed_task,
         power_state=job.power_state,
+        values=job.values,
     )
     return _attempt_failed(m, failed, Reason.JOB_FAILED, message)
 
@@ -568,12 +574,16 @@ def _succeeded(
     ):
         seen = f"reports power state {reported}" if reported else "did not report a power state"
         message = f"{op.action} playbook succeeded but the machine {seen}, expected {target}"
-        failed = op.finish(OperationResult.FAILED, now, message, power_state=reported)
+        failed = op.finish(
+            OperationResult.FAILED, now, message, power_state=reported, values=job.values
+        )
         return _attempt_failed(m, failed, Reason.POWER_STATE_MISMATCH, message, drifted=True)
     message = f"{op.action} Job (attempt {op.attempt}) succeeded"
     if job.message:
         message += f": {job.message}"
-    done = op.finish(OperationResult.SUCCEEDED, now, message, power_state=reported)
+    done = op.finish(
+        OperationResult.SUCCEEDED, now, message, power_state=reported, values=job.values
+    )
     succeeded = _condition(
         ConditionType.POWER_ACTION_SUCCEEDED, True, Reason.JOB_SUCCEEDED, message
     )

@@ -106,6 +106,9 @@ class Operation:
     message: str = ""
     #: The power state the playbook reported (`values.power_state`), if any.
     power_state: PowerState | None = None
+    #: Everything the playbook reported through set_stats (`lightsout` key), e.g. the `vmid`
+    #: and `host` of a clone: kept in `status.lastOperation.values` for people and tools.
+    values: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def target(self) -> PowerState | None:
@@ -127,7 +130,9 @@ class Operation:
         *,
         failed_task: str | None = None,
         power_state: PowerState | None = None,
+        values: Mapping[str, Any] | None = None,
     ) -> Operation:
+        """The operation ended; `values` None keeps what was reported before (if anything)."""
         return replace(
             self,
             result=result,
@@ -135,6 +140,7 @@ class Operation:
             message=message,
             failed_task=failed_task,
             power_state=power_state,
+            values=self.values if values is None else dict(values),
         )
 
 
