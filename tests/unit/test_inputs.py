@@ -285,3 +285,15 @@ def test_group_counts_sort_machines_by_phase_and_intent() -> None:
         "nodes": {"total": 5, "on": 1, "off": 1, "transitioning": 1, "failed": 1},
         "targetSize": 2,
     }
+
+
+def test_wol_playbook_waits_within_the_nodes_power_timeouts() -> None:
+    wol = {
+        "macAddress": "52:54:00:12:34:56",
+        "ssh": {"host": "10.0.0.5", "user": "ops", "privateKeySecretRef": {"name": "k"}},
+    }
+    n = node(driver={"wol": wol}, power={"bootTimeoutSeconds": 200})
+    block = extravars.action_extravars(n, "startup")["lightsout_wol"]
+    assert (block["bootTimeoutSeconds"], block["shutdownTimeoutSeconds"]) == (200, 300)
+    assert block["macAddress"] == "52:54:00:12:34:56"
+    assert extravars.credentials_secret(n["spec"]) == ("k", None)

@@ -64,5 +64,14 @@ def action_extravars(node: Mapping[str, Any], action: str) -> dict[str, Any]:
     elif kind:
         # Other drivers pass their block through unchanged: its Secret references hold only
         # names (which Secret, which key = which mounted file), never a credential value.
-        out[f"lightsout_{kind}"] = dict(block)
+        params = dict(block)
+        if kind == "wol":
+            # A Wake-on-LAN machine has no BMC to ask: the playbook waits on the probe port,
+            # and must give up inside the Job's deadline (timeout + 120 s) to say why itself.
+            power = spec.get("power") or {}
+            params.setdefault("bootTimeoutSeconds", int(power.get("bootTimeoutSeconds", 600)))
+            params.setdefault(
+                "shutdownTimeoutSeconds", int(power.get("shutdownTimeoutSeconds", 300))
+            )
+        out[f"lightsout_{kind}"] = params
     return out
