@@ -10,6 +10,10 @@ What it gives you:
   127.0.0.1 with a port the system picks, over HTTPS with a fresh self-signed certificate
   (``ca_path``), password login (``username``/``password``) and, optionally, an API token
   (``token_id``/``token_secret``). Tasks finish at once unless ``time_scale`` is set.
+- ``power_reader(vmid=…)`` / ``power_reader(tag=…)`` - a callable for the machine simulator
+  (``lightsout.devcluster.machines``): ``On`` while the VM (or the one VM carrying the tag,
+  e.g. an ephemeral machine's ``lightsout-node.<namespace>.<name>``) runs, ``Off`` when it is
+  stopped or does not exist; read through the API like every other check here.
 - ``vm(vmid)`` / ``status(vmid)`` / ``exists(vmid)`` / ``vms()`` - what the API shows,
   read through proxmoxer with ``verify=`` the CA path (the environment may export
   ``REQUESTS_CA_BUNDLE``, which would override a session-wide setting).
@@ -34,7 +38,7 @@ import contextlib
 import shutil
 import tempfile
 import threading
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -284,6 +288,29 @@ class FakePveCluster:
         vm = self.vm(vmid)
         raw = str(((vm or {}).get("config") or {}).get("tags") or "")
         return sorted({t for t in raw.replace(",", ";").replace(" ", ";").split(";") if t})
+
+    def tagged(self, tag: str) -> list[dict[str, Any]]:
+        """VMs carrying ``tag`` (as ``vms()`` lists them)."""
+        return [
+            vm
+            for vm in self.vms()
+            if tag in str(vm.get("tags") or "").replace(",", ";").replace(" ", ";").split(";")
+        ]
+
+    def power_reader(self, *, vmid: int | None = None, tag: str | None = None) -> Callable[[], str]:
+        """``On``/``Off`` of one VM, by id or by tag, for the machine simulator."""
+        if (vmid is None) == (tag is None):
+            raise ValueError("give vmid or tag")
+
+        def read() -> str:
+            found = (
+                [vm for vm in self.vms() if int(vm["vmid"]) == vmid]
+                if vmid is not None
+                else self.tagged(str(tag))
+            )
+            return "On" if any(vm.get("status") == "running" for vm in found) else "Off"
+
+        return read
 
     # ------------------------------------------------------------------ what the clients did
 

@@ -2,14 +2,16 @@
 
 Used by end-to-end tests: one call gives a BMC Secret, a Group and Nodes pointing at a running
 sushy-tools emulator, and a `MachineSimulator` that registers each machine's core Node once the
-emulator says it is On.
+emulator says it is On. `ipmi_node`, `wol_node` and `proxmox_node` build Nodes of the other
+drivers (for ipmi_sim, an sshd + Wake-on-LAN listener, fakepve), `sim_machine` their simulated
+machines.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,3 +113,109 @@ def simulator(
         for m in machines
     ]
     return MachineSimulator(api=api, machines=sims).start()
+
+
+def _node(
+    name: str,
+    driver: Mapping[str, Any],
+    *,
+    group_name: str = "homelab",
+    desired: str = "Off",
+    **spec: Any,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "lightsout.dev/v1alpha1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "spec": {
+            "desiredPowerState": desired,
+            "group": group_name,
+            "kubernetesNodeName": name,
+            "driver": dict(driver),
+            "resources": {"cpu": "4", "memory": "8Gi", "pods": 110},
+            "power": {"bootTimeoutSeconds": 180, "shutdownTimeoutSeconds": 180},
+            **spec,
+        },
+    }
+
+
+def ipmi_node(
+    name: str, host: str, port: int, *, secret_name: str = "bmc", **spec: Any
+) -> dict[str, Any]:
+    """A Node powered through IPMI-over-LAN (cipher suite 3, as ipmi_sim speaks it)."""
+    block = {
+        "ipmi": {
+            "host": host,
+            "port": port,
+            "cipherSuite": 3,
+            "credentialsSecretRef": {"name": secret_name},
+        }
+    }
+    return _node(name, block, **spec)
+
+
+def wol_node(
+    name: str,
+    *,
+    mac: str,
+    lan_host: str,
+    lan_port: int,
+    ssh_host: str,
+    ssh_port: int,
+    ssh_user: str,
+    known_hosts: str,
+    shutdown_command: str,
+    secret_name: str = "ssh",
+    **spec: Any,
+) -> dict[str, Any]:
+    """A Wake-on-LAN + SSH Node. `lan_host` must be a loopback address in tests, never a
+    real broadcast address."""
+    block = {
+        "wol": {
+            "macAddress": mac,
+            "broadcastAddress": lan_host,
+            "port": lan_port,
+            "ssh": {
+                "host": ssh_host,
+                "port": ssh_port,
+                "user": ssh_user,
+                "privateKeySecretRef": {"name": secret_name, "key": "ssh-privatekey"},
+                "knownHosts": known_hosts,
+                "shutdownCommand": shutdown_command,
+            },
+        }
+    }
+    return _node(name, block, **spec)
+
+
+def proxmox_node(
+    name: str,
+    endpoint: str,
+    *,
+    secret_name: str = "pve",
+    proxmox: Mapping[str, Any],
+    **spec: Any,
+) -> dict[str, Any]:
+    """A Proxmox VE VM Node; `proxmox` holds the mode and its fields (vmid, template, …)."""
+    block = {
+        "proxmox": {
+            "endpoint": endpoint,
+            "node": "pve1",
+            "credentialsSecretRef": {"name": secret_name},
+            "tls": {"caSecretRef": {"name": f"{secret_name}-ca", "key": "ca.crt"}},
+            **proxmox,
+        }
+    }
+    return _node(name, block, **spec)
+
+
+def sim_machine(
+    name: str, namespace: str, power: Callable[[], str], boot_seconds: float = 2.0
+) -> SimMachine:
+    """A simulated machine registering core Node `name` while `power()` says On."""
+    return SimMachine(
+        node_name=name,
+        provider_id=f"lightsout://{namespace}/{name}",
+        power=power,
+        boot_seconds=boot_seconds,
+    )

@@ -297,3 +297,23 @@ def test_wol_playbook_waits_within_the_nodes_power_timeouts() -> None:
     assert (block["bootTimeoutSeconds"], block["shutdownTimeoutSeconds"]) == (200, 300)
     assert block["macAddress"] == "52:54:00:12:34:56"
     assert extravars.credentials_secret(n["spec"]) == ("k", None)
+
+
+def test_status_patch_sends_only_changes_and_nulls_what_is_gone() -> None:
+    current = {
+        "phase": "Ready",
+        "lastOperation": {"action": "startup", "values": {"power_state": "On", "vmid": 300}},
+        "clone": {"vmid": 300, "host": "pve2"},
+    }
+    wanted = {
+        "phase": "Off",
+        "lastOperation": {"action": "shutdown", "values": {"power_state": "Off"}},
+        "clone": None,
+    }
+    assert inputs.status_patch(current, wanted) == {
+        "phase": "Off",
+        "lastOperation": {"action": "shutdown", "values": {"power_state": "Off", "vmid": None}},
+        "clone": None,
+    }
+    assert inputs.status_patch(current, current) == {}
+    assert inputs.status_patch({}, {"clone": None}) == {}

@@ -2,7 +2,8 @@
 
 A real machine that powers on boots, its kubelet registers a core Node, and heartbeats keep it
 Ready; when it powers off the heartbeats stop. Here each machine's power state is read from its
-emulator's own API (a callable per machine: sushy-tools, ipmi_sim, fakepve…), and after a boot
+emulator's own API (a callable per machine: sushy-tools, ipmi_sim, fakepve…, or `tcp_probe` for
+a Wake-on-LAN machine, which has no API and is "on" while a port answers), and after a boot
 delay the simulator registers the matching core Node with its capacity, labels and providerID,
 annotated so that kwok keeps it Ready and runs its pods. When the machine goes off, the Node is
 deleted (as a node that stopped heartbeating would later be removed). Used by the end-to-end
@@ -12,6 +13,7 @@ tests and by `lightsout demo`.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -24,6 +26,23 @@ from kubernetes.client import ApiException
 from lightsout.devcluster.cluster import KWOK_ANNOTATION
 
 log = logging.getLogger(__name__)
+
+
+def tcp_probe(host: str, port: int, timeout: float = 1.0) -> Callable[[], str]:
+    """A power reader for machines without a management API (Wake-on-LAN + SSH).
+
+    `On` while `host:port` accepts a TCP connection, else `Off` — the same evidence the
+    `reachability` role uses, so the simulator and the playbooks agree on what "on" means.
+    """
+
+    def read() -> str:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return "On"
+        except OSError:
+            return "Off"
+
+    return read
 
 
 @dataclass

@@ -107,6 +107,28 @@ def operation_to_status(op: Operation | None, job_name: str | None) -> dict[str,
     return out
 
 
+def status_patch(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, Any]:
+    """The merge patch turning `current` status into `wanted` (only the fields that differ).
+
+    A JSON merge patch merges nested objects key by key, so a key that is gone from a nested
+    object must be sent as null, or the old value would stay: e.g. a startup's
+    `lastOperation.values.vmid` under the shutdown that followed it.
+    """
+    return {
+        key: _replacing(current.get(key), value)
+        for key, value in wanted.items()
+        if current.get(key) != value
+    }
+
+
+def _replacing(old: Any, new: Any) -> Any:
+    if not (isinstance(old, Mapping) and isinstance(new, Mapping)):
+        return new
+    out = {key: _replacing(old.get(key), value) for key, value in new.items()}
+    out.update({key: None for key in old if key not in new})
+    return out
+
+
 def clone_to_status(previous: Any, op: Operation | None) -> dict[str, Any] | None:
     """`status.clone`: the ephemeral VM made for this machine, from what its actions reported.
 

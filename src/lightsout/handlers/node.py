@@ -241,7 +241,7 @@ def write_status(
     }
     if decision.observed_power_state is not None:
         new["observedPowerState"] = str(decision.observed_power_state)
-    changed = {k: v for k, v in new.items() if status.get(k) != v}
+    changed = inputs.status_patch(status, new)
     if not changed:
         return
     api.patch_status(ctx.namespace, "nodes", ctx.name, changed)

@@ -1,0 +1,168 @@
+"""Proxmox VMs powered on and off by the operator, persistent and ephemeral.
+
+kubectl patch → Job → Ansible (proxmox_vm role, community.proxmox) → fakepve over TLS on
+127.0.0.1 (tests/harness/fakepve.py). A Persistent VM is started and stopped. An Ephemeral
+machine has no VM while it is off: power-on runs provision.yml (clone the template, start the
+clone), power-off runs deprovision.yml (shut the clone down, destroy it); the Lights-Out Node
+resource stays, and `status.clone` names the clone while it exists. The machine simulator
+reads the VM's state through the Proxmox API (by id, or by the machine's tag for a clone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from lightsout.devcluster import Cluster
+from lightsout.devcluster.machines import MachineSimulator
+from lightsout.devcluster.operator_process import OperatorProcess
+from tests.harness import fleet
+from tests.harness.cycle import patch_and_wait, report, wait_phase
+from tests.harness.fakepve import CLONE, DESTROY, SHUTDOWN, START, FakePveCluster, Guest
+from tests.harness.wait import events_for, get_json
+
+TEMPLATE = 9000
+PERSISTENT_VMID = 100
+
+
+@pytest.fixture
+def pve() -> Iterator[FakePveCluster]:
+    guests = [
+        Guest(TEMPLATE, "debian-template", node="pve1", template=True),
+        Guest(PERSISTENT_VMID, "db", node="pve1", status="stopped"),
+    ]
+    with FakePveCluster(guests, nodes=("pve2",)) as cluster:
+        yield cluster
+
+
+def pve_objects(pve: FakePveCluster, node: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        fleet.secret("pve", {"username": pve.username, "password": pve.password}),
+        fleet.secret("pve-ca", {"ca.crt": pve.ca_path.read_bytes()}),
+        fleet.group(),
+        node,
+    ]
+
+
+def test_persistent_vm_is_started_and_stopped(
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    kube_api: client.ApiClient,
+    pve: FakePveCluster,
+) -> None:
+    name = f"db-{namespace}"
+    node = fleet.proxmox_node(
+        name, pve.endpoint, proxmox={"mode": "Persistent", "vmid": PERSISTENT_VMID}
+    )
+    fleet.apply(crds, namespace, pve_objects(pve, node))
+    power = pve.power_reader(vmid=PERSISTENT_VMID)
+    sim = MachineSimulator(kube_api, [fleet.sim_machine(name, namespace, power)])
+    sim.start()
+    try:
+        wait_phase(crds, namespace, name, "Off")
+        report("proxmox-persistent", "before", vm=pve.status(PERSISTENT_VMID), pve=pve.summary())
+        assert pve.status(PERSISTENT_VMID) == "stopped"
+
+        ready, seconds = patch_and_wait(crds, namespace, name, "On", "Ready")
+        report("proxmox-persistent", "patch On -> Ready", seconds=seconds, vm=pve.status(100))
+        assert pve.status(PERSISTENT_VMID) == "running"
+        assert pve.count(START, vmid=PERSISTENT_VMID) == 1
+        assert ready["lastOperation"]["action"] == "startup"
+        assert "clone" not in ready
+
+        off, seconds = patch_and_wait(crds, namespace, name, "Off", "Off")
+        report("proxmox-persistent", "patch Off -> Off", seconds=seconds, pve=pve.summary())
+        assert pve.status(PERSISTENT_VMID) == "stopped"  # stopped, never destroyed
+        assert pve.count(SHUTDOWN, vmid=PERSISTENT_VMID, ok_only=True) == 1
+        assert pve.count(DESTROY) == 0 and pve.count(CLONE) == 0
+        assert (off["lastOperation"]["action"], off["lastOperation"]["result"]) == (
+            "shutdown",
+            "Succeeded",
+        )
+    finally:
+        sim.stop()
+        crds.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false")
+
+
+def test_ephemeral_vm_is_cloned_on_power_on_and_destroyed_on_power_off(
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    kube_api: client.ApiClient,
+    pve: FakePveCluster,
+) -> None:
+    name = f"burst-{namespace}"
+    node = fleet.proxmox_node(
+        name,
+        pve.endpoint,
+        proxmox={
+            "mode": "Ephemeral",
+            "template": {"vmid": TEMPLATE},
+            "vmidRange": {"lower": 300, "upper": 309},
+            "allowedHosts": ["pve1", "pve2"],
+            "cores": 2,
+            "memoryMiB": 2048,
+        },
+    )
+    fleet.apply(crds, namespace, pve_objects(pve, node))
+    machine_tag = f"lightsout-node.{namespace}.{name}"
+    power = pve.power_reader(tag=machine_tag)
+    sim = MachineSimulator(kube_api, [fleet.sim_machine(name, namespace, power)])
+    sim.start()
+    try:
+        wait_phase(crds, namespace, name, "Off")
+        vms_before = [vm["vmid"] for vm in pve.vms()]
+        report("proxmox-ephemeral", "before", vms=vms_before, pve=pve.summary())
+        assert pve.tagged(machine_tag) == []
+
+        ready, seconds = patch_and_wait(crds, namespace, name, "On", "Ready")
+        clones = pve.tagged(machine_tag)
+        report(
+            "proxmox-ephemeral",
+            "patch On -> Ready",
+            seconds=seconds,
+            clones=[
+                {k: c.get(k) for k in ("vmid", "name", "node", "status", "tags")} for c in clones
+            ],
+            status_clone=ready.get("clone"),
+        )
+        assert len(clones) == 1
+        vmid = int(clones[0]["vmid"])
+        clone = pve.vm(vmid)
+        assert clone is not None
+        assert (clone["name"], clone["status"]) == (name, "running")
+        assert (int(clone["config"]["cores"]), int(clone["config"]["memory"])) == (2, 2048)
+        assert "lightsout-group.homelab" in pve.tags(vmid)
+        assert pve.count(CLONE, vmid=TEMPLATE) == 1
+        op = ready["lastOperation"]
+        assert (op["action"], op["result"]) == ("provision", "Succeeded")
+        assert op["values"]["vmid"] == vmid
+        assert ready["clone"] == {"vmid": vmid, "host": clone["node"]}
+        reasons = [e["reason"] for e in events_for(crds, namespace, name)]
+        assert "PowerOnRequested" in reasons and "NodeRegistered" in reasons, reasons
+
+        off, seconds = patch_and_wait(crds, namespace, name, "Off", "Off")
+        report("proxmox-ephemeral", "patch Off -> Off", seconds=seconds, pve=pve.summary())
+        assert not pve.exists(vmid)
+        assert pve.tagged(machine_tag) == []
+        assert pve.count(SHUTDOWN, vmid=vmid) == 1  # graceful first, then destroyed
+        assert pve.count(DESTROY, vmid=vmid, ok_only=True) == 1
+        assert [vm["vmid"] for vm in pve.vms()] == vms_before  # template and db untouched
+        op = off["lastOperation"]
+        assert (op["action"], op["result"], op["values"]["power_state"]) == (
+            "deprovision",
+            "Succeeded",
+            "Off",
+        )
+        assert "clone" not in off
+        # The machine is still declared: powering it on again would clone anew.
+        resource = get_json(crds, "lsn", name, "-n", namespace)
+        assert resource is not None and resource["spec"]["desiredPowerState"] == "Off"
+        assert get_json(crds, "node", name) is None, "the clone's core Node is gone"
+    finally:
+        sim.stop()
+        crds.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false")

@@ -1,0 +1,65 @@
+"""Power a Lights-Out Node on or off with `kubectl patch` and time it, as a user would.
+
+Who uses it: the per-driver end-to-end tests of the operator (tests/e2e/test_power_*.py) and
+the playbook overlay test. `patch_and_wait` returns the Node's status once it reaches the
+phase, and the seconds from the patch to then (printed by the tests, never asserted).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from lightsout.devcluster import Cluster
+from tests.harness.wait import get_json, wait_for
+
+#: Seconds to wait for a phase: Ansible starts in ~5 s on a loaded 2-core machine, a Job pod
+#: needs the scheduler and the stand-in kubelet first.
+PATIENCE = 240
+
+
+def status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    obj = get_json(cluster, "lsn", name, "-n", namespace)
+    return (obj or {}).get("status") or {}
+
+
+def wait_phase(
+    cluster: Cluster, namespace: str, name: str, phase: str, timeout: float = PATIENCE
+) -> dict[str, Any]:
+    """The Node's status once its phase is `phase`; a clear failure naming the last one."""
+
+    def probe() -> dict[str, Any] | None:
+        current = status(cluster, namespace, name)
+        if current.get("phase") == phase:
+            return current
+        if current.get("phase") == "Failed":
+            raise AssertionError(f"{name} Failed while waiting for {phase}: {current}")
+        return None
+
+    return wait_for(probe, timeout, f"{name} to reach phase {phase}")
+
+
+def patch_and_wait(
+    cluster: Cluster, namespace: str, name: str, desired: str, phase: str
+) -> tuple[dict[str, Any], float]:
+    """Patch spec.desiredPowerState, wait for `phase`; (status, seconds since the patch)."""
+    body = json.dumps({"spec": {"desiredPowerState": desired}})
+    started = time.monotonic()
+    cluster.kubectl("patch", "lsn", name, "-n", namespace, "--type", "merge", "-p", body)
+    reached = wait_phase(cluster, namespace, name, phase)
+    return reached, time.monotonic() - started
+
+
+def report(driver: str, step: str, **figures: Any) -> None:
+    """One line of figures for the test log (`pytest -s`)."""
+    print(f"[{driver}] {step}: " + ", ".join(f"{k}={_show(v)}" for k, v in figures.items()))
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    if isinstance(value, Mapping | list):
+        return json.dumps(value, sort_keys=True, default=str)
+    return str(value)
