@@ -8,7 +8,7 @@ operator.
 
 from __future__ import annotations
 
-from typing import Annotated, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
@@ -48,8 +48,9 @@ class IPMIDriver(ApiModel):
     """BMC UDP port."""
     credentials_secret_ref: CredentialsSecretRef
     """Secret with the BMC user name and password."""
-    cipher_suite: int = Field(default=3, ge=0, le=17)
-    """IPMI 2.0 cipher suite id; 3 (AES-128, HMAC-SHA1) is what most BMCs accept."""
+    cipher_suite: Literal[3, 17] = 3
+    """IPMI 2.0 cipher suite id: 3 (AES-128, HMAC-SHA1) is what most BMCs accept, 17 adds
+    SHA-256; the IPMI client the playbooks use (pyghmi) speaks no other."""
     boot_override: BootOverride = BootOverride.NONE
     """One-shot boot device set before power-on."""
 
