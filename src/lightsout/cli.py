@@ -1,4 +1,5 @@
-"""The `lightsout` command: run the operator, print the CRDs, drive the local dev cluster, demo."""
+"""The `lightsout` command: run the operator, print the CRDs, explain the autoscaler's plan, drive
+the local dev cluster, demo."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     import lightsout.handlers  # noqa: F401  (registers the handlers)
 
+    if args.namespace:
+        # A namespaced operator keeps its autoscaler Lease where it works, unless told otherwise.
+        os.environ.setdefault("LIGHTSOUT_NAMESPACE", args.namespace[0])
     log_format = kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL
     kopf.configure(verbose=args.verbose, log_format=log_format)
     kopf.run(
@@ -42,6 +46,47 @@ def cmd_crds(args: argparse.Namespace) -> int:
     else:
         # Each rendered file starts with its own `---` document marker.
         sys.stdout.write("".join(rendered[name] for name in sorted(rendered)))
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """List the cluster once, plan on it and print the plan; nothing is changed."""
+    import datetime as dt
+    import json
+
+    from lightsout.config import OperatorConfig
+    from lightsout.k8s import api
+    from lightsout.planning.autoscale import plan
+    from lightsout.planning.report import as_json, render_text
+    from lightsout.state import (
+        DAEMONSETS_KEY,
+        GROUPS_KEY,
+        MACHINES_KEY,
+        NODES_KEY,
+        PDBS_KEY,
+        PODS_KEY,
+        snapshot_from,
+    )
+
+    ns = args.namespace
+    objects = {
+        PODS_KEY: api.list_pods(ns),
+        NODES_KEY: api.list_core_nodes(),
+        MACHINES_KEY: api.list_all_resources("nodes", ns),
+        GROUPS_KEY: api.list_all_resources("groups", ns),
+        PDBS_KEY: api.list_pdbs(ns),
+        DAEMONSETS_KEY: api.list_daemonsets(ns),
+    }
+    # Every list above is whole, so the snapshot is complete: the same view the operator has.
+    snapshot = snapshot_from(objects, complete=True)
+    now = dt.datetime.now(dt.UTC)
+    result = plan(snapshot, now)
+    if OperatorConfig.from_env().autoscaler_dry_run:
+        print("LIGHTSOUT_AUTOSCALER_DRY_RUN is set: the operator applies none of this")
+    if args.json:
+        print(json.dumps(as_json(snapshot, result, now), indent=2))
+    else:
+        sys.stdout.write(render_text(snapshot, result, now))
     return 0
 
 
@@ -92,6 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
     crds = sub.add_parser("crds", help="print (or write) the CustomResourceDefinitions")
     crds.add_argument("--output", help="directory to write one YAML file per CRD")
     crds.set_defaults(func=cmd_crds)
+
+    plan = sub.add_parser(
+        "plan", help="what the built-in autoscaler would do now, and why (changes nothing)"
+    )
+    plan.add_argument("-n", "--namespace", help="only this namespace (default: all)")
+    plan.add_argument("--json", action="store_true", help="machine-readable output")
+    plan.set_defaults(func=cmd_plan)
 
     dev = sub.add_parser("dev-cluster", help="a local control plane for kubectl and the demo")
     dev.add_argument("action", choices=["up", "down", "env", "status"])

@@ -9,6 +9,12 @@
 | LIGHTSOUT_JOB_NODE_SELECTOR | (none) | `k=v,k2=v2`: where action Jobs may run (always-on nodes) |
 | LIGHTSOUT_JOB_TOLERATIONS | (none) | `key,key2`: taints (any value/effect) action Jobs tolerate |
 | LIGHTSOUT_JOB_TTL_SECONDS | 3600 | how long finished Jobs are kept for inspection |
+| LIGHTSOUT_NAMESPACE | see below | where the autoscaler's Lease `lightsout-autoscaler` lives |
+| LIGHTSOUT_AUTOSCALER | true | false turns the built-in autoscaler off in this operator |
+| LIGHTSOUT_AUTOSCALER_DRY_RUN | false | true: plan and post the events, change no machine |
+
+LIGHTSOUT_NAMESPACE defaults to POD_NAMESPACE, else the first namespace a namespaced operator
+watches (`lightsout run -n NS`), else `default`.
 """
 
 from __future__ import annotations
@@ -27,6 +33,12 @@ def _pairs(text: str) -> dict[str, str]:
     return out
 
 
+def _flag(text: str | None, *, default: bool) -> bool:
+    if text is None or not text.strip():
+        return default
+    return text.strip().lower() in {"1", "true", "yes", "on"}
+
+
 @dataclass(frozen=True)
 class OperatorConfig:
     identity: str
@@ -36,6 +48,10 @@ class OperatorConfig:
     job_node_selector: Mapping[str, str] = field(default_factory=dict)
     job_tolerations: tuple[str, ...] = ()
     job_ttl_seconds: int = 3600
+    #: The operator's own namespace (the autoscaler's leader Lease lives there).
+    namespace: str = "default"
+    autoscaler_enabled: bool = True
+    autoscaler_dry_run: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -52,4 +68,7 @@ class OperatorConfig:
                 )
             ),
             job_ttl_seconds=int(env.get("LIGHTSOUT_JOB_TTL_SECONDS", "3600")),
+            namespace=env.get("LIGHTSOUT_NAMESPACE") or env.get("POD_NAMESPACE") or "default",
+            autoscaler_enabled=_flag(env.get("LIGHTSOUT_AUTOSCALER"), default=True),
+            autoscaler_dry_run=_flag(env.get("LIGHTSOUT_AUTOSCALER_DRY_RUN"), default=False),
         )

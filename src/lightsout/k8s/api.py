@@ -260,3 +260,65 @@ def post_event(
 def as_dict(obj: Any) -> Obj:
     """Client model → plain dict (for callers holding a client object)."""
     return _data(obj)
+
+
+# ---------------------------------------------------------------- the autoscaler's reads/writes
+def patch_resource(namespace: str, plural: str, name: str, patch: Mapping[str, Any]) -> Obj:
+    """Merge-patch a Lights-Out resource (spec or metadata). A `metadata.resourceVersion` in
+    the patch makes it conditional: ConflictError when the object changed since it was read."""
+    return _raw(
+        custom().patch_namespaced_custom_object,
+        API_GROUP,
+        API_VERSION,
+        namespace,
+        plural,
+        name,
+        dict(patch),
+    )
+
+
+def list_all_resources(plural: str, namespace: str | None = None) -> list[Obj]:
+    """Lights-Out resources of one kind in one namespace, or in all of them."""
+    if namespace:
+        return list_resources(namespace, plural)
+    data = _raw(custom().list_cluster_custom_object, API_GROUP, API_VERSION, plural)
+    return cast(list[Obj], data.get("items", []))
+
+
+def _typed_items(data: Obj, api_version: str, kind: str) -> list[Obj]:
+    # List responses leave apiVersion/kind off their items; consumers of plain dicts want them.
+    items = cast(list[Obj], data.get("items", []))
+    for item in items:
+        item.setdefault("apiVersion", api_version)
+        item.setdefault("kind", kind)
+    return items
+
+
+def list_pods(namespace: str | None = None) -> list[Obj]:
+    if namespace:
+        data = _raw(core().list_namespaced_pod, namespace)
+    else:
+        data = _raw(core().list_pod_for_all_namespaces)
+    return _typed_items(data, "v1", "Pod")
+
+
+def list_core_nodes() -> list[Obj]:
+    return _typed_items(_raw(core().list_node), "v1", "Node")
+
+
+def list_pdbs(namespace: str | None = None) -> list[Obj]:
+    policy = client.PolicyV1Api(api_client())
+    if namespace:
+        data = _raw(policy.list_namespaced_pod_disruption_budget, namespace)
+    else:
+        data = _raw(policy.list_pod_disruption_budget_for_all_namespaces)
+    return _typed_items(data, "policy/v1", "PodDisruptionBudget")
+
+
+def list_daemonsets(namespace: str | None = None) -> list[Obj]:
+    apps = client.AppsV1Api(api_client())
+    if namespace:
+        data = _raw(apps.list_namespaced_daemon_set, namespace)
+    else:
+        data = _raw(apps.list_daemon_set_for_all_namespaces)
+    return _typed_items(data, "apps/v1", "DaemonSet")

@@ -1,0 +1,239 @@
+"""The built-in autoscaler's kopf glue: watch caches, one planner woken by changes, a leader.
+
+Six kopf indexes are the watch caches: pods, core Nodes, Lights-Out Nodes and Groups,
+PodDisruptionBudgets and DaemonSets, each object as the plain dict the API sent. kopf holds
+back every other handler until all indexes have finished their initial listing, so the first
+call of `autoscaler_wake` (an `on.event` handler on the same kinds) proves that the caches are
+complete: only then does the planner run, with `snapshot_from(..., complete=True)`.
+
+One asyncio task, started at operator start-up, is the planner. Every watched change wakes it;
+it waits `DEBOUNCE` seconds so a burst of changes (a Deployment scaled to twenty replicas)
+makes one plan, copies the caches, calls the pure `planning.autoscale.plan` in a thread and
+hands the result to `execution.scaling.PlanApplier`. It never polls: between changes it sleeps
+until the plan's next deadline (`execution.scaling.next_wake`: an unneeded machine's timer, a
+stabilisation window) or until its leader Lease needs renewing. Only the replica holding the
+`lightsout-autoscaler` Lease plans; the others keep their caches warm and take over when the
+Lease expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from lightsout import API_GROUP, API_VERSION
+from lightsout.config import OperatorConfig
+from lightsout.execution.scaling import LeaderLease, PlanApplier, next_wake
+from lightsout.planning.autoscale import plan
+from lightsout.planning.decisions import Plan
+from lightsout.state import (
+    DAEMONSETS_KEY,
+    GROUPS_KEY,
+    MACHINES_KEY,
+    NODES_KEY,
+    PDBS_KEY,
+    PODS_KEY,
+    ObjectKey,
+    Snapshot,
+    snapshot_from,
+)
+
+log = logging.getLogger(__name__)
+
+#: Seconds to let a burst of changes settle into one plan.
+DEBOUNCE = 0.1
+#: Seconds before planning again after a pass failed (API unreachable, …).
+ERROR_RETRY = 5.0
+
+Obj = dict[str, Any]
+IndexValue = dict[None, Obj]
+
+# Snapshot key → the kopf index (its handler id) that feeds it.
+INDEXES = {
+    PODS_KEY: "autoscaler_pods",
+    NODES_KEY: "autoscaler_core_nodes",
+    MACHINES_KEY: "autoscaler_machines",
+    GROUPS_KEY: "autoscaler_groups",
+    PDBS_KEY: "autoscaler_pdbs",
+    DAEMONSETS_KEY: "autoscaler_daemonsets",
+}
+
+
+def _cached(body: kopf.Body, api_version: str, kind: str) -> IndexValue:
+    # managedFields is most of an object's size and nothing the planner reads.
+    raw = dict(body)
+    meta = {k: v for k, v in dict(raw.get("metadata") or {}).items() if k != "managedFields"}
+    return {None: {**raw, "apiVersion": api_version, "kind": kind, "metadata": meta}}
+
+
+@kopf.index("", "v1", "pods", id="autoscaler_pods")
+async def autoscaler_pods(body: kopf.Body, **_: Any) -> IndexValue:
+    return _cached(body, "v1", "Pod")
+
+
+@kopf.index("", "v1", "nodes", id="autoscaler_core_nodes")
+async def autoscaler_core_nodes(body: kopf.Body, **_: Any) -> IndexValue:
+    return _cached(body, "v1", "Node")
+
+
+@kopf.index(API_GROUP, API_VERSION, "nodes", id="autoscaler_machines")
+async def autoscaler_machines(body: kopf.Body, **_: Any) -> IndexValue:
+    return _cached(body, f"{API_GROUP}/{API_VERSION}", "Node")
+
+
+@kopf.index(API_GROUP, API_VERSION, "groups", id="autoscaler_groups")
+async def autoscaler_groups(body: kopf.Body, **_: Any) -> IndexValue:
+    return _cached(body, f"{API_GROUP}/{API_VERSION}", "Group")
+
+
+@kopf.index("policy", "v1", "poddisruptionbudgets", id="autoscaler_pdbs")
+async def autoscaler_pdbs(body: kopf.Body, **_: Any) -> IndexValue:
+    return _cached(body, "policy/v1", "PodDisruptionBudget")
+
+
+@kopf.index("apps", "v1", "daemonsets", id="autoscaler_daemonsets")
+async def autoscaler_daemonsets(body: kopf.Body, **_: Any) -> IndexValue:
+    return _cached(body, "apps/v1", "DaemonSet")
+
+
+@dataclass
+class Planner:
+    """The single planning task of this operator process."""
+
+    config: OperatorConfig
+    indexes: Mapping[str, Any]
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    synced: bool = False
+    leading: bool = False
+    lease: LeaderLease = field(init=False)
+    applier: PlanApplier = field(init=False)
+    unneeded: dict[ObjectKey, dt.datetime] = field(default_factory=dict)
+    task: asyncio.Task[None] | None = None
+    #: Set when this replica has just taken the Lease: it plans at once, change or not.
+    _just_elected: bool = False
+    _last_summary: str = ""
+
+    def __post_init__(self) -> None:
+        self.lease = LeaderLease(
+            self.config.namespace, self.config.identity, self.config.lease_seconds
+        )
+        self.applier = PlanApplier(dry_run=self.config.autoscaler_dry_run)
+
+    def poke(self) -> None:
+        self.synced = True
+        self.wake.set()
+
+    def objects(self) -> dict[str, list[Obj]]:
+        """Copies of the caches' lists (their dicts are replaced on change, never mutated)."""
+        return {key: list(self.indexes[index].get(None, ())) for key, index in INDEXES.items()}
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        plan_at: float | None = None  # loop time of the next deadline-driven plan
+        renew_at: float | None = None  # loop time the leader Lease needs attention
+        while True:
+            due = [t for t in (plan_at, renew_at) if t is not None]
+            timeout = max(0.0, min(due) - loop.time()) if due else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout)
+            if self.wake.is_set():
+                await asyncio.sleep(DEBOUNCE)
+            changed = self.wake.is_set()
+            self.wake.clear()
+            if not self.synced:
+                continue
+            deadline_passed = plan_at is not None and loop.time() >= plan_at
+            try:
+                leading = await asyncio.to_thread(self._lead)
+                renew_at = loop.time() + self.lease.renew_in(dt.datetime.now(dt.UTC))
+                if not leading:
+                    plan_at = None
+                    continue
+                if not (changed or deadline_passed or self._just_elected):
+                    continue
+                self._just_elected = False
+                wake_in = await self._plan_and_apply()
+                plan_at = None if wake_in is None else loop.time() + wake_in
+            except Exception:
+                log.exception("autoscaler pass failed; planning again in %ss", ERROR_RETRY)
+                plan_at = loop.time() + ERROR_RETRY
+
+    def _lead(self) -> bool:
+        leading = self.lease.hold(dt.datetime.now(dt.UTC))
+        if leading and not self.leading:
+            # A new leader trusts the annotations, not timers it kept while not deciding.
+            self.unneeded = {}
+            self._just_elected = True
+        self.leading = leading
+        return leading
+
+    async def _plan_and_apply(self) -> float | None:
+        objects = self.objects()
+        now = dt.datetime.now(dt.UTC)
+        snapshot, result = await asyncio.to_thread(self._plan, objects, now)
+        pods = {_key(p): p for p in objects[PODS_KEY]}
+        machines = {_key(m): m for m in objects[MACHINES_KEY]}
+        applied = await asyncio.to_thread(self.applier.apply, snapshot, machines, pods, result, now)
+        self.unneeded = dict(result.unneeded_since)
+        if result.summary != self._last_summary or result.actions:
+            log.info("autoscaler plan: %s", result.summary)
+            self._last_summary = result.summary
+        if applied.conflicts:
+            self.wake.set()  # the object moved under us; its watch event may already be in
+        wake_at = next_wake(snapshot, result, now)
+        return None if wake_at is None else (wake_at - now).total_seconds() + 0.05
+
+    def _plan(self, objects: Mapping[str, list[Obj]], now: dt.datetime) -> tuple[Snapshot, Plan]:
+        snapshot = snapshot_from(objects, complete=True, unneeded_since=self.unneeded)
+        return snapshot, plan(snapshot, now)
+
+    def release(self) -> None:
+        self.lease.release(dt.datetime.now(dt.UTC))
+
+
+def _key(obj: Mapping[str, Any]) -> ObjectKey:
+    meta = obj.get("metadata") or {}
+    return ObjectKey(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+@kopf.on.startup()
+async def start_autoscaler(memo: kopf.Memo, **kwargs: Any) -> None:
+    config = getattr(memo, "config", None) or OperatorConfig.from_env()
+    if not config.autoscaler_enabled:
+        memo.autoscaler = None
+        return
+    # kopf hands every index to start-up handlers as a keyword argument named by its id.
+    planner = Planner(config=config, indexes={i: kwargs[i] for i in INDEXES.values()})
+    planner.task = asyncio.create_task(planner.run(), name="lightsout-autoscaler")
+    memo.autoscaler = planner
+
+
+@kopf.on.cleanup()
+async def stop_autoscaler(memo: kopf.Memo, **_: Any) -> None:
+    planner: Planner | None = getattr(memo, "autoscaler", None)
+    if planner is None or planner.task is None:
+        return
+    planner.task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await planner.task
+    # Hand over at once instead of making the next replica wait for the Lease to expire.
+    await asyncio.to_thread(planner.release)
+
+
+@kopf.on.event("", "v1", "pods", id="autoscaler_wake")
+@kopf.on.event("", "v1", "nodes", id="autoscaler_wake")
+@kopf.on.event(API_GROUP, API_VERSION, "nodes", id="autoscaler_wake")
+@kopf.on.event(API_GROUP, API_VERSION, "groups", id="autoscaler_wake")
+@kopf.on.event("policy", "v1", "poddisruptionbudgets", id="autoscaler_wake")
+@kopf.on.event("apps", "v1", "daemonsets", id="autoscaler_wake")
+async def autoscaler_wake(memo: kopf.Memo, **_: Any) -> None:
+    planner: Planner | None = getattr(memo, "autoscaler", None)
+    if planner is not None:
+        planner.poke()

@@ -1,0 +1,177 @@
+"""The built-in autoscaler end to end: pending pods power on the right machines, and only those;
+idle machines drain and power off; a dry-run Group only explains.
+
+Three emulated Redfish servers of different sizes (a small one, a large one, one with a GPU) in
+a `builtin` Group, the real kube-scheduler marking pods Unschedulable, the operator as a real
+process planning on its watches, and every power action carried out by a real Ansible Job
+against sushy-tools. Asserted is what a user sees: desiredPowerState, phases, events on pods
+and machines, the Group's status, `lightsout plan`, and the power requests at the emulator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from lightsout.devcluster import Cluster
+from lightsout.devcluster.operator_process import OperatorProcess
+from lightsout.devcluster.sushy import POWER_OFF, POWER_ON, SushyEmulator
+from tests.e2e.autoscaling import (
+    SIZES,
+    Fleet,
+    desired,
+    diagnosed,
+    plan_json,
+    pod,
+    pod_node,
+    reasons,
+    running,
+    unschedulable,
+)
+from tests.e2e.conftest import PATIENCE, wait_phase
+from tests.harness import fleet
+from tests.harness.wait import get_json, wait_for
+
+
+@pytest.fixture
+def three(namespace: str) -> Fleet:
+    return Fleet(namespace, SIZES)
+
+
+@pytest.fixture
+def three_bmc(
+    kube_api: client.ApiClient, cluster: Cluster, three: Fleet
+) -> Iterator[SushyEmulator]:
+    with running(kube_api, cluster, three) as (bmc, _):
+        yield bmc
+
+
+def test_pending_pods_power_on_the_machines_that_fit_and_idle_ones_power_off(
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    three: Fleet,
+    three_bmc: SushyEmulator,
+) -> None:
+    with diagnosed(crds, namespace):
+        scenario(crds, namespace, three, three_bmc)
+
+
+def scenario(crds: Cluster, namespace: str, three: Fleet, three_bmc: SushyEmulator) -> None:
+    small, large, gpu = (three.name(s) for s in ("small", "large", "gpu"))
+    group = fleet.group(
+        "autoscaled",
+        autoscaler="builtin",
+        minNodes=0,
+        scaleUp={"maxConcurrentOperations": 3},
+        scaleDown={
+            "unneededSeconds": 5,
+            "stabilizationWindowSeconds": 0,
+            "maxConcurrentOperations": 3,
+        },
+    )
+    fleet.apply(crds, namespace, [*fleet.bmc_secrets(three_bmc), group, *three.nodes(three_bmc)])
+    for name in (small, large, gpu):
+        wait_phase(crds, namespace, name, "Off")
+
+    def power_ons(short: str) -> int:
+        return three_bmc.count_power_requests(three.uuids[short], reset_types=POWER_ON)
+
+    # (b) Two pods that fit one machine: one machine is powered on, the cheapest that fits.
+    fleet.apply(crds, namespace, [pod("web-1", "1"), pod("web-2", "1")])
+    wait_for(lambda: desired(crds, namespace, small) == "On", PATIENCE, "small powered on")
+    wait_phase(crds, namespace, small, "Ready")
+    wait_for(
+        lambda: (
+            pod_node(crds, namespace, "web-1") == small
+            and pod_node(crds, namespace, "web-2") == small
+        ),
+        PATIENCE,
+        "both pods running on the small machine",
+    )
+    assert (desired(crds, namespace, large), desired(crds, namespace, gpu)) == ("Off", "Off")
+    assert (power_ons("small"), power_ons("large"), power_ons("gpu")) == (1, 0, 0)
+    for name in ("web-1", "web-2"):
+        events = reasons(crds, namespace, name)
+        assert any(r == "TriggeredScaleUp" and small in m for r, m in events), events
+    assert any(r == "ScaleUp" for r, _ in reasons(crds, namespace, small))
+
+    # (a) A pod only the large machine can hold, (c) a pod asking for a GPU and (d) a pod no
+    # machine can ever hold, all at once.
+    fleet.apply(
+        crds, namespace, [pod("big", "6"), pod("trainer", "500m", gpu="1"), pod("huge", "64")]
+    )
+    wait_for(lambda: pod_node(crds, namespace, "big") == large, PATIENCE, "big on large")
+    wait_for(lambda: pod_node(crds, namespace, "trainer") == gpu, PATIENCE, "trainer on gpu")
+    for name in (large, gpu):
+        assert wait_phase(crds, namespace, name, "Ready")
+    big_events = reasons(crds, namespace, "big")
+    assert any(r == "TriggeredScaleUp" and large in m for r, m in big_events), big_events
+    trainer_events = reasons(crds, namespace, "trainer")
+    assert any(r == "TriggeredScaleUp" and gpu in m for r, m in trainer_events), trainer_events
+
+    assert unschedulable(crds, namespace, "huge")
+    explained = wait_for(
+        lambda: [m for r, m in reasons(crds, namespace, "huge") if r == "NotTriggerScaleUp"],
+        PATIENCE,
+        "the huge pod's explanation",
+    )
+    assert explained[0].startswith("no machine could ever host this pod"), explained
+    assert all(name in explained[0] for name in (small, large, gpu)), explained
+    # Each power-on reached its BMC exactly once; the huge pod powered nothing on.
+    assert (power_ons("small"), power_ons("large"), power_ons("gpu")) == (1, 1, 1)
+    scaled_up = get_json(crds, "lsg", "autoscaled", "-n", namespace)["status"]["lastScaleUp"]
+    assert scaled_up["nodes"] and scaled_up["reason"], scaled_up
+    shown = plan_json(crds, namespace)
+    assert any(p.startswith(f"{namespace}/huge") for p in shown["pods"]), shown["pods"]
+
+    # (e) The workload goes away: every machine drains and powers off after its unneeded
+    # time (minNodes is 0 here), through the same Jobs a person's kubectl patch would run.
+    crds.kubectl("delete", "pods", "--all", "-n", namespace, "--wait=false")
+    for name in (small, large, gpu):
+        wait_phase(crds, namespace, name, "Off")
+        assert desired(crds, namespace, name) == "Off"
+        events = reasons(crds, namespace, name)
+        assert any(r == "Unneeded" for r, _ in events), events
+        assert any(r == "ScaleDown" and "unneeded for" in m for r, m in events), events
+    for short in SIZES:
+        assert three_bmc.power_state(three.uuids[short]) == "Off"
+        assert three_bmc.count_power_requests(three.uuids[short], reset_types=POWER_OFF) == 1
+        assert power_ons(short) == 1
+    # The explanation was posted once per reason, not on every plan.
+    explained = [m for r, m in reasons(crds, namespace, "huge") if r == "NotTriggerScaleUp"]
+    assert len(explained) == len(set(explained)), explained
+    scaled_down = get_json(crds, "lsg", "autoscaled", "-n", namespace)["status"]["lastScaleDown"]
+    assert scaled_down["nodes"], scaled_down
+
+
+def test_a_dry_run_group_explains_and_changes_nothing(
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    three: Fleet,
+    three_bmc: SushyEmulator,
+) -> None:
+    small = three.name("small")
+    group = fleet.group("autoscaled", autoscaler="builtin", dryRun=True)
+    fleet.apply(crds, namespace, [*fleet.bmc_secrets(three_bmc), group, *three.nodes(three_bmc)])
+    wait_phase(crds, namespace, small, "Off")
+    fleet.apply(crds, namespace, [pod("web", "1")])
+    said = wait_for(
+        lambda: [m for r, m in reasons(crds, namespace, "web") if r == "DryRunScaleUp"],
+        PATIENCE,
+        "the dry-run explanation on the pod",
+    )
+    assert said[0].startswith("dry run") and small in said[0], said
+    assert any(r == "DryRunScaleUp" for r, _ in reasons(crds, namespace, small))
+    # The same decision through the CLI, which a person reads before turning dryRun off.
+    shown = plan_json(crds, namespace)
+    actions = [a for a in shown["actions"] if a["machine"] == f"{namespace}/{small}"]
+    assert actions and actions[0]["action"] == "PowerOn" and actions[0]["dryRun"], shown
+    # Nothing changed: the machine stays Off, its BMC never heard from the operator.
+    assert desired(crds, namespace, small) == "Off"
+    assert three_bmc.count_power_requests() == 0
+    group_status = get_json(crds, "lsg", "autoscaled", "-n", namespace).get("status") or {}
+    assert "lastScaleUp" not in group_status, group_status
