@@ -1,17 +1,20 @@
-"""`lightsout demo` / `make demo`: the whole product on one machine, narrated.
+"""`lightsout demo` / `make demo`: the built-in autoscaler on one machine, narrated.
 
 Starts the local control plane, a Redfish BMC emulator (sushy-tools) for the three sample
-machines, the stand-in kubelet that runs action Jobs, the machine simulator that registers a
-machine's core Node once its BMC says On, and the operator. It applies deploy/samples (with the
-BMC endpoint pointed at the emulator), then powers machines on and off with `kubectl patch`,
-printing a timeline of what the operator does, and cleans up. Ends by itself in a few minutes.
+servers (4, 16 and 32 cores; 35, 110 and 180 W), the stand-in kubelet that runs action Jobs, the
+machine simulator that registers a server's core Node once its BMC says On, and the operator.
+It applies deploy/samples with every server Off, then runs a workload that does not fit: the
+planner powers on the machine that fits at the lowest energy cost, then a second one when the
+workload grows; when the workload goes away the machines drain and power off after the Group's
+unneeded time. Prints a timeline and the kubectl commands to look around; ends by itself within
+a few minutes and cleans up.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,6 @@ import yaml
 from lightsout.devcluster import Cluster
 from lightsout.devcluster.binaries import repo_root
 from lightsout.devcluster.lab import Lab
-from lightsout.devcluster.sushy import SushyEmulator
 
 NAMESPACE = "lightsout-demo"
 PHASE_TIMEOUT = 300.0
@@ -65,16 +67,27 @@ class Narrator:
         print(self.cluster.kubectl(*args).stdout, flush=True)
 
 
+DEMO_UNNEEDED_SECONDS = 20
+WORKLOAD = "photo-indexer"
+
+
 def _samples(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The sample objects, and among them the Nodes (desired Off, brisk timeouts)."""
+    """The sample objects, every Node desired Off, with timers short enough for a demo."""
     objects: list[dict[str, Any]] = []
     for path in sorted((root / "deploy" / "samples").glob("*.yaml")):
         objects += [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
     nodes = [obj for obj in objects if obj["kind"] == "Node"]
     for node in nodes:
         node["spec"]["desiredPowerState"] = "Off"
-        # Short timeouts keep the demo brisk; the emulator shuts down at once anyway.
-        node["spec"]["driver"]["redfish"]["gracefulShutdownSeconds"] = 20
+        # sushy-tools ignores a graceful shutdown: the order is forced after this long.
+        node["spec"]["driver"]["redfish"]["gracefulShutdownSeconds"] = 5
+    for group in (obj for obj in objects if obj["kind"] == "Group"):
+        # Production defaults wait 10 minutes before powering an idle machine off.
+        group["spec"]["scaleDown"] = {
+            **group["spec"].get("scaleDown", {}),
+            "unneededSeconds": DEMO_UNNEEDED_SECONDS,
+            "stabilizationWindowSeconds": 0,
+        }
     return objects, nodes
 
 
@@ -83,41 +96,138 @@ def _credentials(objects: Iterable[dict[str, Any]]) -> tuple[str, str]:
     return secret["stringData"]["username"], secret["stringData"]["password"]
 
 
-def _patch(narrator: Narrator, name: str, desired: str) -> None:
-    body = json.dumps({"spec": {"desiredPowerState": desired}})
-    narrator.say(f"$ kubectl patch lsn {name} --type merge -p '{body}'")
-    narrator.cluster.kubectl("patch", "lsn", name, "-n", NAMESPACE, "--type", "merge", "-p", body)
+def _workload(replicas: int) -> dict[str, Any]:
+    """A Deployment whose pods (10 cores, 24Gi each) are too big for the small box."""
+    labels = {"app": WORKLOAD}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": WORKLOAD, "namespace": NAMESPACE},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "indexer",
+                            "image": "registry.example/photo-indexer:1.0",
+                            "resources": {"requests": {"cpu": "10", "memory": "24Gi"}},
+                        }
+                    ]
+                },
+            },
+        },
+    }
 
 
-def power_cycle(narrator: Narrator, bmc: SushyEmulator, uuid: str, name: str) -> None:
-    """Power one machine on and off by hand, showing what a user would look at."""
-    _patch(narrator, name, "On")
-    narrator.wait(name, "Ready")
-    narrator.say(f"BMC reports {name} {bmc.power_state(uuid)}; its core Node joined the cluster:")
-    narrator.show("get", "lightsout,nodes", "-n", NAMESPACE)
+class Scenario:
+    """The demo's steps, each narrated, each waiting for what a user would wait for."""
 
-    _patch(narrator, name, "Off")
-    narrator.wait(name, "Off")
-    narrator.say(
-        f"BMC reports {name} {bmc.power_state(uuid)}; "
-        f"power orders the BMC received: {len(bmc.power_requests())}"
-    )
-    narrator.show("get", "lightsout", "-n", NAMESPACE)
-    narrator.show(
-        "get",
-        "events",
-        "-n",
-        NAMESPACE,
-        "--field-selector",
-        f"involvedObject.name={name}",
-        "--sort-by=.lastTimestamp",
-    )
+    def __init__(self, narrator: Narrator, lab: Lab) -> None:
+        self.narrator = narrator
+        self.lab = lab
+        self.pods: dict[str, tuple[str, str]] = {}
+
+    def poll_pods(self) -> list[dict[str, Any]]:
+        out = self.narrator.cluster.kubectl(
+            "get", "pods", "-n", NAMESPACE, "-l", f"app={WORKLOAD}", "-o", "json"
+        ).stdout
+        pods: list[dict[str, Any]] = json.loads(out)["items"]
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            phase = str((pod.get("status") or {}).get("phase"))
+            node = str(pod["spec"].get("nodeName") or "-")
+            if self.pods.get(name) != (phase, node):
+                self.pods[name] = (phase, node)
+                where = f"on {node}" if node != "-" else "waiting: no node has room"
+                self.narrator.say(f"  pod {name:<32} {phase:<9} {where}")
+        return pods
+
+    def until(self, what: str, done: Callable[[list[dict[str, Any]]], bool]) -> None:
+        end = time.monotonic() + PHASE_TIMEOUT
+        while time.monotonic() < end:
+            self.narrator.poll()
+            if done(self.poll_pods()):
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"timed out after {PHASE_TIMEOUT:.0f}s waiting for {what}")
+
+    def running(self, count: int) -> None:
+        self.until(
+            f"{count} running pods",
+            lambda pods: sum(p.get("status", {}).get("phase") == "Running" for p in pods) == count,
+        )
+
+    def machines_in(self, phase: str, names: Iterable[str]) -> None:
+        wanted = set(names)
+
+        def done(_: list[dict[str, Any]]) -> bool:
+            machines = self.narrator.machines()
+            return all((machines[n].get("status") or {}).get("phase") == phase for n in wanted)
+
+        self.until(f"{', '.join(sorted(wanted))} {phase}", done)
+
+    def kubectl(self, *args: str, quiet: bool = False) -> None:
+        self.narrator.say(f"$ kubectl {' '.join(args)}")
+        out = self.narrator.cluster.kubectl(*args, "-n", NAMESPACE).stdout
+        if not quiet:
+            print(out, flush=True)
+
+    def run(self, machines: list[str]) -> None:
+        say = self.narrator.say
+        say("every server is Off; nothing runs:")
+        self.machines_in("Off", machines)
+        self.narrator.show("get", "lightsout", "-n", NAMESPACE)
+
+        say(f"a workload arrives: 1 pod asking for 10 cores and 24Gi ({WORKLOAD})")
+        self.apply(_workload(1))
+        self.running(1)
+        self.narrator.show("get", "lightsout,nodes", "-n", NAMESPACE)
+        self.events("Pod")
+
+        say("it grows to 3 pods: the running server has room for none of the new ones")
+        self.kubectl("scale", "deployment", WORKLOAD, "--replicas=3", quiet=True)
+        self.running(3)
+        self.narrator.show("get", "lightsout,nodes", "-n", NAMESPACE)
+
+        say(
+            f"the workload goes away: after {DEMO_UNNEEDED_SECONDS}s unneeded, each server "
+            "drains and powers off"
+        )
+        self.kubectl("delete", "deployment", WORKLOAD, "--wait=false", quiet=True)
+        self.machines_in("Off", machines)
+        self.narrator.show("get", "lightsout", "-n", NAMESPACE)
+        self.events("Node")
+        bmc = self.lab.bmc
+        assert bmc is not None
+        say(f"power orders the BMC received in all: {len(bmc.power_requests())}")
+
+    def apply(self, obj: dict[str, Any]) -> None:
+        self.narrator.say(f"$ kubectl apply -f -   # Deployment {obj['metadata']['name']}")
+        self.narrator.cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
+
+    def events(self, kind: str) -> None:
+        self.narrator.show(
+            "get",
+            "events",
+            "-n",
+            NAMESPACE,
+            "--field-selector",
+            f"involvedObject.kind={kind}",
+            "--sort-by=.lastTimestamp",
+        )
 
 
 def run_demo(keep: bool = False) -> int:
     objects, nodes = _samples(repo_root())
     username, password = _credentials(objects)
-    print("Lights-Out demo: a local control plane, three emulated Redfish servers, the operator.")
+    names = [node["metadata"]["name"] for node in nodes]
+    print(
+        "Lights-Out demo: a local control plane, three emulated Redfish servers of different "
+        "sizes and wattages, the operator with its built-in autoscaler."
+    )
     lab = Lab(objects=objects, namespace=NAMESPACE, username=username, password=password)
     lab.start()
     assert lab.cluster is not None and lab.bmc is not None and lab.operator is not None
@@ -127,18 +237,17 @@ def run_demo(keep: bool = False) -> int:
             f"control plane up at {lab.cluster.server}; Redfish emulator (sushy-tools) "
             f"for {len(nodes)} servers at {lab.bmc.endpoint}; operator running"
         )
-        narrator.say("deploy/samples applied with every machine desired Off:")
-        for node in nodes:
-            narrator.wait(node["metadata"]["name"], "Off")
-        narrator.show("get", "lightsout", "-n", NAMESPACE)
-        power_cycle(narrator, lab.bmc, lab.system_id("big-box"), "big-box")
+        Scenario(narrator, lab).run(names)
+        print(
+            "To look around (with --keep the cluster stays up):\n"
+            f"  export KUBECONFIG={lab.cluster.kubeconfig}\n"
+            f"  kubectl get lightsout,nodes -n {NAMESPACE}\n"
+            f"  kubectl describe lsn mid-box -n {NAMESPACE}\n"
+            f"  .venv/bin/lightsout plan -n {NAMESPACE}\n"
+            f"  kubectl get events -n {NAMESPACE} --sort-by=.lastTimestamp",
+            flush=True,
+        )
         if keep:
-            print(
-                f"Left running. export KUBECONFIG={lab.cluster.kubeconfig}\n"
-                f"  kubectl get lightsout -n {NAMESPACE}\n"
-                f"  kubectl patch lsn small-box -n {NAMESPACE} --type merge "
-                '-p \'{"spec":{"desiredPowerState":"On"}}\''
-            )
             return 0
     except Exception as exc:
         narrator.say(f"demo failed: {exc}")

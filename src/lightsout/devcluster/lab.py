@@ -25,6 +25,19 @@ from lightsout.devcluster.sushy import FakeSystem, SushyEmulator
 CRDS = ("groups.lightsout.dev", "nodes.lightsout.dev")
 
 
+def machine_capacity(node: Mapping[str, Any]) -> dict[str, str]:
+    """The capacity a machine's core Node reports: what its Lights-Out Node promises.
+
+    The same numbers the planner assumes for a machine that is off, so the emulated machine
+    joins with exactly the room the autoscaler powered it on for (pods defaults like the CRD).
+    """
+    resources = dict((node.get("spec") or {}).get("resources") or {})
+    extended = resources.pop("extended", None) or {}
+    capacity = {"pods": "110", **{k: str(v) for k, v in resources.items()}}
+    capacity.update({k: str(v) for k, v in extended.items()})
+    return capacity
+
+
 @dataclass
 class Lab:
     """Everything running; `nodes` are Lights-Out Node manifests with Redfish drivers."""
@@ -81,11 +94,7 @@ class Lab:
                     node_name=n["spec"]["kubernetesNodeName"],
                     provider_id=f"lightsout://{self.namespace}/{n['metadata']['name']}",
                     power=bmc.power_reader(self.system_id(n["metadata"]["name"])),
-                    capacity={
-                        k: str(v)
-                        for k, v in (n["spec"].get("resources") or {}).items()
-                        if k != "extended"
-                    },
+                    capacity=machine_capacity(n),
                     boot_seconds=self.boot_seconds,
                 )
                 for n in self.nodes
