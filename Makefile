@@ -40,12 +40,16 @@ crds: setup
 	$(VENV)/bin/lightsout crds --output crds
 	$(PY) -m lightsout.models.reference docs/crds.md
 
+# ipmi_sim, ipmitool and sshd emulate the IPMI server and the Wake-on-LAN mini PC (idempotent;
+# apt-get via sudo when not root, only when something is missing).
 demo: setup binaries
+	@bash tools/ci/system-packages.sh
 	$(VENV)/bin/lightsout demo
 
 bench: setup binaries
 	$(PY) -m benchmarks.planner
 	$(PY) -m benchmarks.power_timeline 5
+	$(PY) -m benchmarks.scaleup_latency 20
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 DEBOUNCE = 0.1
 #: Seconds before planning again after a pass failed (API unreachable, …).
 ERROR_RETRY = 5.0
+#: Seconds before planning again when a write lost a race and no watch event came meanwhile.
+CONFLICT_RETRY = 2.0
 
 Obj = dict[str, Any]
 IndexValue = dict[None, Obj]
@@ -185,10 +187,13 @@ class Planner:
         if result.summary != self._last_summary or result.actions:
             log.info("autoscaler plan: %s", result.summary)
             self._last_summary = result.summary
-        if applied.conflicts:
-            self.wake.set()  # the object moved under us; its watch event may already be in
         wake_at = next_wake(snapshot, result, now)
-        return None if wake_at is None else (wake_at - now).total_seconds() + 0.05
+        wake_in = None if wake_at is None else (wake_at - now).total_seconds() + 0.05
+        if applied.conflicts:
+            # The machine moved under the plan; its watch event wakes the planner. The retry
+            # is only a safety net, slow enough never to spin if that event is late.
+            wake_in = min(wake_in or CONFLICT_RETRY, CONFLICT_RETRY)
+        return wake_in
 
     def _plan(self, objects: Mapping[str, list[Obj]], now: dt.datetime) -> tuple[Snapshot, Plan]:
         snapshot = snapshot_from(objects, complete=True, unneeded_since=self.unneeded)
