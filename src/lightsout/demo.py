@@ -6,15 +6,19 @@ machine simulator that registers a server's core Node once its BMC says On, and 
 It applies deploy/samples with every server Off, then runs a workload that does not fit: the
 planner powers on the machine that fits at the lowest energy cost, then a second one when the
 workload grows; when the workload goes away the machines drain and power off after the Group's
-unneeded time. Prints a timeline and the kubectl commands to look around; ends by itself within
-a few minutes and cleans up.
+unneeded time. Then a short tour of the other drivers, machines the autoscaler leaves alone (Group
+`lab-extras`, `autoscaler: none`): an IPMI server (OpenIPMI's ipmi_sim), a Wake-on-LAN + SSH mini
+PC (a magic-packet listener and an sshd on loopback) and an Ephemeral Proxmox VM (fakepve: cloned
+on power-on, destroyed on power-off) are patched On together, then Off, each emulator saying
+what it saw. Prints a timeline and the kubectl commands to look around; ends by itself within a
+few minutes and cleans up.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +26,7 @@ import yaml
 
 from lightsout.devcluster import Cluster
 from lightsout.devcluster.binaries import repo_root
+from lightsout.devcluster.extras import EXTRAS_GROUP, ExtraMachine, default_extras
 from lightsout.devcluster.lab import Lab
 
 NAMESPACE = "lightsout-demo"
@@ -220,29 +225,106 @@ class Scenario:
         )
 
 
+DRIVER_TITLES = {
+    "ipmi": "IPMI, ipmi_sim",
+    "wol": "Wake-on-LAN + SSH, magic-packet listener and sshd",
+    "proxmox": "Proxmox VM, Ephemeral, fakepve",
+}
+
+
+class DriverTour:
+    """The other drivers: every machine patched On at once, then Off, its emulator quoted."""
+
+    def __init__(self, narrator: Narrator, extras: Sequence[ExtraMachine]) -> None:
+        self.narrator = narrator
+        self.extras = list(extras)
+
+    def run(self) -> None:
+        say = self.narrator.say
+        names = ", ".join(
+            f"{m.name} ({DRIVER_TITLES.get(m.driver, m.driver)})" for m in self.extras
+        )
+        say(
+            f"the other drivers: {names}; Group {EXTRAS_GROUP} has autoscaler none, so only "
+            "kubectl powers them. What each emulator reports:"
+        )
+        self.report()
+        for state, phase in (("On", "Ready"), ("Off", "Off")):
+            seconds = self.switch(state, phase)
+            times = ", ".join(f"{name} {took:.1f}s" for name, took in seconds.items())
+            say(f"all {phase} ({times} after the patch); what each emulator reports:")
+            self.report()
+            if state == "On":
+                self.narrator.show("get", "lsn", *seconds, "-n", NAMESPACE)
+
+    def report(self) -> None:
+        for machine in self.extras:
+            self.narrator.say(f"  {machine.name:<10} {machine.report()}")
+
+    def switch(self, state: str, phase: str) -> dict[str, float]:
+        """Patch every machine to `state`; seconds until each reached `phase`."""
+        body = json.dumps({"spec": {"desiredPowerState": state}}, separators=(",", ":"))
+        started: dict[str, float] = {}
+        for machine in self.extras:
+            self.narrator.say(
+                f"$ kubectl patch lsn {machine.name} -n {NAMESPACE} --type merge -p '{body}'"
+            )
+            started[machine.name] = time.monotonic()
+            self.narrator.cluster.kubectl(
+                "patch", "lsn", machine.name, "-n", NAMESPACE, "--type", "merge", "-p", body
+            )
+        reached: dict[str, float] = {}
+        end = time.monotonic() + PHASE_TIMEOUT
+        while len(reached) < len(started):
+            if time.monotonic() > end:
+                late = sorted(set(started) - set(reached))
+                raise RuntimeError(f"{', '.join(late)} not {phase} within {PHASE_TIMEOUT:.0f}s")
+            machines = self.narrator.poll()
+            now = time.monotonic()
+            for name in started.keys() - reached.keys():
+                current = (machines.get(name, {}).get("status") or {}).get("phase")
+                if current == phase:
+                    reached[name] = now - started[name]
+                elif current == "Failed":
+                    raise RuntimeError(f"{name} Failed on its way to {phase}")
+            time.sleep(0.5)
+        return {name: reached[name] for name in started}
+
+
 def run_demo(keep: bool = False) -> int:
     objects, nodes = _samples(repo_root())
     username, password = _credentials(objects)
     names = [node["metadata"]["name"] for node in nodes]
     print(
         "Lights-Out demo: a local control plane, three emulated Redfish servers of different "
-        "sizes and wattages, the operator with its built-in autoscaler."
+        "sizes and wattages, the operator with its built-in autoscaler; then an IPMI server, "
+        "a Wake-on-LAN mini PC and a Proxmox VM, powered by hand."
     )
-    lab = Lab(objects=objects, namespace=NAMESPACE, username=username, password=password)
+    extras = default_extras(NAMESPACE)
+    lab = Lab(
+        objects=objects,
+        namespace=NAMESPACE,
+        username=username,
+        password=password,
+        extras=extras,
+    )
     lab.start()
     assert lab.cluster is not None and lab.bmc is not None and lab.operator is not None
     narrator = Narrator(lab.cluster)
     try:
         narrator.say(
             f"control plane up at {lab.cluster.server}; Redfish emulator (sushy-tools) "
-            f"for {len(nodes)} servers at {lab.bmc.endpoint}; operator running"
+            f"for {len(nodes)} servers at {lab.bmc.endpoint}; ipmi_sim, a Wake-on-LAN "
+            "listener with an sshd, and fakepve for the other drivers; operator running"
         )
         Scenario(narrator, lab).run(names)
+        DriverTour(narrator, extras).run()
         print(
             "To look around (with --keep the cluster stays up):\n"
             f"  export KUBECONFIG={lab.cluster.kubeconfig}\n"
             f"  kubectl get lightsout,nodes -n {NAMESPACE}\n"
             f"  kubectl describe lsn mid-box -n {NAMESPACE}\n"
+            f"  kubectl get events -n {NAMESPACE} --field-selector involvedObject.name=pve-burst\n"
             f"  .venv/bin/lightsout plan -n {NAMESPACE}\n"
             f"  kubectl get events -n {NAMESPACE} --sort-by=.lastTimestamp",
             flush=True,

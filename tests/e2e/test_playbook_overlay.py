@@ -18,11 +18,11 @@ import pytest
 from kubernetes import client
 
 from lightsout.devcluster import Cluster
+from lightsout.devcluster.ipmi import IpmiBmc, IpmiMachine, IpmiSim
 from lightsout.devcluster.machines import MachineSimulator
 from lightsout.devcluster.operator_process import OperatorProcess
 from tests.harness import fleet
 from tests.harness.cycle import patch_and_wait, report, wait_phase
-from tests.harness.ipmi import IpmiBmc, IpmiMachine, IpmiSim
 
 #: A site playbook: keeps the extravars contract and the result channel of the shipped
 #: startup.yml (its tasks/ and vars/ are in the project next to it), and adds a PXE boot.

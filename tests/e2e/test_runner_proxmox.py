@@ -2,7 +2,7 @@
 
 Runs the runner as a subprocess, exactly as the Job's container does (env settings, extravars
 file, credentials and CA directories, termination-message file), with real ansible-runner, the
-shipped playbooks and the proxmox_vm role, against fakepve over TLS (tests/harness/fakepve.py).
+shipped playbooks and the proxmox_vm role, against fakepve over TLS (devcluster/fakepve.py).
 Persistent VMs are started and stopped; ephemeral ones are cloned from a template and destroyed.
 No Kubernetes needed.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness.fakepve import CLONE, DESTROY, SHUTDOWN, START, FakePveCluster, Guest
+from lightsout.devcluster.fakepve import CLONE, DESTROY, SHUTDOWN, START, FakePveCluster, Guest
 
 pytestmark = pytest.mark.e2e
 

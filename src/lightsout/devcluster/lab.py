@@ -1,8 +1,10 @@
 """A whole Lights-Out installation on one machine: the `make demo` and `make bench` stage.
 
 Starts, in order: the control plane, a sushy-tools Redfish BMC emulating the given servers, the
-stand-in kubelet that runs action Jobs, the machine simulator that registers a server's core
-Node once its BMC says On, the CRDs, a namespace with the given objects, and the operator.
+emulators of the optional `extras` (machines of the other drivers: ipmi_sim, a Wake-on-LAN
+listener and sshd, fakepve; see `extras.py`), the stand-in kubelet that runs action Jobs, the
+machine simulator that registers a machine's core Node once its emulator says On, the CRDs, a
+namespace with the given objects (and the extras' Group, Secrets and Nodes), and the operator.
 `stop()` takes everything down again in reverse order, even after a failure half-way.
 """
 
@@ -17,6 +19,7 @@ from typing import Any
 
 from lightsout.devcluster.binaries import repo_root
 from lightsout.devcluster.cluster import Cluster
+from lightsout.devcluster.extras import ExtraMachine, extras_group
 from lightsout.devcluster.kubelet import JOB_PLACEMENT_ENV, KubeletAgent, runner_image_env
 from lightsout.devcluster.machines import MachineSimulator, SimMachine
 from lightsout.devcluster.operator_process import OperatorProcess
@@ -40,7 +43,11 @@ def machine_capacity(node: Mapping[str, Any]) -> dict[str, str]:
 
 @dataclass
 class Lab:
-    """Everything running; `nodes` are Lights-Out Node manifests with Redfish drivers."""
+    """Everything running; `nodes` are Lights-Out Node manifests with Redfish drivers.
+
+    `extras` are machines of the other drivers, each with its own emulator; none by default,
+    which is what the benchmarks measure.
+    """
 
     objects: Sequence[dict[str, Any]]
     namespace: str = "lightsout-demo"
@@ -48,6 +55,7 @@ class Lab:
     password: str = "lights-out-demo"
     boot_seconds: float = 3.0
     operator_env: Mapping[str, str] = field(default_factory=dict)
+    extras: Sequence[ExtraMachine] = ()
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="lightsout-lab-")))
     cluster: Cluster | None = None
     bmc: SushyEmulator | None = None
@@ -83,21 +91,28 @@ class Lab:
         ).start()
         for node in self.nodes:
             node["spec"]["driver"]["redfish"]["endpoint"] = bmc.endpoint
+        extra_objects: list[dict[str, Any]] = [extras_group()] if self.extras else []
+        for extra in self.extras:
+            extra.start()
+            extra_objects += extra.objects()
+        extra_nodes = [o for o in extra_objects if o["kind"] == "Node"]
         api = cluster.api_client()
         self.agent = KubeletAgent(
             api=api, image_env=runner_image_env(root), log_dir=self.workdir
         ).start()
+        powered = [(n, bmc.power_reader(self.system_id(n["metadata"]["name"]))) for n in self.nodes]
+        powered += [(n, e.power_reader()) for e, n in zip(self.extras, extra_nodes, strict=True)]
         self.simulator = MachineSimulator(
             api=api,
             machines=[
                 SimMachine(
                     node_name=n["spec"]["kubernetesNodeName"],
                     provider_id=f"lightsout://{self.namespace}/{n['metadata']['name']}",
-                    power=bmc.power_reader(self.system_id(n["metadata"]["name"])),
+                    power=power,
                     capacity=machine_capacity(n),
                     boot_seconds=self.boot_seconds,
                 )
-                for n in self.nodes
+                for n, power in powered
             ],
         ).start()
         cluster.kubectl("apply", "--server-side", "-f", str(root / "crds"))
@@ -105,7 +120,9 @@ class Lab:
             "wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{c}" for c in CRDS)
         )
         cluster.kubectl("create", "namespace", self.namespace)
-        items = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(self.objects)})
+        items = json.dumps(
+            {"apiVersion": "v1", "kind": "List", "items": [*self.objects, *extra_objects]}
+        )
         cluster.kubectl("apply", "-n", self.namespace, "-f", "-", input=items)
         self.operator = OperatorProcess(
             cluster=cluster,
@@ -117,8 +134,12 @@ class Lab:
         self.operator.start()
 
     def stop(self) -> None:
-        for part in (self.operator, self.simulator, self.agent, self.bmc):
+        for part in (self.operator, self.simulator, self.agent):
             if part is not None:
                 part.stop()
+        for extra in self.extras:
+            extra.stop()
+        if self.bmc is not None:
+            self.bmc.stop()
         if self.cluster is not None:
             self.cluster.destroy()

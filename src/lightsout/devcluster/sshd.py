@@ -1,7 +1,8 @@
 """An OpenSSH server on loopback, and a "machine" that is on while its sshd runs.
 
 Who uses it: the e2e tests of the runner (``tests/e2e/test_runner_wol.py``) and of the
-operator (Wake-on-LAN + SSH machines), together with ``tests.harness.wol``.
+operator (Wake-on-LAN + SSH machines), and ``lightsout demo``'s mini PC
+(``lightsout.devcluster.extras``), together with ``lightsout.devcluster.wol``.
 
 What it gives you:
 
@@ -224,7 +225,7 @@ class SshServer:
                     "-N",
                     "",
                     "-C",
-                    f"lightsout-test-{name}",
+                    f"lightsout-devcluster-{name}",
                     "-f",
                     str(self.workdir / name),
                 ],
@@ -258,7 +259,7 @@ class SshMachine:
     Args:
         name: for messages.
         power_state: the state it starts in.
-        mac: its MAC address (for ``tests.harness.wol``), default derived from the name.
+        mac: its MAC address (for ``lightsout.devcluster.wol``), default derived from the name.
         boot_seconds: delay between ``power_on()`` and the sshd listening.
         shutdown_seconds: delay between a shutdown request and the power going off.
         obey_shutdown: when false, requests are recorded but the machine stays on.

@@ -1,7 +1,8 @@
-"""A fake Proxmox VE cluster for tests: fakepve served over TLS on a free loopback port.
+"""A fake Proxmox VE cluster: fakepve served over TLS on a free loopback port.
 
 Who uses it: the e2e tests of the runner (tests/e2e/test_runner_proxmox.py) and of the
-operator with Proxmox machines; anyone who needs a Proxmox API on 127.0.0.1.
+operator with Proxmox machines, ``lightsout demo``'s Proxmox VM
+(``lightsout.devcluster.extras``); anyone who needs a Proxmox API on 127.0.0.1.
 
 What it gives you:
 

@@ -1,9 +1,10 @@
 """A Wake-on-LAN "network" on loopback: a UDP listener that records magic packets.
 
 Who uses it: the e2e tests of the runner (``tests/e2e/test_runner_wol.py``) and of the
-operator (Wake-on-LAN machines), with ``tests.harness.sshd.SshMachine`` as the machines.
+operator (Wake-on-LAN machines), and ``lightsout demo``'s mini PC
+(``lightsout.devcluster.extras``), with ``lightsout.devcluster.sshd.SshMachine`` as the machines.
 
-Never aim a Wake-on-LAN sender at a real broadcast address in a test: configure the Node's
+Never aim a Wake-on-LAN sender at a real broadcast address here: configure the Node's
 (or the role's) broadcast address as ``listener.host`` (127.0.0.1) and its port as
 ``listener.port``.
 
@@ -78,7 +79,7 @@ class Datagram:
 
 
 class Wakeable(Protocol):
-    """What ``WolListener.wakes`` needs of a machine (``tests.harness.sshd.SshMachine``)."""
+    """What ``WolListener.wakes`` needs of a machine (``lightsout.devcluster.sshd.SshMachine``)."""
 
     mac: str
 
@@ -92,7 +93,7 @@ class WolListener:
 
     def __init__(self, *, host: str = "127.0.0.1") -> None:
         if not host.startswith("127."):
-            raise ValueError("tests listen on loopback only")
+            raise ValueError("the emulated LAN listens on loopback only")
         self.host = host
         self.port = 0
         self._sock: socket.socket | None = None

@@ -1,8 +1,9 @@
-"""Real IPMI BMCs for tests: OpenIPMI's ``ipmi_sim``, one process per machine, on 127.0.0.1.
+"""Real IPMI BMCs on loopback: OpenIPMI's ``ipmi_sim``, one process per machine, on 127.0.0.1.
 
 Who uses it: the e2e tests of the runner (``tests/e2e/test_runner_ipmi.py``) and of the
-operator (IPMI "machines" for startup/shutdown/healthcheck Jobs), and anyone who needs a BMC
-speaking IPMI-over-LAN (RMCP+, cipher suite 3) on loopback.
+operator (IPMI "machines" for startup/shutdown/healthcheck Jobs), ``lightsout demo``'s IPMI
+server (``lightsout.devcluster.extras``), and anyone who needs a BMC speaking IPMI-over-LAN
+(RMCP+, cipher suite 3) on loopback.
 
 What it gives you:
 
@@ -11,7 +12,7 @@ What it gives you:
   loopback UDP port, with one admin user (``username``/``password``). ``sim["node-1"]`` (or
   ``sim.bmc`` when there is one) is that machine's ``IpmiBmc``.
 - The chassis is a shell program (``chassis.sh``) that ipmi_sim runs for every chassis
-  request; it keeps the machine in files, so tests read and set the power state without
+  request; it keeps the machine in files, so callers read and set the power state without
   IPMI: ``bmc.power_state()``, ``bmc.set_power_state("On")``, ``bmc.boot_device()``.
 - ``bmc.soft_shutdown = "ignore"`` makes the machine's "OS" ignore ACPI soft-offs (the
   default, ``"obey"``, powers it off at once), to exercise forced power-off.

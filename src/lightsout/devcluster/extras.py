@@ -1,0 +1,266 @@
+"""Machines of the other drivers for the lab: an IPMI server, a Wake-on-LAN mini PC, a Proxmox VM.
+
+`Lab(extras=default_extras())` hosts them next to its Redfish servers, each behind its own
+emulator on 127.0.0.1: OpenIPMI's ipmi_sim as the IPMI BMC (`ipmi.py`); a UDP listener as the
+"LAN" and an sshd as the mini PC, whose magic packet starts the sshd and whose shutdown command
+stops it (`wol.py`, `sshd.py`); fakepve as the Proxmox VE cluster, holding a template that an
+Ephemeral machine is cloned from on power-on and destroyed on power-off (`fakepve.py`).
+
+Each machine provides its Secrets and Lights-Out Node (Group `lab-extras`, `autoscaler: none`,
+`autoscaling.enabled: false`: only a person's `kubectl patch` powers them), the power reader
+the machine simulator registers its core Node by, and `report()`: what its emulator says, in
+words, so `lightsout demo` can show that the order really reached the "hardware".
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from lightsout.devcluster.fakepve import CLONE, DESTROY, FakePveCluster, Guest
+from lightsout.devcluster.ipmi import IpmiMachine, IpmiSim
+from lightsout.devcluster.machines import tcp_probe
+from lightsout.devcluster.sshd import SshMachine
+from lightsout.devcluster.wol import WolListener
+
+EXTRAS_GROUP = "lab-extras"
+API_VERSION = "lightsout.dev/v1alpha1"
+PVE_TEMPLATE = 9000
+
+
+class ExtraMachine(Protocol):
+    """One emulated machine of a driver other than Redfish, as the lab hosts it."""
+
+    name: str
+    driver: str
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def objects(self) -> list[dict[str, Any]]:
+        """Its Secrets and its Lights-Out Node (desired Off)."""
+        ...
+
+    def power_reader(self) -> Callable[[], str]:
+        """`On`/`Off` as its emulator reports it, for the machine simulator."""
+        ...
+
+    def report(self) -> str:
+        """What the emulator says right now, in one line."""
+        ...
+
+
+def extras_group() -> dict[str, Any]:
+    """The Group of the extra machines: nobody but a person powers them on or off."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Group",
+        "metadata": {"name": EXTRAS_GROUP},
+        "spec": {
+            "minNodes": 0,
+            "maxNodes": 3,
+            "autoscaler": "none",
+            # The CronJob would start Ansible Jobs at every 5th minute, mid-demo on 2 cores.
+            "healthCheck": {"enabled": False},
+        },
+    }
+
+
+def _secret(name: str, data: Mapping[str, str | bytes]) -> dict[str, Any]:
+    encoded = {
+        k: base64.b64encode(v if isinstance(v, bytes) else v.encode()).decode()
+        for k, v in data.items()
+    }
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": encoded}
+
+
+def _node(
+    name: str, driver: Mapping[str, Any], cpu: int, memory: str, watts: int
+) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Node",
+        "metadata": {"name": name},
+        "spec": {
+            "desiredPowerState": "Off",
+            "group": EXTRAS_GROUP,
+            "kubernetesNodeName": name,
+            "driver": dict(driver),
+            "resources": {"cpu": cpu, "memory": memory},
+            "power": {"onWatts": watts, "bootTimeoutSeconds": 180, "shutdownTimeoutSeconds": 180},
+            # Belt and braces with the Group's `autoscaler: none`: pinned to what a person sets.
+            "autoscaling": {"enabled": False},
+        },
+    }
+
+
+class IpmiServer:
+    """An old server whose BMC speaks only IPMI-over-LAN: ipmi_sim on a loopback UDP port."""
+
+    driver = "ipmi"
+
+    def __init__(self, name: str = "ipmi-box") -> None:
+        self.name = name
+        self.sim = IpmiSim(IpmiMachine(name, power_state="Off"))
+
+    def start(self) -> None:
+        self.sim.start()
+
+    def stop(self) -> None:
+        self.sim.stop()
+
+    def objects(self) -> list[dict[str, Any]]:
+        bmc = self.sim.bmc
+        secret = f"{self.name}-bmc"
+        driver = {
+            "ipmi": {
+                "host": bmc.host,
+                "port": bmc.port,
+                "cipherSuite": 3,  # ipmi_sim's RMCP+ suite
+                "credentialsSecretRef": {"name": secret},
+            }
+        }
+        return [
+            _secret(secret, {"username": bmc.username, "password": bmc.password}),
+            _node(self.name, driver, cpu=8, memory="32Gi", watts=150),
+        ]
+
+    def power_reader(self) -> Callable[[], str]:
+        return self.sim.bmc.power_reader()
+
+    def report(self) -> str:
+        bmc = self.sim.bmc
+        # Asked with ipmitool, a client independent of the playbooks' pyghmi.
+        status = bmc.ipmitool("chassis", "power", "status").stdout.strip() or "no answer"
+        orders = ", ".join(str(c) for c in bmc.power_commands()) or "none"
+        return f"ipmi_sim {bmc.host}:{bmc.port}: {status!r}; chassis orders so far: {orders}"
+
+
+class WolMiniPc:
+    """A mini PC woken by a magic packet and shut down over SSH; "on" while its sshd answers.
+
+    The Node's broadcast address is the listener's loopback address: the packet never leaves
+    127.0.0.1.
+    """
+
+    driver = "wol"
+
+    def __init__(self, name: str = "mini-pc") -> None:
+        self.name = name
+        self.lan = WolListener()
+        self.box = SshMachine(name, power_state="Off", boot_seconds=1.0, shutdown_seconds=1.0)
+
+    def start(self) -> None:
+        self.lan.start()
+        self.box.start()
+        self.lan.wakes(self.box)
+
+    def stop(self) -> None:
+        self.box.stop()
+        self.lan.stop()
+
+    def objects(self) -> list[dict[str, Any]]:
+        ssh = self.box.ssh
+        secret = f"{self.name}-ssh"
+        driver = {
+            "wol": {
+                "macAddress": self.box.mac,
+                "broadcastAddress": self.lan.host,
+                "port": self.lan.port,
+                "ssh": {
+                    "host": ssh.host,
+                    "port": ssh.port,
+                    "user": ssh.user,
+                    "privateKeySecretRef": {"name": secret, "key": "ssh-privatekey"},
+                    "knownHosts": ssh.known_hosts_line + "\n",
+                    "shutdownCommand": self.box.shutdown_command,
+                },
+            }
+        }
+        return [
+            _secret(secret, {"ssh-privatekey": ssh.client_key}),
+            _node(self.name, driver, cpu=4, memory="16Gi", watts=25),
+        ]
+
+    def power_reader(self) -> Callable[[], str]:
+        # The same evidence as the reachability role: the SSH port answers or it does not.
+        return tcp_probe(self.box.ssh.host, self.box.ssh.port)
+
+    def report(self) -> str:
+        packets = self.lan.magic_packets(self.box.mac)
+        sources = sorted({f"{p.source[0]}" for p in packets})
+        sent = f" (from {', '.join(sources)})" if sources else ""
+        ssh = "answers" if self.box.reachable() else "closed"
+        return (
+            f"listener {self.lan.host}:{self.lan.port}: {len(packets)} magic packet(s) for "
+            f"{self.box.mac}{sent}; sshd {self.box.ssh.host}:{self.box.ssh.port} {ssh}; "
+            f"shutdown commands run: {self.box.shutdown_requests()}"
+        )
+
+
+class EphemeralVm:
+    """A Proxmox VM that exists only while it is on: cloned from a template, then destroyed."""
+
+    driver = "proxmox"
+
+    def __init__(self, namespace: str, name: str = "pve-burst") -> None:
+        self.name = name
+        self.namespace = namespace  # the clone's tag names the Node's namespace
+        self.pve = FakePveCluster([Guest(PVE_TEMPLATE, "debian-12-template", template=True)])
+
+    def start(self) -> None:
+        self.pve.start()
+
+    def stop(self) -> None:
+        self.pve.stop()
+
+    @property
+    def tag(self) -> str:
+        """The tag the proxmox_vm role puts on the machine's clone."""
+        return f"lightsout-node.{self.namespace}.{self.name}"
+
+    def objects(self) -> list[dict[str, Any]]:
+        secret = f"{self.name}-pve"
+        driver = {
+            "proxmox": {
+                "endpoint": self.pve.endpoint,
+                "node": "pve1",
+                "credentialsSecretRef": {"name": secret},
+                "tls": {"caSecretRef": {"name": f"{secret}-ca", "key": "ca.crt"}},
+                "mode": "Ephemeral",
+                "template": {"vmid": PVE_TEMPLATE},
+                "vmidRange": {"lower": 300, "upper": 309},
+                "cores": 2,
+                "memoryMiB": 4096,
+            }
+        }
+        return [
+            _secret(secret, {"username": self.pve.username, "password": self.pve.password}),
+            _secret(f"{secret}-ca", {"ca.crt": self.pve.ca_path.read_bytes()}),
+            _node(self.name, driver, cpu=2, memory="4Gi", watts=20),
+        ]
+
+    def power_reader(self) -> Callable[[], str]:
+        return self.pve.power_reader(tag=self.tag)
+
+    def report(self) -> str:
+        clones = self.pve.tagged(self.tag)
+        vms = (
+            ", ".join(
+                f"VM {c['vmid']} {c.get('name')!r} {c.get('status')} on {c.get('node')}"
+                for c in clones
+            )
+            or "no clone"
+        )
+        return (
+            f"fakepve {self.pve.endpoint}: {vms}; VMs in the cluster: "
+            f"{[int(vm['vmid']) for vm in self.pve.vms()]}; clones made "
+            f"{self.pve.count(CLONE, vmid=PVE_TEMPLATE)}, destroyed {self.pve.count(DESTROY)}"
+        )
+
+
+def default_extras(namespace: str) -> list[ExtraMachine]:
+    """One machine of each other driver, for Nodes in `namespace`, as `lightsout demo` shows."""
+    return [IpmiServer(), WolMiniPc(), EphemeralVm(namespace)]
