@@ -14,10 +14,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client import ApiException
 
 from lightsout.devcluster import Cluster
-from lightsout.devcluster.cluster import KWOK_ANNOTATION
 from lightsout.devcluster.machines import MachineSimulator, SimMachine
 from lightsout.devcluster.sushy import FakeSystem, SushyEmulator
 from tests.harness import fleet
@@ -26,33 +24,6 @@ from tests.harness.wait import events_for, get_json
 GPU = "nvidia.com/gpu"
 #: The annotation where the operator records since when a machine has been unneeded.
 UNNEEDED = "lightsout.dev/unneeded-since"
-
-
-class RegisteringWithCapacity(MachineSimulator):
-    """The machine simulator, but each core Node is created with its capacity in the create
-    request, as a kubelet registers. Created bare and patched after (what `MachineSimulator`
-    does), a Node briefly carries kwok's default allocatable (1k cpu, 1Ti) — or keeps it, when
-    kwok's status write lands after the patch — and kube-scheduler binds pending pods that fit
-    nowhere onto it, which is exactly what these tests must not see."""
-
-    def _register(self, machine: SimMachine) -> None:
-        body: Any = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": machine.node_name,
-                "labels": {"kubernetes.io/hostname": machine.node_name, **machine.labels},
-                "annotations": {KWOK_ANNOTATION: "fake"},
-            },
-            "spec": {"providerID": machine.provider_id},
-            "status": {"capacity": dict(machine.capacity), "allocatable": dict(machine.capacity)},
-        }
-        try:
-            client.CoreV1Api(self.api).create_node(body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-        super()._register(machine)  # its create answers 409; it patches nodeInfo and counts
 
 
 class Fleet:
@@ -102,7 +73,7 @@ class Fleet:
                     capacity=capacity,
                 )
             )
-        return RegisteringWithCapacity(api=api, machines=machines).start()
+        return MachineSimulator(api=api, machines=machines).start()
 
 
 SIZES = {

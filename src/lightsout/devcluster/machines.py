@@ -122,6 +122,10 @@ class MachineSimulator:
                 "annotations": {KWOK_ANNOTATION: "fake"},
             },
             "spec": {"providerID": machine.provider_id},
+            # Capacity in the create request, as a kubelet registers: a Node created bare gets
+            # kwok's default allocatable (1k cpu, 1Ti) until patched, and kube-scheduler would
+            # bind pods that fit nowhere onto it in between.
+            "status": {"capacity": resources, "allocatable": resources},
         }
         try:
             core.create_node(body)

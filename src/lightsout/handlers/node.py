@@ -156,13 +156,22 @@ def apply(
     now: dt.datetime,
 ) -> float:
     """Lease first (stop if lost), then status, then the other effects in order."""
+    if decision.reason == fsm.Reason.LEASE_HELD_ELSEWHERE:
+        # The holder owns this machine's status too: what we read may be stale, and writing it
+        # back would hide an action in flight (the planner would power on a second machine).
+        return max(decision.requeue_after or STABLE_REQUEUE, 0.2)
     holding = False
     if any(isinstance(e, AcquireLease) for e in decision.effects):
         if not actuator.acquire_lease(ctx, now):
             return 2.0
         holding = True
     previous_phase = (ctx.node.get("status") or {}).get("phase")
-    write_status(ctx, desired, intent_generation, decision, now)
+    try:
+        write_status(ctx, desired, intent_generation, decision, now)
+    except api.ConflictError:
+        # The Node changed since this pass read it (a new intent, another writer): decide
+        # again from a fresh read rather than act on a stale one.
+        return 0.2
     if previous_phase != decision.phase and not any(isinstance(e, Event) for e in decision.effects):
         # Every phase transition is an event, even when the state machine had nothing to add.
         actuator.post_event(
@@ -244,7 +253,9 @@ def write_status(
     changed = inputs.status_patch(status, new)
     if not changed:
         return
-    api.patch_status(ctx.namespace, "nodes", ctx.name, changed)
+    api.patch_status(
+        ctx.namespace, "nodes", ctx.name, changed, ctx.node["metadata"].get("resourceVersion")
+    )
     if status.get("phase") != new["phase"]:
         log.info(
             "machine %s/%s: %s -> %s (%s)",

@@ -74,7 +74,18 @@ def custom() -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api_client())
 
 
-def patch_status(namespace: str, plural: str, name: str, status: Mapping[str, Any]) -> Obj:
+def patch_status(
+    namespace: str,
+    plural: str,
+    name: str,
+    status: Mapping[str, Any],
+    resource_version: str | None = None,
+) -> Obj:
+    """Merge-patch the status; with `resource_version`, only if the object is still at it
+    (else ConflictError): status computed from a stale read never overwrites a newer one."""
+    body: dict[str, Any] = {"status": dict(status)}
+    if resource_version:
+        body["metadata"] = {"resourceVersion": resource_version}
     return _raw(
         custom().patch_namespaced_custom_object_status,
         API_GROUP,
@@ -82,7 +93,7 @@ def patch_status(namespace: str, plural: str, name: str, status: Mapping[str, An
         namespace,
         plural,
         name,
-        {"status": dict(status)},
+        body,
     )
 
 
