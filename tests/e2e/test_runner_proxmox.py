@@ -9,47 +9,20 @@ No Kubernetes needed.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lightsout.devcluster.fakepve import CLONE, DESTROY, SHUTDOWN, START, FakePveCluster, Guest
+from tests.harness import runner
+from tests.harness.runner import RunnerRun
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = 9000
 GROUP_TAG = "lightsout-group.homelab"
-
-
-@dataclass
-class RunnerRun:
-    """One finished run of the runner."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-    result_text: str
-
-    @property
-    def result(self) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(self.result_text)
-        return data
-
-    @property
-    def values(self) -> dict[str, Any]:
-        values: dict[str, Any] = self.result["values"]
-        return values
-
-    def explain(self) -> str:
-        return f"rc={self.returncode}\nresult={self.result_text}\nstdout:\n{self.stdout[-6000:]}"
 
 
 def run_runner(
@@ -63,17 +36,12 @@ def run_runner(
     password: str | None = None,
     files: dict[str, str] | None = None,
 ) -> RunnerRun:
-    """Lay out the Job's files under tmp_path and run the runner once."""
-    job = tmp_path / f"job-{action}-{uuid.uuid4().hex[:6]}"
-    credentials = job / "credentials"
-    credentials.mkdir(parents=True)
-    (credentials / "username").write_text(pve.username + "\n")
-    (credentials / "password").write_text((password or pve.password) + "\n")
-    for name, text in (files or {}).items():
-        (credentials / name).write_text(text + "\n")
-    ca_dir = job / "ca"
-    ca_dir.mkdir()
-    (ca_dir / "ca.crt").write_text(pve.ca_path.read_text())
+    """Run the runner once against fakepve with the Node's spec.driver.proxmox settings."""
+    credentials = {
+        "username": pve.username + "\n",
+        "password": (password or pve.password) + "\n",
+        **{name: text + "\n" for name, text in (files or {}).items()},
+    }
     block = {
         "endpoint": pve.endpoint,
         "node": "pve1",
@@ -83,39 +51,13 @@ def run_runner(
     }
     extravars: dict[str, Any] = {
         "lightsout_node": {"name": node_name, "namespace": "homelab"},
-        "lightsout_action": action,
         "lightsout_driver": "proxmox",
         "lightsout_proxmox": block,
     }
     if group:
         extravars["lightsout_group"] = group
-    (job / "extravars.json").write_text(json.dumps(extravars))
-    result_path = job / "termination-log"
-    work = job / "scratch"
-    work.mkdir()
-    env = {
-        **os.environ,
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-        "LIGHTSOUT_ACTION": action,
-        "LIGHTSOUT_EXTRAVARS": str(job / "extravars.json"),
-        "LIGHTSOUT_CREDENTIALS_DIR": str(credentials),
-        "LIGHTSOUT_CA_DIR": str(ca_dir),
-        "LIGHTSOUT_PLAYBOOK_DIR": str(ROOT / "playbooks"),
-        "LIGHTSOUT_ROLES_DIR": str(ROOT / "roles"),
-        "LIGHTSOUT_OVERLAY_DIR": str(job / "overlay"),
-        "LIGHTSOUT_RESULT_PATH": str(result_path),
-        "LIGHTSOUT_WORK_DIR": str(work),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "lightsout.runner"],
-        env=env,
-        cwd=job,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    return RunnerRun(proc.returncode, proc.stdout, proc.stderr, result_path.read_text())
+    ca = {"ca.crt": pve.ca_path.read_text()}
+    return runner.run_runner(tmp_path, action, extravars, credentials, ca=ca)
 
 
 def persistent(vmid: int, **more: Any) -> dict[str, Any]:

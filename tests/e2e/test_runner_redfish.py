@@ -7,40 +7,16 @@ playbooks and roles, and sushy-tools' emulator over TLS with basic auth. No Kube
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from lightsout.devcluster.sushy import POWER_OFF, POWER_ON, FakeSystem, PowerState, SushyEmulator
+from tests.harness import runner
+from tests.harness.runner import RunnerRun
 
 pytestmark = pytest.mark.e2e
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@dataclass
-class RunnerRun:
-    """One finished run of the runner."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-    result_text: str
-
-    @property
-    def result(self) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(self.result_text)
-        return data
-
-    def explain(self) -> str:
-        return f"rc={self.returncode}\nresult={self.result_text}\nstdout:\n{self.stdout[-6000:]}"
 
 
 def run_runner(
@@ -54,21 +30,15 @@ def run_runner(
     overlay: dict[str, str] | None = None,
     validate_certs: bool = True,
 ) -> RunnerRun:
-    """Lay out the Job's files under tmp_path and run the runner once."""
-    job = tmp_path / f"job-{action}-{uuid.uuid4().hex[:6]}"
-    credentials = job / "credentials"
-    credentials.mkdir(parents=True)
-    (credentials / "username").write_text(bmc.username)
-    (credentials / "password").write_text((password or bmc.password) + "\n")
+    """Run the runner once against the emulated BMC's system_id."""
+    credentials = {
+        "username": bmc.username,
+        "password": (password or bmc.password) + "\n",
+    }
     if validate_certs:
-        (credentials / "ca.crt").write_text(bmc.ca_path.read_text())
-    overlay_dir = job / "overlay"
-    overlay_dir.mkdir()
-    for name, text in (overlay or {}).items():
-        (overlay_dir / name).write_text(text)
+        credentials["ca.crt"] = bmc.ca_path.read_text()
     extravars = {
         "lightsout_node": {"name": "box-1", "namespace": "homelab"},
-        "lightsout_action": action,
         "lightsout_driver": driver,
         "lightsout_redfish": {
             "endpoint": bmc.endpoint,
@@ -80,32 +50,7 @@ def run_runner(
             "poll_interval": 1,
         },
     }
-    (job / "extravars.json").write_text(json.dumps(extravars))
-    result_path = job / "termination-log"
-    work = job / "scratch"
-    work.mkdir()
-    env = {
-        **os.environ,
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-        "LIGHTSOUT_ACTION": action,
-        "LIGHTSOUT_EXTRAVARS": str(job / "extravars.json"),
-        "LIGHTSOUT_CREDENTIALS_DIR": str(credentials),
-        "LIGHTSOUT_PLAYBOOK_DIR": str(ROOT / "playbooks"),
-        "LIGHTSOUT_ROLES_DIR": str(ROOT / "roles"),
-        "LIGHTSOUT_OVERLAY_DIR": str(overlay_dir),
-        "LIGHTSOUT_RESULT_PATH": str(result_path),
-        "LIGHTSOUT_WORK_DIR": str(work),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "lightsout.runner"],
-        env=env,
-        cwd=job,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    return RunnerRun(proc.returncode, proc.stdout, proc.stderr, result_path.read_text())
+    return runner.run_runner(tmp_path, action, extravars, credentials, overlay=overlay or {})
 
 
 def new_system(power_state: PowerState = "Off") -> FakeSystem:

@@ -10,13 +10,7 @@ and the shutdown command stops (devcluster/sshd.py), the LAN a UDP listener on 1
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,29 +18,12 @@ import pytest
 
 from lightsout.devcluster.sshd import PowerState, SshMachine
 from lightsout.devcluster.wol import WolListener
+from tests.harness import runner
+from tests.harness.runner import RunnerRun
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 KEY_NAME = "ssh-privatekey"
-
-
-@dataclass
-class RunnerRun:
-    """One finished run of the runner."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-    result_text: str
-
-    @property
-    def result(self) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(self.result_text)
-        return data
-
-    def explain(self) -> str:
-        return f"rc={self.returncode}\nresult={self.result_text}\nstdout:\n{self.stdout[-6000:]}"
 
 
 def wol_block(box: SshMachine, lan: WolListener, **ssh: Any) -> dict[str, Any]:
@@ -70,46 +47,21 @@ def wol_block(box: SshMachine, lan: WolListener, **ssh: Any) -> dict[str, Any]:
 
 
 def run_runner(tmp_path: Path, action: str, block: dict[str, Any], key: str) -> RunnerRun:
-    """Lay out the Job's files under tmp_path and run the runner once."""
-    job = tmp_path / f"job-{action}-{uuid.uuid4().hex[:6]}"
-    credentials = job / "credentials"
-    credentials.mkdir(parents=True)
-    # As a kubernetes.io/ssh-auth Secret is mounted: read-only, group-readable, and (often)
-    # without the trailing newline OpenSSH insists on.
-    (credentials / KEY_NAME).write_text(key.rstrip("\n"))
-    (credentials / KEY_NAME).chmod(0o440)
+    """Run the runner once with the Node's spec.driver.wol block and the SSH key."""
     extravars = {
         "lightsout_node": {"name": "mini-1", "namespace": "homelab"},
-        "lightsout_action": action,
         "lightsout_driver": "wol",
         "lightsout_wol": block,
     }
-    (job / "extravars.json").write_text(json.dumps(extravars))
-    result_path = job / "termination-log"
-    work = job / "scratch"
-    work.mkdir()
-    env = {
-        **os.environ,
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-        "LIGHTSOUT_ACTION": action,
-        "LIGHTSOUT_EXTRAVARS": str(job / "extravars.json"),
-        "LIGHTSOUT_CREDENTIALS_DIR": str(credentials),
-        "LIGHTSOUT_PLAYBOOK_DIR": str(ROOT / "playbooks"),
-        "LIGHTSOUT_ROLES_DIR": str(ROOT / "roles"),
-        "LIGHTSOUT_OVERLAY_DIR": str(job / "overlay"),
-        "LIGHTSOUT_RESULT_PATH": str(result_path),
-        "LIGHTSOUT_WORK_DIR": str(work),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-m", "lightsout.runner"],
-        env=env,
-        cwd=job,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    # As a kubernetes.io/ssh-auth Secret is mounted: read-only, group-readable, and (often)
+    # without the trailing newline OpenSSH insists on.
+    return runner.run_runner(
+        tmp_path,
+        action,
+        extravars,
+        {KEY_NAME: key.rstrip("\n")},
+        credential_modes={KEY_NAME: 0o440},
     )
-    return RunnerRun(proc.returncode, proc.stdout, proc.stderr, result_path.read_text())
 
 
 @pytest.fixture
