@@ -36,14 +36,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import tempfile
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self, TypeVar
+
+from lightsout.devcluster.process import WorkdirService
 
 HOST = "127.0.0.1"
 START_TIMEOUT = 30.0
@@ -96,7 +95,7 @@ class FakePveError(RuntimeError):
     """The fake could not be started or answered unexpectedly."""
 
 
-class FakePveCluster:
+class FakePveCluster(WorkdirService):
     """fakepve in a thread of this process; use it as a context manager.
 
     Args:
@@ -107,6 +106,10 @@ class FakePveCluster:
         time_scale: real seconds per Proxmox second; 0 ends every task before it answers.
         workdir: where the certificate goes (default: a temp dir, removed on stop).
     """
+
+    error = FakePveError
+    not_started = "fakepve not started"
+    workdir_prefix = "fakepve-"
 
     def __init__(
         self,
@@ -129,8 +132,7 @@ class FakePveCluster:
         self.time_scale = time_scale
         self.host = HOST
         self.port = 0
-        self._own_workdir = workdir is None
-        self._workdir = workdir
+        super().__init__(workdir)
         self._pve: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -143,12 +145,6 @@ class FakePveCluster:
         if self._pve is None:
             raise FakePveError("fakepve not started")
         return self._pve
-
-    @property
-    def workdir(self) -> Path:
-        if self._workdir is None:
-            raise FakePveError("fakepve not started")
-        return self._workdir
 
     @property
     def endpoint(self) -> str:
@@ -167,9 +163,7 @@ class FakePveCluster:
         from fakepve import FakePve  # type: ignore[import-untyped]
         from fakepve.certs import make_cert  # type: ignore[import-untyped]
 
-        if self._workdir is None:
-            self._workdir = Path(tempfile.mkdtemp(prefix="fakepve-"))
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._make_workdir()
         certfile, keyfile, _ = make_cert(str(self.workdir), hosts=(self.host,))
         pve = FakePve(user=self.username, password=self.password, host=self.host, port=0)
         pve.time_scale = self.time_scale
@@ -215,20 +209,7 @@ class FakePveCluster:
                 loop.close()
         self._loop = self._thread = None
         self._pve = None
-        if self._own_workdir and self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        self._remove_workdir()
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = START_TIMEOUT) -> T:
         """Run a coroutine of the fake (``pve.backup(vmid)``, ...) on its loop; its result."""

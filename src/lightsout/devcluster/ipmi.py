@@ -39,12 +39,17 @@ import os
 import shutil
 import socket
 import subprocess
-import tempfile
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from types import TracebackType
 from typing import Literal, Self
+
+from lightsout.devcluster.process import (
+    WorkdirService,
+    read_log,
+    start_on_free_port,
+    terminate,
+    wait_ready,
+)
 
 PowerState = Literal["On", "Off"]
 SoftShutdown = Literal["obey", "ignore"]
@@ -226,10 +231,7 @@ class IpmiBmc:
 
     def log_text(self) -> str:
         """ipmi_sim's output so far (for assertion messages)."""
-        try:
-            return (self.workdir / "sim.log").read_text(errors="replace")
-        except OSError:
-            return ""
+        return read_log(self.workdir / "sim.log")
 
     # ---------------------------------------------------------------------------- lifecycle
 
@@ -245,31 +247,26 @@ class IpmiBmc:
         self.soft_shutdown = self.machine.soft_shutdown
         self._write("boot", self.machine.boot_device)
         self.clear_commands()
-        last_error = ""
-        for _ in range(3):  # a free port can be taken between probing and binding
-            self.port = _free_udp_port(self.host)
+
+        def start_on(port: int) -> None:
+            self.port = port
             self._write_lan_conf()
             self._launch()
-            try:
-                self._wait_ready(start_timeout)
-            except IpmiSimError as exc:
-                last_error = str(exc)
-                self.stop()
-                continue
-            return
-        raise IpmiSimError(
-            f"ipmi_sim for {self.name} did not start: {last_error}\n{self.log_text()}"
+            self._wait_ready(start_timeout)
+
+        start_on_free_port(
+            self.host,
+            start_on,
+            self.stop,
+            error=IpmiSimError,
+            what=f"ipmi_sim for {self.name}",
+            log=self.log_text,
+            kind=socket.SOCK_DGRAM,
         )
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        terminate(proc)
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -314,16 +311,11 @@ set_working_mc 0x20
         )
 
     def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            if self._proc is not None and self._proc.poll() is not None:
-                raise IpmiSimError(f"ipmi_sim exited with {self._proc.returncode}")
+        def probe() -> str | None:
             answer = self.ipmitool("chassis", "power", "status")
-            if answer.returncode == 0:
-                return
-            if time.monotonic() >= deadline:
-                raise IpmiSimError(f"no answer within {timeout}s: {answer.stderr.strip()}")
-            time.sleep(0.2)
+            return None if answer.returncode == 0 else answer.stderr.strip()
+
+        wait_ready(self._proc, probe, timeout, error=IpmiSimError, what="ipmi_sim")
 
     def _read(self, name: str, default: str) -> str:
         try:
@@ -339,7 +331,7 @@ set_working_mc 0x20
         tmp.replace(self.state_dir / name)
 
 
-class IpmiSim:
+class IpmiSim(WorkdirService):
     """One ipmi_sim per machine; a context manager.
 
     Args:
@@ -348,6 +340,10 @@ class IpmiSim:
         workdir: where each BMC's files go (default: a temp dir, removed on stop).
         start_timeout: seconds to wait for each simulator to answer.
     """
+
+    error = IpmiSimError
+    not_started = "simulator not started"
+    workdir_prefix = "ipmi-sim-"
 
     def __init__(
         self,
@@ -369,15 +365,8 @@ class IpmiSim:
         self.username = username
         self.password = password
         self.start_timeout = start_timeout
-        self._own_workdir = workdir is None
-        self._workdir = workdir
+        super().__init__(workdir)
         self.bmcs: dict[str, IpmiBmc] = {}
-
-    @property
-    def workdir(self) -> Path:
-        if self._workdir is None:
-            raise IpmiSimError("simulator not started")
-        return self._workdir
 
     @property
     def bmc(self) -> IpmiBmc:
@@ -395,8 +384,7 @@ class IpmiSim:
     def start(self) -> Self:
         if shutil.which("ipmi_sim") is None or shutil.which("ipmitool") is None:
             raise IpmiSimError("ipmi_sim and ipmitool are needed (tools/ci/system-packages.sh)")
-        if self._workdir is None:
-            self._workdir = Path(tempfile.mkdtemp(prefix="ipmi-sim-"))
+        self._make_workdir()
         try:
             for machine in self.machines:
                 bmc = IpmiBmc(machine, self.workdir / machine.name, self.username, self.password)
@@ -410,24 +398,4 @@ class IpmiSim:
     def stop(self) -> None:
         for bmc in self.bmcs.values():
             bmc.stop()
-        if self._own_workdir and self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-
-def _free_udp_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+        self._remove_workdir()

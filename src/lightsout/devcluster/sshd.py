@@ -42,8 +42,9 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Literal, Self
+
+from lightsout.devcluster.process import Service, free_port, read_log, terminate
 
 PowerState = Literal["On", "Off"]
 
@@ -55,7 +56,7 @@ class SshdError(RuntimeError):
     """sshd could not be started."""
 
 
-class SshServer:
+class SshServer(Service):
     """An OpenSSH server on 127.0.0.1 with its own keys; start/stop repeatedly (same port).
 
     Args:
@@ -74,7 +75,7 @@ class SshServer:
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="sshd-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.port = _free_tcp_port(self.host)
+        self.port = free_port(self.host)
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._make_keys()
@@ -112,10 +113,7 @@ class SshServer:
         return self.workdir / "sshd.log"
 
     def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
+        return read_log(self.log_path)
 
     # -------------------------------------------------------------------------- lifecycle
 
@@ -153,14 +151,7 @@ class SshServer:
         """Stop sshd (sessions it already forked end on their own)."""
         with self._lock:
             proc, self._proc = self._proc, None
-            if proc is None:
-                return
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            terminate(proc)
 
     def cleanup(self) -> None:
         """Stop and remove the work dir (when the harness made it)."""
@@ -168,15 +159,8 @@ class SshServer:
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
+        """Leaving a ``with`` block removes the work dir as well."""
         self.cleanup()
 
     def ssh(self, command: str, *, key: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -253,7 +237,7 @@ LogLevel VERBOSE
         config.chmod(0o600)
 
 
-class SshMachine:
+class SshMachine(Service):
     """A machine whose power state is whether its sshd runs; a context manager.
 
     Args:
@@ -368,17 +352,6 @@ class SshMachine:
             self._watcher.join(timeout=5)
         self.ssh.cleanup()
 
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     def _later(self, delay: float, action: Callable[[], object]) -> None:
         if delay <= 0:
             action()
@@ -410,10 +383,3 @@ def _accepts(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def _free_tcp_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port

@@ -39,16 +39,21 @@ import io
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal, Self
+
+from lightsout.devcluster.process import (
+    WorkdirService,
+    read_log,
+    start_on_free_port,
+    terminate,
+    wait_ready,
+)
 
 PowerState = Literal["On", "Off"]
 
@@ -125,7 +130,7 @@ class SushyError(RuntimeError):
     """The emulator could not be started or answered unexpectedly."""
 
 
-class SushyEmulator:
+class SushyEmulator(WorkdirService):
     """A sushy-tools Redfish emulator in a subprocess; use it as a context manager.
 
     Args:
@@ -135,7 +140,13 @@ class SushyEmulator:
         workdir: where the cert, htpasswd, config, state and logs go (default: a temp dir,
             removed on stop).
         start_timeout: seconds to wait for the emulator to answer.
+
+    Its ``workdir`` holds cert.pem, key.pem, htpasswd, config.py, state/ and the logs.
     """
+
+    error = SushyError
+    not_started = "emulator not started"
+    workdir_prefix = "sushy-"
 
     def __init__(
         self,
@@ -156,19 +167,11 @@ class SushyEmulator:
         self.start_timeout = start_timeout
         self.host = "127.0.0.1"
         self.port = 0
-        self._own_workdir = workdir is None
-        self._workdir = workdir
+        super().__init__(workdir)
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: io.BufferedWriter | None = None
 
     # ----------------------------------------------------------------------------- lifecycle
-
-    @property
-    def workdir(self) -> Path:
-        """Directory holding cert.pem, key.pem, htpasswd, config.py, state/, logs."""
-        if self._workdir is None:
-            raise SushyError("emulator not started")
-        return self._workdir
 
     @property
     def endpoint(self) -> str:
@@ -199,50 +202,27 @@ class SushyEmulator:
         """Write the files and start the emulator; return once it answers over HTTPS."""
         if self._proc is not None:
             raise SushyError("emulator already started")
-        if self._workdir is None:
-            self._workdir = Path(tempfile.mkdtemp(prefix="sushy-"))
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._make_workdir()
         self._write_tls()
         self._write_htpasswd()
-        last_error = ""
-        for _ in range(3):  # a free port can be taken between probing and binding
-            self.port = _free_port(self.host)
-            self._write_config()
-            self.record_path.write_text("")
-            self._launch()
-            try:
-                self._wait_ready()
-            except SushyError as exc:
-                last_error = str(exc)
-                self._terminate()
-                continue
-            return self
-        raise SushyError(f"sushy-emulator did not start: {last_error}\n{self.log_text()}")
+        start_on_free_port(
+            self.host,
+            self._start_on,
+            self._terminate,
+            error=SushyError,
+            what="sushy-emulator",
+            log=self.log_text,
+        )
+        return self
 
     def stop(self) -> None:
         """Stop the emulator and remove its temp dir (when the harness created it)."""
         self._terminate()
-        if self._own_workdir and self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        self._remove_workdir()
 
     def log_text(self) -> str:
         """The emulator's log so far (for assertion messages)."""
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
+        return read_log(self.log_path)
 
     # --------------------------------------------------------------------------- Redfish I/O
 
@@ -421,6 +401,13 @@ class SushyEmulator:
         lines = [f"{key} = {value!r}" for key, value in settings.items()]
         (self.workdir / "config.py").write_text("\n".join(lines) + "\n")
 
+    def _start_on(self, port: int) -> None:
+        self.port = port
+        self._write_config()
+        self.record_path.write_text("")
+        self._launch()
+        self._wait_ready()
+
     def _launch(self) -> None:
         if self._log_file is not None:
             self._log_file.close()
@@ -443,43 +430,23 @@ class SushyEmulator:
     def _wait_ready(self) -> None:
         import requests
 
-        deadline = time.monotonic() + self.start_timeout
-        while True:
-            if self._proc is not None and self._proc.poll() is not None:
-                raise SushyError(f"emulator exited with {self._proc.returncode}")
+        def probe() -> str | None:
             try:
                 response = requests.get(
                     f"{self.endpoint}/redfish/v1/", verify=str(self.ca_path), timeout=2
                 )
             except requests.RequestException as exc:
-                error = str(exc)
-            else:
-                if response.status_code == 200:
-                    return
-                error = f"HTTP {response.status_code}"
-            if time.monotonic() >= deadline:
-                raise SushyError(f"no answer within {self.start_timeout}s: {error}")
-            time.sleep(0.2)
+                return str(exc)
+            return None if response.status_code == 200 else f"HTTP {response.status_code}"
+
+        wait_ready(self._proc, probe, self.start_timeout, error=SushyError, what="emulator")
 
     def _terminate(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        terminate(proc)
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 # ---------------------------------------------------------------------- the emulator process

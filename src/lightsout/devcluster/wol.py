@@ -34,8 +34,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Protocol, Self
+
+from lightsout.devcluster.process import Service
 
 #: Bytes a network card matches: 6 x 0xFF, then the MAC 16 times.
 MAGIC_LENGTH = 6 + 16 * 6
@@ -88,7 +89,7 @@ class Wakeable(Protocol):
     def power_on(self) -> None: ...
 
 
-class WolListener:
+class WolListener(Service):
     """Records every UDP datagram sent to 127.0.0.1:``port``; a context manager."""
 
     def __init__(self, *, host: str = "127.0.0.1") -> None:
@@ -120,17 +121,6 @@ class WolListener:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # --------------------------------------------------------------------------- records
 
