@@ -43,13 +43,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Literal, Self
 
-from lightsout.devcluster.process import (
-    WorkdirService,
-    read_log,
-    start_on_free_port,
-    terminate,
-    wait_ready,
-)
+from lightsout.devcluster import process
 
 PowerState = Literal["On", "Off"]
 SoftShutdown = Literal["obey", "ignore"]
@@ -231,7 +225,7 @@ class IpmiBmc:
 
     def log_text(self) -> str:
         """ipmi_sim's output so far (for assertion messages)."""
-        return read_log(self.workdir / "sim.log")
+        return process.read_log(self.workdir / "sim.log")
 
     # ---------------------------------------------------------------------------- lifecycle
 
@@ -254,7 +248,7 @@ class IpmiBmc:
             self._launch()
             self._wait_ready(start_timeout)
 
-        start_on_free_port(
+        process.start_on_free_port(
             self.host,
             start_on,
             self.stop,
@@ -266,7 +260,7 @@ class IpmiBmc:
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        terminate(proc)
+        process.terminate(proc)
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -315,7 +309,7 @@ set_working_mc 0x20
             answer = self.ipmitool("chassis", "power", "status")
             return None if answer.returncode == 0 else answer.stderr.strip()
 
-        wait_ready(self._proc, probe, timeout, error=IpmiSimError, what="ipmi_sim")
+        process.wait_ready(self._proc, probe, timeout, error=IpmiSimError, what="ipmi_sim")
 
     def _read(self, name: str, default: str) -> str:
         try:
@@ -331,7 +325,7 @@ set_working_mc 0x20
         tmp.replace(self.state_dir / name)
 
 
-class IpmiSim(WorkdirService):
+class IpmiSim(process.WorkdirService):
     """One ipmi_sim per machine; a context manager.
 
     Args:

@@ -47,13 +47,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from lightsout.devcluster.process import (
-    WorkdirService,
-    read_log,
-    start_on_free_port,
-    terminate,
-    wait_ready,
-)
+from lightsout.devcluster import process
 
 PowerState = Literal["On", "Off"]
 
@@ -130,7 +124,7 @@ class SushyError(RuntimeError):
     """The emulator could not be started or answered unexpectedly."""
 
 
-class SushyEmulator(WorkdirService):
+class SushyEmulator(process.WorkdirService):
     """A sushy-tools Redfish emulator in a subprocess; use it as a context manager.
 
     Args:
@@ -205,7 +199,7 @@ class SushyEmulator(WorkdirService):
         self._make_workdir()
         self._write_tls()
         self._write_htpasswd()
-        start_on_free_port(
+        process.start_on_free_port(
             self.host,
             self._start_on,
             self._terminate,
@@ -222,7 +216,7 @@ class SushyEmulator(WorkdirService):
 
     def log_text(self) -> str:
         """The emulator's log so far (for assertion messages)."""
-        return read_log(self.log_path)
+        return process.read_log(self.log_path)
 
     # --------------------------------------------------------------------------- Redfish I/O
 
@@ -439,11 +433,11 @@ class SushyEmulator(WorkdirService):
                 return str(exc)
             return None if response.status_code == 200 else f"HTTP {response.status_code}"
 
-        wait_ready(self._proc, probe, self.start_timeout, error=SushyError, what="emulator")
+        process.wait_ready(self._proc, probe, self.start_timeout, error=SushyError, what="emulator")
 
     def _terminate(self) -> None:
         proc, self._proc = self._proc, None
-        terminate(proc)
+        process.terminate(proc)
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
