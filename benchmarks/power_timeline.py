@@ -18,48 +18,20 @@ import json
 import statistics
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.lab_objects import GROUP, PASSWORD, bmc_secret, redfish_machine
 from lightsout.devcluster.lab import Lab
 
 STEPS = ("decision", "job start", "playbook", "boot", "registration")
 
 
-def _node(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "lightsout.dev/v1alpha1",
-        "kind": "Node",
-        "metadata": {"name": name},
-        "spec": {
-            "desiredPowerState": "Off",
-            "group": "bench",
-            "kubernetesNodeName": name,
-            "driver": {
-                "redfish": {
-                    "endpoint": "https://127.0.0.1:1",
-                    "systemId": str(uuid.uuid4()),
-                    "credentialsSecretRef": {"name": "bmc"},
-                    "tls": {"insecureSkipVerify": True},
-                    "gracefulShutdownSeconds": 10,
-                }
-            },
-            "resources": {"cpu": "8", "memory": "16Gi", "pods": 110},
-        },
-    }
-
-
 def _objects(name: str) -> list[dict[str, Any]]:
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "bmc"},
-            "stringData": {"username": "admin", "password": "bench-password"},
-        },
-        {"apiVersion": "lightsout.dev/v1alpha1", "kind": "Group", "metadata": {"name": "bench"}},
-        _node(name),
+        bmc_secret(),
+        {"apiVersion": "lightsout.dev/v1alpha1", "kind": "Group", "metadata": {"name": GROUP}},
+        redfish_machine(name, cpu="8", memory="16Gi"),
     ]
 
 
@@ -125,7 +97,7 @@ def cycle(lab: Lab, name: str) -> list[float]:
 def main(argv: list[str]) -> int:
     cycles = int(argv[0]) if argv else 3
     name = "bench-box"
-    lab = Lab(objects=_objects(name), namespace="bench", password="bench-password")
+    lab = Lab(objects=_objects(name), namespace="bench", password=PASSWORD)
     lab.start()
     try:
         cluster = lab.cluster

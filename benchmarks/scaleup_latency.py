@@ -23,12 +23,12 @@ import statistics
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 from kubernetes import client, watch
 
+from benchmarks.lab_objects import GROUP, PASSWORD, bmc_secret, redfish_machine
 from lightsout.devcluster.lab import Lab
 from lightsout.devcluster.sushy import POWER_ON
 
@@ -36,36 +36,11 @@ NAMESPACE = "bench-scaleup"
 SLOT_LABEL = "bench.lightsout.dev/slot"
 
 
-def _machine(slot: int) -> dict[str, Any]:
-    name = f"slot-{slot:02d}"
-    return {
-        "apiVersion": "lightsout.dev/v1alpha1",
-        "kind": "Node",
-        "metadata": {"name": name},
-        "spec": {
-            "desiredPowerState": "Off",
-            "group": "bench",
-            "kubernetesNodeName": name,
-            "labels": {SLOT_LABEL: f"{slot:02d}"},
-            "driver": {
-                "redfish": {
-                    "endpoint": "https://127.0.0.1:1",
-                    "systemId": str(uuid.uuid4()),
-                    "credentialsSecretRef": {"name": "bmc"},
-                    "tls": {"insecureSkipVerify": True},
-                    "gracefulShutdownSeconds": 10,
-                }
-            },
-            "resources": {"cpu": "2", "memory": "4Gi", "pods": 110},
-        },
-    }
-
-
 def _objects(count: int) -> list[dict[str, Any]]:
     group = {
         "apiVersion": "lightsout.dev/v1alpha1",
         "kind": "Group",
-        "metadata": {"name": "bench"},
+        "metadata": {"name": GROUP},
         "spec": {
             "autoscaler": "builtin",
             "maxNodes": count,
@@ -73,13 +48,13 @@ def _objects(count: int) -> list[dict[str, Any]]:
             "scaleDown": {"enabled": False},
         },
     }
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": "bmc"},
-        "stringData": {"username": "admin", "password": "bench-password"},
-    }
-    return [secret, group, *(_machine(slot) for slot in range(count))]
+    machines = [
+        redfish_machine(
+            f"slot-{slot:02d}", cpu="2", memory="4Gi", labels={SLOT_LABEL: f"{slot:02d}"}
+        )
+        for slot in range(count)
+    ]
+    return [bmc_secret(), group, *machines]
 
 
 def _pod(slot: int) -> dict[str, Any]:
@@ -171,7 +146,7 @@ def _percentile(values: list[float], share: float) -> float:
 
 def main(argv: list[str]) -> int:
     count = int(argv[0]) if argv else 20
-    lab = Lab(objects=_objects(count), namespace=NAMESPACE, password="bench-password")
+    lab = Lab(objects=_objects(count), namespace=NAMESPACE, password=PASSWORD)
     lab.start()
     decisions: list[float] = []
     executions: list[float] = []

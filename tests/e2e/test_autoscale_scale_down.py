@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from kubernetes import client
@@ -25,6 +24,7 @@ from tests.e2e.autoscaling import UNNEEDED, Fleet, desired, plan_text, reasons, 
 from tests.e2e.conftest import PATIENCE, wait_phase
 from tests.harness import fleet
 from tests.harness.wait import get_json, wait_for
+from tests.harness.workload import web_deployment, web_pdb
 
 PAIR = {
     "one": {"cpu": "4", "memory": "8Gi", "watts": 40},
@@ -42,40 +42,6 @@ def pair(namespace: str) -> Fleet:
 def pair_bmc(kube_api: client.ApiClient, cluster: Cluster, pair: Fleet) -> Iterator[SushyEmulator]:
     with running(kube_api, cluster, pair) as (bmc, _):
         yield bmc
-
-
-def deployment() -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "web"},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {
-                "metadata": {"labels": {"app": "web"}},
-                "spec": {
-                    "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}],
-                    "containers": [
-                        {
-                            "name": "web",
-                            "image": "nginx",
-                            "resources": {"requests": {"cpu": "500m", "memory": "100Mi"}},
-                        }
-                    ],
-                },
-            },
-        },
-    }
-
-
-def pdb(min_available: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": "web"},
-        "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": "web"}}},
-    }
 
 
 def test_a_pdb_holds_a_machine_on_and_min_nodes_holds_the_last(
@@ -98,7 +64,7 @@ def test_a_pdb_holds_a_machine_on_and_min_nodes_holds_the_last(
     fleet.apply(crds, namespace, objects)
     for name in names:
         wait_phase(crds, namespace, name, "Ready")
-    fleet.apply(crds, namespace, [deployment(), pdb(2)])
+    fleet.apply(crds, namespace, [web_deployment({"cpu": "500m", "memory": "100Mi"}), web_pdb(2)])
 
     def placement() -> dict[str, str]:
         pods = get_json(crds, "pods", "-n", namespace, "-l", "app=web")["items"]
@@ -154,7 +120,7 @@ def test_a_pdb_holds_a_machine_on_and_min_nodes_holds_the_last(
 
     # The budget now allows one eviction: one machine becomes unneeded, is drained (its pod
     # moves to the other) and powered off after its unneeded time.
-    crds.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(pdb(1)))
+    crds.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(web_pdb(1)))
     off = wait_for(
         lambda: next((n for n in names if desired(crds, namespace, n) == "Off"), None),
         PATIENCE,

@@ -17,6 +17,7 @@ from lightsout.devcluster.sushy import POWER_OFF, POWER_ON, SushyEmulator
 from tests.e2e.conftest import PATIENCE, patch_desired, status, wait_phase
 from tests.harness import fleet
 from tests.harness.wait import events_for, get_json, wait_for
+from tests.harness.workload import web_deployment, web_pdb
 
 
 def always_on_node(cluster: Cluster, name: str, unschedulable: bool) -> None:
@@ -81,35 +82,7 @@ def test_power_on_then_drain_and_power_off(
     # --- a workload on the machine, protected by a PDB that first forbids any eviction
     spare = f"spare-{namespace}"
     always_on_node(crds, spare, unschedulable=True)
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "web"},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {
-                "metadata": {"labels": {"app": "web"}},
-                "spec": {
-                    "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}],
-                    "containers": [
-                        {
-                            "name": "web",
-                            "image": "nginx",
-                            "resources": {"requests": {"cpu": "100m"}},
-                        }
-                    ],
-                },
-            },
-        },
-    }
-    pdb = {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": "web"},
-        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}},
-    }
-    fleet.apply(crds, namespace, [deployment, pdb])
+    fleet.apply(crds, namespace, [web_deployment({"cpu": "100m"}), web_pdb(2)])
 
     def web_pods() -> list[dict[str, Any]]:
         pods = get_json(crds, "pods", "-n", namespace, "-l", "app=web")["items"]

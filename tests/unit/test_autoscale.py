@@ -420,42 +420,47 @@ def test_the_plan_is_deterministic() -> None:
     assert ons(run(*objects)) == ["m0", "m1", "m2", "m3", "m4"]
 
 
-def test_a_pod_that_names_its_node_powers_on_that_machine_among_identical_ones() -> None:
+@pytest.mark.parametrize(
+    ("placement", "expected"),
+    [
+        ({"selector": {"kubernetes.io/hostname": "box-2"}}, "box-2"),
+        (
+            {
+                "affinity": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": ["box-3"]}
+                        ]
+                    }
+                ]
+            },
+            "box-3",
+        ),
+        (
+            {
+                "affinity": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": "kubernetes.io/hostname",
+                                "operator": "NotIn",
+                                "values": ["box-0"],
+                            }
+                        ]
+                    }
+                ]
+            },
+            "box-1",
+        ),
+    ],
+    ids=["by-label", "by-field", "not-first"],
+)
+def test_a_pod_that_names_its_node_powers_on_that_machine_among_identical_ones(
+    placement: dict[str, Any], expected: str
+) -> None:
     boxes = [machine(f"box-{i}", "4", "8Gi") for i in range(4)]
-    by_label = run(
-        group(), boxes, pod("w-1", "1", "1Gi", selector={"kubernetes.io/hostname": "box-2"})
-    )
-    assert ons(by_label) == ["box-2"]
-    by_field = run(
-        group(),
-        boxes,
-        pod(
-            "w-1",
-            "1",
-            "1Gi",
-            affinity=[
-                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["box-3"]}]}
-            ],
-        ),
-    )
-    assert ons(by_field) == ["box-3"]
-    not_first = run(
-        group(),
-        boxes,
-        pod(
-            "w-1",
-            "1",
-            "1Gi",
-            affinity=[
-                {
-                    "matchExpressions": [
-                        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["box-0"]}
-                    ]
-                }
-            ],
-        ),
-    )
-    assert ons(not_first) == ["box-1"]
+    result = run(group(), boxes, pod("w-1", "1", "1Gi", **placement))
+    assert ons(result) == [expected]
 
 
 def test_a_machine_just_made_ready_is_trusted_even_if_its_kubelet_was_ready_long_before() -> None:
