@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -207,7 +208,14 @@ class Scenario:
         self.events("Node")
         bmc = self.lab.bmc
         assert bmc is not None
-        say(f"power orders the BMC received in all: {len(bmc.power_requests())}")
+        orders = Counter(str(r.reset_type) for r in bmc.power_requests())
+        # A graceful shutdown the OS does not finish in gracefulShutdownSeconds is followed by
+        # ForceOff: two orders for one power-off, by design.
+        say(
+            f"power orders the BMC received in all: {sum(orders.values())} ("
+            + ", ".join(f"{kind} x{count}" for kind, count in sorted(orders.items()))
+            + ")"
+        )
 
     def apply(self, obj: dict[str, Any]) -> None:
         self.narrator.say(f"$ kubectl apply -f -   # Deployment {obj['metadata']['name']}")
