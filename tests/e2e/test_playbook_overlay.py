@@ -19,7 +19,6 @@ from kubernetes import client
 
 from lightsout.devcluster import Cluster
 from lightsout.devcluster.ipmi import IpmiBmc, IpmiMachine, IpmiSim
-from lightsout.devcluster.machines import MachineSimulator
 from lightsout.devcluster.operator_process import OperatorProcess
 from tests.harness import fleet
 from tests.harness.cycle import patch_and_wait, report, wait_phase
@@ -91,9 +90,7 @@ def test_node_startup_runs_the_user_playbook_from_the_groups_configmap(
             fleet.ipmi_node(name, bmc.host, bmc.port, playbooks={"startup": "site-startup.yml"}),
         ],
     )
-    sim = MachineSimulator(kube_api, [fleet.sim_machine(name, namespace, bmc.power_reader())])
-    sim.start()
-    try:
+    with fleet.simulated(crds, kube_api, namespace, name, bmc.power_reader()):
         wait_phase(crds, namespace, name, "Off")
         report("overlay", "before", power=bmc.power_state(), boot=bmc.boot_device())
 
@@ -123,6 +120,3 @@ def test_node_startup_runs_the_user_playbook_from_the_groups_configmap(
         assert "shutdown.yml" in op["message"]
         assert "playbook" not in op["values"]
         assert bmc.power_state() == "Off"
-    finally:
-        sim.stop()
-        crds.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false")

@@ -15,7 +15,6 @@ from kubernetes import client
 
 from lightsout.devcluster import Cluster
 from lightsout.devcluster.ipmi import IpmiBmc, IpmiMachine, IpmiSim
-from lightsout.devcluster.machines import MachineSimulator
 from lightsout.devcluster.operator_process import OperatorProcess
 from tests.harness import fleet
 from tests.harness.cycle import patch_and_wait, report, wait_phase
@@ -45,9 +44,7 @@ def test_ipmi_machine_powers_on_and_off(
             fleet.ipmi_node(name, bmc.host, bmc.port, labels={"lightsout.dev/test": "ipmi"}),
         ],
     )
-    sim = MachineSimulator(kube_api, [fleet.sim_machine(name, namespace, bmc.power_reader())])
-    sim.start()
-    try:
+    with fleet.simulated(crds, kube_api, namespace, name, bmc.power_reader()):
         wait_phase(crds, namespace, name, "Off")
         before = bmc.ipmitool("chassis", "power", "status").stdout.strip()
         report("ipmi", "before", chassis=before, orders=[str(c) for c in bmc.commands()])
@@ -88,6 +85,3 @@ def test_ipmi_machine_powers_on_and_off(
         reasons = [e["reason"] for e in events_for(crds, namespace, name)]
         for expected in ("PowerOnRequested", "NodeRegistered", "PowerOffRequested"):
             assert expected in reasons, reasons
-    finally:
-        sim.stop()
-        crds.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false")

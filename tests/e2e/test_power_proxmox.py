@@ -18,7 +18,6 @@ from kubernetes import client
 
 from lightsout.devcluster import Cluster
 from lightsout.devcluster.fakepve import CLONE, DESTROY, SHUTDOWN, START, FakePveCluster, Guest
-from lightsout.devcluster.machines import MachineSimulator
 from lightsout.devcluster.operator_process import OperatorProcess
 from tests.harness import fleet
 from tests.harness.cycle import patch_and_wait, report, wait_phase
@@ -60,9 +59,7 @@ def test_persistent_vm_is_started_and_stopped(
     )
     fleet.apply(crds, namespace, pve_objects(pve, node))
     power = pve.power_reader(vmid=PERSISTENT_VMID)
-    sim = MachineSimulator(kube_api, [fleet.sim_machine(name, namespace, power)])
-    sim.start()
-    try:
+    with fleet.simulated(crds, kube_api, namespace, name, power):
         wait_phase(crds, namespace, name, "Off")
         report("proxmox-persistent", "before", vm=pve.status(PERSISTENT_VMID), pve=pve.summary())
         assert pve.status(PERSISTENT_VMID) == "stopped"
@@ -83,9 +80,6 @@ def test_persistent_vm_is_started_and_stopped(
             "shutdown",
             "Succeeded",
         )
-    finally:
-        sim.stop()
-        crds.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false")
 
 
 def test_ephemeral_vm_is_cloned_on_power_on_and_destroyed_on_power_off(
@@ -111,9 +105,7 @@ def test_ephemeral_vm_is_cloned_on_power_on_and_destroyed_on_power_off(
     fleet.apply(crds, namespace, pve_objects(pve, node))
     machine_tag = f"lightsout-node.{namespace}.{name}"
     power = pve.power_reader(tag=machine_tag)
-    sim = MachineSimulator(kube_api, [fleet.sim_machine(name, namespace, power)])
-    sim.start()
-    try:
+    with fleet.simulated(crds, kube_api, namespace, name, power):
         wait_phase(crds, namespace, name, "Off")
         vms_before = [vm["vmid"] for vm in pve.vms()]
         report("proxmox-ephemeral", "before", vms=vms_before, pve=pve.summary())
@@ -163,6 +155,3 @@ def test_ephemeral_vm_is_cloned_on_power_on_and_destroyed_on_power_off(
         resource = get_json(crds, "lsn", name, "-n", namespace)
         assert resource is not None and resource["spec"]["desiredPowerState"] == "Off"
         assert get_json(crds, "node", name) is None, "the clone's core Node is gone"
-    finally:
-        sim.stop()
-        crds.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false")

@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 
 from lightsout.devcluster import Cluster
-from lightsout.devcluster.machines import MachineSimulator, tcp_probe
+from lightsout.devcluster.machines import tcp_probe
 from lightsout.devcluster.operator_process import OperatorProcess
 from lightsout.devcluster.sshd import SshMachine
 from lightsout.devcluster.wol import WolListener
@@ -69,9 +69,7 @@ def test_wol_machine_wakes_on_its_magic_packet_and_shuts_down_over_ssh(
         ],
     )
     probe = tcp_probe(box.ssh.host, box.ssh.port)
-    sim = MachineSimulator(kube_api, [fleet.sim_machine(name, namespace, probe, 1.0)])
-    sim.start()
-    try:
+    with fleet.simulated(crds, kube_api, namespace, name, probe, 1.0):
         wait_phase(crds, namespace, name, "Off")
         report(
             "wol",
@@ -123,6 +121,3 @@ def test_wol_machine_wakes_on_its_magic_packet_and_shuts_down_over_ssh(
             "Succeeded",
             "Off",
         )
-    finally:
-        sim.stop()
-        crds.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false")

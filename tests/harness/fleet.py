@@ -10,8 +10,9 @@ machines.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,3 +220,21 @@ def sim_machine(
         power=power,
         boot_seconds=boot_seconds,
     )
+
+
+@contextlib.contextmanager
+def simulated(
+    cluster: Cluster,
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    power: Callable[[], str],
+    boot_seconds: float = 2.0,
+) -> Iterator[MachineSimulator]:
+    """One simulated machine for the length of a test; its core Node is removed afterwards."""
+    sim = MachineSimulator(api, [sim_machine(name, namespace, power, boot_seconds)]).start()
+    try:
+        yield sim
+    finally:
+        sim.stop()
+        cluster.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false")
