@@ -4,16 +4,16 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # Python 3.12 (the full `ansible` package needs it): pyenv's 3.12.x when present, else PATH's.
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12) python3.12)
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml lab/pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: setup binaries test test-unit test-e2e test-molecule lint crds demo bench clean
+.PHONY: setup binaries test test-unit test-e2e test-molecule lint crds demo dev-cluster bench clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml lab/pyproject.toml
 	@test -x $(PY) || $(PYTHON312) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[ansible,dev]'
+	$(PY) -m pip install -q -e '.[ansible,dev]' -e ./lab
 	@rm -f $(VENV)/.installed-*; touch $@
 
 binaries:
@@ -29,8 +29,8 @@ test-e2e: setup binaries
 	$(PY) -m pytest -m e2e tests
 
 lint: setup
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src lab tests benchmarks
+	$(VENV)/bin/ruff format --check src lab tests benchmarks
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/yamllint -s playbooks roles deploy crds
@@ -44,7 +44,12 @@ crds: setup
 # apt-get via sudo when not root, only when something is missing).
 demo: setup binaries
 	@bash tools/ci/system-packages.sh
-	$(VENV)/bin/lightsout demo
+	$(VENV)/bin/lightsout-lab demo
+
+# A control plane that outlives the command, for kubectl: `make dev-cluster`, then
+# `eval "$$(.venv/bin/lightsout-lab dev-cluster env)"`; `.venv/bin/lightsout-lab dev-cluster down`.
+dev-cluster: setup binaries
+	$(VENV)/bin/lightsout-lab dev-cluster up
 
 bench: setup binaries
 	$(PY) -m benchmarks.planner

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks.lab_objects import GROUP, PASSWORD, bmc_secret, redfish_machine
-from lightsout.devcluster.lab import Lab
+from lightsout_lab.lab import Lab
 
 STEPS = ("decision", "job start", "playbook", "boot", "registration")
 

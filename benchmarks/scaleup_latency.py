@@ -29,8 +29,8 @@ from typing import Any
 from kubernetes import client, watch
 
 from benchmarks.lab_objects import GROUP, PASSWORD, bmc_secret, redfish_machine
-from lightsout.devcluster.lab import Lab
-from lightsout.devcluster.sushy import POWER_ON
+from lightsout_lab.lab import Lab
+from lightsout_lab.sushy import POWER_ON
 
 NAMESPACE = "bench-scaleup"
 SLOT_LABEL = "bench.lightsout.dev/slot"

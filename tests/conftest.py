@@ -2,7 +2,7 @@
 
 The control plane is session-scoped: started once (tens of seconds), torn down at the end even
 when tests fail. Set LIGHTSOUT_TEST_CLUSTER_DIR to reuse a cluster started with
-`lightsout dev-cluster up --dir DIR` while iterating.
+`lightsout-lab dev-cluster up --dir DIR` while iterating.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from lightsout.devcluster import Cluster
-from lightsout.devcluster.kubelet import JOB_PLACEMENT_ENV, KubeletAgent, runner_image_env
-from lightsout.devcluster.operator_process import OperatorProcess
+from lightsout_lab import Cluster
+from lightsout_lab.kubelet import JOB_PLACEMENT_ENV, KubeletAgent, runner_image_env
+from lightsout_lab.operator_process import OperatorProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD_NAMES = ("groups.lightsout.dev", "nodes.lightsout.dev")

@@ -1,5 +1,6 @@
-"""The `lightsout` command: run the operator, print the CRDs, explain the autoscaler's plan, drive
-the local dev cluster, demo."""
+"""The `lightsout` command: run the operator, print the CRDs, explain the autoscaler's plan.
+
+The local dev cluster and the demo are the lab's (`lightsout-lab`), not the operator's."""
 
 from __future__ import annotations
 
@@ -8,11 +9,6 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-
-
-def _dev_dir(value: str | None) -> Path:
-    default = Path.home() / ".cache" / "lightsout" / "dev-cluster"
-    return Path(value or os.environ.get("LIGHTSOUT_DEV_DIR") or default)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -90,41 +86,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_dev_cluster(args: argparse.Namespace) -> int:
-    from lightsout.devcluster import Cluster
-
-    directory = _dev_dir(args.dir)
-    if args.action == "up":
-        if (directory / "cluster.json").exists() and Cluster.load(directory).running():
-            print(f"already running; export KUBECONFIG={directory / 'kubeconfig'}")
-            return 0
-        cluster = Cluster(directory=directory).start()
-        print(f"control plane up at {cluster.server}")
-        print(f"export KUBECONFIG={cluster.kubeconfig}")
-        return 0
-    if not (directory / "cluster.json").exists():
-        print(f"no dev cluster in {directory}", file=sys.stderr)
-        return 1
-    cluster = Cluster.load(directory)
-    if args.action == "down":
-        cluster.destroy()
-        print("control plane stopped")
-    elif args.action == "env":
-        print(f"export KUBECONFIG={cluster.kubeconfig}")
-    else:
-        print("running" if cluster.running() else "stopped")
-        return 0 if cluster.running() else 1
-    return 0
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from lightsout.demo import run_demo
-
-    return run_demo(keep=args.keep)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lightsout", description=__doc__)
+    parser = argparse.ArgumentParser(prog="lightsout", description=(__doc__ or "").split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the operator")
@@ -145,14 +108,6 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     plan.set_defaults(func=cmd_plan)
 
-    dev = sub.add_parser("dev-cluster", help="a local control plane for kubectl and the demo")
-    dev.add_argument("action", choices=["up", "down", "env", "status"])
-    dev.add_argument("--dir", help="state directory (default ~/.cache/lightsout/dev-cluster)")
-    dev.set_defaults(func=cmd_dev_cluster)
-
-    demo = sub.add_parser("demo", help="run the local end-to-end demo")
-    demo.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
-    demo.set_defaults(func=cmd_demo)
     return parser
 
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from kubernetes import client
 
-from lightsout.devcluster import Cluster
-from lightsout.devcluster.machines import MachineSimulator, SimMachine
-from lightsout.devcluster.sushy import FakeSystem, SushyEmulator
+from lightsout_lab import Cluster
+from lightsout_lab.machines import MachineSimulator, SimMachine
+from lightsout_lab.sushy import FakeSystem, SushyEmulator
 from tests.harness import fleet
 from tests.harness.wait import events_for, get_json
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from lightsout.devcluster import Cluster
-from lightsout.devcluster.machines import MachineSimulator
-from lightsout.devcluster.sushy import FakeSystem, SushyEmulator
+from lightsout_lab import Cluster
+from lightsout_lab.machines import MachineSimulator
+from lightsout_lab.sushy import FakeSystem, SushyEmulator
 from tests.harness import fleet
 from tests.harness.wait import get_json, wait_for
 

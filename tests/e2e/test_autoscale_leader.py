@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from lightsout.devcluster import Cluster
-from lightsout.devcluster.kubelet import JOB_PLACEMENT_ENV
-from lightsout.devcluster.operator_process import OperatorProcess
-from lightsout.devcluster.sushy import POWER_ON, SushyEmulator
+from lightsout_lab import Cluster
+from lightsout_lab.kubelet import JOB_PLACEMENT_ENV
+from lightsout_lab.operator_process import OperatorProcess
+from lightsout_lab.sushy import POWER_ON, SushyEmulator
 from tests.e2e.autoscaling import Fleet, desired, diagnosed, pod, reasons, running
 from tests.e2e.conftest import PATIENCE, wait_phase
 from tests.harness import fleet

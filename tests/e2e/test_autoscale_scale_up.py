@@ -15,9 +15,9 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from lightsout.devcluster import Cluster
-from lightsout.devcluster.operator_process import OperatorProcess
-from lightsout.devcluster.sushy import POWER_OFF, POWER_ON, SushyEmulator
+from lightsout_lab import Cluster
+from lightsout_lab.operator_process import OperatorProcess
+from lightsout_lab.sushy import POWER_OFF, POWER_ON, SushyEmulator
 from tests.e2e.autoscaling import (
     SIZES,
     Fleet,

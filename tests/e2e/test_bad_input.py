@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 import yaml
 
-from lightsout.devcluster import Cluster
 from lightsout.models import (
     Action,
     Condition,
@@ -38,6 +37,7 @@ from lightsout.models import (
     PowerState,
     ScaleEvent,
 )
+from lightsout_lab import Cluster
 from tests.e2e.bad_inputs import BAD_INPUTS, BadInput
 from tests.harness.wait import get_json
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lightsout.devcluster import Cluster
-from lightsout.devcluster.operator_process import OperatorProcess
+from lightsout_lab import Cluster
+from lightsout_lab.operator_process import OperatorProcess
 from tests.harness.wait import events_for, get_json, wait_for
 
 NODE = {

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from lightsout.devcluster import Cluster
-from lightsout.devcluster.ipmi import IpmiBmc, IpmiMachine, IpmiSim
-from lightsout.devcluster.operator_process import OperatorProcess
+from lightsout_lab import Cluster
+from lightsout_lab.ipmi import IpmiBmc, IpmiMachine, IpmiSim
+from lightsout_lab.operator_process import OperatorProcess
 from tests.harness import fleet
 from tests.harness.cycle import patch_and_wait, report, wait_phase
 

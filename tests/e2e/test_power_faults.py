@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from lightsout.devcluster import Cluster
-from lightsout.devcluster.machines import MachineSimulator
-from lightsout.devcluster.operator_process import OperatorProcess
-from lightsout.devcluster.sushy import POWER_OFF, SushyEmulator
+from lightsout_lab import Cluster
+from lightsout_lab.machines import MachineSimulator
+from lightsout_lab.operator_process import OperatorProcess
+from lightsout_lab.sushy import POWER_OFF, SushyEmulator
 from tests.e2e.conftest import patch_desired, wait_phase
 from tests.harness import fleet
 from tests.harness.wait import events_for, get_json

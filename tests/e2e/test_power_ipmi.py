@@ -2,7 +2,7 @@
 
 Real control plane, the operator as a real process, the action Job's pod run by the stand-in
 kubelet (real ansible-runner, the shipped playbooks, the ipmi_power role with pyghmi), and
-OpenIPMI's ipmi_sim on 127.0.0.1 as the BMC (devcluster/ipmi.py). The machine simulator
+OpenIPMI's ipmi_sim on 127.0.0.1 as the BMC (lightsout_lab/ipmi.py). The machine simulator
 registers the core Node while the BMC's chassis says the power is on.
 """
 
@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from lightsout.devcluster import Cluster
-from lightsout.devcluster.ipmi import IpmiBmc, IpmiMachine, IpmiSim
-from lightsout.devcluster.operator_process import OperatorProcess
+from lightsout_lab import Cluster
+from lightsout_lab.ipmi import IpmiBmc, IpmiMachine, IpmiSim
+from lightsout_lab.operator_process import OperatorProcess
 from tests.harness import fleet
 from tests.harness.cycle import patch_and_wait, report, wait_phase
 from tests.harness.wait import events_for, get_json

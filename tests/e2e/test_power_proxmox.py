@@ -1,7 +1,7 @@
 """Proxmox VMs powered on and off by the operator, persistent and ephemeral.
 
 kubectl patch → Job → Ansible (proxmox_vm role, community.proxmox) → fakepve over TLS on
-127.0.0.1 (devcluster/fakepve.py). A Persistent VM is started and stopped. An Ephemeral
+127.0.0.1 (lightsout_lab/fakepve.py). A Persistent VM is started and stopped. An Ephemeral
 machine has no VM while it is off: power-on runs provision.yml (clone the template, start the
 clone), power-off runs deprovision.yml (shut the clone down, destroy it); the Lights-Out Node
 resource stays, and `status.clone` names the clone while it exists. The machine simulator
@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from lightsout.devcluster import Cluster
-from lightsout.devcluster.fakepve import CLONE, DESTROY, SHUTDOWN, START, FakePveCluster, Guest
-from lightsout.devcluster.operator_process import OperatorProcess
+from lightsout_lab import Cluster
+from lightsout_lab.fakepve import CLONE, DESTROY, SHUTDOWN, START, FakePveCluster, Guest
+from lightsout_lab.operator_process import OperatorProcess
 from tests.harness import fleet
 from tests.harness.cycle import patch_and_wait, report, wait_phase
 from tests.harness.wait import events_for, get_json

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from lightsout.devcluster import Cluster
-from lightsout.devcluster.cluster import KWOK_ANNOTATION
-from lightsout.devcluster.machines import MachineSimulator
-from lightsout.devcluster.operator_process import OperatorProcess
-from lightsout.devcluster.sushy import POWER_OFF, POWER_ON, SushyEmulator
+from lightsout_lab import Cluster
+from lightsout_lab.cluster import KWOK_ANNOTATION
+from lightsout_lab.machines import MachineSimulator
+from lightsout_lab.operator_process import OperatorProcess
+from lightsout_lab.sushy import POWER_OFF, POWER_ON, SushyEmulator
 from tests.e2e.conftest import PATIENCE, patch_desired, status, wait_phase
 from tests.harness import fleet
 from tests.harness.wait import events_for, get_json, wait_for

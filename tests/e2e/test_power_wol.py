@@ -2,9 +2,9 @@
 
 kubectl patch → Job → Ansible (wol role: magic packet, reachability probe; ssh_shutdown role:
 the shutdown command over SSH) → the machine. The "LAN" is a UDP listener on 127.0.0.1
-(devcluster/wol.py): the Node's broadcast address is that loopback address, so no packet
+(lightsout_lab/wol.py): the Node's broadcast address is that loopback address, so no packet
 ever goes to a real broadcast address. The machine is an OpenSSH server on 127.0.0.1
-(devcluster/sshd.py) that boots (its sshd starts) when its magic packet arrives and powers
+(lightsout_lab/sshd.py) that boots (its sshd starts) when its magic packet arrives and powers
 off (its sshd stops) when the shutdown command runs. Its power state, for the playbooks and for
 the machine simulator alike, is whether its SSH port answers (`tcp_probe`).
 """
@@ -16,11 +16,11 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from lightsout.devcluster import Cluster
-from lightsout.devcluster.machines import tcp_probe
-from lightsout.devcluster.operator_process import OperatorProcess
-from lightsout.devcluster.sshd import SshMachine
-from lightsout.devcluster.wol import WolListener
+from lightsout_lab import Cluster
+from lightsout_lab.machines import tcp_probe
+from lightsout_lab.operator_process import OperatorProcess
+from lightsout_lab.sshd import SshMachine
+from lightsout_lab.wol import WolListener
 from tests.harness import fleet
 from tests.harness.cycle import patch_and_wait, report, wait_phase
 

@@ -3,7 +3,7 @@
 Runs the runner as a subprocess, exactly as the Job's container does (env settings, extravars
 file, credentials directory, termination-message file), with real ansible-runner, the shipped
 playbooks and the ipmi_power role, against OpenIPMI's ipmi_sim on 127.0.0.1 (harness:
-devcluster/ipmi.py). No Kubernetes needed.
+lightsout_lab/ipmi.py). No Kubernetes needed.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from lightsout.devcluster.ipmi import IpmiBmc, IpmiMachine, IpmiSim, PowerState
+from lightsout_lab.ipmi import IpmiBmc, IpmiMachine, IpmiSim, PowerState
 from tests.harness import runner
 from tests.harness.runner import RunnerRun
 

@@ -2,7 +2,7 @@
 
 Runs the runner as a subprocess, exactly as the Job's container does (env settings, extravars
 file, credentials and CA directories, termination-message file), with real ansible-runner, the
-shipped playbooks and the proxmox_vm role, against fakepve over TLS (devcluster/fakepve.py).
+shipped playbooks and the proxmox_vm role, against fakepve over TLS (lightsout_lab/fakepve.py).
 Persistent VMs are started and stopped; ephemeral ones are cloned from a template and destroyed.
 No Kubernetes needed.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from lightsout.devcluster.fakepve import CLONE, DESTROY, SHUTDOWN, START, FakePveCluster, Guest
+from lightsout_lab.fakepve import CLONE, DESTROY, SHUTDOWN, START, FakePveCluster, Guest
 from tests.harness import runner
 from tests.harness.runner import RunnerRun
 

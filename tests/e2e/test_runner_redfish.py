@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lightsout.devcluster.sushy import POWER_OFF, POWER_ON, FakeSystem, PowerState, SushyEmulator
+from lightsout_lab.sushy import POWER_OFF, POWER_ON, FakeSystem, PowerState, SushyEmulator
 from tests.harness import runner
 from tests.harness.runner import RunnerRun
 

@@ -4,8 +4,8 @@ Runs the runner as a subprocess, exactly as the Job's container does (env settin
 file, credentials directory holding the SSH key as a Secret mount does, termination-message
 file), with real ansible-runner, the shipped playbooks and the wol / ssh_shutdown /
 reachability roles. The machine is an OpenSSH server on 127.0.0.1 that a magic packet starts
-and the shutdown command stops (devcluster/sshd.py), the LAN a UDP listener on 127.0.0.1
-(devcluster/wol.py): the magic packet never goes to a real broadcast address.
+and the shutdown command stops (lightsout_lab/sshd.py), the LAN a UDP listener on 127.0.0.1
+(lightsout_lab/wol.py): the magic packet never goes to a real broadcast address.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from lightsout.devcluster.sshd import PowerState, SshMachine
-from lightsout.devcluster.wol import WolListener
+from lightsout_lab.sshd import PowerState, SshMachine
+from lightsout_lab.wol import WolListener
 from tests.harness import runner
 from tests.harness.runner import RunnerRun
 

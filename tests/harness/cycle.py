@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from lightsout.devcluster import Cluster
+from lightsout_lab import Cluster
 from tests.harness.wait import get_json, wait_for
 
 #: Seconds to wait for a phase: Ansible starts in ~5 s on a loaded 2-core machine, a Job pod

@@ -18,9 +18,9 @@ from typing import Any
 
 from kubernetes import client
 
-from lightsout.devcluster import Cluster
-from lightsout.devcluster.machines import MachineSimulator, SimMachine
-from lightsout.devcluster.sushy import SushyEmulator
+from lightsout_lab import Cluster
+from lightsout_lab.machines import MachineSimulator, SimMachine
+from lightsout_lab.sushy import SushyEmulator
 
 
 @dataclass(frozen=True)

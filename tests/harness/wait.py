@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lightsout.devcluster import Cluster
+from lightsout_lab import Cluster
 
 
 def wait_for[T](

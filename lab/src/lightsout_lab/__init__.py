@@ -1,5 +1,11 @@
-"""The local Kubernetes control plane used by `make demo`, the tests and `lightsout dev-cluster`."""
+"""The Lights-Out lab: everything that starts local processes to develop, test, demonstrate and
+benchmark the operator — the control plane built from Go modules, the hardware emulators, the
+stand-in kubelet, the operator process wrapper, the Lab and the demo.
 
-from lightsout.devcluster.cluster import Cluster, ClusterError
+It imports `lightsout`; nothing in `lightsout` imports it (an import-linter contract), so the
+operator's wheel and image carry none of it. Its command is `lightsout-lab`.
+"""
+
+from lightsout_lab.cluster import Cluster, ClusterError
 
 __all__ = ["Cluster", "ClusterError"]

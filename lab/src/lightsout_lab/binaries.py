@@ -20,7 +20,7 @@ class BinariesMissingError(RuntimeError):
 
 
 def repo_root() -> Path:
-    """The source checkout this package runs from (src/lightsout/devcluster → three up)."""
+    """The source checkout this package runs from (lab/src/lightsout_lab → three up)."""
     return Path(__file__).resolve().parents[3]
 
 

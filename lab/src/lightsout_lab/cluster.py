@@ -3,8 +3,8 @@
 Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and (optionally) kwok from
 binaries built by `tools/controlplane/build.sh`, on free 127.0.0.1 ports with certificates made
 on the spot, and writes an admin kubeconfig. Used by the session fixture in `tests/conftest.py`,
-by `lightsout dev-cluster up|down|env` and by `lightsout demo`. Every process runs in its own
-session so `stop()` can kill whole process groups even after a test failed half-way.
+by `lightsout-lab dev-cluster up|down|env` and by `lightsout-lab demo`. Every process runs in its
+own session so `stop()` can kill whole process groups even after a test failed half-way.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from lightsout.devcluster.binaries import find_binaries
-from lightsout.devcluster.pki import Pki, create_pki
+from lightsout_lab.binaries import find_binaries
+from lightsout_lab.pki import Pki, create_pki
 
 # The advertise address is only written into the `kubernetes` Service's endpoints; no traffic is
 # sent to it. The API server refuses a loopback one, so a TEST-NET-1 address (RFC 5737) is used.
@@ -131,7 +131,7 @@ class Cluster:
 
     @classmethod
     def load(cls, directory: Path) -> Cluster:
-        """Re-attach to a cluster started by another process (`lightsout dev-cluster up`)."""
+        """Re-attach to a cluster started by another process (`lightsout-lab dev-cluster up`)."""
         data = json.loads((directory / "cluster.json").read_text())
         return cls(
             directory=directory,

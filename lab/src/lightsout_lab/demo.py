@@ -1,4 +1,4 @@
-"""`lightsout demo` / `make demo`: the built-in autoscaler on one machine, narrated.
+"""`lightsout-lab demo` / `make demo`: the built-in autoscaler on one machine, narrated.
 
 Starts the local control plane, a Redfish BMC emulator (sushy-tools) for the three sample
 servers (4, 16 and 32 cores; 35, 110 and 180 W), the stand-in kubelet that runs action Jobs, the
@@ -25,10 +25,10 @@ from typing import Any
 
 import yaml
 
-from lightsout.devcluster import Cluster
-from lightsout.devcluster.binaries import repo_root
-from lightsout.devcluster.extras import EXTRAS_GROUP, ExtraMachine, default_extras
-from lightsout.devcluster.lab import Lab
+from lightsout_lab import Cluster
+from lightsout_lab.binaries import repo_root
+from lightsout_lab.extras import EXTRAS_GROUP, ExtraMachine, default_extras
+from lightsout_lab.lab import Lab
 
 NAMESPACE = "lightsout-demo"
 PHASE_TIMEOUT = 300.0

@@ -9,7 +9,7 @@ Ephemeral machine is cloned from on power-on and destroyed on power-off (`fakepv
 Each machine provides its Secrets and Lights-Out Node (Group `lab-extras`, `autoscaler: none`,
 `autoscaling.enabled: false`: only a person's `kubectl patch` powers them), the power reader
 the machine simulator registers its core Node by, and `report()`: what its emulator says, in
-words, so `lightsout demo` can show that the order really reached the "hardware".
+words, so `lightsout-lab demo` can show that the order really reached the "hardware".
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import base64
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from lightsout.devcluster.fakepve import CLONE, DESTROY, FakePveCluster, Guest
-from lightsout.devcluster.ipmi import IpmiMachine, IpmiSim
-from lightsout.devcluster.machines import tcp_probe
-from lightsout.devcluster.sshd import SshMachine
-from lightsout.devcluster.wol import WolListener
+from lightsout_lab.fakepve import CLONE, DESTROY, FakePveCluster, Guest
+from lightsout_lab.ipmi import IpmiMachine, IpmiSim
+from lightsout_lab.machines import tcp_probe
+from lightsout_lab.sshd import SshMachine
+from lightsout_lab.wol import WolListener
 
 EXTRAS_GROUP = "lab-extras"
 API_VERSION = "lightsout.dev/v1alpha1"
@@ -262,5 +262,5 @@ class EphemeralVm:
 
 
 def default_extras(namespace: str) -> list[ExtraMachine]:
-    """One machine of each other driver, for Nodes in `namespace`, as `lightsout demo` shows."""
+    """One machine of each other driver, for Nodes in `namespace`, as `lightsout-lab demo` shows."""
     return [IpmiServer(), WolMiniPc(), EphemeralVm(namespace)]

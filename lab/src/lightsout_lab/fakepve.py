@@ -1,8 +1,8 @@
 """A fake Proxmox VE cluster: fakepve served over TLS on a free loopback port.
 
 Who uses it: the e2e tests of the runner (tests/e2e/test_runner_proxmox.py) and of the
-operator with Proxmox machines, ``lightsout demo``'s Proxmox VM
-(``lightsout.devcluster.extras``); anyone who needs a Proxmox API on 127.0.0.1.
+operator with Proxmox machines, ``lightsout-lab demo``'s Proxmox VM
+(``lightsout_lab.extras``); anyone who needs a Proxmox API on 127.0.0.1.
 
 What it gives you:
 
@@ -12,7 +12,7 @@ What it gives you:
   (``ca_path``), password login (``username``/``password``) and, optionally, an API token
   (``token_id``/``token_secret``). Tasks finish at once unless ``time_scale`` is set.
 - ``power_reader(vmid=…)`` / ``power_reader(tag=…)`` - a callable for the machine simulator
-  (``lightsout.devcluster.machines``): ``On`` while the VM (or the one VM carrying the tag,
+  (``lightsout_lab.machines``): ``On`` while the VM (or the one VM carrying the tag,
   e.g. an ephemeral machine's ``lightsout-node.<namespace>.<name>``) runs, ``Off`` when it is
   stopped or does not exist; read through the API like every other check here.
 - ``vm(vmid)`` / ``status(vmid)`` / ``exists(vmid)`` / ``vms()`` - what the API shows,
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
-from lightsout.devcluster.process import WorkdirService
+from lightsout_lab.process import WorkdirService
 
 HOST = "127.0.0.1"
 START_TIMEOUT = 30.0

@@ -1,8 +1,8 @@
 """Real IPMI BMCs on loopback: OpenIPMI's ``ipmi_sim``, one process per machine, on 127.0.0.1.
 
 Who uses it: the e2e tests of the runner (``tests/e2e/test_runner_ipmi.py``) and of the
-operator (IPMI "machines" for startup/shutdown/healthcheck Jobs), ``lightsout demo``'s IPMI
-server (``lightsout.devcluster.extras``), and anyone who needs a BMC speaking IPMI-over-LAN
+operator (IPMI "machines" for startup/shutdown/healthcheck Jobs), ``lightsout-lab demo``'s IPMI
+server (``lightsout_lab.extras``), and anyone who needs a BMC speaking IPMI-over-LAN
 (RMCP+, cipher suite 3) on loopback.
 
 What it gives you:
@@ -20,7 +20,7 @@ What it gives you:
   order the chassis received (``power 1``, ``power 0``, ``shutdown 1``, ``boot pxe`` …), in
   order. Reads are not recorded, and the harness' own ``set_power_state`` is not an order.
 - ``bmc.power_reader()`` — a callable returning ``"On"``/``"Off"`` for the machine simulator
-  (``lightsout.devcluster.machines``).
+  (``lightsout_lab.machines``).
 - ``bmc.ipmitool("chassis", "power", "status")`` — ask the BMC with an independent client.
 
 Example::
@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Literal, Self
 
-from lightsout.devcluster import process
+from lightsout_lab import process
 
 PowerState = Literal["On", "Off"]
 SoftShutdown = Literal["obey", "ignore"]

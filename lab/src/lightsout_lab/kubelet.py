@@ -7,7 +7,7 @@ subprocess: ConfigMap, Secret and emptyDir volumes are written to a temporary di
 values and arguments that start with a mount path are rewritten to it, the image's environment
 is emulated by `image_env`, and the container's exit code and termination message are reported
 through the pod's status, exactly where the operator reads them. Pods being deleted are killed
-and force-removed. Used by the end-to-end tests and by `lightsout demo`.
+and force-removed. Used by the end-to-end tests and by `lightsout-lab demo`.
 """
 
 from __future__ import annotations

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lightsout.devcluster.binaries import repo_root
-from lightsout.devcluster.cluster import Cluster
-from lightsout.devcluster.extras import ExtraMachine, extras_group
-from lightsout.devcluster.kubelet import JOB_PLACEMENT_ENV, KubeletAgent, runner_image_env
-from lightsout.devcluster.machines import MachineSimulator, SimMachine
-from lightsout.devcluster.operator_process import OperatorProcess
-from lightsout.devcluster.sushy import FakeSystem, SushyEmulator
+from lightsout_lab.binaries import repo_root
+from lightsout_lab.cluster import Cluster
+from lightsout_lab.extras import ExtraMachine, extras_group
+from lightsout_lab.kubelet import JOB_PLACEMENT_ENV, KubeletAgent, runner_image_env
+from lightsout_lab.machines import MachineSimulator, SimMachine
+from lightsout_lab.operator_process import OperatorProcess
+from lightsout_lab.sushy import FakeSystem, SushyEmulator
 
 CRDS = ("groups.lightsout.dev", "nodes.lightsout.dev")
 

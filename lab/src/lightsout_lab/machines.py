@@ -7,7 +7,7 @@ a Wake-on-LAN machine, which has no API and is "on" while a port answers), and a
 delay the simulator registers the matching core Node with its capacity, labels and providerID,
 annotated so that kwok keeps it Ready and runs its pods. When the machine goes off, the Node is
 deleted (as a node that stopped heartbeating would later be removed). Used by the end-to-end
-tests and by `lightsout demo`.
+tests and by `lightsout-lab demo`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client import ApiException
 
-from lightsout.devcluster.cluster import KWOK_ANNOTATION
+from lightsout_lab.cluster import KWOK_ANNOTATION
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lightsout.devcluster import Cluster
-from lightsout.devcluster.cluster import free_port
+from lightsout_lab import Cluster
+from lightsout_lab.cluster import free_port
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Certificates and keys for the local control plane.
 
-Called by `lightsout.devcluster.cluster` when it lays out a fresh cluster directory: one CA that
+Called by `lightsout_lab.cluster` when it lays out a fresh cluster directory: one CA that
 signs the API server's serving certificate and an admin client certificate (group
 `system:masters`), plus the service-account signing key. Everything is for loopback only and
 short-lived; nothing here is meant for a real cluster.

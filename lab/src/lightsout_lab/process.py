@@ -1,4 +1,4 @@
-"""The lifecycle the devcluster's emulators share (sushy, ipmi_sim, sshd, fakepve, the WoL LAN).
+"""The lifecycle the lab's emulators share (sushy, ipmi_sim, sshd, fakepve, the WoL LAN).
 
 - ``Service`` — ``start()`` / ``stop()`` and the context manager around them.
 - ``WorkdirService`` — a ``Service`` whose files live in a work dir: the one given, or a temp

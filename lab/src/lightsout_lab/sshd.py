@@ -1,8 +1,8 @@
 """An OpenSSH server on loopback, and a "machine" that is on while its sshd runs.
 
 Who uses it: the e2e tests of the runner (``tests/e2e/test_runner_wol.py``) and of the
-operator (Wake-on-LAN + SSH machines), and ``lightsout demo``'s mini PC
-(``lightsout.devcluster.extras``), together with ``lightsout.devcluster.wol``.
+operator (Wake-on-LAN + SSH machines), and ``lightsout-lab demo``'s mini PC
+(``lightsout_lab.extras``), together with ``lightsout_lab.wol``.
 
 What it gives you:
 
@@ -44,7 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, Self
 
-from lightsout.devcluster.process import Service, free_port, read_log, terminate
+from lightsout_lab.process import Service, free_port, read_log, terminate
 
 PowerState = Literal["On", "Off"]
 
@@ -209,7 +209,7 @@ class SshServer(Service):
                     "-N",
                     "",
                     "-C",
-                    f"lightsout-devcluster-{name}",
+                    f"lightsout-lab-{name}",
                     "-f",
                     str(self.workdir / name),
                 ],
@@ -243,7 +243,7 @@ class SshMachine(Service):
     Args:
         name: for messages.
         power_state: the state it starts in.
-        mac: its MAC address (for ``lightsout.devcluster.wol``), default derived from the name.
+        mac: its MAC address (for ``lightsout_lab.wol``), default derived from the name.
         boot_seconds: delay between ``power_on()`` and the sshd listening.
         shutdown_seconds: delay between a shutdown request and the power going off.
         obey_shutdown: when false, requests are recorded but the machine stays on.

@@ -20,7 +20,7 @@ What it gives you:
 Remember sushy's quirks (see research/emulators.md): a power change lands 1-11 s after the
 order, and a second order sent while one is pending is silently dropped.
 
-Running this module (``python -m lightsout.devcluster.sushy serve CONFIG RECORD``) is the
+Running this module (``python -m lightsout_lab.sushy serve CONFIG RECORD``) is the
 emulator process itself; tests never need to do that by hand.
 
 Example::
@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from lightsout.devcluster import process
+from lightsout_lab import process
 
 PowerState = Literal["On", "Off"]
 

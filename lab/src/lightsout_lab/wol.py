@@ -1,8 +1,8 @@
 """A Wake-on-LAN "network" on loopback: a UDP listener that records magic packets.
 
 Who uses it: the e2e tests of the runner (``tests/e2e/test_runner_wol.py``) and of the
-operator (Wake-on-LAN machines), and ``lightsout demo``'s mini PC
-(``lightsout.devcluster.extras``), with ``lightsout.devcluster.sshd.SshMachine`` as the machines.
+operator (Wake-on-LAN machines), and ``lightsout-lab demo``'s mini PC
+(``lightsout_lab.extras``), with ``lightsout_lab.sshd.SshMachine`` as the machines.
 
 Never aim a Wake-on-LAN sender at a real broadcast address here: configure the Node's
 (or the role's) broadcast address as ``listener.host`` (127.0.0.1) and its port as
@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, Self
 
-from lightsout.devcluster.process import Service
+from lightsout_lab.process import Service
 
 #: Bytes a network card matches: 6 x 0xFF, then the MAC 16 times.
 MAGIC_LENGTH = 6 + 16 * 6
@@ -80,7 +80,7 @@ class Datagram:
 
 
 class Wakeable(Protocol):
-    """What ``WolListener.wakes`` needs of a machine (``lightsout.devcluster.sshd.SshMachine``)."""
+    """What ``WolListener.wakes`` needs of a machine (``lightsout_lab.sshd.SshMachine``)."""
 
     mac: str
 
