@@ -27,6 +27,7 @@ from lightsout.execution.jobs import (
 )
 from lightsout.execution.nodeops import blocking_pdb, metadata_patch, pods_to_drain
 from lightsout.k8s import api
+from lightsout.metrics.families import LEASE_CONFLICTS
 from lightsout.planning.effects import (
     ApplyNodeMetadata,
     Cordon,
@@ -97,10 +98,12 @@ def acquire_lease(ctx: MachineContext, now: dt.datetime) -> bool:
             return True
         patched = leases.acquire(current, ctx.config.identity, ctx.config.lease_seconds, now)
         if patched is None:
+            LEASE_CONFLICTS.inc()
             return False
         api.replace_lease(ctx.lease_namespace, ctx.lease_name, patched)
         return True
     except api.ConflictError:
+        LEASE_CONFLICTS.inc()
         return False
 
 
