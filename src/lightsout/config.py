@@ -9,6 +9,7 @@
 | LIGHTSOUT_JOB_NODE_SELECTOR | (none) | `k=v,k2=v2`: where action Jobs may run (always-on nodes) |
 | LIGHTSOUT_JOB_TOLERATIONS | (none) | `key,key2`: taints (any value/effect) action Jobs tolerate |
 | LIGHTSOUT_JOB_TTL_SECONDS | 3600 | how long finished Jobs are kept for inspection |
+| LIGHTSOUT_JOB_SERVICE_ACCOUNT | `default` | ServiceAccount of action Jobs (never a token) |
 | LIGHTSOUT_NAMESPACE | see below | where the autoscaler's Lease `lightsout-autoscaler` lives |
 | LIGHTSOUT_AUTOSCALER | true | false turns the built-in autoscaler off in this operator |
 | LIGHTSOUT_AUTOSCALER_DRY_RUN | false | true: plan and post the events, change no machine |
@@ -49,6 +50,8 @@ class OperatorConfig:
     job_node_selector: Mapping[str, str] = field(default_factory=dict)
     job_tolerations: tuple[str, ...] = ()
     job_ttl_seconds: int = 3600
+    #: ServiceAccount action Jobs run as; the chart makes one with no rights.
+    job_service_account: str | None = None
     #: The operator's own namespace (the autoscaler's leader Lease lives there).
     namespace: str = "default"
     autoscaler_enabled: bool = True
@@ -71,6 +74,7 @@ class OperatorConfig:
                 )
             ),
             job_ttl_seconds=int(env.get("LIGHTSOUT_JOB_TTL_SECONDS", "3600")),
+            job_service_account=env.get("LIGHTSOUT_JOB_SERVICE_ACCOUNT") or None,
             namespace=env.get("LIGHTSOUT_NAMESPACE") or env.get("POD_NAMESPACE") or "default",
             autoscaler_enabled=_flag(env.get("LIGHTSOUT_AUTOSCALER"), default=True),
             autoscaler_dry_run=_flag(env.get("LIGHTSOUT_AUTOSCALER_DRY_RUN"), default=False),

@@ -147,6 +147,7 @@ def job_request(ctx: MachineContext, effect: StartJob | DeleteJob) -> JobRequest
         image=ctx.config.runner_image,
         deadline_seconds=int(timeout) + 120,
         ttl_seconds=ctx.config.job_ttl_seconds,
+        service_account_name=ctx.config.job_service_account,
         node_selector=dict(ctx.config.job_node_selector),
         tolerations=tuple({"key": key, "operator": "Exists"} for key in ctx.config.job_tolerations),
         host_network="wol" in (spec.get("driver") or {}),
