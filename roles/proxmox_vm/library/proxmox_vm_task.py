@@ -60,11 +60,9 @@ options:
     description: Longest pause, in seconds, between two reads of the task's status.
     type: int
     default: 2
-extends_documentation_fragment: []
-notes:
-  - Takes the authentication options of the community.proxmox modules (api_host, api_port,
-    api_user, api_password, api_token_id, api_token_secret, validate_certs, ca_path,
-    api_timeout).
+# The authentication and TLS options (api_host, api_user, api_token_id, ca_path, ...).
+extends_documentation_fragment:
+  - community.proxmox.proxmox.documentation
 author: Lights-Out authors
 """
 
