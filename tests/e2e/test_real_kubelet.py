@@ -11,6 +11,8 @@ sushy-tools on 127.0.0.1, reached through hostNetwork.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,7 +31,7 @@ from lightsout.execution.jobs import (
 from lightsout.execution.results import parse_job_outcome
 from lightsout.planning.types import Action, JobPhase, PowerState
 from lightsout_lab import Cluster
-from lightsout_lab.realnode import PLACEMENT, RealNode, build_images
+from lightsout_lab.realnode import PLACEMENT, ImageArchive, RealNode, build_images
 from lightsout_lab.sushy import POWER_ON, FakeSystem, SushyEmulator
 from tests.harness.wait import get_json, wait_for
 
@@ -39,20 +41,25 @@ MACHINE = "box-1"
 
 
 @pytest.fixture(scope="module")
-def runner_image() -> tuple[str, Path]:
-    image = build_images("runner")["runner"]
-    return image.tag, image.path
+def images() -> dict[str, ImageArchive]:
+    """`make images`: both images (instant when the cache is warm)."""
+    return build_images()
+
+
+@pytest.fixture(scope="module")
+def runner_image(images: dict[str, ImageArchive]) -> tuple[str, Path]:
+    return images["runner"].tag, images["runner"].path
 
 
 @pytest.fixture(scope="module")
 def real_node(
-    cluster: Cluster, runner_image: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory
+    cluster: Cluster, images: dict[str, ImageArchive], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RealNode]:
     started = time.monotonic()
     node = RealNode(
         cluster=cluster,
         directory=tmp_path_factory.mktemp("real-node"),
-        images=[runner_image[1]],
+        images=[image.path for image in images.values()],
     ).start()
     print(
         f"\nreal node: started in {time.monotonic() - started:.1f}s (containerd, images "
@@ -188,6 +195,75 @@ def test_startup_job_runs_in_the_runner_image_under_a_real_kubelet(
         f"termination message {len(status['state']['terminated']['message'])} bytes; "
         f"power-on orders seen by the BMC: 1"
     )
+
+
+def test_operator_image_runs_as_a_locked_down_pod(
+    cluster: Cluster, namespace: str, real_node: RealNode, images: dict[str, ImageArchive]
+) -> None:
+    """The operator image starts under the real kubelet as its non-root user, read-only, with
+    no token, and its `lightsout` prints the CRDs this checkout generates."""
+    operator = images["operator"]
+    assert set(real_node.image_refs()) >= {operator.tag, images["runner"].tag}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "operator-crds", "namespace": namespace},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "nodeSelector": PLACEMENT["node_selector"],
+            "tolerations": PLACEMENT["tolerations"],
+            "securityContext": {
+                "runAsNonRoot": True,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "operator",
+                    "image": operator.tag,
+                    "imagePullPolicy": "Never",
+                    "args": ["crds"],
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "readOnlyRootFilesystem": True,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
+    done = wait_for(
+        lambda: _phase_done(cluster, namespace, "operator-crds"), 180, "the operator pod to end"
+    )
+    assert done["status"]["phase"] == "Succeeded", _explain(real_node, [done])
+    (status,) = done["status"]["containerStatuses"]
+    spec = _oci_spec(real_node, status["containerID"].removeprefix("containerd://"))
+    assert spec["process"]["user"]["uid"] == 10001  # the image's USER, not root
+    assert spec["root"].get("readonly") is True
+    printed = _log_text(real_node.container_log(namespace, "operator-crds"))
+    expected = subprocess.run(
+        [str(Path(sys.executable).parent / "lightsout"), "crds"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert printed == expected
+
+
+def _phase_done(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    pod = get_json(cluster, "pod", name, "-n", namespace)
+    phase = (pod or {}).get("status", {}).get("phase")
+    return pod if phase in {"Succeeded", "Failed"} else None
+
+
+def _log_text(cri_log: str) -> str:
+    """The text of a CRI log file (`<time> <stream> <F|P> <text>` per line)."""
+    out = []
+    for line in cri_log.splitlines():
+        _, _, tag, text = line.split(" ", 3)
+        out.append(text + ("\n" if tag == "F" else ""))
+    return "".join(out)
 
 
 def _oci_spec(node: RealNode, container_id: str) -> dict[str, Any]:
