@@ -2,7 +2,7 @@
 # Debian packages the tests use: OpenIPMI's simulator and ipmitool (IPMI emulator), sshd (the
 # WoL + SSH driver's peer), dnsmasq (PXE/TFTP), openssl (test certificates), iproute2.
 # With arguments, other groups instead: `images` (mmdebstrap, buildah: tools/images/build.sh),
-# `node` (containerd, runc and the CNI plugins of the lab's real node: lightsout_lab.realnode).
+# `node` (containerd, runc, the CNI plugins and gcc for the lab's real node, realnode.py).
 # Skips apt entirely when everything is already there.
 set -euo pipefail
 need=()
@@ -24,6 +24,9 @@ for group in "${@:-tests}"; do
       command -v containerd >/dev/null || need+=(containerd)
       command -v runc >/dev/null || need+=(runc)
       [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+      # The pause image is a C program linked statically (gcc -static needs libc.a).
+      command -v gcc >/dev/null || need+=(gcc)
+      [ -n "$(find /usr/lib -name libc.a -print -quit 2>/dev/null)" ] || need+=(libc6-dev)
       ;;
     *) echo "unknown package group: $group (tests, images, node)" >&2; exit 2 ;;
   esac

@@ -117,11 +117,14 @@ class RealNode:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, timeout: float = 180.0) -> Self:
-        subprocess.run(
+        packages = subprocess.run(
             ["bash", str(repo_root() / "tools" / "ci" / "system-packages.sh"), "node"],
-            check=True,
             capture_output=True,
+            text=True,
+            check=False,
         )
+        if packages.returncode != 0:
+            raise RealNodeError(f"installing containerd failed:\n{packages.stderr[-2000:]}")
         kubelet = find_binaries() / "kubelet"
         if not kubelet.exists():
             raise RealNodeError(f"{kubelet} missing: run tools/controlplane/build.sh")
@@ -174,7 +177,7 @@ class RealNode:
 
     def import_images(self, archives: Iterable[Path]) -> None:
         for archive in archives:
-            self.ctr("images", "import", "--no-unpack=false", str(archive))
+            self.ctr("images", "import", str(archive))
 
     def image_refs(self) -> list[str]:
         return self.ctr("images", "ls", "--quiet").split()
