@@ -138,13 +138,42 @@ def test_refused_power_off_fails_with_the_bmc_message(tmp_path: Path) -> None:
         assert bmc.count_power_requests(system.uuid, reset_types=POWER_OFF) == 1
 
 
-def test_unknown_system_id_names_the_systems_the_bmc_has(tmp_path: Path) -> None:
+def test_startup_by_a_system_id_that_is_not_a_uuid(tmp_path: Path) -> None:
+    """A vendor-style systemId (not a UUID) passes the role's input check and powers on.
+
+    sushy-tools gives each system the Id of its UUID, but answers /redfish/v1/Systems/<name>
+    with a redirect to it, so the system's name stands in for an Id like iDRAC's
+    System.Embedded.1: the role must read /redfish/v1/Systems/<the id as given>.
+    """
+    system = FakeSystem(uuid=str(uuid.uuid4()), name="System.Embedded.1", power_state="Off")
+    other = FakeSystem(uuid=str(uuid.uuid4()), name="box-2", power_state="Off")
+    with SushyEmulator([other, system]) as bmc:
+        run = run_runner(tmp_path, bmc, system.name, "startup")
+        assert run.returncode == 0, run.explain()
+        assert run.result["result"] == "Succeeded", run.explain()
+        assert run.result["values"] == {"power_state": "On", "driver": "redfish", "changed": True}
+        assert bmc.power_state(system.uuid) == "On"
+        assert bmc.power_state(other.uuid) == "Off"
+        assert bmc.count_power_requests(system.uuid, reset_types=POWER_ON) == 1
+        assert bmc.count_power_requests() == 1
+        by_name = [r for r in bmc.requests() if r.method == "GET" and r.system == system.name]
+        assert by_name, [f"{r.method} {r.path}" for r in bmc.requests()]
+
+        again = run_runner(tmp_path, bmc, system.name, "startup")
+        assert again.returncode == 0, again.explain()
+        assert again.result["values"]["changed"] is False
+        assert bmc.count_power_requests() == 1  # no second order
+
+
+@pytest.mark.parametrize(
+    "wrong", ["5b3c1f0e-7d2a-4c61-9e1b-000000000000", "System.Embedded.1"], ids=["uuid", "id"]
+)
+def test_unknown_system_id_names_the_systems_the_bmc_has(tmp_path: Path, wrong: str) -> None:
     """A systemId the BMC does not have fails with the role's message listing its systems."""
     systems = [
         new_system("Off"),
         FakeSystem(uuid=str(uuid.uuid4()), name="box-2", power_state="On"),
     ]
-    wrong = str(uuid.uuid4())
     with SushyEmulator(systems) as bmc:
         run = run_runner(tmp_path, bmc, wrong, "startup")
         assert run.returncode == 1, run.explain()
@@ -155,9 +184,10 @@ def test_unknown_system_id_names_the_systems_the_bmc_has(tmp_path: Path) -> None
         assert f"System {wrong} not found on {bmc.endpoint}" in message
         for system in systems:
             assert (
-                f"/redfish/v1/Systems/{system.uuid} (UUID {system.uuid}, Name {system.name})"
-                in message
+                f"/redfish/v1/Systems/{system.uuid}"
+                f" (Id {system.uuid}, UUID {system.uuid}, Name {system.name})" in message
             )
+        assert "to one of these Ids or UUIDs" in message
         assert "Error while resolving" not in message
         assert bmc.count_power_requests() == 0
 
