@@ -12,6 +12,11 @@
 | LIGHTSOUT_NAMESPACE | see below | where the autoscaler's Lease `lightsout-autoscaler` lives |
 | LIGHTSOUT_AUTOSCALER | true | false turns the built-in autoscaler off in this operator |
 | LIGHTSOUT_AUTOSCALER_DRY_RUN | false | true: plan and post the events, change no machine |
+| LIGHTSOUT_GRPC_ADDRESS | (none: no server) | `host:port` of the externalgrpc server |
+| LIGHTSOUT_GRPC_TLS_CERT | (none) | file: the server's certificate (PEM) |
+| LIGHTSOUT_GRPC_TLS_KEY | (none) | file: its private key (PEM) |
+| LIGHTSOUT_GRPC_TLS_CLIENT_CA | (none) | file: the CA clients' certificates must chain to (mTLS) |
+| LIGHTSOUT_GRPC_INSECURE | false | true: plaintext when no TLS files are set (tests, loopback) |
 
 LIGHTSOUT_NAMESPACE defaults to POD_NAMESPACE, else the first namespace a namespaced operator
 watches (`lightsout run -n NS`), else `default`.
@@ -52,6 +57,12 @@ class OperatorConfig:
     namespace: str = "default"
     autoscaler_enabled: bool = True
     autoscaler_dry_run: bool = False
+    #: The externalgrpc server (cluster-autoscaler's cloud provider); None: not started.
+    grpc_address: str | None = None
+    grpc_tls_cert: str | None = None
+    grpc_tls_key: str | None = None
+    grpc_tls_client_ca: str | None = None
+    grpc_insecure: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -71,4 +82,9 @@ class OperatorConfig:
             namespace=env.get("LIGHTSOUT_NAMESPACE") or env.get("POD_NAMESPACE") or "default",
             autoscaler_enabled=_flag(env.get("LIGHTSOUT_AUTOSCALER"), default=True),
             autoscaler_dry_run=_flag(env.get("LIGHTSOUT_AUTOSCALER_DRY_RUN"), default=False),
+            grpc_address=env.get("LIGHTSOUT_GRPC_ADDRESS") or None,
+            grpc_tls_cert=env.get("LIGHTSOUT_GRPC_TLS_CERT") or None,
+            grpc_tls_key=env.get("LIGHTSOUT_GRPC_TLS_KEY") or None,
+            grpc_tls_client_ca=env.get("LIGHTSOUT_GRPC_TLS_CLIENT_CA") or None,
+            grpc_insecure=_flag(env.get("LIGHTSOUT_GRPC_INSECURE"), default=False),
         )

@@ -1,0 +1,58 @@
+"""What the externalgrpc servicer reads and writes in the cluster, behind a small interface.
+
+`ApiCluster` is the real one (through `lightsout.k8s.api`): each RPC reads the Groups, machines
+and core Nodes afresh, so a size cluster-autoscaler just changed is what the next call reports
+(the autoscaler asks TargetSize right after IncreaseSize). Component tests pass an in-memory
+implementation instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from lightsout.k8s import api
+from lightsout.state import GROUPS_KEY, MACHINES_KEY, NODES_KEY
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+#: The write lost a race: the machine changed since it was read.
+ConflictError = api.ConflictError
+
+
+class Cluster(Protocol):
+    def read(self) -> Mapping[str, list[Obj]]:
+        """Groups, machines and core Nodes, keyed like `lightsout.state.snapshot_from` wants."""
+        ...
+
+    def set_power(self, machine: Obj, desired: str, reason: str) -> None:
+        """Set `spec.desiredPowerState` if the machine is unchanged since read (else
+        ConflictError), and say why in an event."""
+        ...
+
+
+class ApiCluster:
+    """The cluster through the Kubernetes API (all namespaces)."""
+
+    def read(self) -> Mapping[str, list[Obj]]:
+        return {
+            GROUPS_KEY: api.list_all_resources("groups"),
+            MACHINES_KEY: api.list_all_resources("nodes"),
+            NODES_KEY: api.list_core_nodes(),
+        }
+
+    def set_power(self, machine: Obj, desired: str, reason: str) -> None:
+        meta = machine["metadata"]
+        patch = {
+            "metadata": {"resourceVersion": meta.get("resourceVersion")},
+            "spec": {"desiredPowerState": desired},
+        }
+        api.patch_resource(meta["namespace"], "nodes", meta["name"], patch)
+        try:
+            api.post_event(
+                machine, "Normal", "ClusterAutoscaler", reason, component="lightsout-externalgrpc"
+            )
+        except Exception:  # the intent is recorded; a lost event is not worth failing the RPC
+            log.exception("posting the event on %s/%s failed", meta["namespace"], meta["name"])
