@@ -397,3 +397,14 @@ def test_no_transport_is_refused_unless_plaintext_is_asked_for() -> None:
         server.start(server.Settings(address="127.0.0.1:0"), FakeCluster())
     with pytest.raises(server.ConfigError, match="client CA"):
         server.credentials(server.Settings(address="127.0.0.1:0", cert_file="/x"))
+
+
+def test_a_core_node_with_its_own_provider_id_is_still_matched(serve: Any) -> None:
+    objects = _up(fleet(), "m-a", "Ready", registered=False)
+    node = core_node("m-a")
+    node["spec"]["providerID"] = "k3s://m-a"  # left as it is, reported by a condition
+    stub, _ = serve(*objects, node)
+    (only,) = stub.NodeGroupNodes(pb.NodeGroupNodesRequest(id=GID)).instances
+    assert only.id == "k3s://m-a"
+    request = pb.NodeGroupForNodeRequest(node=pb.ExternalGrpcNode(name="m-a", providerID=only.id))
+    assert stub.NodeGroupForNode(request).nodeGroup.id == GID

@@ -153,10 +153,20 @@ def node_groups(snapshot: Snapshot) -> list[NodeGroupInfo]:
     return out
 
 
+def instance_id(snapshot: Snapshot, machine: Machine) -> str:
+    """How cluster-autoscaler knows the machine: its core Node's providerID once that has one
+    (normally the machine's own, which Lights-Out sets; a different one is kept and reported by
+    the machine's ProviderIDConflict condition), else the machine's providerID."""
+    node = _core_node(snapshot, machine)
+    if node is not None and node.provider_id:
+        return node.provider_id
+    return machine_provider_id(machine)
+
+
 def machine_by_provider_id(snapshot: Snapshot, wanted: str) -> Machine | None:
     if not wanted:
         return None
-    return next((m for m in snapshot.machines if machine_provider_id(m) == wanted), None)
+    return next((m for m in snapshot.machines if instance_id(snapshot, m) == wanted), None)
 
 
 def group_for_node(snapshot: Snapshot, node_provider_id: str) -> Group | None:
@@ -273,7 +283,7 @@ _CREATING = frozenset({None, Phase.OFF, Phase.POWERING_ON, Phase.BOOTING, Phase.
 
 def instance(snapshot: Snapshot, machine: Machine) -> Instance | None:
     """The machine as an instance; None for one that is off and meant to stay off."""
-    pid = machine_provider_id(machine)
+    pid = instance_id(snapshot, machine)
     if machine.phase == Phase.FAILED:
         if machine.desired == PowerState.OFF:
             return Instance(pid, InstanceState.DELETING)
@@ -391,6 +401,7 @@ __all__ = [
     "gpu_types",
     "group_for_node",
     "increase_size",
+    "instance_id",
     "instances",
     "machine_provider_id",
     "node_groups",
