@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from typing import Self
 
 from lightsout_lab.binaries import repo_root
 from lightsout_lab.cluster import Cluster, free_port
+from lightsout_lab.process import read_log, terminate
 
 
 class ClusterAutoscalerMissingError(RuntimeError):
@@ -108,22 +108,14 @@ class ClusterAutoscaler:
         self.workdir.mkdir(parents=True, exist_ok=True)
         argv = self.argv()
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         time.sleep(0.5)
         if self.proc.poll() is not None:
             raise RuntimeError(f"cluster-autoscaler exited at once:\n{self.tail()}")
         return self
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        terminate(self.proc, timeout=20)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -132,7 +124,7 @@ class ClusterAutoscaler:
         self.stop()
 
     def text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return read_log(self.log_path)
 
     def tail(self, lines: int = 60) -> str:
         return "\n".join(self.text().splitlines()[-lines:])
