@@ -16,6 +16,7 @@
 | LIGHTSOUT_GRPC_TLS_CERT | (none) | file: the server's certificate (PEM) |
 | LIGHTSOUT_GRPC_TLS_KEY | (none) | file: its private key (PEM) |
 | LIGHTSOUT_GRPC_TLS_CLIENT_CA | (none) | file: the CA clients' certificates must chain to (mTLS) |
+| LIGHTSOUT_GRPC_HEALTH_ADDRESS | (none) | `host:port`: grpc.health.v1 only, plaintext (probes) |
 | LIGHTSOUT_GRPC_INSECURE | false | true: plaintext when no TLS files are set (tests, loopback) |
 
 LIGHTSOUT_NAMESPACE defaults to POD_NAMESPACE, else the first namespace a namespaced operator
@@ -63,6 +64,7 @@ class OperatorConfig:
     grpc_tls_key: str | None = None
     grpc_tls_client_ca: str | None = None
     grpc_insecure: bool = False
+    grpc_health_address: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -87,4 +89,5 @@ class OperatorConfig:
             grpc_tls_key=env.get("LIGHTSOUT_GRPC_TLS_KEY") or None,
             grpc_tls_client_ca=env.get("LIGHTSOUT_GRPC_TLS_CLIENT_CA") or None,
             grpc_insecure=_flag(env.get("LIGHTSOUT_GRPC_INSECURE"), default=False),
+            grpc_health_address=env.get("LIGHTSOUT_GRPC_HEALTH_ADDRESS") or None,
         )

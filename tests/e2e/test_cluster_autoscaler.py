@@ -20,7 +20,6 @@ import datetime as dt
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -29,16 +28,22 @@ from kubernetes import client
 from lightsout.grpc.protos import externalgrpc_pb2 as pb
 from lightsout.grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from lightsout_lab import Cluster
-from lightsout_lab.cluster import free_port
 from lightsout_lab.cluster_autoscaler import ClusterAutoscaler, Tls
-from lightsout_lab.kubelet import JOB_PLACEMENT_ENV, KubeletAgent
+from lightsout_lab.kubelet import KubeletAgent
 from lightsout_lab.operator_process import OperatorProcess
 from lightsout_lab.pki import Pki, create_pki
 from lightsout_lab.sushy import POWER_OFF, POWER_ON, SushyEmulator
 from tests.e2e.autoscaling import Fleet, desired, diagnosed, pod, pod_node, running
+from tests.e2e.ca_support import (
+    assert_allowed,
+    ca_group,
+    condition_since,
+    event_time,
+    operator,
+)
 from tests.e2e.conftest import PATIENCE, wait_phase
 from tests.harness import fleet
-from tests.harness.wait import events_for, get_json, wait_for
+from tests.harness.wait import get_json, wait_for
 
 #: Two machines alike but for their draw: LowestEnergy powers on "lean" first.
 SIZES = {
@@ -58,65 +63,6 @@ def bmc(kube_api: client.ApiClient, cluster: Cluster, machines: Fleet) -> Iterat
         yield emulator
 
 
-def _operator(
-    crds: Cluster, namespace: str, tmp_path: Path, env: dict[str, str]
-) -> Iterator[OperatorProcess]:
-    proc = OperatorProcess(
-        cluster=crds,
-        namespaces=(namespace,),
-        log_dir=tmp_path,
-        extra_env={**JOB_PLACEMENT_ENV, **env},
-    )
-    proc.start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
-
-
-@pytest.fixture
-def grpc_address() -> str:
-    return f"127.0.0.1:{free_port()}"
-
-
-@pytest.fixture
-def plaintext_operator(
-    crds: Cluster, namespace: str, tmp_path: Path, runner: KubeletAgent, grpc_address: str
-) -> Iterator[OperatorProcess]:
-    env = {"LIGHTSOUT_GRPC_ADDRESS": grpc_address, "LIGHTSOUT_GRPC_INSECURE": "true"}
-    yield from _operator(crds, namespace, tmp_path, env)
-
-
-def ca_group(**spec: Any) -> dict[str, Any]:
-    return fleet.group(
-        "ca",
-        autoscaler="cluster-autoscaler",
-        minNodes=0,
-        maxNodes=2,
-        # cluster-autoscaler takes these through NodeGroupGetOptions.
-        scaleDown={"unneededSeconds": 10, "utilizationThreshold": 0.5},
-        **spec,
-    )
-
-
-def _time(text: str | None) -> dt.datetime | None:
-    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
-
-
-def _condition(obj: dict[str, Any] | None, kind: str, status: str) -> dt.datetime | None:
-    for condition in (obj or {}).get("status", {}).get("conditions", []):
-        if condition["type"] == kind and condition["status"] == status:
-            return _time(condition.get("lastTransitionTime"))
-    return None
-
-
-def _event_time(crds: Cluster, namespace: str, name: str, reason: str) -> dt.datetime | None:
-    for event in events_for(crds, namespace, name):
-        if event["reason"] == reason:
-            return _time(event.get("firstTimestamp") or event.get("eventTime"))
-    return None
-
-
 def test_scale_up_from_zero_and_back_through_cluster_autoscaler(
     crds: Cluster,
     namespace: str,
@@ -125,12 +71,13 @@ def test_scale_up_from_zero_and_back_through_cluster_autoscaler(
     grpc_address: str,
     machines: Fleet,
     bmc: SushyEmulator,
+    ca_kubeconfig: Path,
 ) -> None:
     lean, hungry = machines.name("lean"), machines.name("hungry")
     fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), ca_group(), *machines.nodes(bmc, "ca")])
     for name in (lean, hungry):
         wait_phase(crds, namespace, name, "Off")
-    autoscaler = ClusterAutoscaler(crds, grpc_address, tmp_path / "ca")
+    autoscaler = ClusterAutoscaler(crds, grpc_address, tmp_path / "ca", kubeconfig=ca_kubeconfig)
     with autoscaler, diagnosed(crds, namespace):
         try:
             scale_up_then_down(crds, namespace, machines, bmc, lean, hungry)
@@ -139,6 +86,7 @@ def test_scale_up_from_zero_and_back_through_cluster_autoscaler(
         log = autoscaler.text()
     assert f"Scale-up: setting group {namespace}/ca size to 1" in log
     assert "Scale-down: removing empty node" in log or "Scale-down: removing node" in log
+    assert_allowed(autoscaler)
 
 
 def scale_up_then_down(
@@ -146,14 +94,16 @@ def scale_up_then_down(
 ) -> None:
     crds.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(pod("work", "3")))
     unschedulable = wait_for(
-        lambda: _condition(get_json(crds, "pod", "work", "-n", namespace), "PodScheduled", "False"),
+        lambda: condition_since(
+            get_json(crds, "pod", "work", "-n", namespace), "PodScheduled", "False"
+        ),
         60,
         "the pod to be declared Unschedulable",
     )
     # cluster-autoscaler calls IncreaseSize; the operator records intent on the cheapest machine.
     wait_for(lambda: desired(crds, namespace, lean) == "On", 120, f"{lean} to be wanted On")
     increase = wait_for(
-        lambda: _event_time(crds, namespace, lean, "ClusterAutoscaler"),
+        lambda: event_time(crds, namespace, lean, "ClusterAutoscaler"),
         30,
         "the IncreaseSize event",
     )
@@ -165,7 +115,7 @@ def scale_up_then_down(
     node = wait_for(
         lambda: (
             (n := get_json(crds, "node", lean))
-            and (n["spec"].get("providerID") and _condition(n, "Ready", "True"))
+            and (n["spec"].get("providerID") and condition_since(n, "Ready", "True"))
             and n
         ),
         PATIENCE,
@@ -173,7 +123,9 @@ def scale_up_then_down(
     )
     assert node["spec"]["providerID"] == f"lightsout://{namespace}/{lean}"
     wait_for(lambda: pod_node(crds, namespace, "work") == lean, PATIENCE, f"the pod on {lean}")
-    scheduled = _condition(get_json(crds, "pod", "work", "-n", namespace), "PodScheduled", "True")
+    scheduled = condition_since(
+        get_json(crds, "pod", "work", "-n", namespace), "PodScheduled", "True"
+    )
     status = wait_phase(crds, namespace, lean, "Ready")
     assert status["providerID"] == f"lightsout://{namespace}/{lean}"
     assert desired(crds, namespace, hungry) == "Off"
@@ -183,7 +135,7 @@ def scale_up_then_down(
         "\ncluster-autoscaler scale-up from zero, seconds after the Unschedulable verdict:"
         f" IncreaseSize {increase.timestamp() - start:.0f},"
         f" power-on at the BMC {power_on.time - start:.1f},"
-        f" core Node Ready {_condition(node, 'Ready', 'True').timestamp() - start:.0f},"  # type: ignore[union-attr]
+        f" core Node Ready {condition_since(node, 'Ready', 'True').timestamp() - start:.0f},"  # type: ignore[union-attr]
         f" pod scheduled {(scheduled.timestamp() if scheduled else float('nan')) - start:.0f}"
     )
 
@@ -228,7 +180,7 @@ def mtls_operator(
         "LIGHTSOUT_GRPC_TLS_KEY": str(pki.serving_key),
         "LIGHTSOUT_GRPC_TLS_CLIENT_CA": str(pki.ca_cert),
     }
-    yield from _operator(crds, namespace, tmp_path, env)
+    yield from operator(crds, namespace, tmp_path, env)
 
 
 def _node_groups(address: str, credentials: grpc.ChannelCredentials) -> list[str]:
@@ -245,6 +197,7 @@ def test_mtls_serves_cluster_autoscaler_and_refuses_clients_without_the_right_ce
     mtls_operator: OperatorProcess,
     grpc_address: str,
     pki: Pki,
+    ca_kubeconfig: Path,
 ) -> None:
     fleet.apply(crds, namespace, [ca_group()])
     ca = pki.ca_cert.read_bytes()
@@ -268,7 +221,10 @@ def test_mtls_serves_cluster_autoscaler_and_refuses_clients_without_the_right_ce
     # The real cluster-autoscaler, with the right certificate, sees the node group: its status
     # ConfigMap lists it once a loop has run.
     tls = Tls(cert=pki.admin_cert, key=pki.admin_key, ca=pki.ca_cert)
-    with ClusterAutoscaler(crds, grpc_address, tmp_path / "ca", tls=tls) as autoscaler:
+    autoscaler = ClusterAutoscaler(
+        crds, grpc_address, tmp_path / "ca", tls=tls, kubeconfig=ca_kubeconfig
+    )
+    with autoscaler:
         try:
             wait_for(
                 lambda: f"{namespace}/ca" in _status(crds),
@@ -277,6 +233,7 @@ def test_mtls_serves_cluster_autoscaler_and_refuses_clients_without_the_right_ce
             )
         except AssertionError as error:
             raise AssertionError(f"{error}\n{autoscaler.tail()}") from error
+    assert_allowed(autoscaler)
 
 
 def _status(crds: Cluster) -> str:

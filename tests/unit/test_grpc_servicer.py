@@ -380,14 +380,25 @@ def test_gpu_label_refresh_cleanup_and_pod_price(serve: Any) -> None:
     assert code(exc) == grpc.StatusCode.UNIMPLEMENTED
 
 
-def test_health_reports_serving_for_the_cloud_provider() -> None:
-    running = server.start(server.Settings(address="127.0.0.1:0", insecure=True), FakeCluster())
+def test_health_reports_serving_on_both_ports_and_not_serving_when_stopping() -> None:
+    settings = server.Settings(address="127.0.0.1:0", insecure=True, health_address="127.0.0.1:0")
+    running = server.start(settings, FakeCluster())
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{running.port}") as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            for service in ("", server.SERVICE):
-                reply = health.Check(health_pb2.HealthCheckRequest(service=service))
-                assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        for port in (running.port, running.health_port):
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                health = health_pb2_grpc.HealthStub(channel)
+                for service in ("", server.SERVICE):
+                    reply = health.Check(health_pb2.HealthCheckRequest(service=service))
+                    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        # The health-only port offers nothing else.
+        with grpc.insecure_channel(f"127.0.0.1:{running.health_port}") as channel:
+            with pytest.raises(grpc.RpcError) as exc:
+                pb_grpc.CloudProviderStub(channel).NodeGroups(pb.NodeGroupsRequest())
+            assert code(exc) == grpc.StatusCode.UNIMPLEMENTED
+        running.health.enter_graceful_shutdown()
+        with grpc.insecure_channel(f"127.0.0.1:{running.health_port}") as channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
+            assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
     finally:
         running.stop(0)
 

@@ -10,6 +10,7 @@ in a file. Used by the end-to-end tests of the externalgrpc provider and its ben
 from __future__ import annotations
 
 import functools
+import json
 import os
 import subprocess
 import time
@@ -45,6 +46,36 @@ def find_cluster_autoscaler() -> Path:
     return path
 
 
+def service_account_kubeconfig(
+    cluster: Cluster, path: Path, namespace: str = "kube-system", name: str = "cluster-autoscaler"
+) -> Path:
+    """A kubeconfig with a fresh token of ServiceAccount `namespace/name` (which must exist),
+    so cluster-autoscaler runs with exactly the rights its RBAC manifests grant."""
+    token = cluster.kubectl(
+        "create", "token", name, "-n", namespace, "--duration=2h"
+    ).stdout.strip()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "lab",
+                "cluster": {
+                    "server": cluster.server,
+                    "certificate-authority": str(cluster.directory / "pki" / "ca.crt"),
+                },
+            }
+        ],
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": name}}],
+        "current-context": "lab",
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    return path
+
+
 @dataclass(frozen=True)
 class Tls:
     """Client side of mTLS: its certificate and key, and the CA of the server's certificate."""
@@ -62,6 +93,9 @@ class ClusterAutoscaler:
     address: str
     workdir: Path
     tls: Tls | None = None
+    #: Whose rights it runs with: the cluster's admin kubeconfig unless given (see
+    #: `service_account_kubeconfig`).
+    kubeconfig: Path | None = None
     #: Flags added to (or overriding) the defaults below, e.g. `--scan-interval=10s`.
     flags: Sequence[str] = ()
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
@@ -86,7 +120,7 @@ class ClusterAutoscaler:
         defaults = {
             "--cloud-provider": "externalgrpc",
             "--cloud-config": str(self.cloud_config()),
-            "--kubeconfig": str(self.cluster.kubeconfig),
+            "--kubeconfig": str(self.kubeconfig or self.cluster.kubeconfig),
             "--leader-elect": "false",
             # Its metrics/health server otherwise listens on :8085 on every interface.
             "--address": f"127.0.0.1:{free_port()}",

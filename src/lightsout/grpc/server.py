@@ -8,8 +8,10 @@ kopf's event loop: a slow API read must not stall the operator's handlers). Tran
   certificate from that CA is refused during the handshake.
 - plaintext only when `settings.insecure` is set explicitly; with neither, start refuses.
 
-The health service reports SERVING for "" and for the CloudProvider service, NOT_SERVING once
-`stop` begins, so a Service's gRPC probe sees the server go before it goes.
+The health service (grpc.health.v1) reports SERVING for "" and for the CloudProvider service,
+NOT_SERVING once `stop` begins. It is served beside CloudProvider and, when
+`settings.health_address` is set, alone on that plaintext port too: a kubelet's gRPC probe
+speaks no TLS, and whether the server is up is no secret.
 Called by `lightsout.handlers.externalgrpc` at operator start-up and clean-up.
 """
 
@@ -43,6 +45,8 @@ class Settings:
     key_file: str | None = None
     client_ca_file: str | None = None
     insecure: bool = False
+    #: A plaintext port serving only grpc.health.v1 (for kubelet probes); None: none.
+    health_address: str | None = None
     workers: int = 8
 
 
@@ -52,10 +56,14 @@ class Running:
     health: health.HealthServicer
     port: int
     tls: bool
+    health_server: grpc.Server | None = None
+    health_port: int | None = None
 
     def stop(self, grace: float = 5.0) -> None:
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait(grace + 1)
+        if self.health_server is not None:
+            self.health_server.stop(0).wait(1)
 
 
 def credentials(settings: Settings) -> grpc.ServerCredentials | None:
@@ -95,6 +103,15 @@ def start(settings: Settings, cluster: Cluster) -> Running:
     if port == 0:
         raise ConfigError(f"cannot listen on {settings.address}")
     server.start()
+    health_server, health_port = None, None
+    if settings.health_address:
+        health_server = grpc.server(futures.ThreadPoolExecutor(2, "lightsout-grpc-health"))
+        health_pb2_grpc.add_HealthServicer_to_server(checker, health_server)
+        health_port = health_server.add_insecure_port(settings.health_address)
+        if health_port == 0:
+            server.stop(0)
+            raise ConfigError(f"cannot listen on {settings.health_address}")
+        health_server.start()
     for name in ("", SERVICE):
         checker.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info(
@@ -103,4 +120,11 @@ def start(settings: Settings, cluster: Cluster) -> Running:
         port,
         "mTLS" if creds is not None else "plaintext",
     )
-    return Running(server=server, health=checker, port=port, tls=creds is not None)
+    return Running(
+        server=server,
+        health=checker,
+        port=port,
+        tls=creds is not None,
+        health_server=health_server,
+        health_port=health_port,
+    )

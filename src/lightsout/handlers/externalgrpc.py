@@ -27,6 +27,7 @@ def settings_of(config: OperatorConfig) -> server.Settings | None:
         key_file=config.grpc_tls_key,
         client_ca_file=config.grpc_tls_client_ca,
         insecure=config.grpc_insecure,
+        health_address=config.grpc_health_address,
     )
 
 
