@@ -19,11 +19,13 @@ import pytest
 from google.protobuf import duration_pb2, timestamp_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from lightsout.config import OperatorConfig
 from lightsout.grpc import server
 from lightsout.grpc.cluster import ConflictError
 from lightsout.grpc.protos import externalgrpc_pb2 as pb
 from lightsout.grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from lightsout.grpc.protos import k8s_node_pb2
+from lightsout.handlers.externalgrpc import settings_of
 from lightsout.state import GROUPS_KEY, MACHINES_KEY, NODES_KEY
 from tests.unit.test_autoscale_objects import NS, core_node, group, machine
 
@@ -419,3 +421,25 @@ def test_a_core_node_with_its_own_provider_id_is_still_matched(serve: Any) -> No
     assert only.id == "k3s://m-a"
     request = pb.NodeGroupForNodeRequest(node=pb.ExternalGrpcNode(name="m-a", providerID=only.id))
     assert stub.NodeGroupForNode(request).nodeGroup.id == GID
+
+
+def test_the_server_is_configured_from_the_operator_settings() -> None:
+    assert settings_of(OperatorConfig.from_env({})) is None  # no address: no server
+    settings = settings_of(
+        OperatorConfig.from_env(
+            {
+                "LIGHTSOUT_GRPC_ADDRESS": "0.0.0.0:8086",
+                "LIGHTSOUT_GRPC_TLS_CERT": "/tls/tls.crt",
+                "LIGHTSOUT_GRPC_TLS_KEY": "/tls/tls.key",
+                "LIGHTSOUT_GRPC_TLS_CLIENT_CA": "/tls/ca.crt",
+                "LIGHTSOUT_GRPC_HEALTH_ADDRESS": "0.0.0.0:8087",
+            }
+        )
+    )
+    assert settings == server.Settings(
+        address="0.0.0.0:8086",
+        cert_file="/tls/tls.crt",
+        key_file="/tls/tls.key",
+        client_ca_file="/tls/ca.crt",
+        health_address="0.0.0.0:8087",
+    )

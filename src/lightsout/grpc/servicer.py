@@ -27,7 +27,16 @@ from lightsout.grpc.cluster import Cluster, ConflictError, Obj
 from lightsout.grpc.protos import externalgrpc_pb2 as pb
 from lightsout.grpc.protos import k8s_node_pb2 as k8s
 from lightsout.planning import nodegroups as ng
-from lightsout.state import GROUPS_KEY, MACHINES_KEY, NODES_KEY, ObjectKey, Snapshot, snapshot_from
+from lightsout.state import (
+    GROUPS_KEY,
+    MACHINES_KEY,
+    NODES_KEY,
+    Group,
+    Machine,
+    ObjectKey,
+    Snapshot,
+    snapshot_from,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +69,9 @@ class CloudProviderServicer:
         }
         return snapshot, raw
 
-    def _group(self, context: grpc.ServicerContext, node_group_id: str) -> tuple[Any, ...]:
+    def _group(
+        self, context: grpc.ServicerContext, node_group_id: str
+    ) -> tuple[Snapshot, Mapping[ObjectKey, Obj], Group]:
         snapshot, raw = self._read()
         try:
             return snapshot, raw, ng.find_group(snapshot, node_group_id)
@@ -169,7 +180,7 @@ class CloudProviderServicer:
         self,
         context: grpc.ServicerContext,
         node_group_id: str,
-        choose: Callable[[Snapshot, Any], list[Any]],
+        choose: Callable[[Snapshot, Group], list[Machine]],
         desired: str,
         reason: str,
     ) -> None:
