@@ -12,6 +12,7 @@
 | LIGHTSOUT_NAMESPACE | see below | where the autoscaler's Lease `lightsout-autoscaler` lives |
 | LIGHTSOUT_AUTOSCALER | true | false turns the built-in autoscaler off in this operator |
 | LIGHTSOUT_AUTOSCALER_DRY_RUN | false | true: plan and post the events, change no machine |
+| LIGHTSOUT_WATCHED_NAMESPACES | (all) | set by `lightsout run -n NS…`: what the gRPC server reads |
 | LIGHTSOUT_GRPC_ADDRESS | (none: no server) | `host:port` of the externalgrpc server |
 | LIGHTSOUT_GRPC_TLS_CERT | (none) | file: the server's certificate (PEM) |
 | LIGHTSOUT_GRPC_TLS_KEY | (none) | file: its private key (PEM) |
@@ -58,6 +59,8 @@ class OperatorConfig:
     namespace: str = "default"
     autoscaler_enabled: bool = True
     autoscaler_dry_run: bool = False
+    #: The namespaces `lightsout run -n` watches; empty: the whole cluster.
+    watched_namespaces: tuple[str, ...] = ()
     #: The externalgrpc server (cluster-autoscaler's cloud provider); None: not started.
     grpc_address: str | None = None
     grpc_tls_cert: str | None = None
@@ -84,6 +87,12 @@ class OperatorConfig:
             namespace=env.get("LIGHTSOUT_NAMESPACE") or env.get("POD_NAMESPACE") or "default",
             autoscaler_enabled=_flag(env.get("LIGHTSOUT_AUTOSCALER"), default=True),
             autoscaler_dry_run=_flag(env.get("LIGHTSOUT_AUTOSCALER_DRY_RUN"), default=False),
+            watched_namespaces=tuple(
+                filter(
+                    None,
+                    (n.strip() for n in env.get("LIGHTSOUT_WATCHED_NAMESPACES", "").split(",")),
+                )
+            ),
             grpc_address=env.get("LIGHTSOUT_GRPC_ADDRESS") or None,
             grpc_tls_cert=env.get("LIGHTSOUT_GRPC_TLS_CERT") or None,
             grpc_tls_key=env.get("LIGHTSOUT_GRPC_TLS_KEY") or None,

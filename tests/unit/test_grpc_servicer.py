@@ -425,6 +425,9 @@ def test_a_core_node_with_its_own_provider_id_is_still_matched(serve: Any) -> No
 
 def test_the_server_is_configured_from_the_operator_settings() -> None:
     assert settings_of(OperatorConfig.from_env({})) is None  # no address: no server
+    # `lightsout run -n a -n b` limits what cluster-autoscaler is shown to those namespaces.
+    watched = OperatorConfig.from_env({"LIGHTSOUT_WATCHED_NAMESPACES": "a,b"})
+    assert watched.watched_namespaces == ("a", "b")
     settings = settings_of(
         OperatorConfig.from_env(
             {

@@ -9,7 +9,7 @@ implementation instead.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from lightsout.k8s import api
@@ -34,12 +34,21 @@ class Cluster(Protocol):
 
 
 class ApiCluster:
-    """The cluster through the Kubernetes API (all namespaces)."""
+    """The cluster through the Kubernetes API: Lights-Out objects of the operator's namespaces
+    (all when it watches the whole cluster), every core Node."""
+
+    def __init__(self, namespaces: Sequence[str] = ()) -> None:
+        self.namespaces = tuple(namespaces)
+
+    def _list(self, plural: str) -> list[Obj]:
+        if not self.namespaces:
+            return api.list_all_resources(plural)
+        return [obj for ns in self.namespaces for obj in api.list_all_resources(plural, ns)]
 
     def read(self) -> Mapping[str, list[Obj]]:
         return {
-            GROUPS_KEY: api.list_all_resources("groups"),
-            MACHINES_KEY: api.list_all_resources("nodes"),
+            GROUPS_KEY: self._list("groups"),
+            MACHINES_KEY: self._list("nodes"),
             NODES_KEY: api.list_core_nodes(),
         }
 

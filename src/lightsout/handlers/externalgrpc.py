@@ -39,7 +39,8 @@ async def start_externalgrpc(memo: kopf.Memo, **_: Any) -> None:
     if settings is None:
         return
     try:
-        memo.externalgrpc = await asyncio.to_thread(server.start, settings, ApiCluster())
+        cluster = ApiCluster(config.watched_namespaces)
+        memo.externalgrpc = await asyncio.to_thread(server.start, settings, cluster)
     except (server.ConfigError, OSError, RuntimeError) as exc:
         raise kopf.PermanentError(f"externalgrpc server not started: {exc}") from exc
 
