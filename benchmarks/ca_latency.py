@@ -80,6 +80,11 @@ def _pod(name: str, via: str) -> dict[str, Any]:
     }
 
 
+def _bound(core: client.CoreV1Api, pod: str) -> bool:
+    found: Any = core.read_namespaced_pod(pod, NAMESPACE)
+    return bool(found.spec.node_name)
+
+
 def main(argv: list[str]) -> int:
     count = int(argv[0]) if argv else 5
     find_cluster_autoscaler()  # build it (or find it cached) before the clock matters
@@ -142,6 +147,9 @@ def main(argv: list[str]) -> int:
                     f"power request {executions[-1]:6.2f}s  ({machine})",
                     flush=True,
                 )
+                # The next pod starts from a quiet cluster: this one runs on its machine, so
+                # no later pod can take a machine powered on for an earlier one.
+                _until(lambda p=pod: _bound(core, p), timeout=300)
     finally:
         observer.stop()
         autoscaler.stop()
