@@ -18,6 +18,7 @@ $(STAMP): pyproject.toml lab/pyproject.toml
 
 binaries:
 	@bash tools/controlplane/build.sh >/dev/null
+	@bash tools/helm/build.sh >/dev/null
 
 # A real cluster-autoscaler (externalgrpc provider only) for its e2e tests and `make bench`; the
 # tests build it on first use too, this makes the time visible (minutes cold, none when cached).
@@ -43,6 +44,7 @@ lint: setup
 
 crds: setup
 	$(VENV)/bin/lightsout crds --output crds
+	$(VENV)/bin/lightsout crds --output deploy/helm/lightsout/crds
 	$(PY) -m lightsout.models.reference docs/crds.md
 
 # ipmi_sim, ipmitool and sshd emulate the IPMI server and the Wake-on-LAN mini PC (idempotent;

@@ -1,4 +1,5 @@
-"""The `lightsout` command: run the operator, print the CRDs, explain the autoscaler's plan.
+"""The `lightsout` command: run the operator, print the CRDs, explain the autoscaler's plan,
+show Groups and machines, power a machine on or off.
 
 The local dev cluster and the demo are the lab's (`lightsout-lab`), not the operator's."""
 
@@ -88,6 +89,66 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    """Groups and machines, one table each (`-o json` for scripts)."""
+    import datetime as dt
+    import json
+
+    from lightsout.commands import status
+    from lightsout.k8s import api
+
+    ns = None if args.all_namespaces else (args.namespace or api.current_namespace())
+    table = status.rows(
+        api.list_all_resources("groups", ns),
+        api.list_all_resources("nodes", ns),
+        dt.datetime.now(dt.UTC),
+    )
+    if args.output == "json":
+        print(json.dumps(table, indent=2))
+    else:
+        sys.stdout.write(status.render_text(table, all_namespaces=ns is None))
+    return 0
+
+
+def cmd_power(args: argparse.Namespace) -> int:
+    """Set desiredPowerState; with --wait, follow the phases until done, Failed or timeout."""
+    import time
+
+    from lightsout.commands.power import ExitCode, Progress, verdict
+    from lightsout.k8s import api
+    from lightsout.models.enums import PowerState
+
+    ns = args.namespace or api.current_namespace()
+    desired = PowerState.ON if args.state == "on" else PowerState.OFF
+    if api.get_resource(ns, "nodes", args.node) is None:
+        print(f"Node {args.node!r} not found in namespace {ns!r}", file=sys.stderr)
+        return ExitCode.NOT_FOUND
+    patched = api.patch_resource(
+        ns, "nodes", args.node, {"spec": {"desiredPowerState": desired.value}}
+    )
+    generation = int(patched["metadata"].get("generation") or 0)
+    print(f"{args.node}: desiredPowerState {desired.value}")
+    if not args.wait:
+        return ExitCode.DONE
+    deadline = time.monotonic() + args.timeout
+    shown: Progress | None = None
+    while True:
+        node = api.get_resource(ns, "nodes", args.node)
+        if node is None:
+            print(f"{args.node}: deleted while waiting", file=sys.stderr)
+            return ExitCode.NOT_FOUND
+        result = verdict(node, desired, generation)
+        if result.progress != shown:
+            shown = result.progress
+            print(shown.line(args.node), flush=True)
+        if result.code is not None:
+            return result.code
+        if time.monotonic() >= deadline:
+            print(f"{args.node}: timed out after {args.timeout:g}s", file=sys.stderr)
+            return ExitCode.TIMED_OUT
+        time.sleep(1.0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lightsout", description=(__doc__ or "").split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -109,6 +170,24 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("-n", "--namespace", help="only this namespace (default: all)")
     plan.add_argument("--json", action="store_true", help="machine-readable output")
     plan.set_defaults(func=cmd_plan)
+
+    status = sub.add_parser("status", help="Groups and machines: phase, power, last action")
+    where = status.add_mutually_exclusive_group()
+    where.add_argument("-n", "--namespace", help="this namespace (default: the context's)")
+    where.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+    status.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    status.set_defaults(func=cmd_status)
+
+    power = sub.add_parser(
+        "power",
+        help="power a machine on or off (exit 0 done, 1 Failed, 2 timed out, 3 not found)",
+    )
+    power.add_argument("state", choices=["on", "off"])
+    power.add_argument("node", help="the Lights-Out Node (lsn) name")
+    power.add_argument("-n", "--namespace", help="its namespace (default: the context's)")
+    power.add_argument("--wait", action="store_true", help="follow it until Ready / Off")
+    power.add_argument("--timeout", type=float, default=900.0, help="seconds (with --wait)")
+    power.set_defaults(func=cmd_power)
 
     return parser
 

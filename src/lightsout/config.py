@@ -9,9 +9,11 @@
 | LIGHTSOUT_JOB_NODE_SELECTOR | (none) | `k=v,k2=v2`: where action Jobs may run (always-on nodes) |
 | LIGHTSOUT_JOB_TOLERATIONS | (none) | `key,key2`: taints (any value/effect) action Jobs tolerate |
 | LIGHTSOUT_JOB_TTL_SECONDS | 3600 | how long finished Jobs are kept for inspection |
+| LIGHTSOUT_JOB_SERVICE_ACCOUNT | `default` | ServiceAccount of action Jobs (never a token) |
 | LIGHTSOUT_NAMESPACE | see below | where the autoscaler's Lease `lightsout-autoscaler` lives |
 | LIGHTSOUT_AUTOSCALER | true | false turns the built-in autoscaler off in this operator |
 | LIGHTSOUT_AUTOSCALER_DRY_RUN | false | true: plan and post the events, change no machine |
+| LIGHTSOUT_METRICS_ADDRESS | 0.0.0.0:8081 | `host:port` of Prometheus `/metrics`; empty: none |
 | LIGHTSOUT_WATCHED_NAMESPACES | (all) | set by `lightsout run -n NS…`: what the gRPC server reads |
 | LIGHTSOUT_GRPC_ADDRESS | (none: no server) | `host:port` of the externalgrpc server |
 | LIGHTSOUT_GRPC_TLS_CERT | (none) | file: the server's certificate (PEM) |
@@ -55,10 +57,14 @@ class OperatorConfig:
     job_node_selector: Mapping[str, str] = field(default_factory=dict)
     job_tolerations: tuple[str, ...] = ()
     job_ttl_seconds: int = 3600
+    #: ServiceAccount action Jobs run as; the chart makes one with no rights.
+    job_service_account: str | None = None
     #: The operator's own namespace (the autoscaler's leader Lease lives there).
     namespace: str = "default"
     autoscaler_enabled: bool = True
     autoscaler_dry_run: bool = False
+    #: `host:port` of the Prometheus endpoint; empty: no endpoint.
+    metrics_address: str = "0.0.0.0:8081"
     #: The namespaces `lightsout run -n` watches; empty: the whole cluster.
     watched_namespaces: tuple[str, ...] = ()
     #: The externalgrpc server (cluster-autoscaler's cloud provider); None: not started.
@@ -84,9 +90,11 @@ class OperatorConfig:
                 )
             ),
             job_ttl_seconds=int(env.get("LIGHTSOUT_JOB_TTL_SECONDS", "3600")),
+            job_service_account=env.get("LIGHTSOUT_JOB_SERVICE_ACCOUNT") or None,
             namespace=env.get("LIGHTSOUT_NAMESPACE") or env.get("POD_NAMESPACE") or "default",
             autoscaler_enabled=_flag(env.get("LIGHTSOUT_AUTOSCALER"), default=True),
             autoscaler_dry_run=_flag(env.get("LIGHTSOUT_AUTOSCALER_DRY_RUN"), default=False),
+            metrics_address=env.get("LIGHTSOUT_METRICS_ADDRESS", cls.metrics_address).strip(),
             watched_namespaces=tuple(
                 filter(
                     None,

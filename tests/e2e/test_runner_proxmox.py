@@ -10,6 +10,8 @@ No Kubernetes needed.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -171,18 +173,108 @@ def test_ephemeral_vm_is_cloned_spread_and_destroyed(tmp_path: Path) -> None:
         print("fakepve after deprovision:", pve.summary())
 
 
-def test_failed_start_task_gives_the_task_exit_status(tmp_path: Path) -> None:
-    broken = Guest(100, "vm-1", start_error="unable to find configuration file for disk scsi0")
-    with FakePveCluster([broken]) as pve:
-        run = run_runner(tmp_path, pve, "startup", persistent(100, taskTimeoutSeconds=2))
+@dataclass(frozen=True)
+class TaskFault:
+    """A Proxmox task that fails after it started: the guest, what breaks, the exit status."""
+
+    guest: Guest
+    exitstatus: str
+    arrange: Callable[[FakePveCluster], None] | None = None
+    time_scale: float = 0.0
+
+
+def hold_config_lock(pve: FakePveCluster) -> None:
+    # Another task holds the VM's config lock: the VM shows no `lock`, so the role sends the
+    # start, and the start task waits for the lock (10 PVE s = 1 s here) and fails.
+    pve.call(pve.pve.hold_config_lock(100, None))
+
+
+def ceph_down(pve: FakePveCluster) -> None:
+    pve.pve.add_ceph_storage("ceph-pool")
+    pve.pve.ceph_down()
+
+
+TASK_FAULTS = {
+    "qemu-exits": TaskFault(
+        Guest(100, "vm-1", start_error="QEMU exited with code 1"), "QEMU exited with code 1"
+    ),
+    "config-lock-held": TaskFault(
+        Guest(100, "vm-1"),
+        "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout",
+        hold_config_lock,
+        time_scale=0.1,
+    ),
+    "storage-down": TaskFault(
+        Guest(100, "vm-1", config={"scsi0": "ceph-pool:vm-100-disk-0,size=8G"}),
+        "rbd error: rbd: couldn't connect to the cluster! (Connection timed out)",
+        ceph_down,
+    ),
+}
+
+#: The role's task timeout in the failing-task tests: far beyond the harness's own wait for one
+#: run (300 s), so a role that waits out its timeout instead of reading the task's exit status
+#: fails the test.
+HANG_TIMEOUT = 3600
+
+
+@pytest.mark.parametrize("fault", TASK_FAULTS.values(), ids=TASK_FAULTS.keys())
+def test_failed_start_task_is_reported_with_its_exit_status(
+    tmp_path: Path, fault: TaskFault
+) -> None:
+    with FakePveCluster([fault.guest], time_scale=fault.time_scale) as pve:
+        if fault.arrange is not None:
+            fault.arrange(pve)
+        run = run_runner(tmp_path, pve, "startup", persistent(100, taskTimeoutSeconds=HANG_TIMEOUT))
         assert run.returncode == 1, run.explain()
         result = run.result
         assert result["result"] == "Failed"
-        assert result["failedTask"]
-        assert "Proxmox task qmstart on pve1 ended with" in result["message"]
-        assert "unable to find configuration file for disk scsi0" in result["message"]
-        assert "Reached timeout" not in result["message"]
+        assert result["failedTask"] == "proxmox_vm : Fail with the task's exit status"
+        assert result["message"] == (
+            f"Starting VM 100 (vm-1) on {pve.endpoint} failed: "
+            f"Proxmox task qmstart on pve1 ended with '{fault.exitstatus}'"
+        ), run.explain()
         assert pve.status(100) == "stopped"
+        [task] = pve.tasks(START, vmid=100)  # one start, not retried
+        assert task["exitstatus"] == fault.exitstatus
+
+
+def test_hung_task_fails_at_the_task_timeout(tmp_path: Path) -> None:
+    """A task that does not end is given up at taskTimeoutSeconds, and said to be running."""
+    with FakePveCluster([Guest(100, "vm-1")], time_scale=1.0) as pve:
+        pve.pve.lock_wait = HANG_TIMEOUT  # the start task waits an hour for the config lock
+        hold_config_lock(pve)
+        run = run_runner(tmp_path, pve, "startup", persistent(100, taskTimeoutSeconds=2))
+        assert run.returncode == 1, run.explain()
+        message = run.result["message"]
+        assert message.startswith(
+            f"Starting VM 100 (vm-1) on {pve.endpoint} failed: "
+            "Proxmox task qmstart on pve1 did not finish within 2 s (still running"
+        ), run.explain()
+        [task] = pve.tasks(START, vmid=100)
+        assert task["status"] == "running"
+        # The task's UPID (the user in it is masked like the credentials) to find it in PVE.
+        assert "; task " + task["upid"].rsplit(":", 2)[0] in message
+
+
+def test_failed_destroy_task_is_reported_and_the_clone_kept(tmp_path: Path) -> None:
+    clone = Guest(
+        300,
+        "vm-1",
+        node="pve2",
+        status="running",
+        tags=("lightsout", "lightsout-node.homelab.vm-1"),
+    )
+    with cluster_with_template(clone) as pve:
+        pve.pve.fail("DELETE", "/nodes/pve2/qemu/300", error="failed_remove_config_file")
+        run = run_runner(tmp_path, pve, "deprovision", ephemeral(taskTimeoutSeconds=HANG_TIMEOUT))
+        assert run.returncode == 1, run.explain()
+        assert run.result["message"] == (
+            f"Destroying VM 300 (vm-1) on {pve.endpoint} failed: Proxmox task qmdestroy on pve2 "
+            "ended with 'failed to remove config file: unexpected error'"
+        ), run.explain()
+        assert pve.count(SHUTDOWN, vmid=300, ok_only=True) == 1
+        assert pve.count(DESTROY, vmid=300) == 1
+        assert pve.exists(300)
 
 
 def test_locked_vm_fails_at_once_without_an_order(tmp_path: Path) -> None:

@@ -138,6 +138,30 @@ def test_refused_power_off_fails_with_the_bmc_message(tmp_path: Path) -> None:
         assert bmc.count_power_requests(system.uuid, reset_types=POWER_OFF) == 1
 
 
+def test_unknown_system_id_names_the_systems_the_bmc_has(tmp_path: Path) -> None:
+    """A systemId the BMC does not have fails with the role's message listing its systems."""
+    systems = [
+        new_system("Off"),
+        FakeSystem(uuid=str(uuid.uuid4()), name="box-2", power_state="On"),
+    ]
+    wrong = str(uuid.uuid4())
+    with SushyEmulator(systems) as bmc:
+        run = run_runner(tmp_path, bmc, wrong, "startup")
+        assert run.returncode == 1, run.explain()
+        result = run.result
+        assert result["result"] == "Failed"
+        assert result["failedTask"] == "redfish_power : Fail when no system has this id or UUID"
+        message = result["message"]
+        assert f"System {wrong} not found on {bmc.endpoint}" in message
+        for system in systems:
+            assert (
+                f"/redfish/v1/Systems/{system.uuid} (UUID {system.uuid}, Name {system.name})"
+                in message
+            )
+        assert "Error while resolving" not in message
+        assert bmc.count_power_requests() == 0
+
+
 def test_unsupported_driver_fails_clearly(tmp_path: Path) -> None:
     system = new_system("Off")
     with SushyEmulator([system]) as bmc:

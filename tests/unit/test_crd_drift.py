@@ -25,6 +25,7 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "crds"
+CHART_CRDS = ROOT / "deploy" / "helm" / "lightsout" / "crds"
 DOC = ROOT / "docs" / "crds.md"
 
 
@@ -35,16 +36,18 @@ def _schemas() -> dict[str, dict[str, Any]]:
     }
 
 
-def test_checked_in_crds_match_the_models() -> None:
+@pytest.mark.parametrize("directory", [CRDS, CHART_CRDS], ids=["crds", "chart"])
+def test_checked_in_crds_match_the_models(directory: Path) -> None:
     rendered = render_crds()
-    on_disk = {path.name: path.read_text() for path in CRDS.glob("*.yaml")}
+    on_disk = {path.name: path.read_text() for path in directory.glob("*.yaml")}
 
     stale = sorted(
         name for name in rendered.keys() | on_disk.keys() if rendered.get(name) != on_disk.get(name)
     )
 
     assert not stale, (
-        f"crds/ is out of date with lightsout.models ({', '.join(stale)}): run `make crds`"
+        f"{directory.relative_to(ROOT)} is out of date with lightsout.models "
+        f"({', '.join(stale)}): run `make crds`"
     )
 
 

@@ -17,7 +17,10 @@ few minutes and cleans up.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -71,6 +74,22 @@ class Narrator:
     def show(self, *args: str) -> None:
         print(f"$ kubectl {' '.join(args)}")
         print(self.cluster.kubectl(*args).stdout, flush=True)
+
+    def lightsout(self, *args: str) -> None:
+        """Run the operator's own CLI as a person would, and print what it prints."""
+        print(f"$ lightsout {' '.join(args)}")
+        argv = [sys.executable, "-m", "lightsout.cli", *args]
+        done = subprocess.run(
+            argv, env=self.cluster.env(), capture_output=True, text=True, check=False, timeout=60
+        )
+        print(done.stdout + done.stderr, flush=True)
+
+    def metrics(self, url: str, prefix: str) -> None:
+        """The operator's /metrics lines of one family, as Prometheus would scrape them."""
+        print(f"$ curl -s {url} | grep ^{prefix}")
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        print("\n".join(line for line in text.splitlines() if line.startswith(prefix)), flush=True)
 
 
 DEMO_UNNEEDED_SECONDS = 20
@@ -331,6 +350,9 @@ def run_demo(keep: bool = False) -> int:
         )
         Scenario(narrator, lab).run(names)
         DriverTour(narrator, extras).run()
+        narrator.say("what the operator reports: its status table and its Prometheus figures")
+        narrator.lightsout("status", "-n", NAMESPACE)
+        narrator.metrics(lab.operator.metrics_url, "lightsout_actions_total")
         print(
             "To look around (with --keep the cluster stays up):\n"
             f"  export KUBECONFIG={lab.cluster.kubeconfig}\n"

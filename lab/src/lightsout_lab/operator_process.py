@@ -31,17 +31,25 @@ class OperatorProcess:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    #: Where this process serves Prometheus `/metrics` (a free port per start).
+    metrics_url: str = ""
 
     @property
     def log_path(self) -> Path:
         return self.log_dir / f"{self.identity}.log"
 
     def start(self, timeout: float = 60.0) -> None:
-        port = free_port()
+        port, metrics = free_port(), free_port()
         argv = [sys.executable, "-m", "lightsout.cli", "run", "--verbose"]
         argv += [f"--namespace={ns}" for ns in self.namespaces]
         argv += [f"--liveness=http://127.0.0.1:{port}/healthz"]
-        env = {**self.cluster.env(), "LIGHTSOUT_IDENTITY": self.identity, **self.extra_env}
+        self.metrics_url = f"http://127.0.0.1:{metrics}/metrics"
+        env = {
+            **self.cluster.env(),
+            "LIGHTSOUT_IDENTITY": self.identity,
+            "LIGHTSOUT_METRICS_ADDRESS": f"127.0.0.1:{metrics}",
+            **self.extra_env,
+        }
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True

@@ -24,11 +24,9 @@ description:
   - Reads C(GET /cluster/resources?type=node) once; offline hosts are listed with
     C(status=offline) and no usage figures.
 options: {}
-extends_documentation_fragment: []
-notes:
-  - Takes the authentication options of the community.proxmox modules (api_host, api_port,
-    api_user, api_password, api_token_id, api_token_secret, validate_certs, ca_path,
-    api_timeout).
+# The authentication and TLS options (api_host, api_user, api_token_id, ca_path, ...).
+extends_documentation_fragment:
+  - community.proxmox.proxmox.documentation
 author: Lights-Out authors
 """
 

@@ -27,6 +27,7 @@ from lightsout.execution.jobs import (
 )
 from lightsout.execution.nodeops import blocking_pdb, metadata_patch, pods_to_drain
 from lightsout.k8s import api
+from lightsout.metrics.families import LEASE_CONFLICTS
 from lightsout.planning.effects import (
     ApplyNodeMetadata,
     Cordon,
@@ -97,10 +98,12 @@ def acquire_lease(ctx: MachineContext, now: dt.datetime) -> bool:
             return True
         patched = leases.acquire(current, ctx.config.identity, ctx.config.lease_seconds, now)
         if patched is None:
+            LEASE_CONFLICTS.inc()
             return False
         api.replace_lease(ctx.lease_namespace, ctx.lease_name, patched)
         return True
     except api.ConflictError:
+        LEASE_CONFLICTS.inc()
         return False
 
 
@@ -144,6 +147,7 @@ def job_request(ctx: MachineContext, effect: StartJob | DeleteJob) -> JobRequest
         image=ctx.config.runner_image,
         deadline_seconds=int(timeout) + 120,
         ttl_seconds=ctx.config.job_ttl_seconds,
+        service_account_name=ctx.config.job_service_account,
         node_selector=dict(ctx.config.job_node_selector),
         tolerations=tuple({"key": key, "operator": "Exists"} for key in ctx.config.job_tolerations),
         host_network="wol" in (spec.get("driver") or {}),

@@ -31,6 +31,7 @@ from typing import Any
 
 from lightsout.execution import leases
 from lightsout.k8s import api
+from lightsout.metrics.families import AUTOSCALER_DECISIONS, PENDING_OLDEST, PENDING_PODS
 from lightsout.models.enums import Autoscaler
 from lightsout.planning.cluster import SCHEDULER_GRACE
 from lightsout.planning.decisions import Plan, PowerOn, ScaleAction
@@ -84,15 +85,18 @@ class PlanApplier:
                 log.warning("refusing %s of %s: not an autoscaled machine", action, action.machine)
                 continue
             if action.dry_run or self.dry_run:
+                _count(action, "dry_run")
                 self._explain_dry_run(action, obj, pods)
                 continue
             applied = self._power(action, obj, done)
+            _count(action, "applied" if applied else "conflict")
             if applied:
                 kind = "up" if isinstance(action, PowerOn) else "down"
                 scaled.setdefault((action.group, kind), []).append(action)
                 self._announce(action, obj, pods)
         for (group_key, kind), actions in scaled.items():
             _record_scale(group_key, kind, actions, now)
+        gauge_pending(snapshot, now)
         self._persist_unneeded(snapshot, machines, plan)
         self._explain_pods(plan, pods)
         self._forget(pods, machines)
@@ -211,6 +215,25 @@ class PlanApplier:
         alive = {("Pod", str(key)) for key in pods} | {("Node", str(key)) for key in machines}
         for who in [w for w in self._posted if w not in alive]:
             del self._posted[who]
+
+
+def gauge_pending(snapshot: Snapshot | None, now: datetime) -> None:
+    """The pending-pod gauges from the leader's snapshot; None (leadership lost) zeroes them."""
+    waiting = [
+        (now - pod.unschedulable_since).total_seconds()
+        for pod in (snapshot.pods if snapshot else ())
+        if pod.pending_unschedulable and pod.unschedulable_since is not None
+    ]
+    PENDING_PODS.set(len(waiting))
+    PENDING_OLDEST.set(max(waiting, default=0.0))
+
+
+def _count(action: ScaleAction, outcome: str) -> None:
+    if isinstance(action, PowerOn):
+        kind, reason = "scale_up", "pending_pods" if action.pods else "min_nodes"
+    else:
+        kind, reason = "scale_down", "unneeded"
+    AUTOSCALER_DECISIONS.labels(kind=kind, reason=reason, outcome=outcome).inc()
 
 
 def _record_scale(

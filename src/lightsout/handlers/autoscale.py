@@ -30,7 +30,7 @@ import kopf
 
 from lightsout import API_GROUP, API_VERSION
 from lightsout.config import OperatorConfig
-from lightsout.execution.scaling import LeaderLease, PlanApplier, next_wake
+from lightsout.execution.scaling import LeaderLease, PlanApplier, gauge_pending, next_wake
 from lightsout.planning.autoscale import plan
 from lightsout.planning.decisions import Plan
 from lightsout.state import (
@@ -173,6 +173,8 @@ class Planner:
             # A new leader trusts the annotations, not timers it kept while not deciding.
             self.unneeded = {}
             self._just_elected = True
+        if self.leading and not leading:
+            gauge_pending(None, dt.datetime.now(dt.UTC))  # only the leader reports them
         self.leading = leading
         return leading
 

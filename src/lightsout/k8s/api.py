@@ -333,3 +333,21 @@ def list_daemonsets(namespace: str | None = None) -> list[Obj]:
     else:
         data = _raw(apps.list_daemon_set_for_all_namespaces)
     return _typed_items(data, "apps/v1", "DaemonSet")
+
+
+# ---------------------------------------------------------------- the CLI's defaults
+def current_namespace() -> str:
+    """The namespace kubectl would use: the kubeconfig context's, the pod's own in-cluster,
+    else `default`."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+        path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+        try:
+            with open(path) as handle:
+                return handle.read().strip() or "default"
+        except OSError:
+            return "default"
+    try:
+        _, active = config.list_kube_config_contexts(config_file=os.environ.get("KUBECONFIG"))
+    except (config.ConfigException, OSError):
+        return "default"
+    return str((active or {}).get("context", {}).get("namespace") or "default")

@@ -1,0 +1,164 @@
+"""`lightsout status [-n NS] [-o json]`: Groups and their machines at a glance. Pure.
+
+Turns the Group and Node resources (plain dicts, as listed) into rows: per Group its autoscaler,
+bounds and how many machines are on; per machine its phase, observed power, the last action and
+how it ended, health and energy. `render_text` prints them as kubectl-style tables, `as_json`
+gives the same rows to scripts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+Obj = dict[str, Any]
+_MESSAGE_WIDTH = 60
+
+
+def _age(since: str | None, now: dt.datetime) -> str:
+    if not since:
+        return "-"
+    try:
+        then = dt.datetime.fromisoformat(since.replace("Z", "+00:00"))
+    except ValueError:
+        return "-"
+    seconds = max(int((now - then).total_seconds()), 0)
+    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _condition(status: Obj, kind: str) -> str:
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == kind:
+            return str(condition.get("status") or "Unknown")
+    return "-"
+
+
+def _energy(status: Obj) -> str:
+    energy = status.get("energy") or {}
+    wh = energy.get("wattHours")
+    return "-" if wh is None else f"{float(wh) / 1000:.2f} kWh"
+
+
+def machine_row(node: Obj, now: dt.datetime) -> Obj:
+    meta, spec, status = (
+        node.get("metadata") or {},
+        node.get("spec") or {},
+        node.get("status") or {},
+    )
+    op = status.get("lastOperation") or {}
+    last = f"{op['action']} {op.get('result', '')}".strip() if op.get("action") else "-"
+    return {
+        "namespace": meta.get("namespace", ""),
+        "name": meta.get("name", ""),
+        "group": spec.get("group", ""),
+        "desired": spec.get("desiredPowerState", "Off"),
+        "phase": status.get("phase") or "Unknown",
+        "age": _age(status.get("phaseSince"), now),
+        "power": status.get("observedPowerState") or "Unknown",
+        "lastAction": last,
+        "lastActionAge": _age(op.get("finished") or op.get("started"), now),
+        "healthy": _condition(status, "Healthy"),
+        "energy": _energy(status),
+        "message": status.get("message") or "",
+    }
+
+
+def group_row(group: Obj, machines: list[Obj]) -> Obj:
+    meta, spec, status = (group.get(k) or {} for k in ("metadata", "spec", "status"))
+    members = [m for m in machines if m["group"] == meta.get("name")]
+    if meta.get("namespace"):
+        members = [m for m in members if m["namespace"] == meta["namespace"]]
+    return {
+        "namespace": meta.get("namespace", ""),
+        "name": meta.get("name", ""),
+        "autoscaler": spec.get("autoscaler", "builtin"),
+        "min": spec.get("minNodes", 0),
+        "max": spec.get("maxNodes", "-"),
+        "on": sum(1 for m in members if m["phase"] == "Ready"),
+        "total": len(members),
+        "failed": sum(1 for m in members if m["phase"] == "Failed"),
+        "target": status.get("targetSize", "-"),
+    }
+
+
+def rows(groups: list[Obj], nodes: list[Obj], now: dt.datetime) -> Obj:
+    machines = sorted(
+        (machine_row(n, now) for n in nodes), key=lambda r: (r["namespace"], r["name"])
+    )
+    by_group = sorted(
+        (group_row(g, machines) for g in groups), key=lambda r: (r["namespace"], r["name"])
+    )
+    known = {(g["namespace"], g["name"]) for g in by_group}
+    # A machine naming a Group that does not exist is the first thing a person should see.
+    for machine in machines:
+        if (machine["namespace"], machine["group"]) not in known:
+            machine["message"] = f"Group {machine['group']!r} not found. {machine['message']}"
+    return {"groups": by_group, "machines": machines}
+
+
+def _table(headers: list[str], lines: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(headers)]
+    out = []
+    for line in [headers, *lines]:
+        out.append("   ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+    return out
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MESSAGE_WIDTH else text[: _MESSAGE_WIDTH - 1] + "…"
+
+
+def _last(machine: Obj) -> str:
+    if machine["lastAction"] == "-":
+        return "-"
+    return f"{machine['lastAction']} ({machine['lastActionAge']} ago)"
+
+
+#: (header, cell) per column; NAMESPACE is put in front when listing every namespace.
+GROUP_COLUMNS: list[tuple[str, Callable[[Obj], str]]] = [
+    ("GROUP", lambda g: str(g["name"])),
+    ("AUTOSCALER", lambda g: str(g["autoscaler"])),
+    ("MIN", lambda g: str(g["min"])),
+    ("MAX", lambda g: str(g["max"])),
+    ("ON", lambda g: str(g["on"])),
+    ("TOTAL", lambda g: str(g["total"])),
+    ("FAILED", lambda g: str(g["failed"])),
+    ("TARGET", lambda g: str(g["target"])),
+]
+MACHINE_COLUMNS: list[tuple[str, Callable[[Obj], str]]] = [
+    ("NODE", lambda m: str(m["name"])),
+    ("GROUP", lambda m: str(m["group"])),
+    ("DESIRED", lambda m: str(m["desired"])),
+    ("PHASE", lambda m: str(m["phase"])),
+    ("AGE", lambda m: str(m["age"])),
+    ("POWER", lambda m: str(m["power"])),
+    ("LAST ACTION", _last),
+    ("HEALTHY", lambda m: str(m["healthy"])),
+    ("ENERGY", lambda m: str(m["energy"])),
+    ("MESSAGE", lambda m: _short(str(m["message"]))),
+]
+_NAMESPACE: tuple[str, Callable[[Obj], str]] = ("NAMESPACE", lambda r: str(r["namespace"]))
+
+
+def _render(columns: list[tuple[str, Callable[[Obj], str]]], items: list[Obj]) -> list[str]:
+    return _table([h for h, _ in columns], [[cell(i) for _, cell in columns] for i in items])
+
+
+def render_text(table: Obj, all_namespaces: bool) -> str:
+    front = [_NAMESPACE] if all_namespaces else []
+    sections = [
+        _render([*front, *columns], items)
+        for columns, items in (
+            (GROUP_COLUMNS, table["groups"]),
+            (MACHINE_COLUMNS, table["machines"]),
+        )
+        if items
+    ]
+    if not sections:
+        return "No Lights-Out Groups or Nodes found.\n"
+    return "\n\n".join("\n".join(lines) for lines in sections) + "\n"

@@ -1,0 +1,132 @@
+"""Machine figures derived from the Nodes as the operator watches them.
+
+`MachineTracker.observe` is fed every Node event (by `handlers.metrics`) and turns what changed
+in a Node into figures: a Job that finished since the last look counts once in
+`lightsout_actions_total` with its duration; a machine reaching the phase its desired state asks
+for observes the time since that desired state was first seen. `PhaseCollector` reports how many
+machines are in each phase, per Group, at scrape time.
+
+Only changes seen by this process count: after a restart, history already in a Node's status is
+remembered as seen, not counted again (counters restart from zero with the process anyway).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from lightsout.metrics.families import ACTION_DURATION, ACTIONS, TRANSITION_DURATION
+from lightsout.models.enums import DriverKind, Phase
+
+_FINISHED = {"Succeeded": "succeeded", "Failed": "failed"}
+_GOAL = {"On": Phase.READY.value, "Off": Phase.OFF.value}
+
+
+@dataclass
+class _Seen:
+    namespace: str
+    group: str
+    phase: str
+    #: The last finished action Job already counted (or found finished at first sight).
+    last_job: str | None
+    desired: str
+    #: When this process saw `desired` set; None when it was already set at first sight.
+    desired_since: datetime | None
+
+
+def _time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _driver(spec: Mapping[str, Any]) -> str:
+    driver = spec.get("driver") or {}
+    return next((kind.value for kind in DriverKind if kind.value in driver), "unknown")
+
+
+class MachineTracker:
+    """What this process has seen of each machine; safe to feed from several threads."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], _Seen] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, node: Mapping[str, Any], now: datetime) -> None:
+        meta = node.get("metadata") or {}
+        spec = node.get("spec") or {}
+        status = node.get("status") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        phase = str(status.get("phase") or Phase.UNKNOWN.value)
+        desired = str(spec.get("desiredPowerState") or "Off")
+        op = status.get("lastOperation") or {}
+        finished_job = op.get("job") if op.get("result") in _FINISHED else None
+        with self._lock:
+            seen = self._seen.get(key)
+            if seen is None:
+                self._seen[key] = _Seen(
+                    key[0], str(spec.get("group") or ""), phase, finished_job, desired, None
+                )
+                return
+            seen.group, seen.phase = str(spec.get("group") or ""), phase
+            if finished_job and finished_job != seen.last_job:
+                seen.last_job = finished_job
+                self._count_action(spec, op)
+            if desired != seen.desired:
+                seen.desired, seen.desired_since = desired, now
+            elif seen.desired_since is not None and phase == _GOAL.get(desired):
+                TRANSITION_DURATION.labels(desired=desired).observe(
+                    max((now - seen.desired_since).total_seconds(), 0.0)
+                )
+                seen.desired_since = None
+
+    @staticmethod
+    def _count_action(spec: Mapping[str, Any], op: Mapping[str, Any]) -> None:
+        driver, action = _driver(spec), str(op.get("action") or "unknown")
+        ACTIONS.labels(driver=driver, action=action, result=_FINISHED[op["result"]]).inc()
+        started, finished = _time(op.get("started")), _time(op.get("finished"))
+        if started and finished:
+            ACTION_DURATION.labels(driver=driver, action=action).observe(
+                max((finished - started).total_seconds(), 0.0)
+            )
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._seen.pop((namespace, name), None)
+
+    def phases(self) -> dict[tuple[str, str], Counter[str]]:
+        """Machines per phase, per (namespace, Group)."""
+        out: dict[tuple[str, str], Counter[str]] = {}
+        with self._lock:
+            for seen in self._seen.values():
+                out.setdefault((seen.namespace, seen.group), Counter())[seen.phase] += 1
+        return out
+
+
+class PhaseCollector(Collector):
+    """`lightsout_machines{namespace, group, phase}`: every phase listed, zeros included, so a
+    dashboard's series do not vanish when the last machine leaves a phase."""
+
+    def __init__(self, tracker: MachineTracker) -> None:
+        self.tracker = tracker
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "lightsout_machines",
+            "Machines by phase, per Group.",
+            labels=["namespace", "group", "phase"],
+        )
+        for (namespace, group), counts in sorted(self.tracker.phases().items()):
+            for phase in Phase:
+                family.add_metric([namespace, group, phase.value], counts.get(phase.value, 0))
+        yield family

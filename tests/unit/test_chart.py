@@ -1,0 +1,139 @@
+"""The Helm chart (deploy/helm/lightsout): it lints, renders, asks for least privilege only, and
+its pods meet the restricted Pod Security Standard. Helm is built from Go modules
+(tools/helm/build.sh); install on the local cluster is the install issue's e2e test.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.harness.permissions import used
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "lightsout"
+RBAC_KINDS = ("ClusterRole", "Role")
+#: The local control plane's version (tools/controlplane/build.sh).
+KUBE_VERSION = "1.34.9"
+
+
+@functools.cache
+def helm() -> str:
+    built = subprocess.run(
+        ["bash", str(ROOT / "tools" / "helm" / "build.sh")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return built.stdout.strip().splitlines()[-1]
+
+
+def render(*sets: str) -> list[dict[str, Any]]:
+    argv = [helm(), "template", "lo", str(CHART), "--namespace", "lightsout-system"]
+    argv += ["--kube-version", KUBE_VERSION]
+    for value in sets:
+        argv += ["--set", value]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def granted(docs: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for doc in docs
+        if doc["kind"] in RBAC_KINDS
+        for rule in doc.get("rules", ())
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_chart_lints() -> None:
+    linted = subprocess.run(
+        [helm(), "lint", "--strict", str(CHART)], capture_output=True, text=True, check=False
+    )
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+
+
+@pytest.mark.parametrize("sets", [(), ("watchNamespaces={lab,media}",)], ids=["all", "two"])
+def test_rbac_grants_exactly_what_the_code_uses(sets: tuple[str, ...]) -> None:
+    docs = render(*sets)
+    rules = [r for d in docs if d["kind"] in RBAC_KINDS for r in d.get("rules", ())]
+    wildcards = [r for r in rules if "*" in r["apiGroups"] + r["resources"] + r["verbs"]]
+    assert wildcards == []
+    have, need = granted(docs), used()
+    assert sorted(have - need) == [], "rules nothing in the operator uses"
+    assert sorted(need - have) == [], "calls the operator makes without a rule"
+
+
+def test_watched_namespaces_bind_the_operator_there_only_and_jobs_get_a_rightless_account() -> None:
+    docs = render("watchNamespaces={lab,media}")
+    bindings = of_kind(docs, "RoleBinding")
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == [
+        "lab",
+        "lightsout-system",  # the autoscaler's leader Lease lives here
+        "media",
+    ]
+    cluster_bound = {b["roleRef"]["name"] for b in of_kind(docs, "ClusterRoleBinding")}
+    assert cluster_bound == {"lo-cluster"}, "the namespaced rules are not bound cluster-wide"
+    cluster_rules = granted(of_kind(docs, "ClusterRole")[:1])
+    assert not any(group == "lightsout.dev" or res == "jobs" for group, res, _ in cluster_rules)
+
+    runners = [a for a in of_kind(docs, "ServiceAccount") if a["metadata"]["name"] == "lo-runner"]
+    assert sorted(a["metadata"]["namespace"] for a in runners) == ["lab", "media"]
+    assert all(a["automountServiceAccountToken"] is False for a in runners)
+    subjects = [s["name"] for b in docs if "subjects" in b for s in b["subjects"]]
+    assert "lo-runner" not in subjects, "action Jobs' account has no rights at all"
+
+    (deployment,) = of_kind(docs, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["LIGHTSOUT_JOB_SERVICE_ACCOUNT"] == "lo-runner"
+    assert "--namespace=lab" in container["args"] and "--namespace=media" in container["args"]
+
+
+def test_operator_pod_meets_the_restricted_pod_security_standard() -> None:
+    (deployment,) = of_kind(render("jobs.nodeSelector.role=always-on"), "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in pod["containers"]:
+        context = container["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["capabilities"]["drop"] == ["ALL"]
+        assert context["readOnlyRootFilesystem"] is True
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["LIGHTSOUT_JOB_NODE_SELECTOR"] == "role=always-on"
+    assert deployment["spec"]["replicas"] >= 2
+
+
+def test_externalgrpc_server_is_served_over_mtls_from_a_secret_with_a_grpc_probe() -> None:
+    assert not [d for d in render() if d["metadata"]["name"].endswith("-externalgrpc")]
+    docs = render("externalgrpc.enabled=true", "externalgrpc.tlsSecretName=lo-grpc-tls")
+    (service,) = [d for d in of_kind(docs, "Service") if d["metadata"]["name"] == "lo-externalgrpc"]
+    assert service["spec"]["ports"][0]["port"] == 8086
+    (deployment,) = of_kind(docs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["LIGHTSOUT_GRPC_ADDRESS"] == "0.0.0.0:8086"
+    assert env["LIGHTSOUT_GRPC_TLS_CLIENT_CA"] == "/etc/lightsout-grpc/ca.crt"
+    assert "LIGHTSOUT_GRPC_INSECURE" not in env
+    assert {"name": "externalgrpc-tls", "secret": {"secretName": "lo-grpc-tls"}} in pod["volumes"]
+    assert container["readinessProbe"]["grpc"]["port"] == 8087
+    # Neither TLS nor an explicit plaintext: the chart refuses to render.
+    with pytest.raises(subprocess.CalledProcessError):
+        render("externalgrpc.enabled=true")
