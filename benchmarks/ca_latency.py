@@ -96,7 +96,12 @@ def main(argv: list[str]) -> int:
         operator_env={"LIGHTSOUT_GRPC_ADDRESS": address, "LIGHTSOUT_GRPC_INSECURE": "true"},
     )
     lab.start()
-    assert lab.cluster is not None and lab.bmc is not None
+    assert lab.cluster is not None and lab.bmc is not None and lab.simulator is not None
+    # The core Nodes register with their Group's label, as from a kubelet started with
+    # --node-labels: were it only applied by Lights-Out after registration, cluster-autoscaler
+    # would see a Ready node of its group that the pod does not fit yet, and add another.
+    for sim in lab.simulator.machines:
+        sim.labels = {VIA: sim.node_name.rsplit("-", 1)[0]}
     bmc, cluster = lab.bmc, lab.cluster
     api = cluster.api_client()
     observer = Observer(api)
