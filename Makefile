@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12) python3.12)
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml lab/pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: setup binaries cluster-autoscaler test test-unit test-e2e test-molecule lint crds demo dev-cluster bench clean
+.PHONY: setup binaries cluster-autoscaler images test test-unit test-e2e test-molecule lint crds demo dev-cluster bench clean
 
 setup: $(STAMP)
 
@@ -24,6 +24,11 @@ binaries:
 # tests build it on first use too, this makes the time visible (minutes cold, none when cached).
 cluster-autoscaler:
 	@bash tools/cluster-autoscaler/build.sh >/dev/null
+
+# The operator and runner images, built without Docker (mmdebstrap + buildah, see
+# tools/images/build.sh) into ~/.cache/lightsout/images as docker-archive tars; warm: nothing.
+images:
+	@bash tools/images/build.sh
 
 test: setup binaries
 	$(PY) -m pytest tests

@@ -1,15 +1,36 @@
 #!/usr/bin/env bash
 # Debian packages the tests use: OpenIPMI's simulator and ipmitool (IPMI emulator), sshd (the
 # WoL + SSH driver's peer), dnsmasq (PXE/TFTP), openssl (test certificates), iproute2.
+# With arguments, other groups instead: `images` (mmdebstrap, buildah: tools/images/build.sh),
+# `node` (containerd, runc, the CNI plugins and gcc for the lab's real node, realnode.py).
 # Skips apt entirely when everything is already there.
 set -euo pipefail
 need=()
-command -v ipmi_sim >/dev/null || need+=(openipmi)
-command -v ipmitool >/dev/null || need+=(ipmitool)
-command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
-command -v dnsmasq >/dev/null || [ -x /usr/sbin/dnsmasq ] || need+=(dnsmasq-base)
-command -v openssl >/dev/null || need+=(openssl)
-command -v ip >/dev/null || need+=(iproute2)
+for group in "${@:-tests}"; do
+  case "$group" in
+    tests)
+      command -v ipmi_sim >/dev/null || need+=(openipmi)
+      command -v ipmitool >/dev/null || need+=(ipmitool)
+      command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
+      command -v dnsmasq >/dev/null || [ -x /usr/sbin/dnsmasq ] || need+=(dnsmasq-base)
+      command -v openssl >/dev/null || need+=(openssl)
+      command -v ip >/dev/null || need+=(iproute2)
+      ;;
+    images)
+      command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+      command -v buildah >/dev/null || need+=(buildah)
+      ;;
+    node)
+      command -v containerd >/dev/null || need+=(containerd)
+      command -v runc >/dev/null || need+=(runc)
+      [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+      # The pause image is a C program linked statically (gcc -static needs libc.a).
+      command -v gcc >/dev/null || need+=(gcc)
+      [ -n "$(find /usr/lib -name libc.a -print -quit 2>/dev/null)" ] || need+=(libc6-dev)
+      ;;
+    *) echo "unknown package group: $group (tests, images, node)" >&2; exit 2 ;;
+  esac
+done
 if [ ${#need[@]} -eq 0 ]; then echo "system packages present"; exit 0; fi
 echo "installing: ${need[*]}"
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo

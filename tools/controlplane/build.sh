@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-# kubectl, kwok) from the consumer Go modules beside this script. Binaries are cached by version
+# kubectl, kwok) and the real node's kubelet from the consumer Go modules beside this script. Binaries are cached by version
 # outside the work tree, so a warm run only checks that they exist. Prints the directory.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -29,7 +29,9 @@ minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
 stamp="-X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
 build etcd etcd go.etcd.io/etcd/server/v3
 build kwok kwok sigs.k8s.io/kwok/cmd/kwok
-for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+# kubelet (the lab's real node, lightsout_lab.realnode) came later: it joins the same directory,
+# built on its own when missing, so the other binaries stay valid.
+for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
   build k8s "$cmd" "k8s.io/kubernetes/cmd/$cmd" "$stamp"
 done
 echo "$bin"

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from kubernetes import client, config
 
+from lightsout_lab import process
 from lightsout_lab.binaries import find_binaries
 from lightsout_lab.pki import Pki, create_pki
 
@@ -177,16 +178,7 @@ class Cluster:
 
     # ----------------------------------------------------------------- internals
     def _spawn(self, name: str, argv: Sequence[str]) -> None:
-        log = (self.logs / f"{name}.log").open("ab")
-        proc = subprocess.Popen(
-            argv,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            cwd=self.directory,
-        )
-        log.close()
+        proc = process.spawn(argv, self.logs / f"{name}.log", self.directory)
         self.pids[name] = proc.pid
         self._procs[name] = proc
 

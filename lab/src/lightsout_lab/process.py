@@ -5,8 +5,8 @@
   dir made on start and removed on stop.
 - ``free_port``, ``start_on_free_port`` — pick a free loopback port and start there, again on
   another port if the first was taken meanwhile.
-- ``wait_ready``, ``terminate``, ``read_log`` — wait until a subprocess answers, end it, and
-  read its log for error messages.
+- ``spawn``, ``wait_ready``, ``terminate``, ``read_log`` — start a daemon in its own session
+  with its output in a log file, wait until it answers, end it, and read its log for errors.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Self
@@ -117,6 +117,20 @@ def start_on_free_port(
             continue
         return port
     raise error(f"{what} did not start: {last_error}\n{log()}")
+
+
+def spawn(argv: Sequence[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a session of its own (its group can be killed), output appended to
+    ``log``, no standard input."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=cwd,
+        )
 
 
 def wait_ready(

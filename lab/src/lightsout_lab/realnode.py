@@ -1,0 +1,426 @@
+"""A real node for the local cluster: containerd + runc + a real kubelet, and the built images.
+
+The stand-in kubelet (`lightsout_lab.kubelet`) runs action pods as host subprocesses; this one
+runs them as containers of the runner image, the way a user's cluster does. Used by the
+end-to-end tests that must prove what only a real node shows (tests/e2e/test_real_kubelet.py).
+What worked on this machine, and its traps, is recorded in ../shared/research/real-node.md.
+
+- ``build_images(*names)`` — `make images` (tools/images/build.sh): docker-archive tars of the
+  operator and runner images, cached by content, with their tags.
+- ``RealNode(cluster, directory, images=[...]).start()`` — starts containerd (Debian's package,
+  own config, root, state and socket under ``directory``, ``restrict_oom_score_adj`` because
+  root here lacks CAP_SYS_RESOURCE), loads a locally built pause image and the given image
+  tars into it, starts the kubelet built with the control plane and waits until its Node is
+  Ready. The Node is labelled and tainted `lightsout.dev/runner=real`: only pods that select
+  it land there (``PLACEMENT``/``PLACEMENT_ENV``), never the stand-in's or kwok's.
+  ``stop()`` ends the kubelet, the containers, containerd and their mounts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+from lightsout_lab.binaries import find_binaries, repo_root
+from lightsout_lab.cluster import Cluster
+from lightsout_lab.process import free_port, read_log, spawn, terminate
+
+RUNNER_LABEL = "lightsout.dev/runner"
+LABEL_VALUE = "real"
+#: Where action Jobs go to run on the real node (a nodeSelector and the taint's toleration).
+PLACEMENT: dict[str, Any] = {
+    "node_selector": {RUNNER_LABEL: LABEL_VALUE},
+    "tolerations": [{"key": RUNNER_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
+}
+#: The same as operator settings (see lightsout.config).
+PLACEMENT_ENV = {
+    "LIGHTSOUT_JOB_NODE_SELECTOR": f"{RUNNER_LABEL}={LABEL_VALUE}",
+    "LIGHTSOUT_JOB_TOLERATIONS": RUNNER_LABEL,
+}
+PAUSE_IMAGE = "localhost/lightsout/pause:1"
+CNI_BIN_DIR = Path("/usr/lib/cni")
+K8S_NAMESPACE = "k8s.io"  # containerd's namespace for the CRI plugin
+
+# Sleeps until told to stop and reaps the children a shared PID namespace hands it.
+_PAUSE_C = r"""
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static void reap(int s) { (void)s; while (waitpid(-1, 0, WNOHANG) > 0) {} }
+static void quit(int s) { (void)s; _exit(0); }
+int main(void) {
+    signal(SIGINT, quit); signal(SIGTERM, quit); signal(SIGCHLD, reap);
+    for (;;) pause();
+}
+"""
+
+
+class RealNodeError(RuntimeError):
+    """The real node could not be started; the message carries the failing log's tail."""
+
+
+@dataclass(frozen=True)
+class ImageArchive:
+    """One image built by `make images`: its tag and its docker-archive tar."""
+
+    name: str
+    tag: str
+    path: Path
+
+
+def build_images(*names: str) -> dict[str, ImageArchive]:
+    """Build (or find in the cache) the named images; all of them when none is named."""
+    script = repo_root() / "tools" / "images" / "build.sh"
+    proc = subprocess.run(
+        ["bash", str(script), *names], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise RealNodeError(f"make images failed:\n{proc.stderr[-4000:]}")
+    built = {}
+    for line in proc.stdout.splitlines():
+        name, tag, path = line.split()
+        built[name] = ImageArchive(name, tag, Path(path))
+    return built
+
+
+@dataclass
+class RealNode:
+    """containerd and a kubelet rooted in `directory`, registering `node_name` to `cluster`."""
+
+    cluster: Cluster
+    directory: Path
+    images: Sequence[Path] = ()
+    node_name: str = "lightsout-real"
+    #: Seconds from the kubelet's start to its Node's Ready condition (set by start()).
+    ready_seconds: float = 0.0
+    _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+
+    @property
+    def socket(self) -> Path:
+        return self.directory / "containerd.sock"
+
+    @property
+    def logs(self) -> Path:
+        return self.directory / "logs"
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, timeout: float = 180.0) -> Self:
+        packages = subprocess.run(
+            ["bash", str(repo_root() / "tools" / "ci" / "system-packages.sh"), "node"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if packages.returncode != 0:
+            raise RealNodeError(f"installing containerd failed:\n{packages.stderr[-2000:]}")
+        kubelet = find_binaries() / "kubelet"
+        if not kubelet.exists():
+            raise RealNodeError(f"{kubelet} missing: run tools/controlplane/build.sh")
+        self.logs.mkdir(parents=True, exist_ok=True)
+        try:
+            self._start_containerd(timeout)
+            self.import_images([self._pause_archive(), *self.images])
+            started = time.monotonic()
+            self._spawn("kubelet", [str(kubelet), *self._kubelet_args()])
+            self._wait_ready(started + timeout)
+            self.ready_seconds = time.monotonic() - started
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Kubelet, then every container, then containerd; unmount what they mounted, remove
+        the Node and the unpacked images (the logs stay)."""
+        kubelet = self._procs.pop("kubelet", None)
+        terminate(kubelet)
+        if "containerd" in self._procs:
+            self._remove_containers()
+        terminate(self._procs.pop("containerd", None))
+        self._kill_shims()
+        _unmount_under(self.directory)
+        shutil.rmtree(self.directory / "containerd", ignore_errors=True)
+        if kubelet is not None:
+            self.cluster.kubectl("delete", "node", self.node_name, "--wait=false", check=False)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ images
+    def ctr(self, *args: str, timeout: float = 300) -> str:
+        """Run containerd's `ctr` in the CRI namespace of this node; its output."""
+        proc = subprocess.run(
+            ["ctr", "--address", str(self.socket), "--namespace", K8S_NAMESPACE, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise RealNodeError(f"ctr {' '.join(args)}: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def import_images(self, archives: Iterable[Path]) -> None:
+        for archive in archives:
+            self.ctr("images", "import", str(archive))
+
+    def image_refs(self) -> list[str]:
+        return self.ctr("images", "ls", "--quiet").split()
+
+    def container_log(self, namespace: str, pod: str) -> str:
+        """What a pod's containers printed, from the kubelet's pod log directory."""
+        found = sorted((self.directory / "pod-logs").glob(f"{namespace}_{pod}_*/*/*.log"))
+        return "".join(read_log(path) for path in found)
+
+    def _pause_archive(self) -> Path:
+        """A docker-archive tar of a one-binary pause image, compiled here (gcc -static)."""
+        work = self.directory / "pause"
+        work.mkdir(exist_ok=True)
+        source = work / "pause.c"
+        source.write_text(_PAUSE_C)
+        binary = work / "pause"
+        subprocess.run(
+            ["gcc", "-static", "-Os", "-s", "-o", str(binary), str(source)],
+            check=True,
+            capture_output=True,
+        )
+        return write_docker_archive(work / "pause.tar", PAUSE_IMAGE, {"pause": binary}, ["/pause"])
+
+    # ------------------------------------------------------------------ containerd
+    def _start_containerd(self, timeout: float) -> None:
+        config = self.directory / "containerd.toml"
+        config.write_text(self._containerd_config())
+        (self.directory / "cni").mkdir(exist_ok=True)
+        (self.directory / "cni" / "10-lightsout.conflist").write_text(json.dumps(_cni_config()))
+        self._spawn("containerd", ["containerd", "--config", str(config)])
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_alive()
+            if self.socket.exists():
+                try:
+                    self.ctr("version", timeout=10)
+                    return
+                except RealNodeError:
+                    pass
+            if time.monotonic() > deadline:
+                raise RealNodeError(f"containerd did not answer:\n{self.log_tail('containerd')}")
+            time.sleep(0.2)
+
+    def _containerd_config(self) -> str:
+        d = self.directory
+        cri = 'plugins."io.containerd.grpc.v1.cri"'
+        return f"""version = 2
+root = "{d / "containerd" / "root"}"
+state = "{d / "containerd" / "state"}"
+
+[grpc]
+  address = "{self.socket}"
+
+[{cri}]
+  sandbox_image = "{PAUSE_IMAGE}"
+  # Root here lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj, and without this every
+  # sandbox fails with "can't get final child's PID from pipe: EOF".
+  restrict_oom_score_adj = true
+  enable_selinux = false
+
+[{cri}.containerd]
+  snapshotter = "overlayfs"
+  default_runtime_name = "runc"
+
+[{cri}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[{cri}.cni]
+  bin_dir = "{CNI_BIN_DIR}"
+  conf_dir = "{d / "cni"}"
+"""
+
+    def _remove_containers(self) -> None:
+        try:
+            ids = self.ctr("containers", "ls", "--quiet", timeout=30).split()
+        except (RealNodeError, subprocess.TimeoutExpired):
+            return
+        for cid in ids:
+            for args in (("tasks", "delete", "--force", cid), ("containers", "delete", cid)):
+                with contextlib.suppress(RealNodeError, subprocess.TimeoutExpired):
+                    self.ctr(*args, timeout=30)
+
+    def _kill_shims(self) -> None:
+        """The runc shims containerd started for this node (they outlive it by design)."""
+        marker = str(self.socket).encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv and argv[0].endswith(b"containerd-shim-runc-v2") and marker in argv:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(entry.name), signal.SIGKILL)
+
+    # ------------------------------------------------------------------ kubelet
+    def _kubelet_args(self) -> list[str]:
+        config = self.directory / "kubelet.json"
+        config.write_text(json.dumps(self._kubelet_config(), indent=2))
+        return [
+            f"--config={config}",
+            f"--kubeconfig={self.cluster.kubeconfig}",
+            f"--hostname-override={self.node_name}",
+            # Refused as a Node address ("nodeIP can't be loopback address", logged once per
+            # status update) but keeps the kubelet from advertising the host's other addresses.
+            "--node-ip=127.0.0.1",
+            f"--root-dir={self.directory / 'kubelet'}",
+            f"--node-labels={RUNNER_LABEL}={LABEL_VALUE}",
+            "--v=1",
+        ]
+
+    def _kubelet_config(self) -> dict[str, Any]:
+        """What worked on this machine (research/real-node.md): cgroup v1, cgroupfs, no QoS."""
+        return {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "address": "127.0.0.1",
+            "port": free_port("127.0.0.1"),
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": free_port("127.0.0.1"),
+            # Loopback only: the API server (for logs and exec) is the only client.
+            "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+            "authorization": {"mode": "AlwaysAllow"},
+            "containerRuntimeEndpoint": f"unix://{self.socket}",
+            "cgroupDriver": "cgroupfs",
+            "cgroupsPerQOS": False,
+            "enforceNodeAllocatable": [],
+            "failCgroupV1": False,
+            "failSwapOn": False,
+            "evictionHard": {},
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "localStorageCapacityIsolation": False,
+            "makeIPTablesUtilChains": False,
+            "podLogsDir": str(self.directory / "pod-logs"),
+            "registerWithTaints": [
+                {"key": RUNNER_LABEL, "value": LABEL_VALUE, "effect": "NoSchedule"}
+            ],
+        }
+
+    def _wait_ready(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            self._check_alive()
+            proc = self.cluster.kubectl("get", "node", self.node_name, "-o", "json", check=False)
+            if proc.returncode == 0:
+                conditions = json.loads(proc.stdout).get("status", {}).get("conditions", [])
+                if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                    return
+            time.sleep(0.5)
+        raise RealNodeError(f"Node {self.node_name} not Ready:\n{self.log_tail('kubelet')}")
+
+    # ------------------------------------------------------------------ processes
+    def _spawn(self, name: str, argv: Sequence[str]) -> None:
+        self._procs[name] = spawn(argv, self.logs / f"{name}.log", self.directory)
+
+    def _check_alive(self) -> None:
+        for name, proc in self._procs.items():
+            if proc.poll() is not None:
+                raise RealNodeError(f"{name} exited with {proc.returncode}:\n{self.log_tail(name)}")
+
+    def log_tail(self, name: str, lines: int = 40) -> str:
+        return "\n".join(read_log(self.logs / f"{name}.log").splitlines()[-lines:])
+
+
+def write_docker_archive(
+    path: Path, tag: str, files: dict[str, Path], entrypoint: list[str]
+) -> Path:
+    """A one-layer image as `docker save` writes it (what `ctr images import` reads)."""
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w") as tar:
+        for name, source in sorted(files.items()):
+            info = tar.gettarinfo(str(source), arcname=name)
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = 0
+            with source.open("rb") as handle:
+                tar.addfile(info, handle)
+    layer_bytes = layer.getvalue()
+    diff_id = "sha256:" + hashlib.sha256(layer_bytes).hexdigest()
+    config = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {"Entrypoint": entrypoint},
+            "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        }
+    ).encode()
+    config_name = hashlib.sha256(config).hexdigest() + ".json"
+    manifest = json.dumps(
+        [{"Config": config_name, "RepoTags": [tag], "Layers": ["layer.tar"]}]
+    ).encode()
+    with tarfile.open(path, mode="w") as tar:
+        for name, data in (
+            ("layer.tar", layer_bytes),
+            (config_name, config),
+            ("manifest.json", manifest),
+        ):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _cni_config() -> dict[str, Any]:
+    """A bridge for pods without hostNetwork; no gateway and no masquerade: they reach nothing
+    outside the node (action Jobs that talk to loopback emulators use hostNetwork)."""
+    return {
+        "cniVersion": "1.0.0",
+        "name": "lightsout",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": "lightsout0",
+                "isGateway": False,
+                "ipMasq": False,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": "10.244.250.0/24"}]],
+                },
+            },
+            {"type": "loopback"},
+        ],
+    }
+
+
+def _unmount_under(directory: Path) -> None:
+    """Unmount every mount below `directory`, deepest first (kubelet and containerd leave
+    tmpfs, overlay and bind mounts there)."""
+    prefix = str(directory.resolve())
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return
+    points = sorted(
+        {
+            line.split()[4].replace("\\040", " ")
+            for line in lines
+            if line.split()[4] == prefix or line.split()[4].startswith(prefix + "/")
+        },
+        key=len,
+        reverse=True,
+    )
+    for point in points:
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)

@@ -1,0 +1,277 @@
+"""An action Job of Lights-Out run by a real kubelet, containerd and runc, in the runner image.
+
+The Job is the operator's own (lightsout.execution.jobs.build_action_job: non-root, read-only
+root, no service account token, credentials as a Secret volume, result through the termination
+message) and its result is read the way the operator reads it (execution.results). The node is
+lightsout_lab.realnode: the kubelet built with the control plane, Debian's containerd, the
+runner image from `make images` imported into it. The runner powers on a Redfish machine of
+sushy-tools on 127.0.0.1, reached through hostNetwork.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lightsout.execution.jobs import (
+    CREDENTIALS_DIR,
+    RUN_AS_USER,
+    JobRequest,
+    build_action_job,
+    build_extravars_configmap,
+)
+from lightsout.execution.results import parse_job_outcome
+from lightsout.planning.types import Action, JobPhase, PowerState
+from lightsout_lab import Cluster
+from lightsout_lab.realnode import PLACEMENT, ImageArchive, RealNode, build_images
+from lightsout_lab.sushy import POWER_ON, FakeSystem, SushyEmulator
+from tests.harness.wait import get_json, wait_for
+
+pytestmark = pytest.mark.e2e
+
+MACHINE = "box-1"
+
+
+@pytest.fixture(scope="module")
+def images() -> dict[str, ImageArchive]:
+    """`make images`: both images (instant when the cache is warm)."""
+    return build_images()
+
+
+@pytest.fixture(scope="module")
+def runner_image(images: dict[str, ImageArchive]) -> tuple[str, Path]:
+    return images["runner"].tag, images["runner"].path
+
+
+@pytest.fixture(scope="module")
+def real_node(
+    cluster: Cluster, images: dict[str, ImageArchive], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RealNode]:
+    started = time.monotonic()
+    node = RealNode(
+        cluster=cluster,
+        directory=tmp_path_factory.mktemp("real-node"),
+        images=[image.path for image in images.values()],
+    ).start()
+    print(
+        f"\nreal node: started in {time.monotonic() - started:.1f}s (containerd, images "
+        f"imported), Node Ready {node.ready_seconds:.1f}s after the kubelet started"
+    )
+    yield node
+    node.stop()
+
+
+def _machine(cluster: Cluster, namespace: str, bmc: SushyEmulator, system: str) -> str:
+    """The Lights-Out Node resource the Job belongs to (its owner); returns its uid."""
+    manifest = {
+        "apiVersion": "lightsout.dev/v1alpha1",
+        "kind": "Node",
+        "metadata": {"name": MACHINE, "namespace": namespace},
+        "spec": {
+            "desiredPowerState": "Off",
+            "group": "lab",
+            "kubernetesNodeName": MACHINE,
+            "driver": {
+                "redfish": {
+                    "endpoint": bmc.endpoint,
+                    "systemId": system,
+                    "credentialsSecretRef": {"name": "bmc"},
+                }
+            },
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+    uid: str = get_json(cluster, "lsn", MACHINE, "-n", namespace)["metadata"]["uid"]
+    return uid
+
+
+def _credentials_secret(cluster: Cluster, namespace: str, bmc: SushyEmulator) -> None:
+    cluster.kubectl(
+        "create",
+        "secret",
+        "generic",
+        "bmc",
+        "-n",
+        namespace,
+        f"--from-literal=username={bmc.username}",
+        f"--from-literal=password={bmc.password}",
+        f"--from-file=ca.crt={bmc.ca_path}",
+    )
+
+
+def _finished(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    job = get_json(cluster, "job", name, "-n", namespace)
+    conditions = (job or {}).get("status", {}).get("conditions", [])
+    done = any(c["type"] in {"Complete", "Failed"} and c["status"] == "True" for c in conditions)
+    return job if done else None
+
+
+def test_startup_job_runs_in_the_runner_image_under_a_real_kubelet(
+    cluster: Cluster, namespace: str, real_node: RealNode, runner_image: tuple[str, Path]
+) -> None:
+    system = FakeSystem(uuid=str(uuid.uuid4()), name=MACHINE, power_state="Off")
+    with SushyEmulator([system]) as bmc:
+        _credentials_secret(cluster, namespace, bmc)
+        request = JobRequest(
+            node_name=MACHINE,
+            namespace=namespace,
+            node_uid=_machine(cluster, namespace, bmc, system.uuid),
+            generation=1,
+            attempt=1,
+            action=Action.STARTUP,
+            image=runner_image[0],
+            image_pull_policy="Never",  # imported into containerd; there is no registry
+            extravars={
+                "lightsout_node": {"name": MACHINE, "namespace": namespace},
+                "lightsout_driver": "redfish",
+                "lightsout_redfish": {
+                    "endpoint": bmc.endpoint,
+                    "system_id": system.uuid,
+                    "validate_certs": True,
+                    "boot_override": "None",
+                    "graceful_timeout": 20,
+                    "transition_timeout": 60,
+                    "poll_interval": 1,
+                },
+            },
+            credentials_secret="bmc",
+            # sushy-tools listens on the host's 127.0.0.1.
+            host_network=True,
+            **PLACEMENT,
+        )
+        job_spec = build_action_job(request)
+        assert bmc.password not in json.dumps(job_spec)
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(build_extravars_configmap(request)))
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(job_spec))
+        name = job_spec["metadata"]["name"]
+        started = time.monotonic()
+        job = wait_for(lambda: _finished(cluster, namespace, name), 300, f"Job {name} to finish")
+        took = time.monotonic() - started
+        pods = get_json(cluster, "pods", "-n", namespace, "-l", f"job-name={name}")["items"]
+
+        # The operator's reading of the Job: succeeded, the machine is On, and it changed.
+        outcome = parse_job_outcome(job, pods)
+        assert outcome.state is JobPhase.SUCCEEDED, (outcome, _explain(real_node, pods))
+        assert outcome.power_state is PowerState.ON
+        assert dict(outcome.values) == {"power_state": "On", "driver": "redfish", "changed": True}
+        # The BMC saw exactly one power-on order, and the machine is on.
+        assert bmc.count_power_requests(system.uuid, reset_types=POWER_ON) == 1
+        assert bmc.count_power_requests(system.uuid) == 1
+        assert bmc.power_state(system.uuid) == "On"
+
+    # It ran as a container of the runner image on the real node, not as a host process.
+    (pod,) = pods
+    assert pod["spec"]["nodeName"] == real_node.node_name
+    node = get_json(cluster, "node", real_node.node_name)
+    assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
+    (status,) = pod["status"]["containerStatuses"]
+    assert status["image"] == runner_image[0]
+    assert status["imageID"].startswith("sha256:")
+    assert status["containerID"].startswith("containerd://")
+    # What runc was told to run (the OCI spec containerd wrote), not only what was asked for.
+    spec = _oci_spec(real_node, status["containerID"].removeprefix("containerd://"))
+    assert spec["process"]["user"]["uid"] == RUN_AS_USER
+    assert spec["root"].get("readonly") is True
+    assert not spec["process"]["capabilities"].get("effective")
+    mounts = {m["destination"]: m for m in spec["mounts"]}
+    assert "/var/run/secrets/kubernetes.io/serviceaccount" not in mounts
+    assert "ro" in mounts[CREDENTIALS_DIR]["options"]
+    assert "/dev/termination-log" in mounts
+    # The runner's output, as the kubelet stored it (`kubectl logs` would need the API server
+    # to reach the kubelet at a Node address, and the kubelet refuses to register 127.0.0.1).
+    logs = real_node.container_log(namespace, pod["metadata"]["name"])
+    assert "startup" in logs
+    assert bmc.password not in logs
+    print(
+        f"startup Job {name}: Complete {took:.1f}s after creation; "
+        f"termination message {len(status['state']['terminated']['message'])} bytes; "
+        f"power-on orders seen by the BMC: 1"
+    )
+
+
+def test_operator_image_runs_as_a_locked_down_pod(
+    cluster: Cluster, namespace: str, real_node: RealNode, images: dict[str, ImageArchive]
+) -> None:
+    """The operator image starts under the real kubelet as its non-root user, read-only, with
+    no token, and its `lightsout` prints the CRDs this checkout generates."""
+    operator = images["operator"]
+    assert set(real_node.image_refs()) >= {operator.tag, images["runner"].tag}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "operator-crds", "namespace": namespace},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "nodeSelector": PLACEMENT["node_selector"],
+            "tolerations": PLACEMENT["tolerations"],
+            "securityContext": {
+                "runAsNonRoot": True,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "operator",
+                    "image": operator.tag,
+                    "imagePullPolicy": "Never",
+                    "args": ["crds"],
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "readOnlyRootFilesystem": True,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
+    done = wait_for(
+        lambda: _phase_done(cluster, namespace, "operator-crds"), 180, "the operator pod to end"
+    )
+    assert done["status"]["phase"] == "Succeeded", _explain(real_node, [done])
+    (status,) = done["status"]["containerStatuses"]
+    spec = _oci_spec(real_node, status["containerID"].removeprefix("containerd://"))
+    assert spec["process"]["user"]["uid"] == 10001  # the image's USER, not root
+    assert spec["root"].get("readonly") is True
+    printed = _log_text(real_node.container_log(namespace, "operator-crds"))
+    expected = subprocess.run(
+        [str(Path(sys.executable).parent / "lightsout"), "crds"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert printed == expected
+
+
+def _phase_done(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    pod = get_json(cluster, "pod", name, "-n", namespace)
+    phase = (pod or {}).get("status", {}).get("phase")
+    return pod if phase in {"Succeeded", "Failed"} else None
+
+
+def _log_text(cri_log: str) -> str:
+    """The text of a CRI log file (`<time> <stream> <F|P> <text>` per line)."""
+    out = []
+    for line in cri_log.splitlines():
+        _, _, tag, text = line.split(" ", 3)
+        out.append(text + ("\n" if tag == "F" else ""))
+    return "".join(out)
+
+
+def _oci_spec(node: RealNode, container_id: str) -> dict[str, Any]:
+    info = json.loads(node.ctr("containers", "info", container_id))
+    spec: dict[str, Any] = info["Spec"]
+    return spec
+
+
+def _explain(node: RealNode, pods: list[dict[str, Any]]) -> str:
+    statuses = [p.get("status") for p in pods]
+    return f"pods: {json.dumps(statuses)[:3000]}\nkubelet log:\n{node.log_tail('kubelet')}"
