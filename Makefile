@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12) python3.12)
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml lab/pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: setup binaries images test test-unit test-e2e test-molecule lint crds demo dev-cluster bench clean
+.PHONY: setup binaries cluster-autoscaler images test test-unit test-e2e test-molecule lint crds demo dev-cluster bench clean
 
 setup: $(STAMP)
 
@@ -19,6 +19,11 @@ $(STAMP): pyproject.toml lab/pyproject.toml
 binaries:
 	@bash tools/controlplane/build.sh >/dev/null
 	@bash tools/helm/build.sh >/dev/null
+
+# A real cluster-autoscaler (externalgrpc provider only) for its e2e tests and `make bench`; the
+# tests build it on first use too, this makes the time visible (minutes cold, none when cached).
+cluster-autoscaler:
+	@bash tools/cluster-autoscaler/build.sh >/dev/null
 
 # The operator and runner images, built without Docker (mmdebstrap + buildah, see
 # tools/images/build.sh) into ~/.cache/lightsout/images as docker-archive tars; warm: nothing.
@@ -62,6 +67,7 @@ bench: setup binaries
 	$(PY) -m benchmarks.planner
 	$(PY) -m benchmarks.power_timeline 5
 	$(PY) -m benchmarks.scaleup_latency 20
+	$(PY) -m benchmarks.ca_latency 5
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

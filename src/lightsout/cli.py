@@ -20,6 +20,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.namespace:
         # A namespaced operator keeps its autoscaler Lease where it works, unless told otherwise.
         os.environ.setdefault("LIGHTSOUT_NAMESPACE", args.namespace[0])
+        # What it serves cluster-autoscaler is limited to the same namespaces.
+        os.environ["LIGHTSOUT_WATCHED_NAMESPACES"] = ",".join(args.namespace)
     log_format = kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL
     kopf.configure(verbose=args.verbose, log_format=log_format)
     kopf.run(

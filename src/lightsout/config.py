@@ -14,6 +14,13 @@
 | LIGHTSOUT_AUTOSCALER | true | false turns the built-in autoscaler off in this operator |
 | LIGHTSOUT_AUTOSCALER_DRY_RUN | false | true: plan and post the events, change no machine |
 | LIGHTSOUT_METRICS_ADDRESS | 0.0.0.0:8081 | `host:port` of Prometheus `/metrics`; empty: none |
+| LIGHTSOUT_WATCHED_NAMESPACES | (all) | set by `lightsout run -n NS…`: what the gRPC server reads |
+| LIGHTSOUT_GRPC_ADDRESS | (none: no server) | `host:port` of the externalgrpc server |
+| LIGHTSOUT_GRPC_TLS_CERT | (none) | file: the server's certificate (PEM) |
+| LIGHTSOUT_GRPC_TLS_KEY | (none) | file: its private key (PEM) |
+| LIGHTSOUT_GRPC_TLS_CLIENT_CA | (none) | file: the CA clients' certificates must chain to (mTLS) |
+| LIGHTSOUT_GRPC_HEALTH_ADDRESS | (none) | `host:port`: grpc.health.v1 only, plaintext (probes) |
+| LIGHTSOUT_GRPC_INSECURE | false | true: plaintext when no TLS files are set (tests, loopback) |
 
 LIGHTSOUT_NAMESPACE defaults to POD_NAMESPACE, else the first namespace a namespaced operator
 watches (`lightsout run -n NS`), else `default`.
@@ -58,6 +65,15 @@ class OperatorConfig:
     autoscaler_dry_run: bool = False
     #: `host:port` of the Prometheus endpoint; empty: no endpoint.
     metrics_address: str = "0.0.0.0:8081"
+    #: The namespaces `lightsout run -n` watches; empty: the whole cluster.
+    watched_namespaces: tuple[str, ...] = ()
+    #: The externalgrpc server (cluster-autoscaler's cloud provider); None: not started.
+    grpc_address: str | None = None
+    grpc_tls_cert: str | None = None
+    grpc_tls_key: str | None = None
+    grpc_tls_client_ca: str | None = None
+    grpc_insecure: bool = False
+    grpc_health_address: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -79,4 +95,16 @@ class OperatorConfig:
             autoscaler_enabled=_flag(env.get("LIGHTSOUT_AUTOSCALER"), default=True),
             autoscaler_dry_run=_flag(env.get("LIGHTSOUT_AUTOSCALER_DRY_RUN"), default=False),
             metrics_address=env.get("LIGHTSOUT_METRICS_ADDRESS", cls.metrics_address).strip(),
+            watched_namespaces=tuple(
+                filter(
+                    None,
+                    (n.strip() for n in env.get("LIGHTSOUT_WATCHED_NAMESPACES", "").split(",")),
+                )
+            ),
+            grpc_address=env.get("LIGHTSOUT_GRPC_ADDRESS") or None,
+            grpc_tls_cert=env.get("LIGHTSOUT_GRPC_TLS_CERT") or None,
+            grpc_tls_key=env.get("LIGHTSOUT_GRPC_TLS_KEY") or None,
+            grpc_tls_client_ca=env.get("LIGHTSOUT_GRPC_TLS_CLIENT_CA") or None,
+            grpc_insecure=_flag(env.get("LIGHTSOUT_GRPC_INSECURE"), default=False),
+            grpc_health_address=env.get("LIGHTSOUT_GRPC_HEALTH_ADDRESS") or None,
         )

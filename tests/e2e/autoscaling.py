@@ -59,7 +59,11 @@ class Fleet:
             out.append(node)
         return out
 
-    def simulator(self, api: client.ApiClient, bmc: SushyEmulator) -> MachineSimulator:
+    def simulator(
+        self, api: client.ApiClient, bmc: SushyEmulator, *, provider_ids: bool = True
+    ) -> MachineSimulator:
+        """`provider_ids=False`: the core Nodes register without one, as from a kubelet started
+        without `--provider-id` (Lights-Out then sets it)."""
         machines = []
         for short, size in self.sizes.items():
             capacity = {"cpu": size["cpu"], "memory": size["memory"], "pods": "110"}
@@ -68,7 +72,9 @@ class Fleet:
             machines.append(
                 SimMachine(
                     node_name=self.name(short),
-                    provider_id=f"lightsout://{self.namespace}/{self.name(short)}",
+                    provider_id=f"lightsout://{self.namespace}/{self.name(short)}"
+                    if provider_ids
+                    else "",
                     power=bmc.power_reader(self.uuids[short]),
                     capacity=capacity,
                 )
@@ -150,11 +156,11 @@ def plan_text(crds: Cluster, namespace: str) -> str:
 
 @contextlib.contextmanager
 def running(
-    api: client.ApiClient, cluster: Cluster, machines: Fleet
+    api: client.ApiClient, cluster: Cluster, machines: Fleet, *, provider_ids: bool = True
 ) -> Iterator[tuple[SushyEmulator, MachineSimulator]]:
     """The fleet's BMC and simulator; its core Nodes are removed afterwards."""
     with SushyEmulator(machines.systems()) as bmc:
-        simulator = machines.simulator(api, bmc)
+        simulator = machines.simulator(api, bmc, provider_ids=provider_ids)
         try:
             yield bmc, simulator
         finally:

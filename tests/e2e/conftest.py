@@ -8,14 +8,20 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 from lightsout_lab import Cluster
+from lightsout_lab.cluster import free_port
+from lightsout_lab.cluster_autoscaler import service_account_kubeconfig
+from lightsout_lab.kubelet import KubeletAgent
 from lightsout_lab.machines import MachineSimulator
+from lightsout_lab.operator_process import OperatorProcess
 from lightsout_lab.sushy import FakeSystem, SushyEmulator
+from tests.e2e import ca_support
 from tests.harness import fleet
 from tests.harness.wait import get_json, wait_for
 
@@ -72,3 +78,25 @@ def wait_phase(cluster: Cluster, namespace: str, name: str, phase: str) -> dict[
 def patch_desired(cluster: Cluster, namespace: str, name: str, desired: str) -> None:
     body = json.dumps({"spec": {"desiredPowerState": desired}})
     cluster.kubectl("patch", "lsn", name, "-n", namespace, "--type", "merge", "-p", body)
+
+
+# ---------------------------------------------------- cluster-autoscaler (externalgrpc) tests
+@pytest.fixture
+def grpc_address() -> str:
+    """Where the operator's externalgrpc server listens."""
+    return f"127.0.0.1:{free_port()}"
+
+
+@pytest.fixture
+def plaintext_operator(
+    crds: Cluster, namespace: str, tmp_path: Path, runner: KubeletAgent, grpc_address: str
+) -> Iterator[OperatorProcess]:
+    env = {"LIGHTSOUT_GRPC_ADDRESS": grpc_address, "LIGHTSOUT_GRPC_INSECURE": "true"}
+    yield from ca_support.operator(crds, namespace, tmp_path, env)
+
+
+@pytest.fixture
+def ca_kubeconfig(crds: Cluster, tmp_path: Path) -> Path:
+    """cluster-autoscaler's rights: those deploy/cluster-autoscaler/rbac.yaml grants."""
+    crds.kubectl("apply", "-f", str(ca_support.RBAC))
+    return service_account_kubeconfig(crds, tmp_path / "ca-kubeconfig")

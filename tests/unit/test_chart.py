@@ -118,3 +118,22 @@ def test_operator_pod_meets_the_restricted_pod_security_standard() -> None:
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["LIGHTSOUT_JOB_NODE_SELECTOR"] == "role=always-on"
     assert deployment["spec"]["replicas"] >= 2
+
+
+def test_externalgrpc_server_is_served_over_mtls_from_a_secret_with_a_grpc_probe() -> None:
+    assert not [d for d in render() if d["metadata"]["name"].endswith("-externalgrpc")]
+    docs = render("externalgrpc.enabled=true", "externalgrpc.tlsSecretName=lo-grpc-tls")
+    (service,) = [d for d in of_kind(docs, "Service") if d["metadata"]["name"] == "lo-externalgrpc"]
+    assert service["spec"]["ports"][0]["port"] == 8086
+    (deployment,) = of_kind(docs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["LIGHTSOUT_GRPC_ADDRESS"] == "0.0.0.0:8086"
+    assert env["LIGHTSOUT_GRPC_TLS_CLIENT_CA"] == "/etc/lightsout-grpc/ca.crt"
+    assert "LIGHTSOUT_GRPC_INSECURE" not in env
+    assert {"name": "externalgrpc-tls", "secret": {"secretName": "lo-grpc-tls"}} in pod["volumes"]
+    assert container["readinessProbe"]["grpc"]["port"] == 8087
+    # Neither TLS nor an explicit plaintext: the chart refuses to render.
+    with pytest.raises(subprocess.CalledProcessError):
+        render("externalgrpc.enabled=true")

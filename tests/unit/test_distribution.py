@@ -32,7 +32,10 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = tmp_path_factory.mktemp("src")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ROOT / "src", src / "src", ignore=shutil.ignore_patterns("*.egg-info"))
+    # Without the generated gRPC stubs: the build backend must generate them itself.
+    shutil.copytree(
+        ROOT / "src", src / "src", ignore=shutil.ignore_patterns("*.egg-info", "*_pb2*")
+    )
     out = tmp_path_factory.mktemp("wheel")
     build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
     subprocess.run([*build, str(src), "-w", str(out)], check=True)
@@ -50,6 +53,10 @@ def test_wheel_holds_only_the_operator_package(wheel: Path) -> None:
     top = {name.split("/")[0] for name in names}
     assert {t for t in top if not t.endswith(".dist-info")} == {"lightsout"}
     assert "lightsout/runner/main.py" in names  # the Job entrypoint is the operator's own
+    # The externalgrpc stubs are generated at build time and shipped, the build backend is not.
+    assert "lightsout/grpc/protos/externalgrpc_pb2_grpc.py" in names
+    assert "lightsout/grpc/protos/k8s_node_pb2.py" in names
+    assert not [n for n in names if "build_backend" in n]
     lab = [n for n in names if any(part in LAB_MODULES for part in Path(n).with_suffix("").parts)]
     assert lab == [], f"lab modules in the operator's wheel: {lab}"
 

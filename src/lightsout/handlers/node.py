@@ -20,7 +20,7 @@ import kopf
 
 from lightsout import API_GROUP, API_VERSION
 from lightsout.config import OperatorConfig
-from lightsout.execution import actuator, inputs
+from lightsout.execution import actuator, inputs, providerid
 from lightsout.execution.jobs import job_name, job_selector
 from lightsout.execution.results import observe_job
 from lightsout.k8s import api
@@ -116,7 +116,7 @@ def reconcile(namespace: str, name: str, config: OperatorConfig) -> float:
         if (o := observe_job(job, api.job_pods(namespace, job["metadata"]["name"]))) is not None
     ]
     observed_job = fsm.select_job(observed, machine.operation)
-    core_node = api.get_node(ctx.core_name)
+    core_node = providerid.ensure(api.get_node(ctx.core_name), node)
     drain = None
     if machine.phase == Phase.DRAINING and core_node is not None:
         last = _drains.get(key)
@@ -136,7 +136,7 @@ def reconcile(namespace: str, name: str, config: OperatorConfig) -> float:
         lease=lease,
         power_state=_observed_power(node),
     )
-    decision = fsm.decide(machine, obs, now)
+    decision = providerid.report(fsm.decide(machine, obs, now), core_node, node)
     return apply(ctx, machine.desired, machine.intent_generation, decision, now)
 
 
@@ -240,8 +240,7 @@ def write_status(
         "intent": {"desired": str(desired), "generation": intent_generation},
         "attempts": decision.attempts,
         "lastOperation": inputs.operation_to_status(op, job),
-        "providerID": (ctx.node.get("spec") or {}).get("providerID")
-        or f"lightsout://{ctx.namespace}/{ctx.name}",
+        "providerID": providerid.wanted(ctx.node),
         "conditions": _merge_conditions(
             list(status.get("conditions") or []), decision, generation, now
         ),

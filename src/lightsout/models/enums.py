@@ -146,6 +146,8 @@ class ConditionType(StrEnum):
     POWER_ACTION_SUCCEEDED = "PowerActionSucceeded"
     DRIFTED = "Drifted"
     DRAINING = "Draining"
+    #: The core Node carries a providerID other than the machine's (never overwritten).
+    PROVIDER_ID_CONFLICT = "ProviderIDConflict"
     # Group
     READY = "Ready"
     SCALING_LIMITED = "ScalingLimited"

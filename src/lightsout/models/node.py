@@ -228,7 +228,7 @@ class NodeStatus(ApiModel):
     observed_power_state: ObservedPowerState | None = None
     """Power state last seen on the machine."""
     conditions: Conditions | None = None
-    """Registered, Healthy, PowerActionSucceeded, Drifted, Draining."""
+    """Registered, Healthy, PowerActionSucceeded, Drifted, Draining, ProviderIDConflict."""
     last_operation: LastOperation | None = None
     """The most recent action."""
     provider_id: ProviderID | None = Field(default=None, alias="providerID")

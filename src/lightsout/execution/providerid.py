@@ -1,0 +1,86 @@
+"""The providerID of a managed machine's core Node: cluster-autoscaler matches instances to
+Nodes by nothing else.
+
+A machine's providerID is its `spec.providerID`, else `lightsout://<namespace>/<name>`
+(`planning.nodegroups.provider_id`, the one scheme). When the core Node registers without one
+(a kubelet started without `--provider-id`), `ensure` sets it — Kubernetes lets
+`spec.providerID` go from empty to a value once, never change. A core Node that already carries
+a different one is left alone and reported by `report` as the condition `ProviderIDConflict`
+(the externalgrpc provider then knows the instance by the Node's own providerID, so
+cluster-autoscaler still matches it).
+
+Called by `handlers.node.reconcile` once per pass, after it has read the core Node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from lightsout.k8s import api
+from lightsout.models.enums import ConditionStatus, ConditionType
+from lightsout.planning.effects import Decision, SetCondition
+from lightsout.planning.nodegroups import provider_id
+
+log = logging.getLogger(__name__)
+
+Obj = Mapping[str, Any]
+
+
+def wanted(machine: Obj) -> str:
+    """The providerID the machine's core Node should carry."""
+    meta = machine.get("metadata") or {}
+    spec = machine.get("spec") or {}
+    return provider_id(
+        str(meta.get("namespace") or ""), str(meta.get("name") or ""), spec.get("providerID")
+    )
+
+
+def current(core_node: Obj | None) -> str:
+    return str(((core_node or {}).get("spec") or {}).get("providerID") or "")
+
+
+def patch(core_node: Obj | None, want: str) -> dict[str, Any] | None:
+    """The patch that gives the core Node `want`; None when it has it, or has another one."""
+    if core_node is None or current(core_node):
+        return None
+    return {"spec": {"providerID": want}}
+
+
+def ensure(core_node: Obj | None, machine: Obj) -> Obj | None:
+    """Sets the core Node's providerID when it has none; returns the core Node as it now is."""
+    change = patch(core_node, wanted(machine))
+    if core_node is None or change is None:
+        return core_node
+    name = str(core_node["metadata"]["name"])
+    log.info("core Node %s: spec.providerID set to %s", name, change["spec"]["providerID"])
+    try:
+        updated: Obj = api.patch_node(name, change)
+    except Exception:
+        # Most likely its kubelet set one meanwhile (the field is immutable once set): the next
+        # pass reads it and reports it. The machine's power work must not wait on this.
+        log.warning("core Node %s: setting spec.providerID failed", name, exc_info=True)
+        return core_node
+    return updated
+
+
+def report(decision: Decision, core_node: Obj | None, machine: Obj) -> Decision:
+    """`decision` plus the ProviderIDConflict condition, once the core Node exists."""
+    has, want = current(core_node), wanted(machine)
+    if not has:
+        return decision
+    if has == want:
+        condition = SetCondition(
+            ConditionType.PROVIDER_ID_CONFLICT, ConditionStatus.FALSE, "Matches", has
+        )
+    else:
+        condition = SetCondition(
+            ConditionType.PROVIDER_ID_CONFLICT,
+            ConditionStatus.TRUE,
+            "DifferentProviderID",
+            f"core Node carries providerID {has!r}, not {want!r}; it is left as it is "
+            f"(set spec.providerID to {has!r} to make this the machine's own)",
+        )
+    return dataclasses.replace(decision, effects=(*decision.effects, condition))

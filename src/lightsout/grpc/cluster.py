@@ -1,0 +1,67 @@
+"""What the externalgrpc servicer reads and writes in the cluster, behind a small interface.
+
+`ApiCluster` is the real one (through `lightsout.k8s.api`): each RPC reads the Groups, machines
+and core Nodes afresh, so a size cluster-autoscaler just changed is what the next call reports
+(the autoscaler asks TargetSize right after IncreaseSize). Component tests pass an in-memory
+implementation instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from lightsout.k8s import api
+from lightsout.state import GROUPS_KEY, MACHINES_KEY, NODES_KEY
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+#: The write lost a race: the machine changed since it was read.
+ConflictError = api.ConflictError
+
+
+class Cluster(Protocol):
+    def read(self) -> Mapping[str, list[Obj]]:
+        """Groups, machines and core Nodes, keyed like `lightsout.state.snapshot_from` wants."""
+        ...
+
+    def set_power(self, machine: Obj, desired: str, reason: str) -> None:
+        """Set `spec.desiredPowerState` if the machine is unchanged since read (else
+        ConflictError), and say why in an event."""
+        ...
+
+
+class ApiCluster:
+    """The cluster through the Kubernetes API: Lights-Out objects of the operator's namespaces
+    (all when it watches the whole cluster), every core Node."""
+
+    def __init__(self, namespaces: Sequence[str] = ()) -> None:
+        self.namespaces = tuple(namespaces)
+
+    def _list(self, plural: str) -> list[Obj]:
+        if not self.namespaces:
+            return api.list_all_resources(plural)
+        return [obj for ns in self.namespaces for obj in api.list_all_resources(plural, ns)]
+
+    def read(self) -> Mapping[str, list[Obj]]:
+        return {
+            GROUPS_KEY: self._list("groups"),
+            MACHINES_KEY: self._list("nodes"),
+            NODES_KEY: api.list_core_nodes(),
+        }
+
+    def set_power(self, machine: Obj, desired: str, reason: str) -> None:
+        meta = machine["metadata"]
+        patch = {
+            "metadata": {"resourceVersion": meta.get("resourceVersion")},
+            "spec": {"desiredPowerState": desired},
+        }
+        api.patch_resource(meta["namespace"], "nodes", meta["name"], patch)
+        try:
+            api.post_event(
+                machine, "Normal", "ClusterAutoscaler", reason, component="lightsout-externalgrpc"
+            )
+        except Exception:  # the intent is recorded; a lost event is not worth failing the RPC
+            log.exception("posting the event on %s/%s failed", meta["namespace"], meta["name"])

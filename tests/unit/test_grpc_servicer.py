@@ -1,0 +1,448 @@
+"""The externalgrpc CloudProvider service, RPC by RPC, through a real gRPC server and channel.
+
+Component tier: `lightsout.grpc.server` serves `CloudProviderServicer` on 127.0.0.1 (plaintext)
+over an in-memory cluster, and each test calls it with the generated client stub the way
+cluster-autoscaler does, then checks what a user would see: the sizes reported, which machines'
+`desiredPowerState` changed, the errors cluster-autoscaler gets. The objects come from the
+autoscaler tests' builders, so they pass through `snapshot_from` as the API's would.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import duration_pb2, timestamp_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from lightsout.config import OperatorConfig
+from lightsout.grpc import server
+from lightsout.grpc.cluster import ConflictError
+from lightsout.grpc.protos import externalgrpc_pb2 as pb
+from lightsout.grpc.protos import externalgrpc_pb2_grpc as pb_grpc
+from lightsout.grpc.protos import k8s_node_pb2
+from lightsout.handlers.externalgrpc import settings_of
+from lightsout.state import GROUPS_KEY, MACHINES_KEY, NODES_KEY
+from tests.unit.test_autoscale_objects import NS, core_node, group, machine
+
+pytestmark = pytest.mark.unit
+
+Obj = dict[str, Any]
+CA = "cluster-autoscaler"
+GID = f"{NS}/ca"
+
+
+class FakeCluster:
+    """Groups, machines and core Nodes in memory; writes bump resourceVersion like the API."""
+
+    def __init__(self, *objects: Obj) -> None:
+        self.objects = [copy.deepcopy(o) for o in objects]
+        for number, obj in enumerate(self.objects):
+            obj["metadata"].setdefault("resourceVersion", str(number + 1))
+        self.writes: list[tuple[str, str]] = []
+        self.reasons: list[str] = []  # the events' messages
+        self.race = False  # the next write finds the machine changed
+
+    def read(self) -> Mapping[str, list[Obj]]:
+        out: dict[str, list[Obj]] = {GROUPS_KEY: [], MACHINES_KEY: [], NODES_KEY: []}
+        for obj in self.objects:
+            api = obj["apiVersion"]
+            key = NODES_KEY if api == "v1" else GROUPS_KEY if obj["kind"] == "Group" else None
+            out[key or MACHINES_KEY].append(copy.deepcopy(obj))
+        return out
+
+    def set_power(self, machine: Obj, desired: str, reason: str) -> None:
+        name = machine["metadata"]["name"]
+        stored = self.machine(name)
+        if self.race or stored["metadata"]["resourceVersion"] != machine["metadata"].get(
+            "resourceVersion"
+        ):
+            raise ConflictError(name)
+        stored["spec"]["desiredPowerState"] = desired
+        stored["metadata"]["resourceVersion"] += "+"
+        self.writes.append((name, desired))
+        self.reasons.append(reason)
+
+    def machine(self, name: str) -> Obj:
+        return next(
+            o for o in self.objects if o["kind"] == "Node" and o["metadata"]["name"] == name
+        )
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    running: list[server.Running] = []
+    channels: list[grpc.Channel] = []
+
+    def start(*objects: Obj) -> tuple[pb_grpc.CloudProviderStub, FakeCluster]:
+        cluster = FakeCluster(*objects)
+        settings = server.Settings(address="127.0.0.1:0", insecure=True)
+        running.append(server.start(settings, cluster))
+        channel = grpc.insecure_channel(f"127.0.0.1:{running[-1].port}")
+        channels.append(channel)
+        return pb_grpc.CloudProviderStub(channel), cluster
+
+    yield start
+    for channel in channels:
+        channel.close()
+    for r in running:
+        r.stop(0)
+
+
+def ca_group(name: str = "ca", **spec: Any) -> Obj:
+    return group(name, autoscaler=CA, **spec)
+
+
+def pid(name: str) -> str:
+    return f"lightsout://{NS}/{name}"
+
+
+def fleet(**spec: Any) -> list[Obj]:
+    """A cluster-autoscaler Group of three machines, all off (cheapest: m-b), and a builtin one."""
+    return [
+        ca_group(**spec),
+        group("builtin"),
+        machine("m-a", group="ca", watts=(200, 100, 0)),
+        machine("m-b", group="ca", watts=(60, 30, 0)),
+        machine("m-c", group="ca", watts=(120, 80, 0)),
+        machine("other", group="builtin"),
+    ]
+
+
+def code(exc: pytest.ExceptionInfo[grpc.RpcError]) -> grpc.StatusCode:
+    status: grpc.StatusCode = exc.value.code()
+    return status
+
+
+def test_node_groups_are_only_the_cluster_autoscaler_groups(serve: Any) -> None:
+    stub, _ = serve(*fleet(minNodes=0, maxNodes=2))
+    groups = stub.NodeGroups(pb.NodeGroupsRequest()).nodeGroups
+    assert [(g.id, g.minSize, g.maxSize) for g in groups] == [(GID, 0, 2)]
+
+
+def test_max_size_is_capped_by_the_machines_there_are(serve: Any) -> None:
+    stub, _ = serve(*fleet(maxNodes=10))
+    (only,) = stub.NodeGroups(pb.NodeGroupsRequest()).nodeGroups
+    assert only.maxSize == 3
+
+
+def test_node_group_for_node_by_provider_id_and_for_fake_nodes(serve: Any) -> None:
+    stub, _ = serve(*fleet(), core_node("m-a"), core_node("always-on"))
+    real = pb.ExternalGrpcNode(name="m-a", providerID=pid("m-a"))
+    # An instance that never registered comes back as a fake node named by the instance id.
+    fake = pb.ExternalGrpcNode(
+        name=pid("m-c"),
+        providerID=pid("m-c"),
+        annotations={"k8s.io/cluster-autoscaler/fake-node-reason": "unregistered"},
+    )
+    foreign = pb.ExternalGrpcNode(name="always-on", providerID="")
+    builtin = pb.ExternalGrpcNode(name="other", providerID=pid("other"))
+    ids = [
+        stub.NodeGroupForNode(pb.NodeGroupForNodeRequest(node=n)).nodeGroup.id
+        for n in (real, fake, foreign, builtin)
+    ]
+    assert ids == [GID, GID, "", ""]
+
+
+def test_target_size_counts_machines_meant_on(serve: Any) -> None:
+    objects = fleet()
+    objects[2]["spec"]["desiredPowerState"] = "On"  # m-a: on its way up, not Ready yet
+    objects[2]["status"]["phase"] = "PoweringOn"
+    stub, _ = serve(*objects)
+    assert stub.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=GID)).targetSize == 1
+
+
+def test_unknown_group_is_not_found(serve: Any) -> None:
+    stub, _ = serve(*fleet())
+    with pytest.raises(grpc.RpcError) as exc:
+        stub.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=f"{NS}/builtin"))
+    assert code(exc) == grpc.StatusCode.NOT_FOUND
+
+
+def test_increase_size_records_intent_on_the_policys_choice_and_returns(serve: Any) -> None:
+    stub, cluster = serve(*fleet())
+    stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=GID, delta=2))
+    # LowestEnergy: the two machines that draw least when on; nothing else was touched.
+    assert cluster.writes == [("m-b", "On"), ("m-c", "On")]
+    assert cluster.machine("m-a")["spec"]["desiredPowerState"] == "Off"
+    assert stub.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=GID)).targetSize == 2
+    assert cluster.reasons[0] == f"cluster-autoscaler increased the size of {GID} by 2"
+
+
+def test_increase_size_follows_priority_policy(serve: Any) -> None:
+    objects = fleet(selectionPolicy="Priority")
+    objects[2]["spec"]["autoscaling"]["priority"] = 50  # m-a
+    stub, cluster = serve(*objects)
+    stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=GID, delta=1))
+    assert cluster.writes == [("m-a", "On")]
+
+
+def test_increase_size_past_max_is_refused_and_changes_nothing(serve: Any) -> None:
+    stub, cluster = serve(*fleet(maxNodes=2))
+    with pytest.raises(grpc.RpcError) as exc:
+        stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=GID, delta=3))
+    assert code(exc) == grpc.StatusCode.FAILED_PRECONDITION
+    assert "maxNodes 2" in exc.value.details()
+    assert cluster.writes == []
+
+
+def test_increase_size_never_powers_on_a_pinned_machine(serve: Any) -> None:
+    objects = fleet()
+    for obj in objects[2:5]:
+        obj["spec"]["autoscaling"]["enabled"] = obj["metadata"]["name"] == "m-a"
+    stub, cluster = serve(*objects)
+    with pytest.raises(grpc.RpcError):
+        stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=GID, delta=2))
+    stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=GID, delta=1))
+    assert cluster.writes == [("m-a", "On")]
+
+
+def test_a_lost_race_is_aborted_for_cluster_autoscaler_to_retry(serve: Any) -> None:
+    stub, cluster = serve(*fleet())
+    cluster.race = True
+    with pytest.raises(grpc.RpcError) as exc:
+        stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=GID, delta=1))
+    assert code(exc) == grpc.StatusCode.ABORTED
+
+
+def _up(objects: list[Obj], name: str, phase: str, registered: bool) -> list[Obj]:
+    obj = next(o for o in objects if o["metadata"]["name"] == name)
+    obj["spec"]["desiredPowerState"] = "On"
+    obj["status"]["phase"] = phase
+    return [*objects, core_node(name)] if registered else objects
+
+
+def test_decrease_target_size_cancels_only_unregistered_machines(serve: Any) -> None:
+    objects = _up(fleet(), "m-a", "Ready", registered=True)
+    objects = _up(objects, "m-b", "Booting", registered=False)
+    stub, cluster = serve(*objects)
+    with pytest.raises(grpc.RpcError) as exc:
+        stub.NodeGroupDecreaseTargetSize(pb.NodeGroupDecreaseTargetSizeRequest(id=GID, delta=-2))
+    assert code(exc) == grpc.StatusCode.FAILED_PRECONDITION
+    assert cluster.writes == []
+    stub.NodeGroupDecreaseTargetSize(pb.NodeGroupDecreaseTargetSizeRequest(id=GID, delta=-1))
+    assert cluster.writes == [("m-b", "Off")]
+
+
+def test_delete_nodes_powers_off_exactly_the_named_machines(serve: Any) -> None:
+    objects = _up(fleet(), "m-a", "Ready", registered=True)
+    objects = _up(objects, "m-b", "Ready", registered=True)
+    stub, cluster = serve(*objects)
+    node = pb.ExternalGrpcNode(name="m-a", providerID=pid("m-a"))
+    stub.NodeGroupDeleteNodes(pb.NodeGroupDeleteNodesRequest(id=GID, nodes=[node]))
+    assert cluster.writes == [("m-a", "Off")]
+    assert stub.NodeGroupTargetSize(pb.NodeGroupTargetSizeRequest(id=GID)).targetSize == 1
+
+
+def test_delete_nodes_refuses_a_node_of_another_group_and_changes_nothing(serve: Any) -> None:
+    objects = _up(fleet(), "m-a", "Ready", registered=True)
+    stub, cluster = serve(*objects)
+    nodes = [
+        pb.ExternalGrpcNode(name="m-a", providerID=pid("m-a")),
+        pb.ExternalGrpcNode(name="other", providerID=pid("other")),
+    ]
+    with pytest.raises(grpc.RpcError) as exc:
+        stub.NodeGroupDeleteNodes(pb.NodeGroupDeleteNodesRequest(id=GID, nodes=nodes))
+    assert code(exc) == grpc.StatusCode.FAILED_PRECONDITION
+    assert cluster.writes == []
+
+
+def test_delete_nodes_keeps_min_nodes(serve: Any) -> None:
+    objects = _up(fleet(minNodes=1), "m-a", "Ready", registered=True)
+    stub, cluster = serve(*objects)
+    node = pb.ExternalGrpcNode(name="m-a", providerID=pid("m-a"))
+    with pytest.raises(grpc.RpcError):
+        stub.NodeGroupDeleteNodes(pb.NodeGroupDeleteNodesRequest(id=GID, nodes=[node]))
+    assert cluster.writes == []
+
+
+def test_node_group_nodes_reports_each_machine_s_state(serve: Any) -> None:
+    objects = _up(fleet(), "m-a", "Ready", registered=True)
+    objects = _up(objects, "m-b", "PoweringOn", registered=False)
+    objects = _up(objects, "m-c", "Failed", registered=False)
+    objects.append(machine("m-d", group="ca", desired="Off", phase="Draining"))
+    objects.append(machine("m-e", group="ca", desired="Off", phase="Off"))
+    stub, _ = serve(*objects)
+    got = stub.NodeGroupNodes(pb.NodeGroupNodesRequest(id=GID)).instances
+    states = {i.id: (i.status.instanceState, i.status.errorInfo.errorCode) for i in got}
+    assert states == {
+        pid("m-a"): (pb.InstanceStatus.instanceRunning, ""),
+        pid("m-b"): (pb.InstanceStatus.instanceCreating, ""),
+        pid("m-c"): (pb.InstanceStatus.instanceCreating, "PowerActionFailed"),
+        pid("m-d"): (pb.InstanceStatus.instanceDeleting, ""),
+    }
+    failed = next(i for i in got if i.id == pid("m-c"))
+    assert failed.status.errorInfo.instanceErrorClass == 99
+
+
+def test_template_node_is_the_next_machine_with_its_resources_labels_taints(serve: Any) -> None:
+    gpu = machine(
+        "gpu-1",
+        "8",
+        "32Gi",
+        group="ca",
+        extended={"nvidia.com/gpu": 2},
+        labels={"lightsout.dev/gpu-type": "rtx"},
+        taints=[{"key": "gpu", "value": "yes", "effect": "NoSchedule"}],
+    )
+    stub, _ = serve(ca_group(labels={"pool": "gpu"}), gpu)
+    raw = stub.NodeGroupTemplateNodeInfo(pb.NodeGroupTemplateNodeInfoRequest(id=GID)).nodeBytes
+    node = k8s_node_pb2.Node.FromString(raw)
+    capacity = {k: v.string for k, v in node.status.capacity.items()}
+    assert capacity == {
+        "cpu": "8000m",
+        "memory": str(32 * 2**30),
+        "pods": "110",
+        "nvidia.com/gpu": "2",
+    }
+    assert dict(node.status.allocatable) == dict(node.status.capacity)
+    assert node.metadata.labels["pool"] == "gpu"
+    assert node.metadata.labels["lightsout.dev/gpu-type"] == "rtx"
+    assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [("gpu", "yes", "NoSchedule")]
+    assert [(c.type, c.status) for c in node.status.conditions] == [("Ready", "True")]
+    types = stub.GetAvailableGPUTypes(pb.GetAvailableGPUTypesRequest()).gpuTypes
+    assert list(types) == ["rtx"]
+
+
+def test_template_of_a_group_without_declared_resources_is_refused(serve: Any) -> None:
+    stub, _ = serve(ca_group(), machine("m", resources=False, group="ca"))
+    with pytest.raises(grpc.RpcError) as exc:
+        stub.NodeGroupTemplateNodeInfo(pb.NodeGroupTemplateNodeInfoRequest(id=GID))
+    assert "spec.resources" in exc.value.details()
+
+
+def test_options_start_from_the_defaults_and_override_what_the_group_says(serve: Any) -> None:
+    stub, _ = serve(
+        ca_group(scaleDown={"unneededSeconds": 120, "utilizationThreshold": 0.3}),
+        machine("m-a", group="ca", boot=900),
+        machine("m-b", group="ca", boot=300),
+    )
+    defaults = pb.NodeGroupAutoscalingOptions(
+        scaleDownUtilizationThreshold=0.5,
+        scaleDownGpuUtilizationThreshold=0.6,
+        zeroOrMaxNodeScaling=False,
+        ignoreDaemonSetsUtilization=True,
+        scaleDownUnneededDuration=duration_pb2.Duration(seconds=600),
+        scaleDownUnreadyDuration=duration_pb2.Duration(seconds=1200),
+        MaxNodeProvisionDuration=duration_pb2.Duration(seconds=60),
+    )
+    got = stub.NodeGroupGetOptions(
+        pb.NodeGroupAutoscalingOptionsRequest(id=GID, defaults=defaults)
+    ).nodeGroupAutoscalingOptions
+    assert got.scaleDownUtilizationThreshold == pytest.approx(0.3)
+    assert got.scaleDownUnneededDuration.seconds == 120
+    assert got.MaxNodeProvisionDuration.seconds == 900  # the slowest machine's boot timeout
+    # What the Group does not speak of keeps cluster-autoscaler's default, not zero.
+    assert got.scaleDownGpuUtilizationThreshold == pytest.approx(0.6)
+    assert got.ignoreDaemonSetsUtilization is True
+    assert got.scaleDownUnreadyDuration.seconds == 1200
+
+
+def _stamp(moment: dt.datetime) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(moment)
+    return stamp
+
+
+def test_node_price_is_watts_times_hours_times_the_groups_price(serve: Any) -> None:
+    stub, _ = serve(
+        ca_group(electricity={"pricePerKWh": 0.25}),
+        machine("m-a", group="ca", watts=(200, 100, 5)),
+    )
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    request = pb.PricingNodePriceRequest(
+        node=pb.ExternalGrpcNode(name="m-a", providerID=pid("m-a")),
+        startTimestamp=_stamp(start),
+        endTimestamp=_stamp(start + dt.timedelta(hours=2)),
+    )
+    # 200 W for 2 h = 0.4 kWh at 0.25 per kWh.
+    assert stub.PricingNodePrice(request).price == pytest.approx(0.1)
+    # A template node (cluster-autoscaler renames it) is priced through its annotation.
+    raw = stub.NodeGroupTemplateNodeInfo(pb.NodeGroupTemplateNodeInfoRequest(id=GID)).nodeBytes
+    template = k8s_node_pb2.Node.FromString(raw)
+    request.node.CopyFrom(
+        pb.ExternalGrpcNode(
+            name="template-node-for-ca-123", annotations=dict(template.metadata.annotations)
+        )
+    )
+    assert stub.PricingNodePrice(request).price == pytest.approx(0.1)
+
+
+def test_gpu_label_refresh_cleanup_and_pod_price(serve: Any) -> None:
+    stub, _ = serve(*fleet())
+    assert stub.GPULabel(pb.GPULabelRequest()).label == "lightsout.dev/gpu-type"
+    stub.Refresh(pb.RefreshRequest())
+    stub.Cleanup(pb.CleanupRequest())
+    with pytest.raises(grpc.RpcError) as exc:
+        stub.PricingPodPrice(pb.PricingPodPriceRequest())
+    assert code(exc) == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_health_reports_serving_on_both_ports_and_not_serving_when_stopping() -> None:
+    settings = server.Settings(address="127.0.0.1:0", insecure=True, health_address="127.0.0.1:0")
+    running = server.start(settings, FakeCluster())
+    try:
+        for port in (running.port, running.health_port):
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                health = health_pb2_grpc.HealthStub(channel)
+                for service in ("", server.SERVICE):
+                    reply = health.Check(health_pb2.HealthCheckRequest(service=service))
+                    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        # The health-only port offers nothing else.
+        with grpc.insecure_channel(f"127.0.0.1:{running.health_port}") as channel:
+            with pytest.raises(grpc.RpcError) as exc:
+                pb_grpc.CloudProviderStub(channel).NodeGroups(pb.NodeGroupsRequest())
+            assert code(exc) == grpc.StatusCode.UNIMPLEMENTED
+        running.health.enter_graceful_shutdown()
+        with grpc.insecure_channel(f"127.0.0.1:{running.health_port}") as channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
+            assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
+    finally:
+        running.stop(0)
+
+
+def test_no_transport_is_refused_unless_plaintext_is_asked_for() -> None:
+    with pytest.raises(server.ConfigError, match="LIGHTSOUT_GRPC_INSECURE"):
+        server.start(server.Settings(address="127.0.0.1:0"), FakeCluster())
+    with pytest.raises(server.ConfigError, match="client CA"):
+        server.credentials(server.Settings(address="127.0.0.1:0", cert_file="/x"))
+
+
+def test_a_core_node_with_its_own_provider_id_is_still_matched(serve: Any) -> None:
+    objects = _up(fleet(), "m-a", "Ready", registered=False)
+    node = core_node("m-a")
+    node["spec"]["providerID"] = "k3s://m-a"  # left as it is, reported by a condition
+    stub, _ = serve(*objects, node)
+    (only,) = stub.NodeGroupNodes(pb.NodeGroupNodesRequest(id=GID)).instances
+    assert only.id == "k3s://m-a"
+    request = pb.NodeGroupForNodeRequest(node=pb.ExternalGrpcNode(name="m-a", providerID=only.id))
+    assert stub.NodeGroupForNode(request).nodeGroup.id == GID
+
+
+def test_the_server_is_configured_from_the_operator_settings() -> None:
+    assert settings_of(OperatorConfig.from_env({})) is None  # no address: no server
+    # `lightsout run -n a -n b` limits what cluster-autoscaler is shown to those namespaces.
+    watched = OperatorConfig.from_env({"LIGHTSOUT_WATCHED_NAMESPACES": "a,b"})
+    assert watched.watched_namespaces == ("a", "b")
+    settings = settings_of(
+        OperatorConfig.from_env(
+            {
+                "LIGHTSOUT_GRPC_ADDRESS": "0.0.0.0:8086",
+                "LIGHTSOUT_GRPC_TLS_CERT": "/tls/tls.crt",
+                "LIGHTSOUT_GRPC_TLS_KEY": "/tls/tls.key",
+                "LIGHTSOUT_GRPC_TLS_CLIENT_CA": "/tls/ca.crt",
+                "LIGHTSOUT_GRPC_HEALTH_ADDRESS": "0.0.0.0:8087",
+            }
+        )
+    )
+    assert settings == server.Settings(
+        address="0.0.0.0:8086",
+        cert_file="/tls/tls.crt",
+        key_file="/tls/tls.key",
+        client_ca_file="/tls/ca.crt",
+        health_address="0.0.0.0:8087",
+    )

@@ -1,0 +1,55 @@
+"""The providerID a managed machine's core Node carries (cluster-autoscaler matches by it).
+
+Pure parts of `lightsout.execution.providerid`: which providerID a machine wants, when the core
+Node is patched (only from empty), and the ProviderIDConflict condition otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lightsout.execution import providerid
+from lightsout.models.enums import ConditionStatus, ConditionType
+from lightsout.planning.effects import Decision, SetCondition
+from lightsout.planning.types import Phase
+
+pytestmark = pytest.mark.unit
+
+
+def machine(**spec: Any) -> dict[str, Any]:
+    return {"metadata": {"namespace": "lab", "name": "m1"}, "spec": spec}
+
+
+def core(provider: str | None) -> dict[str, Any]:
+    return {"metadata": {"name": "m1"}, "spec": {"providerID": provider} if provider else {}}
+
+
+def test_wanted_is_the_spec_s_else_the_lightsout_scheme() -> None:
+    assert providerid.wanted(machine()) == "lightsout://lab/m1"
+    assert providerid.wanted(machine(providerID="k3s://m1")) == "k3s://m1"
+
+
+def test_the_core_node_is_patched_only_from_empty() -> None:
+    assert providerid.patch(core(None), "lightsout://lab/m1") == {
+        "spec": {"providerID": "lightsout://lab/m1"}
+    }
+    assert providerid.patch(core("lightsout://lab/m1"), "lightsout://lab/m1") is None
+    assert providerid.patch(core("k3s://m1"), "lightsout://lab/m1") is None  # never overwritten
+    assert providerid.patch(None, "lightsout://lab/m1") is None
+
+
+def _conditions(decision: Decision) -> list[SetCondition]:
+    return [e for e in decision.effects if isinstance(e, SetCondition)]
+
+
+def test_a_different_provider_id_is_reported_as_a_condition() -> None:
+    base = Decision(phase=Phase.READY, reason="Ready", message="")
+    (condition,) = _conditions(providerid.report(base, core("k3s://m1"), machine()))
+    assert condition.type == ConditionType.PROVIDER_ID_CONFLICT
+    assert condition.status == ConditionStatus.TRUE
+    assert "k3s://m1" in condition.message
+    (ok,) = _conditions(providerid.report(base, core("lightsout://lab/m1"), machine()))
+    assert ok.status == ConditionStatus.FALSE
+    assert providerid.report(base, None, machine()) == base
