@@ -12,6 +12,7 @@
 | LIGHTSOUT_NAMESPACE | see below | where the autoscaler's Lease `lightsout-autoscaler` lives |
 | LIGHTSOUT_AUTOSCALER | true | false turns the built-in autoscaler off in this operator |
 | LIGHTSOUT_AUTOSCALER_DRY_RUN | false | true: plan and post the events, change no machine |
+| LIGHTSOUT_WORKERS | 4 | reconcile passes at once (machines, Groups), whatever the fleet size |
 
 LIGHTSOUT_NAMESPACE defaults to POD_NAMESPACE, else the first namespace a namespaced operator
 watches (`lightsout run -n NS`), else `default`.
@@ -52,6 +53,8 @@ class OperatorConfig:
     namespace: str = "default"
     autoscaler_enabled: bool = True
     autoscaler_dry_run: bool = False
+    #: Reconcile passes at once; the API connection pool is sized from it.
+    workers: int = 4
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -71,4 +74,5 @@ class OperatorConfig:
             namespace=env.get("LIGHTSOUT_NAMESPACE") or env.get("POD_NAMESPACE") or "default",
             autoscaler_enabled=_flag(env.get("LIGHTSOUT_AUTOSCALER"), default=True),
             autoscaler_dry_run=_flag(env.get("LIGHTSOUT_AUTOSCALER_DRY_RUN"), default=False),
+            workers=max(1, int(env.get("LIGHTSOUT_WORKERS") or "4")),
         )
