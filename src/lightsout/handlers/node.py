@@ -142,6 +142,8 @@ class Reconcilers:
     reconciler: rc.Reconciler = field(init=False)
     executor: ThreadPoolExecutor = field(init=False)
     workers: Workers[Key] = field(init=False)
+    #: The generation of each Group last seen: only a spec change concerns its machines.
+    group_generations: dict[tuple[str, str], object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.reconciler = rc.Reconciler(self.config)
@@ -154,6 +156,12 @@ class Reconcilers:
     def count_group(self, namespace: str, name: str) -> None:
         if name:
             self.queue.add_after((GROUP, namespace, name), GROUP_COUNT_DELAY)
+
+    def group_spec_changed(self, namespace: str, name: str, generation: object) -> bool:
+        """True once per new generation of a Group (its counts in status change it often)."""
+        last = self.group_generations.get((namespace, name))
+        self.group_generations[(namespace, name)] = generation
+        return last != generation
 
     async def _pass(self, key: Key) -> float | None:
         kind, namespace, name = key
@@ -215,9 +223,15 @@ async def machine_changed(
 
 
 @kopf.on.event(API_GROUP, API_VERSION, "groups", id="queue_group")
-async def group_changed(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    if (r := _reconcilers(memo)) is not None:
-        r.count_group(namespace or "", name)
+async def group_changed(
+    name: str, namespace: str | None, meta: kopf.Meta, memo: kopf.Memo, **_: Any
+) -> None:
+    if (r := _reconcilers(memo)) is None:
+        return
+    r.count_group(namespace or "", name)
+    # Labels, taints and the drift policy of its machines come from the spec; the counts this
+    # operator writes into its status would otherwise send every machine through a pass.
+    if r.group_spec_changed(namespace or "", name, meta.get("generation")):
         for ns, machine in r.caches.machines_of_group(namespace or "", name):
             r.machine(ns, machine)
 
