@@ -83,6 +83,8 @@ def request_totals(lab: Lab) -> Counter[tuple[str, str]]:
             continue
         labels = dict(_LABEL.findall(match["labels"]))
         resource = labels.get("resource", "")
+        if labels.get("group"):
+            resource += "." + labels["group"]
         if labels.get("subresource"):
             resource += "/" + labels["subresource"]
         totals[(labels.get("verb", ""), resource)] += int(float(match["value"]))
@@ -141,7 +143,24 @@ def power_on_timeline(lab: Lab, name: str) -> dict[str, float]:
     }
 
 
-def run_fleet(count: int, rest: float) -> FleetResult:
+def wait_phased(lab: Lab, count: int, timeout: float) -> None:
+    """Until every Node has a phase; prints progress every minute, fails after `timeout`."""
+    start = time.monotonic()
+    last_print = start
+    while True:
+        done = sum(1 for phase in _phases(lab) if phase)
+        now = time.monotonic()
+        if done == count:
+            return
+        if now - start > timeout:
+            raise TimeoutError(f"after {timeout:.0f}s only {done} of {count} Nodes had a phase")
+        if now - last_print >= 60:
+            print(f"[{count}] {now - start:5.0f}s: {done} Nodes have a phase", flush=True)
+            last_print = now
+        time.sleep(1.0)
+
+
+def run_fleet(count: int, rest: float, phase_timeout: float) -> FleetResult:
     cycled = "m0000"
     lab = Lab(
         objects=_objects(count),
@@ -158,14 +177,8 @@ def run_fleet(count: int, rest: float) -> FleetResult:
         started = time.monotonic()
         operator = lab.start_operator()
         assert operator.proc is not None
-        try:
-            phased = (
-                _until(lambda: all(_phases(lab)), 1800, "every Node phased", every=1.0) - started
-            )
-        except TimeoutError:
-            done = sum(1 for p in _phases(lab) if p)
-            print(f"[{count}] after 1800s only {done} of {count} Nodes had a phase", flush=True)
-            raise
+        wait_phased(lab, count, phase_timeout)
+        phased = time.monotonic() - started
         print(f"[{count}] every Node phased after {phased:.1f}s; settling", flush=True)
         time.sleep(min(30.0, rest / 4))
         rss, threads = _proc_status(operator.proc.pid)
@@ -203,9 +216,12 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks.fleet")
     parser.add_argument("sizes", nargs="*", type=int, default=[100, 1000])
     parser.add_argument("--rest", type=float, default=120.0, help="seconds per request window")
+    parser.add_argument(
+        "--phase-timeout", type=float, default=1800.0, help="give up waiting for phases after"
+    )
     args = parser.parse_args(argv)
     for count in args.sizes:
-        report(run_fleet(count, args.rest))
+        report(run_fleet(count, args.rest, args.phase_timeout))
     return 0
 
 
