@@ -198,9 +198,10 @@ def run_fleet(count: int, rest: float, phase_timeout: float) -> FleetResult:
 
 def report(result: FleetResult) -> None:
     rates = result.per_minute
-    leases = sum(v for (verb, res), v in rates.items() if res == "leases" and verb != "WATCH")
+    lease = "leases.coordination.k8s.io"
+    leases = sum(v for (verb, res), v in rates.items() if res == lease and verb != "WATCH")
     watches = sum(v for (verb, _), v in rates.items() if verb == "WATCH")
-    other = {k: v for k, v in rates.items() if k[1] != "leases" and k[0] != "WATCH"}
+    other = {k: v for k, v in rates.items() if k[1] != lease and k[0] != "WATCH"}
     print(f"\n{result.machines} powered-off Redfish machines, one Group, autoscaler none:")
     print(f"  every Node phased        {result.phased_seconds:8.1f} s after the operator started")
     print(f"  operator once settled    {result.rss_mb:8.1f} MB RSS, {result.threads} threads")
