@@ -21,6 +21,7 @@
 | LIGHTSOUT_GRPC_TLS_CLIENT_CA | (none) | file: the CA clients' certificates must chain to (mTLS) |
 | LIGHTSOUT_GRPC_HEALTH_ADDRESS | (none) | `host:port`: grpc.health.v1 only, plaintext (probes) |
 | LIGHTSOUT_GRPC_INSECURE | false | true: plaintext when no TLS files are set (tests, loopback) |
+| LIGHTSOUT_WORKERS | 4 | reconcile passes at once (machines, Groups), whatever the fleet size |
 
 LIGHTSOUT_NAMESPACE defaults to POD_NAMESPACE, else the first namespace a namespaced operator
 watches (`lightsout run -n NS`), else `default`.
@@ -74,6 +75,8 @@ class OperatorConfig:
     grpc_tls_client_ca: str | None = None
     grpc_insecure: bool = False
     grpc_health_address: str | None = None
+    #: Reconcile passes at once; the API connection pool is sized from it.
+    workers: int = 4
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -107,4 +110,5 @@ class OperatorConfig:
             grpc_tls_client_ca=env.get("LIGHTSOUT_GRPC_TLS_CLIENT_CA") or None,
             grpc_insecure=_flag(env.get("LIGHTSOUT_GRPC_INSECURE"), default=False),
             grpc_health_address=env.get("LIGHTSOUT_GRPC_HEALTH_ADDRESS") or None,
+            workers=max(1, int(env.get("LIGHTSOUT_WORKERS") or "4")),
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,10 @@ class Lab:
     """Everything running; `nodes` are Lights-Out Node manifests with Redfish drivers.
 
     `extras` are machines of the other drivers, each with its own emulator; none by default,
-    which is what the benchmarks measure.
+    which is what the benchmarks measure. `simulated` names the Nodes whose machines the
+    simulator boots and registers (None: all of them): a benchmark of a thousand machines that
+    stay off does not need a thousand BMC polls every half second. `with_operator=False`
+    leaves the operator to `start_operator()`, so a caller can measure the cluster without it.
     """
 
     objects: Sequence[dict[str, Any]]
@@ -56,6 +59,8 @@ class Lab:
     boot_seconds: float = 3.0
     operator_env: Mapping[str, str] = field(default_factory=dict)
     extras: Sequence[ExtraMachine] = ()
+    simulated: Collection[str] | None = None
+    with_operator: bool = True
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="lightsout-lab-")))
     cluster: Cluster | None = None
     bmc: SushyEmulator | None = None
@@ -100,7 +105,11 @@ class Lab:
         self.agent = KubeletAgent(
             api=api, image_env=runner_image_env(root), log_dir=self.workdir
         ).start()
-        powered = [(n, bmc.power_reader(self.system_id(n["metadata"]["name"]))) for n in self.nodes]
+        powered = [
+            (n, bmc.power_reader(self.system_id(n["metadata"]["name"])))
+            for n in self.nodes
+            if self.simulated is None or n["metadata"]["name"] in self.simulated
+        ]
         powered += [(n, e.power_reader()) for e, n in zip(self.extras, extra_nodes, strict=True)]
         self.simulator = MachineSimulator(
             api=api,
@@ -123,15 +132,22 @@ class Lab:
         items = json.dumps(
             {"apiVersion": "v1", "kind": "List", "items": [*self.objects, *extra_objects]}
         )
-        cluster.kubectl("apply", "-n", self.namespace, "-f", "-", input=items)
+        cluster.kubectl("apply", "-n", self.namespace, "-f", "-", input=items, timeout=900)
+        if self.with_operator:
+            self.start_operator()
+
+    def start_operator(self) -> OperatorProcess:
+        """Start the operator on the lab's namespace (once healthy, it is returned)."""
+        assert self.cluster is not None, "start() the lab first"
         self.operator = OperatorProcess(
-            cluster=cluster,
+            cluster=self.cluster,
             namespaces=(self.namespace,),
             log_dir=self.workdir,
             identity="lab-operator",
             extra_env={**JOB_PLACEMENT_ENV, **self.operator_env},
         )
         self.operator.start()
+        return self.operator
 
     def stop(self) -> None:
         for part in (self.operator, self.simulator, self.agent):

@@ -1,7 +1,8 @@
 """Turns API objects into the state machine's inputs (pure: dicts in, frozen dataclasses out).
 
-Called by the Node reconciler with what it read from the API: the Node resource, its Group,
-its newest action Job and pods, the core Node, drain progress and the Lease state. Anything
+Called by the Node reconciler (`execution.reconcile`) with what the watch caches hold: the Node
+resource, its Group, its newest action Job and pods, the core Node, drain progress and the Lease
+state. Anything
 malformed in status (a person's edit, an old version's leftovers) degrades to "unknown" rather
 than raising: the operator never crashes on someone else's garbage.
 """

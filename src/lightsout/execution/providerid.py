@@ -9,7 +9,7 @@ a different one is left alone and reported by `report` as the condition `Provide
 (the externalgrpc provider then knows the instance by the Node's own providerID, so
 cluster-autoscaler still matches it).
 
-Called by `handlers.node.reconcile` once per pass, after it has read the core Node.
+Called by `execution.reconcile.Reconciler.reconcile` once per pass, with the cached core Node.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""Reconciles `groups.lightsout.dev`: keeps each Group's machine counts current.
+"""Keeps each Group's machine counts current (`status.nodes`, `status.targetSize`).
 
-Every change of a machine (a Lights-Out Node) recounts its Group, so `kubectl get lsg` shows how
-many machines are on, off, in transition or failed, and how many should be on (`targetSize`,
-the machines whose desired power state is On).
+A change of a Group or of one of its machines puts the Group on the reconcilers' work queue
+(`handlers/node.py`), which counts it from the watch caches a second later with `recount`, so
+`kubectl get lsg` shows how many machines are on, off, in transition or failed, and how many
+should be on (`targetSize`, the machines whose desired power state is On).
 """
 
 from __future__ import annotations
@@ -10,9 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import kopf
-
-from lightsout import API_GROUP, API_VERSION
 from lightsout.k8s import api
 from lightsout.models.enums import Phase
 
@@ -46,30 +44,10 @@ def group_counts(machines: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return {"nodes": counts, "targetSize": target}
 
 
-def recount(namespace: str, group: str) -> None:
-    current = api.get_resource(namespace, "groups", group)
-    if current is None:
-        return
-    machines = api.list_resources(namespace, "nodes", field_selector=f"spec.group={group}")
-    status = {
-        **group_counts(machines),
-        "observedGeneration": current["metadata"].get("generation"),
-    }
-    old = current.get("status") or {}
+def recount(group: Mapping[str, Any], machines: Iterable[Mapping[str, Any]]) -> None:
+    """Write the Group's counts when they differ from its status (a worker thread calls it)."""
+    meta = group["metadata"]
+    status = {**group_counts(machines), "observedGeneration": meta.get("generation")}
+    old = group.get("status") or {}
     if any(old.get(key) != value for key, value in status.items()):
-        api.patch_status(namespace, "groups", group, status)
-
-
-@kopf.on.resume(API_GROUP, API_VERSION, "groups")
-@kopf.on.create(API_GROUP, API_VERSION, "groups")
-@kopf.on.update(API_GROUP, API_VERSION, "groups", field="spec")
-def observe_group(name: str, namespace: str | None, **_: Any) -> None:
-    if namespace is not None:
-        recount(namespace, name)
-
-
-@kopf.on.event(API_GROUP, API_VERSION, "nodes")
-def machine_changed(spec: kopf.Spec, namespace: str | None, **_: Any) -> None:
-    group = spec.get("group")
-    if namespace is not None and group:
-        recount(namespace, str(group))
+        api.patch_status(meta["namespace"], "groups", meta["name"], status)

@@ -9,9 +9,12 @@ import kopf
 
 from lightsout import API_GROUP
 from lightsout.config import OperatorConfig
+from lightsout.k8s import api
 
-#: Machines (one daemon thread each) plus room for every other sync handler.
-MAX_WORKERS = 1000
+#: Threads for kopf's own sync handlers (the probe); the reconcilers have their own pool.
+KOPF_THREADS = 2
+#: Connections for kopf's threads and the autoscaler, besides one per reconcile worker.
+EXTRA_CONNECTIONS = 4
 
 
 @kopf.on.startup()
@@ -24,12 +27,11 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.posting.level = 20  # INFO and above become Kubernetes events
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
-    # Every machine's reconcile loop is a sync daemon holding one executor thread for good; the
-    # default pool (cpu count + 4 threads) would leave no thread for any other handler once a
-    # cluster has that many machines, and every watch would silently stall. Threads are only
-    # started when needed, so a high ceiling costs nothing.
-    settings.execution.max_workers = MAX_WORKERS
-    memo.config = OperatorConfig.from_env()
+    # Every handler is async except the probe: machines are reconciled by a fixed pool of
+    # workers (handlers/node.py), not by a thread per machine.
+    settings.execution.max_workers = KOPF_THREADS
+    memo.config = config = OperatorConfig.from_env()
+    api.configure_pool(config.workers + EXTRA_CONNECTIONS)
     memo.started = dt.datetime.now(dt.UTC)
 
 

@@ -1,266 +1,277 @@
-"""Reconciles `nodes.lightsout.dev`: one machine's power state machine.
+"""Reconciles `nodes.lightsout.dev` (and counts Groups) through one bounded work queue.
 
-One kopf daemon per Node runs a loop that sleeps until something about the machine changes
-(its resource, its action Job, its core Node — each watched by kopf and turned into a wake-up
-here) or until the state machine asked to be requeued, then runs one reconcile pass:
-read → `planning.fsm.decide` → write status → carry out effects. Nothing is awaited in memory:
-a pass starts from what the API says, so an operator killed at any instant resumes correctly
-and re-adopts a running Job by its deterministic name.
+The watch caches are kopf indexes (ids in `execution.reconcile`): Lights-Out Nodes and their
+references (core Node name, Group), Groups, action Jobs and their pods, core Nodes, machine
+Leases and the pods bound to each core Node. The handlers here only turn watch events into
+queue keys: `("node", namespace, name)` for a machine whose Node, Group, action Job or Job pod,
+core Node, Lease or (while it drains) core Node's pods changed, `("group", namespace, name)` for
+a Group whose machine counts may have changed (a second later, so a burst makes one count).
+
+A fixed pool of `LIGHTSOUT_WORKERS` workers (default 4) takes keys off the queue
+(`execution.workqueue`): one pass per key at a time, pending keys de-duplicated, a failed pass
+retried with exponential backoff, the state machine's "look again in N seconds" kept as a timer
+of the queue. A pass copies what the caches hold about its machine on the event loop and runs
+`execution.reconcile.Reconciler.reconcile` in a thread of the pool's own executor. With nothing
+to do, nothing runs and nothing is requested from the API.
+
+kopf holds back every handler until every index has listed its objects, and lists every object
+as an event: each machine gets its first pass only once the caches are complete, the same rule
+as the autoscaler's.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import logging
-import threading
+import asyncio
+import contextlib
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 
 from lightsout import API_GROUP, API_VERSION
 from lightsout.config import OperatorConfig
-from lightsout.execution import actuator, inputs, providerid
-from lightsout.execution.jobs import job_name, job_selector
-from lightsout.execution.results import observe_job
-from lightsout.k8s import api
-from lightsout.planning import fsm
-from lightsout.planning.effects import AcquireLease, Decision, Event, ReleaseLease, SetCondition
-from lightsout.planning.types import DrainStatus, EventType, Phase, PowerState
+from lightsout.execution import reconcile as rc
+from lightsout.execution.jobs import LABEL_MANAGED_BY, LABEL_NODE, MANAGED_BY
+from lightsout.execution.leases import ANNOTATION_MACHINE, LEASE_PREFIX
+from lightsout.execution.workqueue import Workers, WorkQueue
+from lightsout.handlers import group as groups
+from lightsout.planning.types import Phase
 
-log = logging.getLogger(__name__)
-
-_triggers: dict[str, threading.Event] = {}
-_core_to_key: dict[str, str] = {}
-_drains: dict[str, DrainStatus] = {}
-_lock = threading.Lock()
-STABLE_REQUEUE = 300.0
-ERROR_REQUEUE = 5.0
+Key = tuple[str, str, str]
+NODE, GROUP = "node", "group"
+#: Seconds a Group's recount waits, so the machines' changes of one burst make one count.
+GROUP_COUNT_DELAY = 1.0
+OURS = {LABEL_MANAGED_BY: MANAGED_BY}
 
 
-def _trigger(key: str) -> threading.Event:
-    with _lock:
-        return _triggers.setdefault(key, threading.Event())
-
-
-def wake(key: str | None) -> None:
-    if key is not None:
-        _trigger(key).set()
-
-
-@kopf.daemon(API_GROUP, API_VERSION, "nodes", cancellation_timeout=10.0)
-def machine_loop(
-    stopped: kopf.DaemonStopped, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
-) -> None:
-    assert namespace is not None, "nodes.lightsout.dev is namespaced"
-    key = f"{namespace}/{name}"
-    config: OperatorConfig = memo.config
-    trigger = _trigger(key)
-    trigger.set()
-    delay = 0.0
-    while not stopped:
-        woke = trigger.wait(timeout=min(delay, 1.0)) if delay > 0 else True
-        if not woke:
-            delay -= 1.0
-            continue
-        trigger.clear()
-        try:
-            delay = reconcile(namespace, name, config)
-        except Exception:
-            log.exception("reconciling %s failed; retrying in %ss", key, ERROR_REQUEUE)
-            delay = ERROR_REQUEUE
-    with _lock:
-        _triggers.pop(key, None)
-
-
-@kopf.on.event(API_GROUP, API_VERSION, "nodes")
-def node_changed(name: str, namespace: str | None, **_: Any) -> None:
-    wake(f"{namespace}/{name}")
-
-
-@kopf.on.event("batch", "v1", "jobs", labels={"app.kubernetes.io/managed-by": "lightsout"})
-def job_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
-    node = labels.get("lightsout.dev/node")
-    if node:
-        wake(f"{namespace}/{node}")
-
-
-@kopf.on.event("", "v1", "nodes")
-def core_node_changed(name: str, **_: Any) -> None:
-    with _lock:
-        key = _core_to_key.get(name)
-    wake(key)
-
-
-def reconcile(namespace: str, name: str, config: OperatorConfig) -> float:
-    """One pass for one machine; returns seconds until the next pass if nothing wakes it."""
-    node = api.get_resource(namespace, "nodes", name)
-    if node is None or node["metadata"].get("deletionTimestamp"):
-        return STABLE_REQUEUE
-    spec = node.get("spec") or {}
-    group = (
-        api.get_resource(namespace, "groups", spec.get("group", "")) if spec.get("group") else None
-    )
-    labels, taints = inputs.wanted_metadata(node, group)
-    ctx = actuator.MachineContext(
-        node=node, group=group, config=config, labels=labels, taints=taints
-    )
-    key = f"{namespace}/{name}"
-    with _lock:
-        _core_to_key[ctx.core_name] = key
-    now = dt.datetime.now(dt.UTC)
-    machine = inputs.machine_state(node, group)
-    observed = [
-        o
-        for job in api.list_jobs(namespace, job_selector(name))
-        if (o := observe_job(job, api.job_pods(namespace, job["metadata"]["name"]))) is not None
-    ]
-    observed_job = fsm.select_job(observed, machine.operation)
-    core_node = providerid.ensure(api.get_node(ctx.core_name), node)
-    drain = None
-    if machine.phase == Phase.DRAINING and core_node is not None:
-        last = _drains.get(key)
-        left = actuator.pods_remaining(ctx)
-        drain = DrainStatus(
-            pods_remaining=left,
-            blocked_by=last.blocked_by if last and left else None,
-            blocked_message=last.blocked_message if last and left else "",
-        )
-    lease = actuator.read_lease_state(ctx, now)
-    obs = inputs.observations(
-        job=observed_job,
-        core_node=core_node,
-        labels=labels,
-        taints=taints,
-        drain=drain,
-        lease=lease,
-        power_state=_observed_power(node),
-    )
-    decision = providerid.report(fsm.decide(machine, obs, now), core_node, node)
-    return apply(ctx, machine.desired, machine.intent_generation, decision, now)
-
-
-def _observed_power(node: Mapping[str, Any]) -> PowerState:
-    value = (node.get("status") or {}).get("observedPowerState")
-    try:
-        return PowerState(str(value))
-    except ValueError:
-        return PowerState.UNKNOWN
-
-
-def apply(
-    ctx: actuator.MachineContext,
-    desired: PowerState,
-    intent_generation: int,
-    decision: Decision,
-    now: dt.datetime,
-) -> float:
-    """Lease first (stop if lost), then status, then the other effects in order."""
-    if decision.reason == fsm.Reason.LEASE_HELD_ELSEWHERE:
-        # The holder owns this machine's status too: what we read may be stale, and writing it
-        # back would hide an action in flight (the planner would power on a second machine).
-        return max(decision.requeue_after or STABLE_REQUEUE, 0.2)
-    holding = False
-    if any(isinstance(e, AcquireLease) for e in decision.effects):
-        if not actuator.acquire_lease(ctx, now):
-            return 2.0
-        holding = True
-    previous_phase = (ctx.node.get("status") or {}).get("phase")
-    try:
-        write_status(ctx, desired, intent_generation, decision, now)
-    except api.ConflictError:
-        # The Node changed since this pass read it (a new intent, another writer): decide
-        # again from a fresh read rather than act on a stale one.
-        return 0.2
-    if previous_phase != decision.phase and not any(isinstance(e, Event) for e in decision.effects):
-        # Every phase transition is an event, even when the state machine had nothing to add.
-        actuator.post_event(
-            ctx, Event(EventType.NORMAL, decision.reason, f"{decision.phase}: {decision.message}")
-        )
-    key = f"{ctx.namespace}/{ctx.name}"
-    for effect in decision.effects:
-        if isinstance(effect, AcquireLease | SetCondition):
-            continue
-        if isinstance(effect, ReleaseLease):
-            actuator.release_lease(ctx, now)
-            holding = False
-            continue
-        result = actuator.apply_effect(ctx, effect)
-        if result is not None:
-            _drains[key] = result
-    delay = decision.requeue_after
-    if delay is None:
-        delay = STABLE_REQUEUE
-    if holding:
-        # Renew well before the Lease expires, so no other operator takes over mid-action.
-        delay = min(delay, ctx.config.lease_seconds / 3)
-    return max(delay, 0.2)
-
-
-def _merge_conditions(
-    current: list[dict[str, Any]], decision: Decision, generation: int, now: dt.datetime
-) -> list[dict[str, Any]]:
-    by_type = {c.get("type"): dict(c) for c in current if isinstance(c, Mapping)}
-    stamp = inputs.format_time(now)
-    for effect in decision.effects:
-        if not isinstance(effect, SetCondition):
-            continue
-        old = by_type.get(str(effect.type))
-        changed = old is None or old.get("status") != str(effect.status)
-        by_type[str(effect.type)] = {
-            "type": str(effect.type),
-            "status": str(effect.status),
-            "reason": effect.reason,
-            "message": effect.message[:1024],
-            "observedGeneration": generation,
-            "lastTransitionTime": stamp
-            if changed or old is None
-            else old.get("lastTransitionTime", stamp),
-        }
-    return [by_type[k] for k in sorted(by_type, key=str)]
-
-
-def write_status(
-    ctx: actuator.MachineContext,
-    desired: PowerState,
-    intent_generation: int,
-    decision: Decision,
-    now: dt.datetime,
-) -> None:
-    status = ctx.node.get("status") or {}
-    generation = int(ctx.node["metadata"].get("generation") or 1)
-    op = decision.operation
-    job = job_name(ctx.name, str(op.action), op.intent_generation, op.attempt) if op else None
-    new: dict[str, Any] = {
-        "phase": str(decision.phase),
-        "phaseSince": inputs.format_time(decision.phase_since or now),
-        "reason": decision.reason,
-        "message": decision.message[:1024],
-        "observedGeneration": generation,
-        "intent": {"desired": str(desired), "generation": intent_generation},
-        "attempts": decision.attempts,
-        "lastOperation": inputs.operation_to_status(op, job),
-        "providerID": providerid.wanted(ctx.node),
-        "conditions": _merge_conditions(
-            list(status.get("conditions") or []), decision, generation, now
-        ),
-        # None removes it (merge patch): the clone is gone.
-        "clone": inputs.clone_to_status(status.get("clone"), op),
+def _slim(body: kopf.Body) -> dict[str, Any]:
+    # managedFields is most of an object's size and nothing a pass reads.
+    raw = dict(body)
+    raw["metadata"] = {
+        k: v for k, v in dict(raw.get("metadata") or {}).items() if k != "managedFields"
     }
-    if decision.observed_power_state is not None:
-        new["observedPowerState"] = str(decision.observed_power_state)
-    changed = inputs.status_patch(status, new)
-    if not changed:
+    return raw
+
+
+# ---------------------------------------------------------------- the watch caches
+@kopf.index(API_GROUP, API_VERSION, "nodes", id=rc.MACHINES)
+async def machines(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
+    return {(namespace or "", name): _slim(body)}
+
+
+@kopf.index(API_GROUP, API_VERSION, "nodes", id=rc.MACHINE_REFS)
+async def machine_refs(spec: kopf.Spec, name: str, namespace: str | None, **_: Any) -> Any:
+    ref = (namespace or "", name)
+    return {
+        (rc.REF_CORE, str(spec.get("kubernetesNodeName") or name)): ref,
+        (rc.REF_GROUP, namespace or "", str(spec.get("group") or "")): ref,
+    }
+
+
+@kopf.index(API_GROUP, API_VERSION, "groups", id=rc.GROUPS)
+async def group_cache(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
+    return {(namespace or "", name): _slim(body)}
+
+
+@kopf.index("batch", "v1", "jobs", labels=OURS, id=rc.JOBS)
+async def jobs(body: kopf.Body, namespace: str | None, **_: Any) -> Any:
+    machine = _job_machine(body)
+    return None if machine is None else {(namespace or "", machine): _slim(body)}
+
+
+@kopf.index("", "v1", "pods", labels=OURS, id=rc.JOB_PODS)
+async def job_pods(body: kopf.Body, labels: kopf.Labels, namespace: str | None, **_: Any) -> Any:
+    job = labels.get("job-name") or labels.get("batch.kubernetes.io/job-name")
+    return None if not job else {(namespace or "", job): _slim(body)}
+
+
+@kopf.index("", "v1", "nodes", id=rc.CORE_NODES)
+async def core_nodes(body: kopf.Body, name: str, **_: Any) -> Any:
+    return {name: _slim(body)}
+
+
+@kopf.index("coordination.k8s.io", "v1", "leases", id=rc.LEASES)
+async def machine_leases(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
+    return {(namespace or "", name): _slim(body)} if name.startswith(f"{LEASE_PREFIX}.") else None
+
+
+@kopf.index("", "v1", "pods", id=rc.NODE_PODS)
+async def node_pods(body: kopf.Body, spec: kopf.Spec, **_: Any) -> Any:
+    node = spec.get("nodeName")
+    if not node:
+        return None
+    # Only what `nodeops.pods_to_drain` and the evictions read: a cluster's pods are many.
+    meta = body.get("metadata") or {}
+    return {
+        node: {
+            "metadata": {
+                k: meta[k]
+                for k in (
+                    "name",
+                    "namespace",
+                    "annotations",
+                    "ownerReferences",
+                    "deletionTimestamp",
+                )
+                if k in meta
+            },
+            "status": {"phase": (body.get("status") or {}).get("phase")},
+        }
+    }
+
+
+def _job_machine(job: Mapping[str, Any]) -> str | None:
+    meta = job.get("metadata") or {}
+    for owner in meta.get("ownerReferences") or []:
+        if owner.get("kind") == "Node" and str(owner.get("apiVersion", "")).startswith(API_GROUP):
+            return str(owner.get("name"))
+    node = (meta.get("labels") or {}).get(LABEL_NODE)
+    return str(node) if node else None
+
+
+# ---------------------------------------------------------------- the queue and its workers
+@dataclass
+class Reconcilers:
+    """The operator's one work queue, its workers and the executor their passes run in."""
+
+    config: OperatorConfig
+    caches: rc.Caches
+    queue: WorkQueue[Key] = field(default_factory=WorkQueue)
+    reconciler: rc.Reconciler = field(init=False)
+    executor: ThreadPoolExecutor = field(init=False)
+    workers: Workers[Key] = field(init=False)
+    #: The generation of each Group last seen: only a spec change concerns its machines.
+    group_generations: dict[tuple[str, str], object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.reconciler = rc.Reconciler(self.config)
+        self.executor = ThreadPoolExecutor(self.config.workers, thread_name_prefix="lightsout")
+        self.workers = Workers(self.queue, self._pass, size=self.config.workers)
+
+    def machine(self, namespace: str, name: str) -> None:
+        self.queue.add((NODE, namespace, name))
+
+    def count_group(self, namespace: str, name: str) -> None:
+        if name:
+            self.queue.add_after((GROUP, namespace, name), GROUP_COUNT_DELAY)
+
+    def group_spec_changed(self, namespace: str, name: str, generation: object) -> bool:
+        """True once per new generation of a Group (its counts in status change it often)."""
+        last = self.group_generations.get((namespace, name))
+        self.group_generations[(namespace, name)] = generation
+        return last != generation
+
+    async def _pass(self, key: Key) -> float | None:
+        kind, namespace, name = key
+        loop = asyncio.get_running_loop()
+        if kind == GROUP:
+            group = self.caches.group(namespace, name)
+            if group is None:
+                return None
+            members = [
+                m
+                for ns, n in self.caches.machines_of_group(namespace, name)
+                if (m := self.caches.machine(ns, n)) is not None
+            ]
+            await loop.run_in_executor(self.executor, groups.recount, group, members)
+            return None
+        view = self.caches.view(namespace, name)
+        if view is None:  # deleted: nothing to keep for it
+            self.queue.discard(key)
+            self.reconciler.forget(f"{namespace}/{name}")
+            return None
+        return await loop.run_in_executor(self.executor, self.reconciler.reconcile, view)
+
+    async def stop(self) -> None:
+        await self.workers.stop()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _reconcilers(memo: kopf.Memo) -> Reconcilers | None:
+    found: Reconcilers | None = getattr(memo, "reconcilers", None)
+    return found
+
+
+@kopf.on.startup()
+async def start_reconcilers(memo: kopf.Memo, **kwargs: Any) -> None:
+    config: OperatorConfig = getattr(memo, "config", None) or OperatorConfig.from_env()
+    # kopf hands every index to start-up handlers as a keyword argument named by its id.
+    caches = rc.Caches({index: kwargs[index] for index in rc.CACHES}, config)
+    reconcilers = Reconcilers(config, caches)
+    reconcilers.workers.start()
+    memo.reconcilers = reconcilers
+
+
+@kopf.on.cleanup()
+async def stop_reconcilers(memo: kopf.Memo, **_: Any) -> None:
+    reconcilers = _reconcilers(memo)
+    if reconcilers is not None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await reconcilers.stop()
+
+
+# ---------------------------------------------------------------- watch events → keys
+@kopf.on.event(API_GROUP, API_VERSION, "nodes", id="queue_machine")
+async def machine_changed(
+    name: str, namespace: str | None, spec: kopf.Spec, memo: kopf.Memo, **_: Any
+) -> None:
+    if (r := _reconcilers(memo)) is not None:
+        r.machine(namespace or "", name)
+        r.count_group(namespace or "", str(spec.get("group") or ""))
+
+
+@kopf.on.event(API_GROUP, API_VERSION, "groups", id="queue_group")
+async def group_changed(
+    name: str, namespace: str | None, meta: kopf.Meta, memo: kopf.Memo, **_: Any
+) -> None:
+    if (r := _reconcilers(memo)) is None:
         return
-    api.patch_status(
-        ctx.namespace, "nodes", ctx.name, changed, ctx.node["metadata"].get("resourceVersion")
-    )
-    if status.get("phase") != new["phase"]:
-        log.info(
-            "machine %s/%s: %s -> %s (%s)",
-            ctx.namespace,
-            ctx.name,
-            status.get("phase"),
-            new["phase"],
-            decision.reason,
-        )
+    r.count_group(namespace or "", name)
+    # Labels, taints and the drift policy of its machines come from the spec; the counts this
+    # operator writes into its status would otherwise send every machine through a pass.
+    if r.group_spec_changed(namespace or "", name, meta.get("generation")):
+        for ns, machine in r.caches.machines_of_group(namespace or "", name):
+            r.machine(ns, machine)
+
+
+@kopf.on.event("batch", "v1", "jobs", labels=OURS, id="queue_job")
+async def job_changed(body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    if (r := _reconcilers(memo)) is not None and (machine := _job_machine(body)):
+        r.machine(namespace or "", machine)
+
+
+@kopf.on.event("", "v1", "nodes", id="queue_core_node")
+async def core_node_changed(name: str, memo: kopf.Memo, **_: Any) -> None:
+    if (r := _reconcilers(memo)) is not None:
+        for ns, machine in r.caches.machines_on(name):
+            r.machine(ns, machine)
+
+
+@kopf.on.event("", "v1", "pods", id="queue_pod")
+async def pod_changed(
+    labels: kopf.Labels, spec: kopf.Spec, namespace: str | None, memo: kopf.Memo, **_: Any
+) -> None:
+    r = _reconcilers(memo)
+    if r is None:
+        return
+    if labels.get(LABEL_MANAGED_BY) == MANAGED_BY and (machine := labels.get(LABEL_NODE)):
+        r.machine(namespace or "", machine)  # an action Job's pod: its result may be in
+    for ns, machine in r.caches.machines_on(str(spec.get("nodeName") or "")):
+        node = r.caches.machine(ns, machine) or {}
+        if (node.get("status") or {}).get("phase") == Phase.DRAINING:
+            r.machine(ns, machine)  # a pod left the draining machine
+
+
+@kopf.on.event("coordination.k8s.io", "v1", "leases", id="queue_lease")
+async def lease_changed(
+    name: str, annotations: kopf.Annotations, memo: kopf.Memo, **_: Any
+) -> None:
+    if not name.startswith(f"{LEASE_PREFIX}.") or (r := _reconcilers(memo)) is None:
+        return
+    # `lightsout.<namespace>.<machine>`; namespaces hold no dots, machine names may.
+    held = annotations.get(ANNOTATION_MACHINE) or name.split(".", 1)[1].replace(".", "/", 1)
+    machine_namespace, _sep, machine = str(held).partition("/")
+    if machine:
+        r.machine(machine_namespace, machine)

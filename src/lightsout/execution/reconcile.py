@@ -1,0 +1,323 @@
+"""One reconcile pass for one machine, from what the watch caches hold about it.
+
+Called by the Node reconciler's workers (`handlers/node.py`), in a worker thread, with a
+`MachineView`: the machine's Lights-Out Node, its Group, its action Jobs and their pods, its
+core Node, its Lease and (while draining) the pods on its core Node, all copied from kopf
+indexes on the event loop before the pass. A pass: `planning.fsm.decide` → write status →
+carry out effects, and returns when the machine wants its next pass (None: only when something
+it watches changes; there is no periodic re-read).
+
+Nothing is kept in memory between passes that the API does not also hold: an operator killed at
+any instant resumes correctly and re-adopts a running Job by its deterministic name. A cache can
+lag behind the API; that costs a retry, never a wrong action: the status write carries the
+`resourceVersion` the pass read (409 → the newer object's watch event brings another pass),
+a Job is looked up live before it is created, and a drain is only declared finished after a
+live list of the core Node's pods agrees with the cache.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightsout.config import OperatorConfig
+from lightsout.execution import actuator, inputs, leases, providerid
+from lightsout.execution.jobs import job_name
+from lightsout.execution.nodeops import pods_to_drain
+from lightsout.execution.results import observe_job
+from lightsout.k8s import api
+from lightsout.planning import fsm
+from lightsout.planning.effects import AcquireLease, Decision, Event, ReleaseLease, SetCondition
+from lightsout.planning.types import DrainStatus, EventType, Phase, PowerState
+
+log = logging.getLogger(__name__)
+
+Obj = Mapping[str, Any]
+#: Seconds before deciding again after a status write lost a race (its watch event usually
+#: comes first).
+CONFLICT_RETRY = 0.5
+#: Seconds before trying again to take a Lease another writer won.
+LEASE_RETRY = 2.0
+#: Seconds before looking again at a machine whose Lease another holder has, when the state
+#: machine named no time (the holder's releasing the Lease also wakes it).
+HELD_ELSEWHERE_RETRY = 30.0
+
+
+@dataclass(frozen=True)
+class MachineView:
+    """What the watch caches hold about one machine at the start of a pass."""
+
+    node: Obj
+    group: Obj | None = None
+    jobs: Sequence[Obj] = ()
+    #: Pods of each action Job, by Job name.
+    job_pods: Mapping[str, Sequence[Obj]] = field(default_factory=dict)
+    core_node: Obj | None = None
+    lease: Obj | None = None
+    #: False when the Lease's namespace is not watched: the pass reads the Lease live.
+    lease_cached: bool = True
+    #: Pods on the core Node (filled while the machine drains).
+    pods_on_node: Sequence[Obj] = ()
+
+
+#: Index ids (kopf handler ids) of the watch caches the reconcilers read; see `handlers/node.py`.
+MACHINES = "lightsout_machines"  # (namespace, name) → Lights-Out Node
+MACHINE_REFS = "lightsout_machine_refs"  # REF_* keys → (namespace, name) of machines
+GROUPS = "lightsout_groups"  # (namespace, name) → Group
+JOBS = "lightsout_jobs"  # (namespace, machine name) → action Job
+JOB_PODS = "lightsout_job_pods"  # (namespace, Job name) → pod of an action Job
+CORE_NODES = "lightsout_core_nodes"  # name → core Node
+LEASES = "lightsout_leases"  # (namespace, name) → Lease named lightsout.*
+NODE_PODS = "lightsout_node_pods"  # core Node name → pod bound to it (what a drain reads)
+CACHES = (MACHINES, MACHINE_REFS, GROUPS, JOBS, JOB_PODS, CORE_NODES, LEASES, NODE_PODS)
+REF_CORE, REF_GROUP = "core", "group"
+
+
+@dataclass(frozen=True)
+class Caches:
+    """Read-only lookups in the watch caches (kopf indexes: key → the objects stored under it).
+
+    Only called on the event loop (kopf changes the indexes there), and every object handed out
+    is the dict the index holds, which kopf replaces on change and never mutates: a pass in a
+    worker thread can read its `MachineView` while the caches move on.
+    """
+
+    indexes: Mapping[str, Mapping[Any, Iterable[Any]]]
+    config: OperatorConfig
+
+    def _all(self, index: str, key: Any) -> list[Any]:
+        return list(self.indexes[index].get(key, ()))
+
+    def _one(self, index: str, key: Any) -> Any:
+        return next(iter(self.indexes[index].get(key, ())), None)
+
+    def machine(self, namespace: str, name: str) -> Obj | None:
+        found: Obj | None = self._one(MACHINES, (namespace, name))
+        return found
+
+    def group(self, namespace: str, name: str) -> Obj | None:
+        found: Obj | None = self._one(GROUPS, (namespace, name))
+        return found
+
+    def machines_of_group(self, namespace: str, group: str) -> list[tuple[str, str]]:
+        return self._all(MACHINE_REFS, (REF_GROUP, namespace, group))
+
+    def machines_on(self, core_name: str) -> list[tuple[str, str]]:
+        return self._all(MACHINE_REFS, (REF_CORE, core_name))
+
+    def view(self, namespace: str, name: str) -> MachineView | None:
+        """Everything one pass over this machine reads, or None when the machine is gone."""
+        node = self.machine(namespace, name)
+        if node is None:
+            return None
+        spec = node.get("spec") or {}
+        group = self.group(namespace, str(spec.get("group") or ""))
+        jobs = self._all(JOBS, (namespace, name))
+        core_name = str(spec.get("kubernetesNodeName") or name)
+        lease_namespace = self.config.lease_namespace or namespace
+        draining = (node.get("status") or {}).get("phase") == Phase.DRAINING
+        return MachineView(
+            node=node,
+            group=group,
+            jobs=jobs,
+            job_pods={
+                job["metadata"]["name"]: self._all(JOB_PODS, (namespace, job["metadata"]["name"]))
+                for job in jobs
+            },
+            core_node=self._one(CORE_NODES, core_name),
+            lease=self._one(LEASES, (lease_namespace, leases.lease_name(namespace, name))),
+            # A Lease namespace of its own is not among the watched ones (it may be outside
+            # what a namespaced operator sees): those passes read the Lease live.
+            lease_cached=self.config.lease_namespace is None,
+            pods_on_node=self._all(NODE_PODS, core_name) if draining else (),
+        )
+
+
+@dataclass
+class Reconciler:
+    """Carries the per-machine drain progress between passes (what a PDB blocked last)."""
+
+    config: OperatorConfig
+    drains: dict[str, DrainStatus] = field(default_factory=dict)
+
+    def forget(self, key: str) -> None:
+        self.drains.pop(key, None)
+
+    def reconcile(self, view: MachineView) -> float | None:
+        """One pass; returns seconds until the next pass if nothing wakes the machine sooner."""
+        node = view.node
+        if node["metadata"].get("deletionTimestamp"):
+            return None
+        group = view.group
+        labels, taints = inputs.wanted_metadata(node, group)
+        ctx = actuator.MachineContext(
+            node=node, group=group, config=self.config, labels=labels, taints=taints
+        )
+        key = f"{ctx.namespace}/{ctx.name}"
+        now = dt.datetime.now(dt.UTC)
+        machine = inputs.machine_state(node, group)
+        observed = [
+            o
+            for job in view.jobs
+            if (o := observe_job(job, view.job_pods.get(job["metadata"]["name"], ()))) is not None
+        ]
+        observed_job = fsm.select_job(observed, machine.operation)
+        core_node = providerid.ensure(view.core_node, node)
+        drain = None
+        if machine.phase == Phase.DRAINING and core_node is not None:
+            last = self.drains.get(key)
+            # The cache may not have seen a pod bound just before the cordon: "drained" (which
+            # powers the machine off) is only believed after a live list agrees.
+            left = len(pods_to_drain(view.pods_on_node)) or actuator.pods_remaining(ctx)
+            drain = DrainStatus(
+                pods_remaining=left,
+                blocked_by=last.blocked_by if last and left else None,
+                blocked_message=last.blocked_message if last and left else "",
+            )
+        if view.lease_cached:
+            lease = leases.lease_state(view.lease, self.config.identity, now)
+        else:
+            lease = actuator.read_lease_state(ctx, now)
+        obs = inputs.observations(
+            job=observed_job,
+            core_node=core_node,
+            labels=labels,
+            taints=taints,
+            drain=drain,
+            lease=lease,
+            power_state=_observed_power(node),
+        )
+        decision = providerid.report(fsm.decide(machine, obs, now), core_node, node)
+        return self.apply(ctx, machine.desired, machine.intent_generation, decision, now)
+
+    def apply(
+        self,
+        ctx: actuator.MachineContext,
+        desired: PowerState,
+        intent_generation: int,
+        decision: Decision,
+        now: dt.datetime,
+    ) -> float | None:
+        """Lease first (stop if lost), then status, then the other effects in order."""
+        if decision.reason == fsm.Reason.LEASE_HELD_ELSEWHERE:
+            # The holder owns this machine's status too: what we read may be stale, and writing
+            # it back would hide an action in flight (the planner would power on a second
+            # machine).
+            return max(decision.requeue_after or HELD_ELSEWHERE_RETRY, 0.2)
+        holding = False
+        if any(isinstance(e, AcquireLease) for e in decision.effects):
+            if not actuator.acquire_lease(ctx, now):
+                return LEASE_RETRY
+            holding = True
+        previous_phase = (ctx.node.get("status") or {}).get("phase")
+        try:
+            write_status(ctx, desired, intent_generation, decision, now)
+        except api.ConflictError:
+            # The Node changed since the cache gave it to this pass (a new intent, another
+            # writer, our own last write not seen yet): decide again from the newer object.
+            return CONFLICT_RETRY
+        if previous_phase != decision.phase and not any(
+            isinstance(e, Event) for e in decision.effects
+        ):
+            # Every phase transition is an event, even when the state machine had nothing to
+            # add.
+            actuator.post_event(
+                ctx,
+                Event(EventType.NORMAL, decision.reason, f"{decision.phase}: {decision.message}"),
+            )
+        key = f"{ctx.namespace}/{ctx.name}"
+        for effect in decision.effects:
+            if isinstance(effect, AcquireLease | SetCondition):
+                continue
+            if isinstance(effect, ReleaseLease):
+                actuator.release_lease(ctx, now)
+                holding = False
+                continue
+            result = actuator.apply_effect(ctx, effect)
+            if result is not None:
+                self.drains[key] = result
+        delay = decision.requeue_after
+        if holding:
+            # Renew well before the Lease expires, so no other operator takes over mid-action.
+            delay = min(delay or float("inf"), ctx.config.lease_seconds / 3)
+        return None if delay is None else max(delay, 0.2)
+
+
+def _observed_power(node: Mapping[str, Any]) -> PowerState:
+    value = (node.get("status") or {}).get("observedPowerState")
+    try:
+        return PowerState(str(value))
+    except ValueError:
+        return PowerState.UNKNOWN
+
+
+def _merge_conditions(
+    current: list[dict[str, Any]], decision: Decision, generation: int, now: dt.datetime
+) -> list[dict[str, Any]]:
+    by_type = {c.get("type"): dict(c) for c in current if isinstance(c, Mapping)}
+    stamp = inputs.format_time(now)
+    for effect in decision.effects:
+        if not isinstance(effect, SetCondition):
+            continue
+        old = by_type.get(str(effect.type))
+        changed = old is None or old.get("status") != str(effect.status)
+        by_type[str(effect.type)] = {
+            "type": str(effect.type),
+            "status": str(effect.status),
+            "reason": effect.reason,
+            "message": effect.message[:1024],
+            "observedGeneration": generation,
+            "lastTransitionTime": stamp
+            if changed or old is None
+            else old.get("lastTransitionTime", stamp),
+        }
+    return [by_type[k] for k in sorted(by_type, key=str)]
+
+
+def write_status(
+    ctx: actuator.MachineContext,
+    desired: PowerState,
+    intent_generation: int,
+    decision: Decision,
+    now: dt.datetime,
+) -> None:
+    status = ctx.node.get("status") or {}
+    generation = int(ctx.node["metadata"].get("generation") or 1)
+    op = decision.operation
+    job = job_name(ctx.name, str(op.action), op.intent_generation, op.attempt) if op else None
+    new: dict[str, Any] = {
+        "phase": str(decision.phase),
+        "phaseSince": inputs.format_time(decision.phase_since or now),
+        "reason": decision.reason,
+        "message": decision.message[:1024],
+        "observedGeneration": generation,
+        "intent": {"desired": str(desired), "generation": intent_generation},
+        "attempts": decision.attempts,
+        "lastOperation": inputs.operation_to_status(op, job),
+        "providerID": providerid.wanted(ctx.node),
+        "conditions": _merge_conditions(
+            list(status.get("conditions") or []), decision, generation, now
+        ),
+        # None removes it (merge patch): the clone is gone.
+        "clone": inputs.clone_to_status(status.get("clone"), op),
+    }
+    if decision.observed_power_state is not None:
+        new["observedPowerState"] = str(decision.observed_power_state)
+    changed = inputs.status_patch(status, new)
+    if not changed:
+        return
+    api.patch_status(
+        ctx.namespace, "nodes", ctx.name, changed, ctx.node["metadata"].get("resourceVersion")
+    )
+    if status.get("phase") != new["phase"]:
+        log.info(
+            "machine %s/%s: %s -> %s (%s)",
+            ctx.namespace,
+            ctx.name,
+            status.get("phase"),
+            new["phase"],
+            decision.reason,
+        )

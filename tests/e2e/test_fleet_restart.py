@@ -1,0 +1,112 @@
+"""A fleet of 200 machines and an operator SIGKILLed while 20 of them are powering on.
+
+The work queue and the watch caches must keep the restart safety of the old design: the
+restarted operator lists everything again, re-adopts each running Job by its name, and no
+machine gets a second power command for its one intent.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from lightsout_lab import Cluster
+from lightsout_lab.kubelet import JOB_PLACEMENT_ENV, KubeletAgent
+from lightsout_lab.machines import MachineSimulator
+from lightsout_lab.operator_process import OperatorProcess
+from lightsout_lab.sushy import POWER_ON, FakeSystem, SushyEmulator
+from tests.e2e.conftest import patch_desired
+from tests.harness import fleet
+from tests.harness.wait import get_json, wait_for
+
+FLEET = 200
+POWERED = 20
+#: Twenty Ansible runs share the machine's cores with everything else.
+PATIENCE = 900
+
+
+@pytest.fixture
+def machines(namespace: str) -> list[fleet.MachineDef]:
+    return [fleet.MachineDef(name=f"f{i:03d}", uuid=str(uuid.uuid4())) for i in range(FLEET)]
+
+
+@pytest.fixture
+def bmc200(machines: list[fleet.MachineDef]) -> Iterator[SushyEmulator]:
+    with SushyEmulator([FakeSystem(uuid=m.uuid, name=m.name) for m in machines]) as emulator:
+        yield emulator
+
+
+def phases(cluster: Cluster, namespace: str) -> dict[str, dict[str, Any]]:
+    items = (get_json(cluster, "lsn", "-n", namespace) or {}).get("items", [])
+    return {i["metadata"]["name"]: i.get("status") or {} for i in items}
+
+
+def test_sigkill_with_twenty_machines_mid_action_sends_one_power_on_each(
+    crds: Cluster,
+    namespace: str,
+    kube_api: client.ApiClient,
+    runner: KubeletAgent,
+    tmp_path: Path,
+    bmc200: SushyEmulator,
+    machines: list[fleet.MachineDef],
+) -> None:
+    powered = machines[:POWERED]
+    group = fleet.group(maxNodes=FLEET)
+    nodes = [fleet.redfish_node(m, bmc200) for m in machines]
+    fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc200), group, *nodes])
+    operator = OperatorProcess(
+        cluster=crds, namespaces=(namespace,), log_dir=tmp_path, extra_env=JOB_PLACEMENT_ENV
+    )
+    sim: MachineSimulator = fleet.simulator(kube_api, bmc200, powered, namespace)
+    operator.start()
+    try:
+        wait_for(
+            lambda: (
+                (s := phases(crds, namespace))
+                and len(s) == FLEET
+                and all(v.get("phase") == "Off" for v in s.values())
+            ),
+            PATIENCE,
+            f"all {FLEET} machines Off",
+        )
+        for machine in powered:
+            patch_desired(crds, namespace, machine.name, "On")
+
+        def all_mid_action() -> bool:
+            status = phases(crds, namespace)
+            return all((status[m.name].get("lastOperation") or {}).get("job") for m in powered)
+
+        wait_for(all_mid_action, PATIENCE, f"a Job for each of the {POWERED} machines")
+        status = phases(crds, namespace)
+        mid_action = [m.name for m in powered if status[m.name].get("phase") == "PoweringOn"]
+        operator.kill()
+        assert len(mid_action) >= POWERED // 2, f"killed too late: {json.dumps(status)[:400]}"
+        operator.start()
+
+        def settled() -> bool:
+            status = phases(crds, namespace)
+            return all(status[m.name].get("phase") == "Ready" for m in powered) and all(
+                status[m.name].get("phase") == "Off" for m in machines[POWERED:]
+            )
+
+        wait_for(settled, PATIENCE, f"{POWERED} machines Ready and {FLEET - POWERED} Off")
+    finally:
+        operator.stop()
+        sim.stop()
+        for machine in powered:
+            crds.kubectl("delete", "node", machine.name, "--ignore-not-found", "--wait=false")
+
+    orders = {m.name: bmc200.count_power_requests(m.uuid, reset_types=POWER_ON) for m in powered}
+    assert orders == {m.name: 1 for m in powered}, "one power-on order per machine and intent"
+    ordered = {r.system for r in bmc200.power_requests()}
+    assert ordered <= {m.uuid for m in powered}, "no machine that stays Off got a power order"
+    jobs = get_json(crds, "jobs", "-n", namespace) or {}
+    attempts = sorted(j["metadata"]["labels"]["lightsout.dev/attempt"] for j in jobs["items"])
+    assert attempts == ["1"] * POWERED, "one Job per machine: each adopted, none retried"
+    assert operator.starts == 2

@@ -1,0 +1,78 @@
+"""What one reconcile pass reads from the watch caches: `Caches.view` picks the machine's own
+objects out of the indexes (plain dicts of key → objects here, as kopf's indexes are)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lightsout.config import OperatorConfig
+from lightsout.execution import reconcile as rc
+
+pytestmark = pytest.mark.unit
+
+
+def machine(name: str, phase: str = "Off", core: str | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "lab", "resourceVersion": "7"},
+        "spec": {"group": "g", "kubernetesNodeName": core or name},
+        "status": {"phase": phase},
+    }
+
+
+def job(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "lab"}}
+
+
+def caches(lease_namespace: str | None = None, phase: str = "Off") -> rc.Caches:
+    indexes: dict[str, dict[Any, list[Any]]] = {
+        rc.MACHINES: {("lab", "a"): [machine("a", phase, core="core-a")], ("lab", "b"): []},
+        rc.MACHINE_REFS: {
+            (rc.REF_CORE, "core-a"): [("lab", "a")],
+            (rc.REF_GROUP, "lab", "g"): [("lab", "a"), ("lab", "b")],
+        },
+        rc.GROUPS: {("lab", "g"): [{"metadata": {"name": "g", "namespace": "lab"}}]},
+        rc.JOBS: {("lab", "a"): [job("lo-a-startup-g1-a1")], ("lab", "b"): [job("lo-b")]},
+        rc.JOB_PODS: {("lab", "lo-a-startup-g1-a1"): [{"metadata": {"name": "pod-1"}}]},
+        rc.CORE_NODES: {"core-a": [{"metadata": {"name": "core-a"}}]},
+        rc.LEASES: {("lab", "lightsout.lab.a"): [{"metadata": {"name": "lightsout.lab.a"}}]},
+        rc.NODE_PODS: {"core-a": [{"metadata": {"name": "web-1"}}]},
+    }
+    config = OperatorConfig(identity="me", lease_namespace=lease_namespace)
+    return rc.Caches(indexes, config)
+
+
+def test_a_view_holds_the_machine_and_only_its_own_objects() -> None:
+    view = caches().view("lab", "a")
+    assert view is not None
+    assert view.node["metadata"]["resourceVersion"] == "7"
+    assert view.group is not None and view.group["metadata"]["name"] == "g"
+    assert [j["metadata"]["name"] for j in view.jobs] == ["lo-a-startup-g1-a1"]
+    assert view.job_pods == {"lo-a-startup-g1-a1": [{"metadata": {"name": "pod-1"}}]}
+    assert view.core_node == {"metadata": {"name": "core-a"}}
+    assert view.lease == {"metadata": {"name": "lightsout.lab.a"}}
+    assert view.lease_cached
+    assert view.pods_on_node == (), "pods are only read while the machine drains"
+
+
+def test_a_draining_machine_sees_the_pods_on_its_core_node() -> None:
+    view = caches(phase="Draining").view("lab", "a")
+    assert view is not None
+    assert [p["metadata"]["name"] for p in view.pods_on_node] == ["web-1"]
+
+
+def test_a_lease_namespace_of_its_own_is_read_live_not_from_the_cache() -> None:
+    view = caches(lease_namespace="leases").view("lab", "a")
+    assert view is not None
+    assert not view.lease_cached
+    assert view.lease is None
+
+
+def test_a_machine_gone_from_the_cache_has_no_view_and_references_resolve() -> None:
+    found = caches()
+    assert found.view("lab", "b") is None
+    assert found.view("lab", "nope") is None
+    assert found.machines_of_group("lab", "g") == [("lab", "a"), ("lab", "b")]
+    assert found.machines_on("core-a") == [("lab", "a")]
+    assert found.machines_on("core-z") == []
