@@ -8,6 +8,7 @@
 | LIGHTSOUT_RUNNER_IMAGE | ghcr.io/lightsout/runner:0.1.0 | image of action Jobs |
 | LIGHTSOUT_JOB_NODE_SELECTOR | (none) | `k=v,k2=v2`: where action Jobs may run (always-on nodes) |
 | LIGHTSOUT_JOB_TOLERATIONS | (none) | `key,key2`: taints (any value/effect) action Jobs tolerate |
+| LIGHTSOUT_JOB_HOST_NETWORK | false | true: every action Job on its node's network (WoL's are) |
 | LIGHTSOUT_JOB_TTL_SECONDS | 3600 | how long finished Jobs are kept for inspection |
 | LIGHTSOUT_JOB_SERVICE_ACCOUNT | `default` | ServiceAccount of action Jobs (never a token) |
 | LIGHTSOUT_NAMESPACE | see below | where the autoscaler's Lease `lightsout-autoscaler` lives |
@@ -58,6 +59,8 @@ class OperatorConfig:
     job_node_selector: Mapping[str, str] = field(default_factory=dict)
     job_tolerations: tuple[str, ...] = ()
     job_ttl_seconds: int = 3600
+    #: Every action Job on the host network (Wake-on-LAN Jobs always are).
+    job_host_network: bool = False
     #: ServiceAccount action Jobs run as; the chart makes one with no rights.
     job_service_account: str | None = None
     #: The operator's own namespace (the autoscaler's leader Lease lives there).
@@ -93,6 +96,7 @@ class OperatorConfig:
                 )
             ),
             job_ttl_seconds=int(env.get("LIGHTSOUT_JOB_TTL_SECONDS", "3600")),
+            job_host_network=_flag(env.get("LIGHTSOUT_JOB_HOST_NETWORK"), default=False),
             job_service_account=env.get("LIGHTSOUT_JOB_SERVICE_ACCOUNT") or None,
             namespace=env.get("LIGHTSOUT_NAMESPACE") or env.get("POD_NAMESPACE") or "default",
             autoscaler_enabled=_flag(env.get("LIGHTSOUT_AUTOSCALER"), default=True),

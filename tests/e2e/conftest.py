@@ -80,6 +80,24 @@ def patch_desired(cluster: Cluster, namespace: str, name: str, desired: str) -> 
     cluster.kubectl("patch", "lsn", name, "-n", namespace, "--type", "merge", "-p", body)
 
 
+def running_job(cluster: Cluster, namespace: str, name: str) -> str | None:
+    """Name of the machine's action Job once its pod is Running (the playbook has started)."""
+    job = (status(cluster, namespace, name).get("lastOperation") or {}).get("job")
+    if not job:
+        return None
+    pods = get_json(cluster, "pods", "-n", namespace, "-l", f"job-name={job}")
+    phases = [p["status"].get("phase") for p in (pods or {}).get("items", [])]
+    return job if "Running" in phases else None
+
+
+def can(crds: Cluster, account: str, *args: str) -> bool:
+    """What the API server's authorizer answers for ServiceAccount `account` (`ns:name`)."""
+    answer = crds.kubectl(
+        "auth", "can-i", *args, f"--as=system:serviceaccount:{account}", check=False
+    )
+    return answer.stdout.strip() == "yes"
+
+
 # ---------------------------------------------------- cluster-autoscaler (externalgrpc) tests
 @pytest.fixture
 def grpc_address() -> str:

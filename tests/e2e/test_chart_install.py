@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from lightsout_lab import Cluster
+from tests.e2e.conftest import can
 from tests.harness.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,13 +52,6 @@ def release(crds: Cluster, namespace: str) -> Iterator[str]:
     finally:
         subprocess.run([*base, "uninstall", home], env=env, check=False, capture_output=True)
         crds.kubectl("delete", "namespace", home, "--wait=false", check=False)
-
-
-def can(crds: Cluster, account: str, *args: str) -> bool:
-    answer = crds.kubectl(
-        "auth", "can-i", *args, f"--as=system:serviceaccount:{account}", check=False
-    )
-    return answer.stdout.strip() == "yes"
 
 
 def test_operator_gets_its_rights_in_watched_namespaces_only(

@@ -13,19 +13,9 @@ from lightsout_lab import Cluster
 from lightsout_lab.kubelet import JOB_PLACEMENT_ENV
 from lightsout_lab.operator_process import OperatorProcess
 from lightsout_lab.sushy import POWER_ON, FakeSystem, SushyEmulator
-from tests.e2e.conftest import PATIENCE, patch_desired, status, wait_phase
+from tests.e2e.conftest import PATIENCE, patch_desired, running_job, wait_phase
 from tests.harness import fleet
 from tests.harness.wait import get_json, wait_for
-
-
-def running_job(cluster: Cluster, namespace: str, name: str) -> str | None:
-    """Name of the machine's action Job once its pod is Running (the playbook has started)."""
-    job = (status(cluster, namespace, name).get("lastOperation") or {}).get("job")
-    if not job:
-        return None
-    pods = get_json(cluster, "pods", "-n", namespace, "-l", f"job-name={job}")
-    phases = [p["status"].get("phase") for p in (pods or {}).get("items", [])]
-    return job if "Running" in phases else None
 
 
 def test_sigkill_mid_action_resumes_and_sends_one_power_on(

@@ -105,7 +105,9 @@ def test_watched_namespaces_bind_the_operator_there_only_and_jobs_get_a_rightles
 
 
 def test_operator_pod_meets_the_restricted_pod_security_standard() -> None:
-    (deployment,) = of_kind(render("jobs.nodeSelector.role=always-on"), "Deployment")
+    (deployment,) = of_kind(
+        render("jobs.nodeSelector.role=always-on", "jobs.hostNetwork=true"), "Deployment"
+    )
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -117,6 +119,8 @@ def test_operator_pod_meets_the_restricted_pod_security_standard() -> None:
         assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["LIGHTSOUT_JOB_NODE_SELECTOR"] == "role=always-on"
+        assert env["LIGHTSOUT_JOB_HOST_NETWORK"] == "true"
+        assert "hostNetwork" not in pod, "the operator's own pod stays off the host network"
     assert deployment["spec"]["replicas"] >= 2
 
 

@@ -2,7 +2,8 @@
 # Debian packages the tests use: OpenIPMI's simulator and ipmitool (IPMI emulator), sshd (the
 # WoL + SSH driver's peer), dnsmasq (PXE/TFTP), openssl (test certificates), iproute2.
 # With arguments, other groups instead: `images` (mmdebstrap, buildah: tools/images/build.sh),
-# `node` (containerd, runc, the CNI plugins and gcc for the lab's real node, realnode.py).
+# `node` (containerd, runc, the CNI plugins, iptables and gcc for the lab's real node,
+# realnode.py).
 # Skips apt entirely when everything is already there.
 set -euo pipefail
 need=()
@@ -24,6 +25,8 @@ for group in "${@:-tests}"; do
       command -v containerd >/dev/null || need+=(containerd)
       command -v runc >/dev/null || need+=(runc)
       [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+      # One DNAT rule stands in for kube-proxy's `kubernetes` Service.
+      command -v iptables >/dev/null || [ -x /usr/sbin/iptables ] || need+=(iptables)
       # The pause image is a C program linked statically (gcc -static needs libc.a).
       command -v gcc >/dev/null || need+=(gcc)
       [ -n "$(find /usr/lib -name libc.a -print -quit 2>/dev/null)" ] || need+=(libc6-dev)

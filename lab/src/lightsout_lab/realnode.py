@@ -14,6 +14,12 @@ What worked on this machine, and its traps, is recorded in ../shared/research/re
   Ready. The Node is labelled and tainted `lightsout.dev/runner=real`: only pods that select
   it land there (``PLACEMENT``/``PLACEMENT_ENV``), never the stand-in's or kwok's.
   ``stop()`` ends the kubelet, the containers, containerd and their mounts.
+
+Pods off the host network sit on a bridge whose host side is their gateway. What kube-proxy
+would do for them, for the one Service in-cluster clients need, is done here by one DNAT rule:
+the `kubernetes` Service's address and port, arriving from the bridge, go to the API server on
+127.0.0.1 (allowed by the bridge's ``route_localnet``). That is how the operator's pod reaches
+the API server with in-cluster config, as in any cluster.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import ipaddress
 import json
 import os
 import shutil
@@ -34,7 +41,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from lightsout_lab.binaries import find_binaries, repo_root
-from lightsout_lab.cluster import Cluster
+from lightsout_lab.cluster import SERVICE_CIDR, Cluster
 from lightsout_lab.process import free_port, read_log, spawn, terminate
 
 RUNNER_LABEL = "lightsout.dev/runner"
@@ -51,6 +58,10 @@ PLACEMENT_ENV = {
 }
 PAUSE_IMAGE = "localhost/lightsout/pause:1"
 CNI_BIN_DIR = Path("/usr/lib/cni")
+BRIDGE = "lightsout0"
+POD_SUBNET = "10.244.250.0/24"
+#: The `kubernetes` Service: the first address of the service range, port 443.
+API_SERVICE = (str(ipaddress.ip_network(SERVICE_CIDR)[1]), 443)
 K8S_NAMESPACE = "k8s.io"  # containerd's namespace for the CRI plugin
 
 # Sleeps until told to stop and reaps the children a shared PID namespace hands it.
@@ -131,6 +142,7 @@ class RealNode:
         self.logs.mkdir(parents=True, exist_ok=True)
         try:
             self._start_containerd(timeout)
+            self._route_api_service(add=True)
             self.import_images([self._pause_archive(), *self.images])
             started = time.monotonic()
             self._spawn("kubelet", [str(kubelet), *self._kubelet_args()])
@@ -150,6 +162,7 @@ class RealNode:
             self._remove_containers()
         terminate(self._procs.pop("containerd", None))
         self._kill_shims()
+        self._route_api_service(add=False)
         _unmount_under(self.directory)
         shutil.rmtree(self.directory / "containerd", ignore_errors=True)
         if kubelet is not None:
@@ -274,6 +287,32 @@ state = "{d / "containerd" / "state"}"
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(entry.name), signal.SIGKILL)
 
+    # ------------------------------------------------------------------ network
+    def _route_api_service(self, *, add: bool) -> None:
+        """Add (or remove) the DNAT rule that makes the `kubernetes` Service reach the API
+        server from pods on the bridge (kube-proxy's job, for this one Service)."""
+        if add:
+            # The bridge plugin adopts an existing bridge; made first so that its
+            # route_localnet can be set before any pod talks.
+            subprocess.run(
+                ["ip", "link", "add", BRIDGE, "type", "bridge"], capture_output=True, check=False
+            )
+            Path(f"/proc/sys/net/ipv4/conf/{BRIDGE}/route_localnet").write_text("1\n")
+        host, port = API_SERVICE
+        rule = [
+            "PREROUTING", "-i", BRIDGE, "-d", f"{host}/32", "-p", "tcp", "--dport", str(port),
+            "-m", "comment", "--comment", f"lightsout real node {self.directory}",
+            "-j", "DNAT", "--to-destination", f"127.0.0.1:{self.cluster.ports['apiserver']}",
+        ]  # fmt: skip
+        proc = subprocess.run(
+            ["iptables", "-t", "nat", "-A" if add else "-D", *rule],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if add and proc.returncode != 0:
+            raise RealNodeError(f"iptables: {proc.stderr.strip()}")
+
     # ------------------------------------------------------------------ kubelet
     def _kubelet_args(self) -> list[str]:
         config = self.directory / "kubelet.json"
@@ -384,20 +423,21 @@ def write_docker_archive(
 
 
 def _cni_config() -> dict[str, Any]:
-    """A bridge for pods without hostNetwork; no gateway and no masquerade: they reach nothing
-    outside the node (action Jobs that talk to loopback emulators use hostNetwork)."""
+    """A bridge for pods without hostNetwork. Its host side is their gateway (the kubelet probes
+    them, they reach the API server through it); no masquerade: they reach nothing outside the
+    node (action Jobs that talk to loopback emulators use hostNetwork)."""
     return {
         "cniVersion": "1.0.0",
         "name": "lightsout",
         "plugins": [
             {
                 "type": "bridge",
-                "bridge": "lightsout0",
-                "isGateway": False,
+                "bridge": BRIDGE,
+                "isGateway": True,
                 "ipMasq": False,
                 "ipam": {
                     "type": "host-local",
-                    "ranges": [[{"subnet": "10.244.250.0/24"}]],
+                    "ranges": [[{"subnet": POD_SUBNET}]],
                 },
             },
             {"type": "loopback"},

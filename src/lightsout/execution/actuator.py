@@ -150,7 +150,8 @@ def job_request(ctx: MachineContext, effect: StartJob | DeleteJob) -> JobRequest
         service_account_name=ctx.config.job_service_account,
         node_selector=dict(ctx.config.job_node_selector),
         tolerations=tuple({"key": key, "operator": "Exists"} for key in ctx.config.job_tolerations),
-        host_network="wol" in (spec.get("driver") or {}),
+        # A magic packet is a broadcast on the node's own network.
+        host_network=ctx.config.job_host_network or "wol" in (spec.get("driver") or {}),
     )
 
 

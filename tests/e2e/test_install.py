@@ -1,0 +1,255 @@
+"""Installed the way README says: its install block, run as it stands, on the real node.
+
+README's "Installing (Helm)" block (images loaded into containerd with `ctr`, the namespace
+labelled for the restricted Pod Security Standard, `helm install` from the chart directory) runs
+in bash against the local control plane, `homelab` replaced by the test's namespace. The node is
+lightsout_lab.realnode (the kubelet built with the control plane, containerd, runc): the
+operator runs as the chart's Deployment from the operator image, with in-cluster config and its
+ServiceAccount's token only, and powers a Redfish machine of sushy-tools On and Off with Jobs in
+the runner image. Both operator pods are deleted while the startup Job runs; the Deployment's
+new pods follow that Job to its end. One install, one On/Off cycle: the real node is costly.
+
+The authorizer's answers for the chart's accounts are proven in test_chart_install.py; here they
+are asked only for the accounts the pods actually ran as.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lightsout.execution.results import parse_job_outcome
+from lightsout.planning.types import JobPhase, PowerState
+from lightsout_lab import Cluster
+from lightsout_lab.binaries import find_binaries
+from lightsout_lab.machines import MachineSimulator
+from lightsout_lab.realnode import ImageArchive, RealNode, build_images
+from lightsout_lab.sushy import POWER_ON, SushyEmulator
+from tests.e2e.conftest import PATIENCE, can, patch_desired, running_job, wait_phase
+from tests.harness import fleet
+from tests.harness.wait import get_json, wait_for
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+#: The release and its namespace, as README names them.
+RELEASE = "lightsout"
+HOME = "lightsout-system"
+SELECTOR = f"app.kubernetes.io/instance={RELEASE}"
+#: Where a projected ServiceAccount token would be mounted.
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def readme_install_block() -> str:
+    """The first bash block of README's "Installing (Helm)" section."""
+    section = README.read_text().split("\n## Installing (Helm)\n", 1)[1]
+    return section.split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.fixture(scope="module")
+def images() -> dict[str, ImageArchive]:
+    return build_images()
+
+
+@pytest.fixture(scope="module")
+def real_node(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
+    """The real node with nothing but its pause image: README's commands load the others."""
+    started = time.monotonic()
+    node = RealNode(cluster=cluster, directory=tmp_path_factory.mktemp("real-node")).start()
+    print(
+        f"\nreal node: started in {time.monotonic() - started:.1f}s, "
+        f"Node Ready {node.ready_seconds:.1f}s after the kubelet started"
+    )
+    yield node
+    node.stop()
+
+
+@pytest.fixture
+def uninstall(crds: Cluster) -> Iterator[None]:
+    """Whatever README's block made is removed afterwards."""
+    yield
+    subprocess.run(
+        [helm(), "--kubeconfig", str(crds.kubeconfig), "uninstall", RELEASE, "-n", HOME],
+        capture_output=True,
+        check=False,
+    )
+    crds.kubectl("delete", "namespace", HOME, "--wait=false", check=False)
+
+
+def helm() -> str:
+    """Helm built from Go modules (instant when cached); its path."""
+    build = subprocess.run(
+        ["bash", str(ROOT / "tools" / "helm" / "build.sh")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return build.stdout.split()[-1]
+
+
+def run_readme(
+    cluster: Cluster, node: RealNode, namespace: str
+) -> subprocess.CompletedProcess[str]:
+    """README's block in bash, from the checkout, with this cluster's kubectl and helm on PATH
+    and the real node's containerd as `ctr`'s default."""
+    tools = f"{Path(helm()).parent}:{find_binaries()}:{os.environ['PATH']}"
+    env = {
+        **os.environ,
+        "PATH": tools,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "CONTAINERD_ADDRESS": str(node.socket),
+    }
+    script = readme_install_block().replace("homelab", namespace)
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def operator_pods(cluster: Cluster) -> list[dict[str, Any]]:
+    pods: list[dict[str, Any]] = get_json(cluster, "pods", "-n", HOME, "-l", SELECTOR)["items"]
+    return pods
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def replaced(cluster: Cluster, old: set[str]) -> list[dict[str, Any]] | None:
+    """The operator's pods once there are two again, both new and Ready."""
+    pods = operator_pods(cluster)
+    fresh = [p for p in pods if ready(p) and p["metadata"]["name"] not in old]
+    return pods if len(pods) == len(fresh) == 2 else None
+
+
+def check_operator_pod(pod: dict[str, Any], node: RealNode, image: str) -> None:
+    """A Ready container of the operator image on the real node, whose only credential is the
+    chart's ServiceAccount token (no kubeconfig, no other Secret)."""
+    spec = pod["spec"]
+    assert ready(pod), pod["status"]
+    assert spec["nodeName"] == node.node_name
+    assert spec["serviceAccountName"] == RELEASE
+    assert not spec.get("hostNetwork")
+    (status,) = pod["status"]["containerStatuses"]
+    assert status["image"] == image
+    assert status["containerID"].startswith("containerd://")
+    (container,) = spec["containers"]
+    assert "KUBECONFIG" not in {e["name"] for e in container.get("env", [])}
+    assert not [v for v in spec["volumes"] if "secret" in v]
+    (projected,) = [v for v in spec["volumes"] if "projected" in v]
+    sources = projected["projected"]["sources"]
+    assert any("serviceAccountToken" in s for s in sources)
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts[TOKEN_PATH] == projected["name"]
+
+
+def check_action_pod(
+    cluster: Cluster, namespace: str, job_name: str, node: RealNode, image: str
+) -> PowerState | None:
+    """The Job's one pod ran the runner image on the real node, locked down and token-less;
+    returns the power state its termination message reports."""
+    job = get_json(cluster, "job", job_name, "-n", namespace)
+    (pod,) = get_json(cluster, "pods", "-n", namespace, "-l", f"job-name={job_name}")["items"]
+    spec = pod["spec"]
+    assert spec["nodeName"] == node.node_name
+    assert spec["hostNetwork"] is True  # jobs.hostNetwork: sushy-tools is on 127.0.0.1
+    assert spec["serviceAccountName"] == f"{RELEASE}-runner"
+    assert spec["automountServiceAccountToken"] is False
+    assert not [v for v in spec["volumes"] if "projected" in v]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    (container,) = spec["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert TOKEN_PATH not in {m["mountPath"] for m in container["volumeMounts"]}
+    (status,) = pod["status"]["containerStatuses"]
+    assert status["image"] == image
+    assert status["containerID"].startswith("containerd://")
+    assert status["state"]["terminated"]["message"], "the result is in the termination message"
+    outcome = parse_job_outcome(job, [pod])
+    assert outcome.state is JobPhase.SUCCEEDED, outcome
+    return outcome.power_state
+
+
+def test_readme_install_runs_the_operator_in_cluster_and_powers_a_machine_on_and_off(
+    crds: Cluster,
+    namespace: str,
+    real_node: RealNode,
+    images: dict[str, ImageArchive],
+    bmc: SushyEmulator,
+    machine: fleet.MachineDef,
+    sim: MachineSimulator,
+    uninstall: None,
+) -> None:
+    started = time.monotonic()
+    fleet.apply(
+        crds, namespace, [*fleet.bmc_secrets(bmc), fleet.group(), fleet.redfish_node(machine, bmc)]
+    )
+    installed = run_readme(crds, real_node, namespace)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    install_seconds = time.monotonic() - started
+    assert set(real_node.image_refs()) >= {i.tag for i in images.values()}
+    first = operator_pods(crds)
+    assert len(first) == 2
+    for pod in first:
+        check_operator_pod(pod, real_node, images["operator"].tag)
+    # The operator, in the cluster, has found the machine.
+    wait_phase(crds, namespace, machine.name, "Off")
+
+    # --- On, with every operator pod deleted while the startup Job runs.
+    patch_desired(crds, namespace, machine.name, "On")
+    job = wait_for(lambda: running_job(crds, namespace, machine.name), PATIENCE, "a running Job")
+    crds.kubectl("delete", "pod", "-n", HOME, "-l", SELECTOR, timeout=180)
+    still_running = (get_json(crds, "job", job, "-n", namespace)["status"].get("active") or 0) > 0
+    old = {p["metadata"]["name"] for p in first}
+    replacements = wait_for(
+        lambda: replaced(crds, old), PATIENCE, "the Deployment's two new operator pods to be Ready"
+    )
+    for pod in replacements:
+        check_operator_pod(pod, real_node, images["operator"].tag)
+    on = wait_phase(crds, namespace, machine.name, "Ready")
+    assert on["lastOperation"]["job"] == job, "the new pods followed the same Job"
+    jobs = get_json(crds, "jobs", "-n", namespace, "-l", f"lightsout.dev/node={machine.name}")
+    assert [j["metadata"]["name"] for j in jobs["items"]] == [job]
+    assert check_action_pod(crds, namespace, job, real_node, images["runner"].tag) is (
+        PowerState.ON
+    )
+    assert bmc.count_power_requests(machine.uuid, reset_types=POWER_ON) == 1
+    assert bmc.power_state(machine.uuid) == "On"
+
+    # --- Off.
+    patch_desired(crds, namespace, machine.name, "Off")
+    off = wait_phase(crds, namespace, machine.name, "Off")
+    assert (off["lastOperation"]["action"], off["lastOperation"]["result"]) == (
+        "shutdown",
+        "Succeeded",
+    )
+    shutdown = off["lastOperation"]["job"]
+    assert check_action_pod(crds, namespace, shutdown, real_node, images["runner"].tag) is (
+        PowerState.OFF
+    )
+    assert bmc.power_state(machine.uuid) == "Off"
+    assert bmc.count_power_requests(machine.uuid, reset_types=POWER_ON) == 1
+
+    # The accounts the pods ran as: the operator's reads no Secret, the Jobs' lists nothing.
+    operator = f"{HOME}:{RELEASE}"
+    assert not can(crds, operator, "get", "secrets", "-n", namespace)
+    assert not can(crds, operator, "list", "secrets", "--all-namespaces")
+    assert not can(crds, f"{namespace}:{RELEASE}-runner", "list", "pods", "-n", namespace)
+    print(
+        f"\nREADME install: operator pods Ready {install_seconds:.1f}s after it began; "
+        f"startup Job {job} still running when the old operator pods were gone: "
+        f"{still_running}; On/Off cycle done {time.monotonic() - started:.1f}s after install "
+        "began; power-on orders seen by the BMC: 1"
+    )
