@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from lightsout_lab import Cluster
+from lightsout_lab.binaries import find_helm
 from tests.e2e.conftest import can
 from tests.harness.wait import wait_for
 
@@ -30,12 +31,7 @@ def release(crds: Cluster, namespace: str) -> Iterator[str]:
     home = f"lo-{uuid.uuid4().hex[:6]}"
     crds.kubectl("create", "namespace", home)
     crds.kubectl("label", "namespace", home, "pod-security.kubernetes.io/enforce=restricted")
-    helm = subprocess.run(
-        ["bash", str(ROOT / "tools" / "helm" / "build.sh")],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()[-1]
+    helm = str(find_helm())
     env = crds.env()
     base = [helm, "--kubeconfig", str(crds.kubeconfig), "--namespace", home]
     watch = f"watchNamespaces={{{namespace}}}"

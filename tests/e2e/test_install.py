@@ -27,7 +27,7 @@ import pytest
 from lightsout.execution.results import parse_job_outcome
 from lightsout.planning.types import JobPhase, PowerState
 from lightsout_lab import Cluster
-from lightsout_lab.binaries import find_binaries
+from lightsout_lab.binaries import find_binaries, find_helm
 from lightsout_lab.machines import MachineSimulator
 from lightsout_lab.realnode import ImageArchive, RealNode, build_images
 from lightsout_lab.sushy import POWER_ON, SushyEmulator
@@ -76,22 +76,11 @@ def uninstall(crds: Cluster) -> Iterator[None]:
     """Whatever README's block made is removed afterwards."""
     yield
     subprocess.run(
-        [helm(), "--kubeconfig", str(crds.kubeconfig), "uninstall", RELEASE, "-n", HOME],
+        [str(find_helm()), "--kubeconfig", str(crds.kubeconfig), "uninstall", RELEASE, "-n", HOME],
         capture_output=True,
         check=False,
     )
     crds.kubectl("delete", "namespace", HOME, "--wait=false", check=False)
-
-
-def helm() -> str:
-    """Helm built from Go modules (instant when cached); its path."""
-    build = subprocess.run(
-        ["bash", str(ROOT / "tools" / "helm" / "build.sh")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return build.stdout.split()[-1]
 
 
 def run_readme(
@@ -99,7 +88,7 @@ def run_readme(
 ) -> subprocess.CompletedProcess[str]:
     """README's block in bash, from the checkout, with this cluster's kubectl and helm on PATH
     and the real node's containerd as `ctr`'s default."""
-    tools = f"{Path(helm()).parent}:{find_binaries()}:{os.environ['PATH']}"
+    tools = f"{find_helm().parent}:{find_binaries()}:{os.environ['PATH']}"
     env = {
         **os.environ,
         "PATH": tools,

@@ -5,7 +5,6 @@ its pods meet the restricted Pod Security Standard. Helm is built from Go module
 
 from __future__ import annotations
 
-import functools
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from lightsout_lab.binaries import find_helm
 from tests.harness.permissions import used
 
 pytestmark = pytest.mark.unit
@@ -24,15 +24,8 @@ RBAC_KINDS = ("ClusterRole", "Role")
 KUBE_VERSION = "1.34.9"
 
 
-@functools.cache
 def helm() -> str:
-    built = subprocess.run(
-        ["bash", str(ROOT / "tools" / "helm" / "build.sh")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return built.stdout.strip().splitlines()[-1]
+    return str(find_helm())
 
 
 def render(*sets: str) -> list[dict[str, Any]]:

@@ -44,3 +44,13 @@ def find_binaries() -> Path:
     if missing:
         raise BinariesMissingError(f"{directory} lacks {', '.join(missing)}")
     return directory
+
+
+@functools.cache
+def find_helm() -> Path:
+    """Helm built from Go modules by `tools/helm/build.sh` (a warm run only prints its path)."""
+    script = repo_root() / "tools" / "helm" / "build.sh"
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise BinariesMissingError(f"building Helm failed:\n{proc.stderr[-4000:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
