@@ -84,9 +84,15 @@ def create_pki(directory: Path) -> Pki:
     )
     ca_key = _key()
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "lightsout-dev-ca")])
+    # Key identifiers: Python 3.13's default verification (VERIFY_X509_STRICT, as in the
+    # operator's image) refuses a chain without them ("Missing Authority Key Identifier").
+    ca_key_id = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
+    issuer_key_id = x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_key_id)
     ca_cert = (
         _builder(ca_name, ca_name, ca_key.public_key())
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(ca_key_id, critical=False)
+        .add_extension(issuer_key_id, critical=False)
         .add_extension(
             x509.KeyUsage(
                 digital_signature=True,
@@ -119,6 +125,7 @@ def create_pki(directory: Path) -> Pki:
             serving_key.public_key(),
         )
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(issuer_key_id, critical=False)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
@@ -138,6 +145,7 @@ def create_pki(directory: Path) -> Pki:
             admin_key.public_key(),
         )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(issuer_key_id, critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     _write_key(pki.admin_key, admin_key)

@@ -438,6 +438,8 @@ def _cni_config() -> dict[str, Any]:
                 "ipam": {
                     "type": "host-local",
                     "ranges": [[{"subnet": POD_SUBNET}]],
+                    # Only the Service range goes to the gateway (no default route).
+                    "routes": [{"dst": SERVICE_CIDR}],
                 },
             },
             {"type": "loopback"},
