@@ -110,6 +110,8 @@ def test_operator_pod_meets_the_restricted_pod_security_standard() -> None:
         assert context["capabilities"]["drop"] == ["ALL"]
         assert context["readOnlyRootFilesystem"] is True
         assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["startupProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["livenessProbe"]["timeoutSeconds"] >= 5, "a busy event loop is alive"
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["LIGHTSOUT_JOB_NODE_SELECTOR"] == "role=always-on"
         assert env["LIGHTSOUT_JOB_HOST_NETWORK"] == "true"

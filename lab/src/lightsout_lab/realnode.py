@@ -142,6 +142,7 @@ class RealNode:
         self.logs.mkdir(parents=True, exist_ok=True)
         try:
             self._start_containerd(timeout)
+            _weigh_containers_as_a_node()
             self._route_api_service(add=True)
             self.import_images([self._pause_archive(), *self.images])
             started = time.monotonic()
@@ -445,6 +446,17 @@ def _cni_config() -> dict[str, Any]:
             {"type": "loopback"},
         ],
     }
+
+
+def _weigh_containers_as_a_node() -> None:
+    """Give containerd's parent cgroup of containers the CPU weight a kubelet gives its pods'
+    cgroup (1024 shares per CPU). Without QoS cgroups (cgroup v1 here) the containers sit under
+    `/k8s.io` with the weight of one host process; on a busy shared machine that starves the
+    operator's pods until their probes kill them."""
+    group = Path("/sys/fs/cgroup/cpu") / K8S_NAMESPACE
+    with contextlib.suppress(OSError):
+        group.mkdir(exist_ok=True)
+        (group / "cpu.shares").write_text(f"{1024 * (os.cpu_count() or 1)}\n")
 
 
 def _unmount_under(directory: Path) -> None:
