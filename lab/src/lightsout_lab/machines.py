@@ -5,7 +5,9 @@ Ready; when it powers off the heartbeats stop. Here each machine's power state i
 emulator's own API (a callable per machine: sushy-tools, ipmi_sim, fakepve…, or `tcp_probe` for
 a Wake-on-LAN machine, which has no API and is "on" while a port answers), and after a boot
 delay the simulator registers the matching core Node with its capacity, labels and providerID,
-annotated so that kwok keeps it Ready and runs its pods. When the machine goes off, the Node is
+annotated so that kwok keeps it Ready and runs its pods (a Node that exists already, as
+Lights-Out creates it before power-on, keeps its labels and taints, as with a real kubelet).
+When the machine goes off, the Node is
 deleted (as a node that stopped heartbeating would later be removed). Used by the end-to-end
 tests and by `lightsout-lab demo`.
 """
@@ -55,6 +57,7 @@ class SimMachine:
     capacity: Mapping[str, str] = field(
         default_factory=lambda: {"cpu": "4", "memory": "8Gi", "pods": "110"}
     )
+    #: Its kubelet's own labels (--node-labels): only on a Node it creates itself.
     labels: Mapping[str, str] = field(default_factory=dict)
     boot_seconds: float = 2.0
     on_since: float | None = None
@@ -132,6 +135,19 @@ class MachineSimulator:
         except ApiException as exc:
             if exc.status != 409:
                 raise
+            # The Node exists (Lights-Out creates it, tainted, before power-on): like a real
+            # kubelet, keep its labels and taints and set only the default labels (kubelet
+            # `tryRegisterWithAPIServer`: hostname, os, arch...), never its own `labels`
+            # (--node-labels) nor taints; the annotation hands the Node to kwok.
+            core.patch_node(
+                machine.node_name,
+                {
+                    "metadata": {
+                        "labels": {"kubernetes.io/hostname": machine.node_name},
+                        "annotations": {KWOK_ANNOTATION: "fake"},
+                    }
+                },
+            )
         core.patch_node_status(
             machine.node_name,
             {
