@@ -6,7 +6,8 @@ emulator's own API (a callable per machine: sushy-tools, ipmi_sim, fakepve…, o
 a Wake-on-LAN machine, which has no API and is "on" while a port answers), and after a boot
 delay the simulator registers the matching core Node with its capacity, labels and providerID,
 annotated so that kwok keeps it Ready and runs its pods (a Node that exists already, as
-Lights-Out creates it before power-on, keeps its labels and taints, as with a real kubelet).
+Lights-Out creates it before power-on, keeps its labels, taints and providerID, as with a real
+kubelet).
 When the machine goes off, the Node is
 deleted (as a node that stopped heartbeating would later be removed). Used by the end-to-end
 tests and by `lightsout-lab demo`.
@@ -135,19 +136,7 @@ class MachineSimulator:
         except ApiException as exc:
             if exc.status != 409:
                 raise
-            # The Node exists (Lights-Out creates it, tainted, before power-on): like a real
-            # kubelet, keep its labels and taints and set only the default labels (kubelet
-            # `tryRegisterWithAPIServer`: hostname, os, arch...), never its own `labels`
-            # (--node-labels) nor taints; the annotation hands the Node to kwok.
-            core.patch_node(
-                machine.node_name,
-                {
-                    "metadata": {
-                        "labels": {"kubernetes.io/hostname": machine.node_name},
-                        "annotations": {KWOK_ANNOTATION: "fake"},
-                    }
-                },
-            )
+            self._adopt(machine, body)
         core.patch_node_status(
             machine.node_name,
             {
@@ -172,6 +161,33 @@ class MachineSimulator:
         machine.registered = True
         machine.registrations += 1
         log.info("machine %s booted and registered", machine.node_name)
+
+    def _adopt(self, machine: SimMachine, body: dict[str, Any]) -> None:
+        """The Node exists (Lights-Out creates it, tainted, before power-on): like a real
+        kubelet, keep its labels, taints and providerID and set only the default labels
+        (kubelet `tryRegisterWithAPIServer`: hostname, os, arch...), never its own `labels`
+        (--node-labels). kwok (v0.7) only takes over a Node created with its annotation, so
+        the Node is created again, the same but for that annotation (and, in between, absent:
+        nothing can be scheduled on it)."""
+        core = client.CoreV1Api(self.api)
+        existing = self.api.sanitize_for_serialization(core.read_node(machine.node_name))
+        meta, spec = existing["metadata"], existing.get("spec") or {}
+        if (meta.get("annotations") or {}).get(KWOK_ANNOTATION):
+            return
+        kept = {k: spec[k] for k in ("taints", "providerID", "unschedulable") if k in spec}
+        body["metadata"]["labels"] = {
+            **(meta.get("labels") or {}),
+            "kubernetes.io/hostname": machine.node_name,
+        }
+        body["metadata"]["annotations"] = {
+            **(meta.get("annotations") or {}),
+            **body["metadata"]["annotations"],
+        }
+        body["spec"] = {**body["spec"], **kept}
+        core.delete_node(
+            machine.node_name, body=client.V1DeleteOptions(preconditions={"uid": meta["uid"]})
+        )
+        core.create_node(body)
 
     def _unregister(self, machine: SimMachine) -> None:
         try:
