@@ -113,9 +113,7 @@ def _pod(name: str, host: str, tolerations: list[dict[str, str]]) -> dict[str, A
             "hostNetwork": True,
             "automountServiceAccountToken": False,
             "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {"name": "pause", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}
-            ],
+            "containers": [{"name": "pause", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}],
         },
     }
 
@@ -188,9 +186,11 @@ def test_node_is_never_schedulable_before_its_labels_and_taints(
         print(f"\nmachine's kubelet Ready {kubelet.ready_seconds:.1f}s after it started")
         wait_phase(crds, namespace, machine.name, "Ready")
         node = wait_for(
-            lambda: (n := get_json(crds, "node", machine.name))
-            and not any(t["key"] == STARTUP_TAINT_KEY for t in _taints(n))
-            and n,
+            lambda: (
+                (n := get_json(crds, "node", machine.name))
+                and not any(t["key"] == STARTUP_TAINT_KEY for t in _taints(n))
+                and n
+            ),
             120,
             "the startup taint to be removed",
         )
@@ -199,9 +199,11 @@ def test_node_is_never_schedulable_before_its_labels_and_taints(
         welcome = _pod("welcome", machine.name, [{**GROUP_TAINT, "operator": "Equal"}])
         crds.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(welcome))
         running = wait_for(
-            lambda: (p := get_json(crds, "pod", "welcome", "-n", namespace))
-            and p["status"].get("phase") == "Running"
-            and p,
+            lambda: (
+                (p := get_json(crds, "pod", "welcome", "-n", namespace))
+                and p["status"].get("phase") == "Running"
+                and p
+            ),
             180,
             "the tolerating pod to run on the machine",
         )
@@ -248,9 +250,10 @@ def test_node_is_never_schedulable_before_its_labels_and_taints(
     for expected in ("CoreNodeCreated", "PowerOnRequested", "StartupTaintRemoved"):
         assert expected in reasons, reasons
     print(
-        f"Node seen {len(seen)} times before the check; the kubelet's registration was "
-        f"{len(seen) - len(registered)} event(s) after creation; pod 'pinned' seen "
-        f"{len(pod_watch.objects())} times, never bound; 'welcome' Running on {machine.name}"
+        f"Node watch: {len(seen)} events, the first {len(seen) - len(registered)} before the "
+        f"kubelet registered, {len(untainted)} without the startup taint (all Ready); pod "
+        f"'pinned' never bound ({len(pod_watch.objects())} watch event(s)); 'welcome' Running "
+        f"on {machine.name}"
     )
 
 
@@ -291,10 +294,12 @@ def refuse_node(crds: Cluster, machine: fleet.MachineDef) -> Iterator[str]:
     probe = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": machine.name}}
     # The policy takes a moment to be in force: a server-side dry run goes through admission.
     wait_for(
-        lambda: crds.kubectl(
-            "create", "--dry-run=server", "-f", "-", input=json.dumps(probe), check=False
-        ).returncode
-        != 0,
+        lambda: (
+            crds.kubectl(
+                "create", "--dry-run=server", "-f", "-", input=json.dumps(probe), check=False
+            ).returncode
+            != 0
+        ),
         60,
         "the admission policy to refuse the Node",
     )

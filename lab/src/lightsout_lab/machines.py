@@ -162,7 +162,7 @@ class MachineSimulator:
         machine.registrations += 1
         log.info("machine %s booted and registered", machine.node_name)
 
-    def _adopt(self, machine: SimMachine, body: dict[str, Any]) -> None:
+    def _adopt(self, machine: SimMachine, body: Any) -> None:
         """The Node exists (Lights-Out creates it, tainted, before power-on): like a real
         kubelet, keep its labels, taints and providerID and set only the default labels
         (kubelet `tryRegisterWithAPIServer`: hostname, os, arch...), never its own `labels`
