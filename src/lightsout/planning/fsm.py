@@ -443,7 +443,7 @@ def _booting(m: MachineState, obs: Observations, now: datetime) -> Decision:
         since = m.phase_since or now
     remaining = (since + timedelta(seconds=m.boot_timeout_seconds) - now).total_seconds()
     if remaining > 0:
-        detail = "registered but not Ready" if obs.node_exists else "not registered yet"
+        detail = "exists, not Ready yet" if obs.node_exists else "not registered yet"
         reason = Reason.NODE_NOT_READY if obs.node_exists else Reason.WAITING_FOR_NODE
         message = f"waiting for core Node {node} ({detail}); boot timeout in {int(remaining)}s"
         effects: tuple[Effect, ...] = (
