@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,31 +185,34 @@ def cordon(ctx: MachineContext, unschedulable: bool) -> None:
 NODE_PATCH_TRIES = 3
 
 
-def apply_metadata(ctx: MachineContext) -> None:
-    """The wanted labels and taints on the core Node, the startup taint removed (an event)."""
+def _on_fresh_node(ctx: MachineContext, step: Callable[[Obj | None], None]) -> None:
+    """Run `step` on a fresh read of the core Node, again when it loses a race (409: the Node
+    changed since the read, or was created meanwhile), at most NODE_PATCH_TRIES times."""
     for _ in range(NODE_PATCH_TRIES):
-        node = api.get_node(ctx.core_name)
-        if node is None:
-            return
-        patch = metadata_patch(node, ctx.labels, ctx.taints, drop=(STARTUP_TAINT_KEY,))
-        if not patch:
-            return
         try:
-            api.patch_node(ctx.core_name, patch)
+            step(api.get_node(ctx.core_name))
         except api.ConflictError:
             continue
-        if has_startup_taint(node):
-            post_event(
-                ctx,
-                Event(
-                    EventType.NORMAL,
-                    "StartupTaintRemoved",
-                    f"core Node {ctx.core_name} is Ready with its labels and taints: removed "
-                    f"the startup taint {STARTUP_TAINT_KEY}:NoSchedule",
-                ),
-            )
         return
     raise api.ConflictError(f"core Node {ctx.core_name} kept changing while patching it")
+
+
+def apply_metadata(ctx: MachineContext) -> None:
+    """The wanted labels and taints on the core Node, the startup taint removed (an event)."""
+
+    def step(node: Obj | None) -> None:
+        patch = node and metadata_patch(node, ctx.labels, ctx.taints, drop=(STARTUP_TAINT_KEY,))
+        if not patch:
+            return
+        api.patch_node(ctx.core_name, patch)
+        if has_startup_taint(node):
+            message = (
+                f"core Node {ctx.core_name} is Ready with its labels and taints: removed the "
+                f"startup taint {STARTUP_TAINT_KEY}:NoSchedule"
+            )
+            post_event(ctx, Event(EventType.NORMAL, "StartupTaintRemoved", message))
+
+    _on_fresh_node(ctx, step)
 
 
 def prepare_core_node(ctx: MachineContext) -> None:
@@ -217,8 +220,8 @@ def prepare_core_node(ctx: MachineContext) -> None:
     taint. Creates it (with the machine's providerID) when absent, else patches it; an event
     says which. Raises the API's error when it cannot: the caller then does not power on."""
     taints = [*ctx.taints, dict(STARTUP_TAINT)]
-    for _ in range(NODE_PATCH_TRIES):
-        node = api.get_node(ctx.core_name)
+
+    def step(node: Obj | None) -> None:
         if node is None:
             body = {
                 "apiVersion": "v1",
@@ -226,10 +229,8 @@ def prepare_core_node(ctx: MachineContext) -> None:
                 "metadata": {"name": ctx.core_name, "labels": dict(ctx.labels)},
                 "spec": {"taints": taints, "providerID": providerid.wanted(ctx.node)},
             }
-            try:
-                api.create_node(body)
-            except api.ConflictError:
-                continue  # its kubelet (or another writer) was first: patch that one
+            # AlreadyExists (its kubelet was first) is a 409 too: the next try patches that one.
+            api.create_node(body)
             message = (
                 f"created core Node {ctx.core_name} before power-on with {len(ctx.labels)} "
                 f"label(s), {len(ctx.taints)} taint(s) and the startup taint "
@@ -240,17 +241,14 @@ def prepare_core_node(ctx: MachineContext) -> None:
         patch = metadata_patch(node, ctx.labels, taints)
         if not patch:
             return
-        try:
-            api.patch_node(ctx.core_name, patch)
-        except api.ConflictError:
-            continue
+        api.patch_node(ctx.core_name, patch)
         message = (
             f"core Node {ctx.core_name} exists: gave it its labels and taints and the startup "
             f"taint {STARTUP_TAINT_KEY}:NoSchedule before power-on"
         )
         post_event(ctx, Event(EventType.NORMAL, "CoreNodeTainted", message))
-        return
-    raise api.ConflictError(f"core Node {ctx.core_name} kept changing while preparing it")
+
+    _on_fresh_node(ctx, step)
 
 
 def drain(ctx: MachineContext) -> DrainStatus:
