@@ -133,7 +133,7 @@ def test_capacity_already_powering_on_absorbs_a_pod_instead_of_a_second_power_on
     assert pod_note(result, "web-1") == "will run on machine booting, already powering on (Booting)"
     # A second pod that no longer fits the booting machine does call for the spare.
     more = run(*objects, pod("web-1", "2", "1Gi"), pod("web-2", "3", "1Gi"))
-    assert ons(more) == ["spare"]
+    assert ons(more) == ["spare"], pod_note(more, "web-3")
 
 
 def test_a_machine_asked_on_but_not_yet_acted_on_counts_as_in_flight() -> None:
@@ -522,3 +522,46 @@ def test_the_planner_never_raises_on_odd_but_readable_objects() -> None:
         keys = list(victim[section]) or ["x"]
         victim[section][rng.choice(keys)] = rng.choice(GARBAGE)
         run(objects)  # must not raise
+
+
+STARTUP = {"key": "lightsout.dev/unregistered", "effect": "NoSchedule"}
+
+
+def test_a_node_with_the_startup_taint_is_capacity_on_its_way_not_usable_now() -> None:
+    # Booting: the Node the operator created before power-on, tainted, not Ready yet.
+    booting = [
+        machine("booting", "4", "8Gi", desired="On", phase="Booting"),
+        core_node("booting", ready=False, taints=[STARTUP]),
+    ]
+    # Ready in status, but the startup taint not removed yet: still on its way.
+    labelling = [
+        machine("labelling", "4", "8Gi", desired="On", phase="Ready"),
+        core_node("labelling", taints=[STARTUP]),
+    ]
+    result = run(
+        group(scaleUp={"maxConcurrentOperations": 5}),
+        *booting,
+        *labelling,
+        machine("spare", "4", "8Gi"),
+        pod("web-1", "3", "1Gi"),
+        pod("web-2", "3", "1Gi"),
+    )
+
+    # Both pods are expected on the two machines coming up: nothing else is powered on.
+    assert result.actions == ()
+    notes = {pod_note(result, "web-1"), pod_note(result, "web-2")}
+    assert notes == {
+        "will run on machine booting, already powering on (Booting)",
+        "will run on machine labelling, already powering on (Ready, startup taint not removed yet)",
+    }
+    # A third pod does not fit what is coming and calls for the spare.
+    more = run(
+        group(scaleUp={"maxConcurrentOperations": 5}),
+        *booting,
+        *labelling,
+        machine("spare", "4", "8Gi"),
+        pod("web-1", "3", "1Gi"),
+        pod("web-2", "3", "1Gi"),
+        pod("web-3", "3", "1Gi"),
+    )
+    assert ons(more) == ["spare"], pod_note(more, "web-3")

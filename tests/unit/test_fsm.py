@@ -25,7 +25,7 @@ from lightsout.planning.effects import (
     SetCondition,
     StartJob,
 )
-from lightsout.planning.fsm import Reason, decide, retry_backoff, select_job
+from lightsout.planning.fsm import Reason, core_node_failed, decide, retry_backoff, select_job
 from lightsout.planning.types import (
     Action,
     DrainStatus,
@@ -121,7 +121,9 @@ def summary(decision: Decision) -> list[str]:
 
 
 LEASE = "AcquireLease"
-START_ON = [LEASE, "StartJob:startup:g5:a1", "Event:Normal:PowerOnRequested", "Requeue"]
+#: Every on-action Job comes after the core Node is created or tainted (the startup taint).
+PREPARE = "PrepareCoreNode"
+START_ON = [LEASE, PREPARE, "StartJob:startup:g5:a1", "Event:Normal:PowerOnRequested", "Requeue"]
 WAIT_JOB = [LEASE, "Requeue"]
 
 
@@ -170,6 +172,7 @@ def start(action: str, gen: int, attempt: int, reason: str, *extra: str) -> list
     return [
         LEASE,
         *extra,
+        *([PREPARE] if action in ("startup", "provision") else []),
         f"StartJob:{action}:g{gen}:a{attempt}",
         f"Event:Normal:{reason}",
         "Requeue",
@@ -247,10 +250,10 @@ POWERING_ON_ROWS: list[Row] = [
      obs(job=job(state=JobPhase.PENDING)), at(60), Phase.POWERING_ON, "WaitingForJob", WAIT_JOB),
     ("job-not-visible-yet-asks-again-same-name",
      machine(Phase.POWERING_ON, ON, operation=op()), obs(), at(10),
-     Phase.POWERING_ON, "WaitingForJob", [LEASE, "StartJob:startup:g5:a1", "Requeue"]),
+     Phase.POWERING_ON, "WaitingForJob", [LEASE, PREPARE, "StartJob:startup:g5:a1", "Requeue"]),
     ("older-job-visible-is-not-ours", machine(Phase.POWERING_ON, ON, operation=op(attempt=2)),
      obs(job=job(attempt=1, state=JobPhase.FAILED)), at(10),
-     Phase.POWERING_ON, "WaitingForJob", [LEASE, "StartJob:startup:g5:a2", "Requeue"]),
+     Phase.POWERING_ON, "WaitingForJob", [LEASE, PREPARE, "StartJob:startup:g5:a2", "Requeue"]),
     ("job-lost-is-a-failed-attempt", machine(Phase.POWERING_ON, ON, operation=op()), obs(),
      at(601), Phase.POWERING_ON, "RetryScheduled", retry("JobLost")),
     ("job-succeeded-power-on-boots", machine(Phase.POWERING_ON, ON, operation=op()),
@@ -570,7 +573,7 @@ UNKNOWN_ROWS: list[Row] = [
      obs(job=job()), at(60), Phase.POWERING_ON, "WaitingForJob", WAIT_JOB),
     ("running-operation-job-missing-recreated-same-name",
      machine(Phase.UNKNOWN, ON, phase_since=None, operation=op()), obs(), at(60),
-     Phase.POWERING_ON, "WaitingForJob", [LEASE, "StartJob:startup:g5:a1", "Requeue"]),
+     Phase.POWERING_ON, "WaitingForJob", [LEASE, PREPARE, "StartJob:startup:g5:a1", "Requeue"]),
 ]
 # fmt: on
 
@@ -991,3 +994,51 @@ def test_lease_elsewhere_freezes_every_phase() -> None:
             (Requeue(30.0),),
         )
         assert d.operation == m.operation
+
+
+# --- the core Node before power-on ---------------------------------------------------------
+
+
+def test_every_on_action_job_comes_after_the_core_node_is_prepared() -> None:
+    decision = decide(machine(Phase.OFF, ON), obs(), at(1))
+    names = summary(decision)
+
+    assert names.index(PREPARE) < names.index("StartJob:startup:g5:a1")
+    off = decide(machine(Phase.READY, OFF), obs(), at(1))
+    assert PREPARE not in summary(off)
+
+
+def test_a_refused_core_node_retries_without_powering_on() -> None:
+    m = machine(Phase.OFF, ON)
+    started = decide(m, obs(), at(1))
+
+    failed = core_node_failed(m, started, "403 nodes is forbidden", at(1))
+
+    assert (failed.phase, failed.reason) == (Phase.POWERING_ON, "RetryScheduled")
+    assert not any(isinstance(e, StartJob) for e in failed.effects)
+    assert "Event:Warning:CoreNodeFailed" in summary(failed)
+    assert failed.operation is not None and failed.operation.result is FAILED
+    assert "403 nodes is forbidden" in failed.message
+    assert "not powered on" in failed.message
+
+
+def test_a_refused_core_node_past_max_retries_is_failed_with_the_reason() -> None:
+    m = machine(Phase.OFF, ON, max_retries=0)
+    started = decide(m, obs(), at(1))
+
+    failed = core_node_failed(m, started, "403 nodes is forbidden", at(1))
+
+    assert (failed.phase, failed.reason) == (Phase.FAILED, "RetriesExhausted")
+    assert "403 nodes is forbidden" in failed.message
+    assert not any(isinstance(e, StartJob) for e in failed.effects)
+    assert "Event:Warning:CoreNodeFailed" in summary(failed)
+
+
+def test_a_ready_machine_whose_node_keeps_the_startup_taint_gets_its_metadata_again() -> None:
+    decision = decide(
+        machine(Phase.READY, ON, reason="NodeRegistered"),
+        obs(node_exists=True, node_ready=True, node_metadata_applied=False),
+        at(60),
+    )
+
+    assert "ApplyNodeMetadata" in summary(decision)

@@ -446,3 +446,21 @@ def test_the_server_is_configured_from_the_operator_settings() -> None:
         client_ca_file="/tls/ca.crt",
         health_address="0.0.0.0:8087",
     )
+
+
+def test_a_machine_whose_node_keeps_the_startup_taint_is_still_creating(serve: Any) -> None:
+    startup = [{"key": "lightsout.dev/unregistered", "effect": "NoSchedule"}]
+    objects = _up(fleet(), "m-a", "Ready", registered=False)
+    objects = _up(objects, "m-b", "Booting", registered=False)
+    objects += [core_node("m-a", taints=startup), core_node("m-b", ready=False, taints=startup)]
+    stub, cluster = serve(*objects)
+
+    got = stub.NodeGroupNodes(pb.NodeGroupNodesRequest(id=GID)).instances
+    states = {i.id: i.status.instanceState for i in got}
+    assert states == {
+        pid("m-a"): pb.InstanceStatus.instanceCreating,
+        pid("m-b"): pb.InstanceStatus.instanceCreating,
+    }
+    # Not registered yet, although their Nodes exist: DecreaseTargetSize may cancel both.
+    stub.NodeGroupDecreaseTargetSize(pb.NodeGroupDecreaseTargetSizeRequest(id=GID, delta=-2))
+    assert sorted(cluster.writes) == [("m-a", "Off"), ("m-b", "Off")]

@@ -201,6 +201,35 @@ def test_metadata_patch_adds_missing_and_keeps_foreign_taints() -> None:
     )
 
 
+def test_at_ready_only_the_startup_taint_goes_and_the_patch_is_conditional() -> None:
+    group_taint = {"key": "k", "value": "v", "effect": "NoSchedule"}
+    core = {
+        "metadata": {"labels": {"a": "1"}, "resourceVersion": "42"},
+        "spec": {
+            "taints": [
+                {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+                group_taint,
+                dict(nodeops.STARTUP_TAINT),
+            ]
+        },
+    }
+    assert nodeops.has_startup_taint(core)
+    assert not nodeops.metadata_applied(core, {"a": "1"}, [group_taint])
+
+    patch = nodeops.metadata_patch(
+        core, {"a": "1"}, [group_taint], drop=("lightsout.dev/unregistered",)
+    )
+
+    assert patch == {
+        "metadata": {"resourceVersion": "42"},
+        "spec": {
+            "taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}, group_taint]
+        },
+    }
+    # Before power-on the same function adds it (and nothing changes once it is there).
+    assert nodeops.metadata_patch(core, {"a": "1"}, [group_taint, nodeops.STARTUP_TAINT]) is None
+
+
 def test_drain_leaves_daemonset_mirror_and_finished_pods() -> None:
     def pod(name: str, **meta: Any) -> dict[str, Any]:
         phase = meta.pop("phase", "Running")

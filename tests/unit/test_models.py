@@ -19,7 +19,6 @@ from lightsout.models import (
     Group,
     GroupSpec,
     Node,
-    NodeRemovalPolicy,
     NodeSpec,
     PowerState,
     ProxmoxDriver,
@@ -105,7 +104,7 @@ def test_node_defaults() -> None:
     assert redfish.graceful_shutdown_seconds == 120
     assert (spec.power.boot_timeout_seconds, spec.power.shutdown_timeout_seconds) == (600, 300)
     assert spec.autoscaling.enabled is True
-    assert spec.node_removal_policy is NodeRemovalPolicy.DELETE
+    assert spec.node_removal_policy is None  # the Group's choice (default Delete)
     assert spec.max_retries == 3
     assert spec.provider_id is None
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
+from lightsout.planning.types import STARTUP_TAINT_KEY
 from lightsout_lab.binaries import repo_root
 from lightsout_lab.cluster import Cluster, free_port
 from lightsout_lab.process import read_log, terminate
@@ -126,6 +127,8 @@ class ClusterAutoscaler:
             "--address": f"127.0.0.1:{free_port()}",
             "--scan-interval": "2s",
             "--max-node-provision-time": "3m",
+            # A Node carrying Lights-Out's startup taint is on its way, not unusable capacity.
+            "--startup-taint": STARTUP_TAINT_KEY,
             "--scale-down-delay-after-add": "0s",
             "--scale-down-delay-after-failure": "5s",
             "--skip-nodes-with-system-pods": "false",

@@ -353,8 +353,12 @@ def run_demo(keep: bool = False) -> int:
         narrator.say("what the operator reports: its status table and its Prometheus figures")
         narrator.lightsout("status", "-n", NAMESPACE)
         narrator.metrics(lab.operator.metrics_url, "lightsout_actions_total")
+        if not keep:
+            return 0
+        # Only while the cluster stays up: without --keep it is torn down right after this,
+        # and a KUBECONFIG path printed then would point at nothing.
         print(
-            "To look around (with --keep the cluster stays up):\n"
+            "The cluster stays up (--keep); to look around:\n"
             f"  export KUBECONFIG={lab.cluster.kubeconfig}\n"
             f"  kubectl get lightsout,nodes -n {NAMESPACE}\n"
             f"  kubectl describe lsn mid-box -n {NAMESPACE}\n"
@@ -363,8 +367,7 @@ def run_demo(keep: bool = False) -> int:
             f"  kubectl get events -n {NAMESPACE} --sort-by=.lastTimestamp",
             flush=True,
         )
-        if keep:
-            return 0
+        return 0
     except Exception as exc:
         narrator.say(f"demo failed: {exc}")
         print(lab.operator.tail())
@@ -372,5 +375,7 @@ def run_demo(keep: bool = False) -> int:
     finally:
         if not keep:
             lab.stop()
-            narrator.say("cleaned up")
-    return 0
+            narrator.say(
+                "cleaned up (`lightsout-lab demo --keep` leaves the cluster running, and prints "
+                "how to reach it)"
+            )

@@ -5,7 +5,10 @@ Ready; when it powers off the heartbeats stop. Here each machine's power state i
 emulator's own API (a callable per machine: sushy-tools, ipmi_sim, fakepve…, or `tcp_probe` for
 a Wake-on-LAN machine, which has no API and is "on" while a port answers), and after a boot
 delay the simulator registers the matching core Node with its capacity, labels and providerID,
-annotated so that kwok keeps it Ready and runs its pods. When the machine goes off, the Node is
+annotated so that kwok keeps it Ready and runs its pods (a Node that exists already, as
+Lights-Out creates it before power-on, keeps its labels, taints and providerID, as with a real
+kubelet).
+When the machine goes off, the Node is
 deleted (as a node that stopped heartbeating would later be removed). Used by the end-to-end
 tests and by `lightsout-lab demo`.
 """
@@ -55,6 +58,7 @@ class SimMachine:
     capacity: Mapping[str, str] = field(
         default_factory=lambda: {"cpu": "4", "memory": "8Gi", "pods": "110"}
     )
+    #: Its kubelet's own labels (--node-labels): only on a Node it creates itself.
     labels: Mapping[str, str] = field(default_factory=dict)
     boot_seconds: float = 2.0
     on_since: float | None = None
@@ -132,6 +136,7 @@ class MachineSimulator:
         except ApiException as exc:
             if exc.status != 409:
                 raise
+            self._adopt(machine, body)
         core.patch_node_status(
             machine.node_name,
             {
@@ -156,6 +161,33 @@ class MachineSimulator:
         machine.registered = True
         machine.registrations += 1
         log.info("machine %s booted and registered", machine.node_name)
+
+    def _adopt(self, machine: SimMachine, body: Any) -> None:
+        """The Node exists (Lights-Out creates it, tainted, before power-on): like a real
+        kubelet, keep its labels, taints and providerID and set only the default labels
+        (kubelet `tryRegisterWithAPIServer`: hostname, os, arch...), never its own `labels`
+        (--node-labels). kwok (v0.7) only takes over a Node created with its annotation, so
+        the Node is created again, the same but for that annotation (and, in between, absent:
+        nothing can be scheduled on it)."""
+        core = client.CoreV1Api(self.api)
+        existing = self.api.sanitize_for_serialization(core.read_node(machine.node_name))
+        meta, spec = existing["metadata"], existing.get("spec") or {}
+        if (meta.get("annotations") or {}).get(KWOK_ANNOTATION):
+            return
+        kept = {k: spec[k] for k in ("taints", "providerID", "unschedulable") if k in spec}
+        body["metadata"]["labels"] = {
+            **(meta.get("labels") or {}),
+            "kubernetes.io/hostname": machine.node_name,
+        }
+        body["metadata"]["annotations"] = {
+            **(meta.get("annotations") or {}),
+            **body["metadata"]["annotations"],
+        }
+        body["spec"] = {**body["spec"], **kept}
+        core.delete_node(
+            machine.node_name, body=client.V1DeleteOptions(preconditions={"uid": meta["uid"]})
+        )
+        core.create_node(body)
 
     def _unregister(self, machine: SimMachine) -> None:
         try:

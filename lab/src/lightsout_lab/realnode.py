@@ -35,7 +35,7 @@ import signal
 import subprocess
 import tarfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -114,6 +114,12 @@ class RealNode:
     directory: Path
     images: Sequence[Path] = ()
     node_name: str = "lightsout-real"
+    #: The kubelet's own --node-labels and registerWithTaints (a Lights-Out action-Job runner
+    #: by default; a managed machine's kubelet in tests/e2e/test_startup_taint.py).
+    node_labels: Mapping[str, str] = field(default_factory=lambda: {RUNNER_LABEL: LABEL_VALUE})
+    register_with_taints: Sequence[Mapping[str, str]] = (
+        {"key": RUNNER_LABEL, "value": LABEL_VALUE, "effect": "NoSchedule"},
+    )
     #: Seconds from the kubelet's start to its Node's Ready condition (set by start()).
     ready_seconds: float = 0.0
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
@@ -326,7 +332,11 @@ state = "{d / "containerd" / "state"}"
             # status update) but keeps the kubelet from advertising the host's other addresses.
             "--node-ip=127.0.0.1",
             f"--root-dir={self.directory / 'kubelet'}",
-            f"--node-labels={RUNNER_LABEL}={LABEL_VALUE}",
+            *(
+                [f"--node-labels={','.join(f'{k}={v}' for k, v in self.node_labels.items())}"]
+                if self.node_labels
+                else []
+            ),
             "--v=1",
         ]
 
@@ -355,9 +365,7 @@ state = "{d / "containerd" / "state"}"
             "localStorageCapacityIsolation": False,
             "makeIPTablesUtilChains": False,
             "podLogsDir": str(self.directory / "pod-logs"),
-            "registerWithTaints": [
-                {"key": RUNNER_LABEL, "value": LABEL_VALUE, "effect": "NoSchedule"}
-            ],
+            "registerWithTaints": [dict(taint) for taint in self.register_with_taints],
         }
 
     def _wait_ready(self, deadline: float) -> None:

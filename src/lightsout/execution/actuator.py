@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from lightsout import API_GROUP, API_VERSION
 from lightsout.config import OperatorConfig
-from lightsout.execution import leases
+from lightsout.execution import leases, providerid
 from lightsout.execution.extravars import action_extravars, credentials_secret
 from lightsout.execution.jobs import (
     JobRequest,
@@ -25,7 +25,13 @@ from lightsout.execution.jobs import (
     build_extravars_configmap,
     job_name,
 )
-from lightsout.execution.nodeops import blocking_pdb, metadata_patch, pods_to_drain
+from lightsout.execution.nodeops import (
+    STARTUP_TAINT,
+    blocking_pdb,
+    has_startup_taint,
+    metadata_patch,
+    pods_to_drain,
+)
 from lightsout.k8s import api
 from lightsout.metrics.families import LEASE_CONFLICTS
 from lightsout.planning.effects import (
@@ -39,7 +45,7 @@ from lightsout.planning.effects import (
     StartJob,
     Uncordon,
 )
-from lightsout.planning.types import DrainStatus, LeaseState
+from lightsout.planning.types import STARTUP_TAINT_KEY, DrainStatus, EventType, LeaseState
 
 log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
@@ -176,13 +182,74 @@ def cordon(ctx: MachineContext, unschedulable: bool) -> None:
         api.patch_node(ctx.core_name, {"spec": {"unschedulable": unschedulable or None}})
 
 
-def apply_metadata(ctx: MachineContext) -> None:
-    node = api.get_node(ctx.core_name)
-    if node is None:
+#: Tries of a conditional patch of a core Node's taints that lost a race with another writer.
+NODE_PATCH_TRIES = 3
+
+
+def _on_fresh_node(ctx: MachineContext, step: Callable[[Obj | None], None]) -> None:
+    """Run `step` on a fresh read of the core Node, again when it loses a race (409: the Node
+    changed since the read, or was created meanwhile), at most NODE_PATCH_TRIES times."""
+    for _ in range(NODE_PATCH_TRIES):
+        try:
+            step(api.get_node(ctx.core_name))
+        except api.ConflictError:
+            continue
         return
-    patch = metadata_patch(node, ctx.labels, ctx.taints)
-    if patch:
+    raise api.ConflictError(f"core Node {ctx.core_name} kept changing while patching it")
+
+
+def apply_metadata(ctx: MachineContext) -> None:
+    """The wanted labels and taints on the core Node, the startup taint removed (an event)."""
+
+    def step(node: Obj | None) -> None:
+        patch = node and metadata_patch(node, ctx.labels, ctx.taints, drop=(STARTUP_TAINT_KEY,))
+        if not patch:
+            return
         api.patch_node(ctx.core_name, patch)
+        if has_startup_taint(node):
+            message = (
+                f"core Node {ctx.core_name} is Ready with its labels and taints: removed the "
+                f"startup taint {STARTUP_TAINT_KEY}:NoSchedule"
+            )
+            post_event(ctx, Event(EventType.NORMAL, "StartupTaintRemoved", message))
+
+    _on_fresh_node(ctx, step)
+
+
+def prepare_core_node(ctx: MachineContext) -> None:
+    """Before power-on: the core Node exists with the wanted labels and taints and the startup
+    taint. Creates it (with the machine's providerID) when absent, else patches it; an event
+    says which. Raises the API's error when it cannot: the caller then does not power on."""
+    taints = [*ctx.taints, dict(STARTUP_TAINT)]
+
+    def step(node: Obj | None) -> None:
+        if node is None:
+            body = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": ctx.core_name, "labels": dict(ctx.labels)},
+                "spec": {"taints": taints, "providerID": providerid.wanted(ctx.node)},
+            }
+            # AlreadyExists (its kubelet was first) is a 409 too: the next try patches that one.
+            api.create_node(body)
+            message = (
+                f"created core Node {ctx.core_name} before power-on with {len(ctx.labels)} "
+                f"label(s), {len(ctx.taints)} taint(s) and the startup taint "
+                f"{STARTUP_TAINT_KEY}:NoSchedule"
+            )
+            post_event(ctx, Event(EventType.NORMAL, "CoreNodeCreated", message))
+            return
+        patch = metadata_patch(node, ctx.labels, taints)
+        if not patch:
+            return
+        api.patch_node(ctx.core_name, patch)
+        message = (
+            f"core Node {ctx.core_name} exists: gave it its labels and taints and the startup "
+            f"taint {STARTUP_TAINT_KEY}:NoSchedule before power-on"
+        )
+        post_event(ctx, Event(EventType.NORMAL, "CoreNodeTainted", message))
+
+    _on_fresh_node(ctx, step)
 
 
 def drain(ctx: MachineContext) -> DrainStatus:

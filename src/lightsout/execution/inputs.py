@@ -193,8 +193,12 @@ def machine_state(node: Obj, group: Obj | None) -> MachineState:
         shutdown_timeout_seconds=int(power.get("shutdownTimeoutSeconds", 300)),
         drain_timeout_seconds=int(power.get("drainTimeoutSeconds", 900)),
         ephemeral=proxmox.get("mode") == "Ephemeral",
+        # The machine's own choice, else its Group's, else Delete.
         node_removal_policy=_enum(
-            NodeRemovalPolicy, spec.get("nodeRemovalPolicy"), NodeRemovalPolicy.DELETE
+            NodeRemovalPolicy,
+            spec.get("nodeRemovalPolicy")
+            or ((group or {}).get("spec") or {}).get("nodeRemovalPolicy"),
+            NodeRemovalPolicy.DELETE,
         ),
         correct_drift=health.get("driftPolicy") == "Correct",
     )

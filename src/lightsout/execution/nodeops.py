@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from lightsout.planning.types import STARTUP_TAINT_KEY
+
 Obj = Mapping[str, Any]
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 DO_NOT_DISRUPT = "lightsout.dev/do-not-disrupt"
@@ -31,12 +33,29 @@ def _taint_key(taint: Obj) -> tuple[str, str]:
     return (str(taint.get("key")), str(taint.get("effect")))
 
 
+#: The startup taint as it is put on a core Node (see `STARTUP_TAINT_KEY`).
+STARTUP_TAINT: Mapping[str, str] = {"key": STARTUP_TAINT_KEY, "effect": "NoSchedule"}
+
+
+def has_startup_taint(node: Obj | None) -> bool:
+    taints = ((node or {}).get("spec") or {}).get("taints") or []
+    return any(t.get("key") == STARTUP_TAINT_KEY for t in taints)
+
+
 def metadata_patch(
-    node: Obj, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]]
+    node: Obj,
+    labels: Mapping[str, str],
+    taints: Sequence[Mapping[str, str]],
+    *,
+    drop: Sequence[str] = (),
 ) -> dict[str, Any] | None:
     """The merge patch that gives `node` these labels and taints, or None when it has them.
 
-    Taints are merged by (key, effect): ours replace a same-keyed one, others are kept.
+    Taints are merged by (key, effect): ours replace a same-keyed one, others are kept, except
+    those whose key is in `drop` (the startup taint once the machine is Ready). The patch
+    carries the Node's resourceVersion: the taint list is replaced whole, so a taint another
+    writer (the node lifecycle controller) added since the read must not be lost; such a race
+    is a 409 and the caller tries again.
     """
     current_labels = (node.get("metadata") or {}).get("labels") or {}
     current_taints = list((node.get("spec") or {}).get("taints") or [])
@@ -45,7 +64,9 @@ def metadata_patch(
     if missing:
         patch["metadata"] = {"labels": missing}
     wanted = {_taint_key(t): dict(t) for t in taints}
-    kept = [t for t in current_taints if _taint_key(t) not in wanted]
+    kept = [
+        t for t in current_taints if _taint_key(t) not in wanted and str(t.get("key")) not in drop
+    ]
     merged = kept + [wanted[k] for k in sorted(wanted)]
     normalise = sorted(
         (str(t.get("key")), str(t.get("value", "")), str(t.get("effect"))) for t in current_taints
@@ -55,13 +76,21 @@ def metadata_patch(
     )
     if normalise != target:
         patch["spec"] = {"taints": merged}
-    return patch or None
+    if not patch:
+        return None
+    version = (node.get("metadata") or {}).get("resourceVersion")
+    if version:
+        patch.setdefault("metadata", {})["resourceVersion"] = version
+    return patch
 
 
 def metadata_applied(
     node: Obj | None, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]]
 ) -> bool:
-    return node is not None and metadata_patch(node, labels, taints) is None
+    """The core Node carries these labels and taints, and no longer the startup taint."""
+    return (
+        node is not None and metadata_patch(node, labels, taints, drop=(STARTUP_TAINT_KEY,)) is None
+    )
 
 
 def _owned_by_daemonset(pod: Obj) -> bool:

@@ -30,8 +30,15 @@ from lightsout.execution.nodeops import pods_to_drain
 from lightsout.execution.results import observe_job
 from lightsout.k8s import api
 from lightsout.planning import fsm
-from lightsout.planning.effects import AcquireLease, Decision, Event, ReleaseLease, SetCondition
-from lightsout.planning.types import DrainStatus, EventType, Phase, PowerState
+from lightsout.planning.effects import (
+    AcquireLease,
+    Decision,
+    Event,
+    PrepareCoreNode,
+    ReleaseLease,
+    SetCondition,
+)
+from lightsout.planning.types import DrainStatus, EventType, MachineState, Phase, PowerState
 
 log = logging.getLogger(__name__)
 
@@ -191,17 +198,17 @@ class Reconciler:
             power_state=_observed_power(node),
         )
         decision = providerid.report(fsm.decide(machine, obs, now), core_node, node)
-        return self.apply(ctx, machine.desired, machine.intent_generation, decision, now)
+        return self.apply(ctx, machine, decision, now)
 
     def apply(
         self,
         ctx: actuator.MachineContext,
-        desired: PowerState,
-        intent_generation: int,
+        machine: MachineState,
         decision: Decision,
         now: dt.datetime,
     ) -> float | None:
-        """Lease first (stop if lost), then status, then the other effects in order."""
+        """Lease first (stop if lost), then the core Node before a power-on, then status, then
+        the other effects in order."""
         if decision.reason == fsm.Reason.LEASE_HELD_ELSEWHERE:
             # The holder owns this machine's status too: what we read may be stale, and writing
             # it back would hide an action in flight (the planner would power on a second
@@ -212,9 +219,17 @@ class Reconciler:
             if not actuator.acquire_lease(ctx, now):
                 return LEASE_RETRY
             holding = True
+        if any(isinstance(e, PrepareCoreNode) for e in decision.effects):
+            # Before the status that names the on-action's Job: if the Node cannot be created
+            # or tainted, that status must say so, and the Job must not be created.
+            try:
+                actuator.prepare_core_node(ctx)
+            except Exception as exc:
+                log.warning("machine %s/%s: core Node not prepared", ctx.namespace, ctx.name)
+                decision = fsm.core_node_failed(machine, decision, api.error_message(exc), now)
         previous_phase = (ctx.node.get("status") or {}).get("phase")
         try:
-            write_status(ctx, desired, intent_generation, decision, now)
+            write_status(ctx, machine.desired, machine.intent_generation, decision, now)
         except api.ConflictError:
             # The Node changed since the cache gave it to this pass (a new intent, another
             # writer, our own last write not seen yet): decide again from the newer object.
@@ -230,7 +245,7 @@ class Reconciler:
             )
         key = f"{ctx.namespace}/{ctx.name}"
         for effect in decision.effects:
-            if isinstance(effect, AcquireLease | SetCondition):
+            if isinstance(effect, AcquireLease | SetCondition | PrepareCoreNode):
                 continue
             if isinstance(effect, ReleaseLease):
                 actuator.release_lease(ctx, now)

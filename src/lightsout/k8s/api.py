@@ -202,6 +202,11 @@ def get_node(name: str) -> Obj | None:
     return _get(core().read_node, name)
 
 
+def create_node(body: Mapping[str, Any]) -> Obj:
+    """Create a core Node; ConflictError when one of that name exists (its kubelet was first)."""
+    return _raw(core().create_node, dict(body))
+
+
 def patch_node(name: str, patch: Mapping[str, Any]) -> Obj:
     return _raw(core().patch_node, name, dict(patch))
 
@@ -240,6 +245,13 @@ def pdbs(namespace: str) -> list[Obj]:
     policy = client.PolicyV1Api(api_client())
     data = _raw(policy.list_namespaced_pod_disruption_budget, namespace)
     return cast(list[Obj], data.get("items", []))
+
+
+def error_message(exc: BaseException) -> str:
+    """What a person needs from a failed call: the API server's status code and message."""
+    if isinstance(exc, ApiException):
+        return f"{exc.status} {_status_message(exc)}"
+    return str(exc) or type(exc).__name__
 
 
 def _status_message(exc: ApiException) -> str:

@@ -57,9 +57,15 @@ class Rule:
     message: str
     field_path: str | None = None
     reason: RuleReason = RuleReason.INVALID
+    #: A CEL expression for the message, so the refusal can quote the refused value (for an
+    #: int-or-string field the API server's own `Invalid value:` shows only `""`); `message`
+    #: stays as the fallback and as the Python validators' text.
+    message_expression: str | None = None
 
     def to_schema(self) -> dict[str, str]:
         out = {"rule": self.cel, "message": self.message}
+        if self.message_expression:
+            out["messageExpression"] = self.message_expression
         if self.field_path:
             out["fieldPath"] = self.field_path
         if self.reason is not RuleReason.INVALID:

@@ -14,7 +14,7 @@ from pydantic import AfterValidator, ConfigDict, Field, StringConstraints, model
 
 from lightsout.models.base import ApiModel, Rule, default_empty, rules
 from lightsout.models.common import Conditions, Taints
-from lightsout.models.enums import Autoscaler, DriftPolicy, SelectionPolicy
+from lightsout.models.enums import Autoscaler, DriftPolicy, NodeRemovalPolicy, SelectionPolicy
 from lightsout.models.types import CronSchedule, DnsSubdomain, LabelMap, LongText, ShortText
 
 Seconds = Annotated[int, Field(ge=0, le=86_400)]
@@ -117,6 +117,10 @@ class GroupSpec(ApiModel):
     """Labels applied to every machine's core Node, under the Node's own labels."""
     taints: Taints | None = None
     """Taints applied to every machine's core Node, with the Node's own taints."""
+    node_removal_policy: NodeRemovalPolicy = NodeRemovalPolicy.DELETE
+    """Delete or keep its machines' core Nodes after power-off (a Node's own setting wins).
+    Delete: the next power-on creates the Node afresh, tainted; Keep: it stays, NotReady,
+    and gets the startup taint again before the next power-on."""
     health_check: HealthCheckPolicy = default_empty(HealthCheckPolicy)
     """Periodic health check."""
     electricity: Electricity | None = None

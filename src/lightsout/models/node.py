@@ -160,8 +160,8 @@ class NodeSpec(ApiModel):
     """Autoscaler participation."""
     playbooks: PlaybookOverrides | None = None
     """Per-action playbook overrides."""
-    node_removal_policy: NodeRemovalPolicy = NodeRemovalPolicy.DELETE
-    """Delete or keep the core Node object after power-off."""
+    node_removal_policy: NodeRemovalPolicy | None = None
+    """Delete or keep the core Node object after power-off; unset: the Group's choice."""
     max_retries: int = Field(default=3, ge=0, le=20)
     """Failed attempts of one intent before the Node goes Failed."""
 

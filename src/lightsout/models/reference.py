@@ -89,7 +89,10 @@ def _rules(schema: dict[str, Any], root: str) -> list[str]:
     for path, node in walk(schema, root):
         for rule in node.get("x-kubernetes-validations", []):
             where = path + rule.get("fieldPath", "")
-            lines.append(f"| `{where}` | {_code(rule['rule'])} | {_cell(rule['message'])} |")
+            message = rule["message"]
+            if rule.get("messageExpression"):
+                message += " (the refusal quotes the refused value first)"
+            lines.append(f"| `{where}` | {_code(rule['rule'])} | {_cell(message)} |")
     return lines
 
 

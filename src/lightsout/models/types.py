@@ -161,6 +161,10 @@ QUANTITY_PATTERN = (
 QUANTITY_RULE = Rule(
     cel="type(self) == int ? self >= 0 : isQuantity(self) && !self.startsWith('-')",
     message="must be a non-negative quantity such as 4, 500m, 16Gi or 1.5",
+    message_expression=(
+        "(type(self) == int ? string(self) : '\"' + self + '\"')"
+        " + ': must be a non-negative quantity such as 4, 500m, 16Gi or 1.5'"
+    ),
 )
 _QUANTITY_RE = re.compile(QUANTITY_PATTERN)
 

@@ -24,6 +24,7 @@ from lightsout.planning.scheduling import (
     HOSTNAME_LABEL,
     NodeView,
     placement_reasons,
+    starting,
     view_of_machine,
 )
 from lightsout.state.resources import PODS
@@ -223,6 +224,8 @@ def classify(machine: Machine, node: CoreNode | None) -> tuple[Availability, str
         return Availability.UNAVAILABLE, "phase Unknown"
     if machine.desired is PowerState.ON:
         if phase is Phase.READY:
+            if starting(node):
+                return Availability.COMING, "powering on (Ready, startup taint not removed yet)"
             if node is not None and node.ready and not node.deleting:
                 return Availability.READY, "Ready"
             return (
@@ -287,7 +290,7 @@ def build_cluster(snapshot: Snapshot, now: datetime) -> Cluster:
     ready_bins: list[Bin] = []
     for node in sorted(nodes.values(), key=lambda n: n.name):
         owner = by_node.get(node.name)
-        if not node.ready or node.deleting or node.unschedulable:
+        if not node.ready or node.deleting or node.unschedulable or starting(node):
             continue
         if owner is not None and owner.availability is not Availability.READY:
             continue

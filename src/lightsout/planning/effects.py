@@ -64,7 +64,18 @@ class Uncordon:
 
 @dataclass(frozen=True)
 class ApplyNodeMetadata:
-    """Apply the machine's (and its Group's) labels and taints to the core Node."""
+    """Apply the machine's (and its Group's) labels and taints to the core Node, and remove the
+    operator's startup taint from it."""
+
+
+@dataclass(frozen=True)
+class PrepareCoreNode:
+    """Before an on-action's Job: create the core Node with the wanted labels and taints plus
+    the startup taint (`STARTUP_TAINT_KEY`), or give an existing one the same.
+
+    The caller carries it out before writing status; when it fails the machine is not powered
+    on (`fsm.core_node_failed` gives the decision that records why).
+    """
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,7 @@ Effect = (
     | Cordon
     | Uncordon
     | ApplyNodeMetadata
+    | PrepareCoreNode
     | Drain
     | DeleteCoreNode
     | AcquireLease

@@ -21,7 +21,8 @@ AcquireLease, and every transitional phase renews the Lease on each reconcile):
 | Unknown | operation Running in status | its action's phase | as that phase decides |
 | Unknown | core Node Ready or health On | Booting (D On), Ready (D Off) | as that phase decides |
 | Unknown | no evidence | Off | ObservedOff, then as Off |
-| Off | D On | PoweringOn | PowerOnRequested (StartJob on-action) |
+| Off | D On | PoweringOn | PowerOnRequested (PrepareCoreNode, StartJob on-action) |
+| any | PrepareCoreNode refused by the API | retry | CoreNodeFailed (no StartJob) |
 | Off | D Off, machine seen running | Off, Draining if Correct | DriftDetected / DriftCorrection |
 | PoweringOn | Job pending or running | unchanged | WaitingForJob |
 | PoweringOn | Job not visible yet | unchanged | WaitingForJob (StartJob again, same name) |
@@ -33,7 +34,7 @@ AcquireLease, and every transitional phase renews the Lease on each reconcile):
 | PoweringOn | Job failed | retry | JobFailed (quotes the failed task) |
 | PoweringOn | Job gone past the action timeout | retry | JobLost |
 | PoweringOn | retry backoff over | unchanged | Retrying (StartJob attempt+1) |
-| Booting | core Node Ready | Ready | NodeRegistered (labels/taints, Uncordon) |
+| Booting | core Node Ready | Ready | NodeRegistered (labels/taints, startup taint off, Uncordon) |
 | Booting | not Ready yet, within bootTimeout | unchanged | WaitingForNode |
 | Booting | bootTimeout since power-on passed | retry | RegistrationTimeout |
 | Booting, Ready | D Off, core Node Ready | Draining | PowerOffRequested (Cordon, Drain) |
@@ -51,6 +52,11 @@ AcquireLease, and every transitional phase renews the Lease on each reconcile):
 | Failed | new generation (any spec edit) | per D, attempt 1 | PowerOnRequested/PowerOffRequested |
 | Failed | D On and core Node Ready | Ready | NodeRegistered |
 | Failed | otherwise | unchanged | RetriesExhausted |
+
+Startup taint: every StartJob of an on-action comes after a `PrepareCoreNode` (the core Node is
+created, or patched, with the machine's labels and taints plus `lightsout.dev/unregistered:
+NoSchedule`), so no pod can land on the machine before it carries them; `ApplyNodeMetadata`
+at Ready removes that taint (and a Ready machine whose Node still has it gets it again).
 
 Retries: an attempt that fails (Job failed, wrong power state, registration timeout, Job lost)
 is retried while `attempt <= maxRetries`, after `retry_backoff(attempt)` seconds (30 s doubling
@@ -83,6 +89,7 @@ from lightsout.planning.effects import (
     Drain,
     Effect,
     Event,
+    PrepareCoreNode,
     ReleaseLease,
     Requeue,
     SetCondition,
@@ -147,6 +154,7 @@ class Reason(StrEnum):
     DRAIN_CANCELLED = "DrainCancelled"
     ACTION_CANCELLED = "ActionCancelled"
     LEASE_HELD_ELSEWHERE = "LeaseHeldElsewhere"
+    CORE_NODE_FAILED = "CoreNodeFailed"
     DRIFT_DETECTED = "DriftDetected"
     DRIFT_CORRECTION = "DriftCorrection"
     DRIFT_RESOLVED = "DriftResolved"
@@ -203,7 +211,36 @@ def decide(machine: MachineState, obs: Observations, now: datetime) -> Decision:
         return _finish(machine, adopted, now)
     subject = _resolve_unknown(machine, obs, now) if machine.phase is Phase.UNKNOWN else machine
     decision = _HANDLERS[subject.phase](subject, obs, now)
-    return _finish(machine, _one_job_at_a_time(machine, obs, decision), now)
+    return _finish(machine, _prepare_core_node(_one_job_at_a_time(machine, obs, decision)), now)
+
+
+def _prepare_core_node(decision: Decision) -> Decision:
+    """Every on-action Job is preceded by `PrepareCoreNode`: the machine's core Node exists and
+    carries its labels, taints and the startup taint before the machine can boot, so the
+    scheduler never sees it without them (whichever path asked for the power-on: a new intent,
+    a retry, a drift correction, a Job not visible yet)."""
+    effects: list[Effect] = []
+    for effect in decision.effects:
+        if isinstance(effect, StartJob) and effect.action.target is PowerState.ON:
+            effects.append(PrepareCoreNode())
+        effects.append(effect)
+    return replace(decision, effects=tuple(effects))
+
+
+def core_node_failed(
+    machine: MachineState, decision: Decision, message: str, now: datetime
+) -> Decision:
+    """`decision` asked for `PrepareCoreNode` and the API refused: the on-action is not started
+    (a machine never boots without its startup taint); the attempt fails like a failed Job, so
+    it is retried after the backoff and, past `maxRetries`, the machine is Failed with
+    `message` (the API's answer) as its reason."""
+    op = decision.operation
+    if op is None:
+        op = Operation(machine.on_action, machine.intent_generation, 1, started=now)
+    text = f"core Node {machine.kubernetes_node_name} not prepared, machine not powered on: "
+    failed = op.finish(OperationResult.FAILED, now, text + message)
+    outcome = _attempt_failed(machine, failed, Reason.CORE_NODE_FAILED, text + message)
+    return _finish(machine, outcome, now)
 
 
 def _one_job_at_a_time(machine: MachineState, obs: Observations, decision: Decision) -> Decision:
@@ -406,7 +443,7 @@ def _booting(m: MachineState, obs: Observations, now: datetime) -> Decision:
         since = m.phase_since or now
     remaining = (since + timedelta(seconds=m.boot_timeout_seconds) - now).total_seconds()
     if remaining > 0:
-        detail = "registered but not Ready" if obs.node_exists else "not registered yet"
+        detail = "exists, not Ready yet" if obs.node_exists else "not registered yet"
         reason = Reason.NODE_NOT_READY if obs.node_exists else Reason.WAITING_FOR_NODE
         message = f"waiting for core Node {node} ({detail}); boot timeout in {int(remaining)}s"
         effects: tuple[Effect, ...] = (

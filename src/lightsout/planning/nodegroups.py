@@ -21,6 +21,7 @@ from enum import StrEnum
 
 from lightsout.models.enums import Autoscaler, Phase, PowerState
 from lightsout.planning.policy import EnergyModel, idle_rank
+from lightsout.planning.scheduling import starting
 from lightsout.state.resources import CPU, Resources
 from lightsout.state.types import CoreNode, Group, Machine, ObjectKey, Snapshot, Taint
 
@@ -183,9 +184,11 @@ def _core_node(snapshot: Snapshot, machine: Machine) -> CoreNode | None:
 
 
 def registered(snapshot: Snapshot, machine: Machine) -> bool:
-    """Whether the machine's core Node exists (whatever its providerID says yet)."""
+    """Whether the machine's core Node exists (whatever its providerID says yet) and no longer
+    carries the startup taint (Lights-Out creates the Node before power-on: until the machine
+    is Ready it is not a registered node)."""
     node = _core_node(snapshot, machine)
-    return node is not None and not node.deleting
+    return node is not None and not node.deleting and not starting(node)
 
 
 # --- changing the size ----------------------------------------------------------------------
@@ -297,6 +300,9 @@ def instance(snapshot: Snapshot, machine: Machine) -> Instance | None:
         if machine.phase in _CREATING:
             return Instance(pid, InstanceState.CREATING)
         if machine.phase == Phase.UNKNOWN and not registered(snapshot, machine):
+            return Instance(pid, InstanceState.CREATING)
+        if starting(_core_node(snapshot, machine)):
+            # Its Node still carries the startup taint: on its way, not usable yet.
             return Instance(pid, InstanceState.CREATING)
         return Instance(pid, InstanceState.RUNNING)
     if machine.phase in (None, Phase.OFF):

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from lightsout.planning.types import STARTUP_TAINT_KEY
 from lightsout.state.parse import merge_taints
 from lightsout.state.resources import Resources, format_amount
 from lightsout.state.types import (
@@ -240,4 +241,11 @@ def daemonset_load(view: NodeView, daemonsets: Iterable[DaemonSet]) -> Resources
 
 
 def _transient(taint: Taint) -> bool:
-    return taint.key.startswith(TRANSIENT_TAINT_PREFIXES)
+    # The startup taint goes when the machine is Ready: capacity on its way, not a limit.
+    return taint.key.startswith(TRANSIENT_TAINT_PREFIXES) or taint.key == STARTUP_TAINT_KEY
+
+
+def starting(node: CoreNode | None) -> bool:
+    """The core Node carries Lights-Out's startup taint: its machine is powering on or has not
+    been labelled yet, so no pod can use it now (it is capacity on its way)."""
+    return node is not None and any(t.key == STARTUP_TAINT_KEY for t in node.taints)

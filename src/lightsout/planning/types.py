@@ -31,6 +31,7 @@ from lightsout.models.enums import ObservedPowerState as PowerState
 __all__ = [
     "ACTION_PHASE",
     "PHASE_ACTION",
+    "STARTUP_TAINT_KEY",
     "Action",
     "ConditionStatus",
     "ConditionType",
@@ -48,6 +49,11 @@ __all__ = [
     "PowerState",
 ]
 
+
+#: The taint the operator puts on a machine's core Node before powering the machine on (creating
+#: the Node when it does not exist) and removes once the machine is Ready: no pod lands on a
+#: machine before it carries its Group's and its own labels and taints. Effect NoSchedule.
+STARTUP_TAINT_KEY = "lightsout.dev/unregistered"
 
 #: The phase a machine is in while each power action runs (or waits for its retry).
 ACTION_PHASE: Mapping[Action, Phase] = {

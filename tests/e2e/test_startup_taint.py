@@ -1,0 +1,344 @@
+"""A machine's core Node is never schedulable before it carries its labels and taints.
+
+The operator creates the core Node before power-on with the Group's and the machine's labels
+and taints plus its own startup taint `lightsout.dev/unregistered:NoSchedule`, and removes only
+that taint once the machine is Ready. Proven with a real kubelet (lightsout_lab.realnode:
+containerd + runc + the kubelet built with the control plane) started as the machine's own
+kubelet when the Redfish emulator reports the machine On, with its own `--node-labels` and
+`registerWithTaints` as a kubelet configured by hand would have. Action Jobs run on the
+stand-in runner as in every e2e test. A second, cheaper test has the API server refuse the
+Node (a ValidatingAdmissionPolicy): the machine must end Failed with the reason, and the BMC
+must never have been told to power on.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+
+from lightsout.planning.types import STARTUP_TAINT_KEY
+from lightsout_lab import Cluster
+from lightsout_lab.operator_process import OperatorProcess
+from lightsout_lab.realnode import PAUSE_IMAGE, RealNode
+from lightsout_lab.sushy import POWER_ON, SushyEmulator
+from tests.e2e.conftest import patch_desired, status, wait_phase
+from tests.harness import fleet
+from tests.harness.wait import events_for, get_json, wait_for
+
+pytestmark = pytest.mark.e2e
+
+GROUP_TAINT = {"key": "example.com/dedicated", "value": "gpu", "effect": "NoSchedule"}
+GROUP_LABEL = ("example.com/pool", "gpu")
+MACHINE_LABEL = ("example.com/rack", "r1")
+#: What the machine's hand-configured kubelet sets itself.
+KUBELET_LABEL = ("example.com/kubelet-says", "hello")
+KUBELET_TAINT = {"key": "example.com/kubelet-taint", "value": "yes", "effect": "NoSchedule"}
+#: How long the untolerating pod is watched after Ready (the issue: "a minute after").
+AFTER_READY_SECONDS = 60.0
+
+
+class Recorder:
+    """Every watch event of one object (by name), from before the change under test."""
+
+    def __init__(self, call: Callable[..., Any], name: str, **kwargs: Any) -> None:
+        self.events: list[tuple[float, str, dict[str, Any]]] = []
+        self._call, self._kwargs = call, {**kwargs, "field_selector": f"metadata.name={name}"}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Recorder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+
+    def _run(self) -> None:
+        version = None
+        while not self._stop.is_set():
+            stream = watch.Watch()
+            try:
+                for event in stream.stream(
+                    self._call,
+                    resource_version=version,
+                    timeout_seconds=5,
+                    _preload_content=False,
+                    **self._kwargs,
+                ):
+                    obj = event["raw_object"]
+                    version = obj["metadata"]["resourceVersion"]
+                    self.events.append((time.monotonic(), event["type"], obj))
+                    if self._stop.is_set():
+                        break
+            except Exception:  # a 410 Gone or a dropped stream: list again from scratch
+                version = None
+                self._stop.wait(0.2)
+
+    def objects(self) -> list[dict[str, Any]]:
+        return [obj for _, kind, obj in self.events if kind != "DELETED"]
+
+
+def _labels(node: dict[str, Any]) -> dict[str, str]:
+    return dict(node["metadata"].get("labels") or {})
+
+
+def _taints(node: dict[str, Any]) -> list[dict[str, str]]:
+    return [
+        {k: t[k] for k in ("key", "value", "effect") if k in t}
+        for t in node.get("spec", {}).get("taints") or []
+    ]
+
+
+def _ready(node: dict[str, Any]) -> bool:
+    conditions = node.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def _pod(name: str, host: str, tolerations: list[dict[str, str]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": host},
+            "tolerations": tolerations,
+            "hostNetwork": True,
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "pause", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}],
+        },
+    }
+
+
+@pytest.fixture
+def kubelet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("machine-kubelet")
+
+
+@pytest.fixture
+def boot_on_power(
+    crds: Cluster, bmc: SushyEmulator, machine: fleet.MachineDef, kubelet_dir: Path
+) -> Iterator[Callable[[], RealNode]]:
+    """The machine "boots" once its BMC says On: its own real kubelet starts and registers."""
+    started: list[RealNode] = []
+
+    def boot() -> RealNode:
+        wait_for(lambda: bmc.power_state(machine.uuid) == "On", 300, "the BMC to report On")
+        node = RealNode(
+            cluster=crds,
+            directory=kubelet_dir,
+            node_name=machine.name,
+            node_labels=dict([KUBELET_LABEL]),
+            register_with_taints=[KUBELET_TAINT],
+        )
+        started.append(node)
+        return node.start()
+
+    yield boot
+    for node in started:
+        node.stop()
+
+
+def test_node_is_never_schedulable_before_its_labels_and_taints(
+    crds: Cluster,
+    namespace: str,
+    kube_api: client.ApiClient,
+    operator: OperatorProcess,
+    bmc: SushyEmulator,
+    machine: fleet.MachineDef,
+    boot_on_power: Callable[[], RealNode],
+) -> None:
+    core = client.CoreV1Api(kube_api)
+    fleet.apply(
+        crds,
+        namespace,
+        [
+            *fleet.bmc_secrets(bmc),
+            fleet.group(labels=dict([GROUP_LABEL]), taints=[GROUP_TAINT]),
+            fleet.redfish_node(
+                machine,
+                bmc,
+                labels=dict([MACHINE_LABEL]),
+                power={"onWatts": 100, "bootTimeoutSeconds": 600},
+            ),
+        ],
+    )
+    wait_phase(crds, namespace, machine.name, "Off")
+    assert get_json(crds, "node", machine.name) is None
+    # Tolerates nothing and wants exactly this machine: it must never be bound there.
+    pinned = _pod("pinned", machine.name, [])
+    crds.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(pinned))
+
+    with (
+        Recorder(core.list_node, machine.name) as node_watch,
+        Recorder(core.list_namespaced_pod, "pinned", namespace=namespace) as pod_watch,
+    ):
+        patch_desired(crds, namespace, machine.name, "On")
+        kubelet = boot_on_power()
+        print(f"\nmachine's kubelet Ready {kubelet.ready_seconds:.1f}s after it started")
+        wait_phase(crds, namespace, machine.name, "Ready")
+        node = wait_for(
+            lambda: (
+                (n := get_json(crds, "node", machine.name))
+                and not any(t["key"] == STARTUP_TAINT_KEY for t in _taints(n))
+                and n
+            ),
+            120,
+            "the startup taint to be removed",
+        )
+        ready_at = time.monotonic()
+        # A pod that tolerates the Group's taint lands there.
+        welcome = _pod("welcome", machine.name, [{**GROUP_TAINT, "operator": "Equal"}])
+        crds.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(welcome))
+        running = wait_for(
+            lambda: (
+                (p := get_json(crds, "pod", "welcome", "-n", namespace))
+                and p["status"].get("phase") == "Running"
+                and p
+            ),
+            180,
+            "the tolerating pod to run on the machine",
+        )
+        time.sleep(max(0.0, ready_at + AFTER_READY_SECONDS - time.monotonic()))
+        pinned_now = get_json(crds, "pod", "pinned", "-n", namespace)
+
+    # --- the Node: tainted and labelled from the first time anyone could see it
+    seen = node_watch.objects()
+    assert seen, "the Node watch saw nothing"
+    first = seen[0]
+    assert node_watch.events[0][1] == "ADDED"
+    for obj in seen:
+        assert _labels(obj).get(GROUP_LABEL[0]) == GROUP_LABEL[1], _labels(obj)
+        assert _labels(obj).get(MACHINE_LABEL[0]) == MACHINE_LABEL[1], _labels(obj)
+        assert GROUP_TAINT in _taints(obj), _taints(obj)
+    assert {"key": STARTUP_TAINT_KEY, "effect": "NoSchedule"} in _taints(first)
+    assert not _ready(first) and not first.get("status", {}).get("nodeInfo", {}).get(
+        "kubeletVersion"
+    ), "the first Node seen must be the operator's, before the kubelet registered"
+    # The startup taint stayed until the Node was Ready (the kubelet registered in between).
+    registered = [o for o in seen if o.get("status", {}).get("nodeInfo", {}).get("kubeletVersion")]
+    assert registered, "the kubelet never registered"
+    untainted = [o for o in seen if not any(t["key"] == STARTUP_TAINT_KEY for t in _taints(o))]
+    assert untainted and all(_ready(o) for o in untainted)
+
+    # --- now: the Group's taint remains, the startup taint is gone, the tolerating pod runs
+    assert GROUP_TAINT in _taints(node)
+    assert running["spec"]["nodeName"] == machine.name
+    # --- the untolerating pod was never bound, from before power-on to a minute after Ready
+    assert pod_watch.objects(), "the pod watch saw nothing"
+    assert all(not o["spec"].get("nodeName") for o in pod_watch.objects())
+    assert pinned_now is not None and not pinned_now["spec"].get("nodeName")
+
+    # --- the kubelet found the Node and reconciled only its default labels (docs: "The core
+    # Node before power-on"): its own --node-labels and registerWithTaints are not applied to
+    # a Node that exists, so they belong in the Group's or the Node's spec.
+    labels = _labels(node)
+    assert labels.get("kubernetes.io/hostname") == machine.name
+    assert labels.get("kubernetes.io/os") == "linux"
+    assert KUBELET_LABEL[0] not in labels
+    assert KUBELET_TAINT not in _taints(node)
+
+    reasons = [e["reason"] for e in events_for(crds, namespace, machine.name)]
+    for expected in ("CoreNodeCreated", "PowerOnRequested", "StartupTaintRemoved"):
+        assert expected in reasons, reasons
+    print(
+        f"Node watch: {len(seen)} events, the first {len(seen) - len(registered)} before the "
+        f"kubelet registered, {len(untainted)} without the startup taint (all Ready); pod "
+        f"'pinned' never bound ({len(pod_watch.objects())} watch event(s)); 'welcome' Running "
+        f"on {machine.name}"
+    )
+
+
+@pytest.fixture
+def refuse_node(crds: Cluster, machine: fleet.MachineDef) -> Iterator[str]:
+    """A ValidatingAdmissionPolicy refusing to create this machine's core Node."""
+    name = f"refuse-{machine.name}"
+    message = f"no core Node {machine.name} in this test"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["nodes"],
+                    }
+                ]
+            },
+            "validations": [
+                {"expression": f"object.metadata.name != '{machine.name}'", "message": message}
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    for obj in (policy, binding):
+        crds.kubectl("apply", "-f", "-", input=json.dumps(obj))
+    probe = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": machine.name}}
+    # The policy takes a moment to be in force: a server-side dry run goes through admission.
+    wait_for(
+        lambda: (
+            crds.kubectl(
+                "create", "--dry-run=server", "-f", "-", input=json.dumps(probe), check=False
+            ).returncode
+            != 0
+        ),
+        60,
+        "the admission policy to refuse the Node",
+    )
+    yield message
+    crds.kubectl("delete", "validatingadmissionpolicybinding", name, check=False)
+    crds.kubectl("delete", "validatingadmissionpolicy", name, check=False)
+
+
+def test_a_refused_core_node_leaves_the_machine_failed_and_off(
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    bmc: SushyEmulator,
+    machine: fleet.MachineDef,
+    refuse_node: str,
+) -> None:
+    fleet.apply(
+        crds,
+        namespace,
+        [*fleet.bmc_secrets(bmc), fleet.group(), fleet.redfish_node(machine, bmc, maxRetries=0)],
+    )
+    wait_phase(crds, namespace, machine.name, "Off")
+    patch_desired(crds, namespace, machine.name, "On")
+
+    failed = wait_phase(crds, namespace, machine.name, "Failed")
+
+    assert refuse_node in failed["message"], failed["message"]
+    assert "not powered on" in failed["message"]
+    assert failed["lastOperation"]["result"] == "Failed"
+    # No power command, no Job, no Node.
+    assert bmc.count_power_requests(machine.uuid, reset_types=POWER_ON) == 0
+    assert bmc.power_state(machine.uuid) == "Off"
+    jobs = get_json(crds, "jobs", "-n", namespace)["items"]
+    assert jobs == []
+    assert get_json(crds, "node", machine.name) is None
+    warnings = {
+        e["reason"]: e["message"]
+        for e in events_for(crds, namespace, machine.name)
+        if e["type"] == "Warning"
+    }
+    assert refuse_node in warnings.get("CoreNodeFailed", ""), warnings
+    assert status(crds, namespace, machine.name)["phase"] == "Failed"
