@@ -27,6 +27,7 @@ from lightsout.models.enums import (
     Phase,
 )
 from lightsout.models.enums import ObservedPowerState as PowerState
+from lightsout.state.references import Unresolved
 
 __all__ = [
     "ACTION_PHASE",
@@ -225,3 +226,6 @@ class Observations:
     #: Last power state reported by a health check, and when; used for Unknown and drift.
     power_state: PowerState = PowerState.UNKNOWN
     power_state_observed_at: datetime | None = None
+    #: Per power action, the first object its Job needs that does not exist (or lacks a key):
+    #: such an action is held back, with no Job and no attempt spent.
+    unresolved: Mapping[Action, Unresolved] = field(default_factory=dict)
