@@ -29,6 +29,18 @@ TERMINATION_MESSAGE_LIMIT = 4096
 MESSAGE_LIMIT = 2048
 _EXCERPT = 160
 _STARTED_POD_PHASES = frozenset({"Running", "Succeeded", "Failed"})
+#: Container waiting reasons of a pod that will not start until someone acts (the kubelet keeps
+#: retrying, but the image is absent, its config names something missing, ...).
+NEVER_STARTS = frozenset(
+    {
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "ErrImageNeverPull",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "InvalidImageName",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -126,6 +138,9 @@ def parse_job_outcome(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]])
         return JobOutcome(JobPhase.RUNNING, _clip(f"finishing: {detail}"))
     if _started(status, pods):
         return JobOutcome(JobPhase.RUNNING, "")
+    stuck = _cannot_start(pods)
+    if stuck:
+        return JobOutcome(JobPhase.STUCK, _clip(f"its pod cannot start: {stuck}"))
     return JobOutcome(JobPhase.PENDING, _waiting_message(pods))
 
 
@@ -259,6 +274,24 @@ def _started(status: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bo
         if state.get("running") or state.get("terminated"):
             return True
     return False
+
+
+def _cannot_start(pods: Sequence[Mapping[str, Any]]) -> str:
+    """Why a pod of the Job will not start by itself (the kubelet retries, but nothing changes
+    until a person acts), or "" while it may still start."""
+    for pod in pods:
+        waiting = _mapping(_mapping(_container_status(pod).get("state")).get("waiting"))
+        if waiting.get("reason") in NEVER_STARTS:
+            return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+        for cond in _sequence(_mapping(pod.get("status")).get("conditions")):
+            if (
+                isinstance(cond, Mapping)
+                and cond.get("type") == "PodScheduled"
+                and cond.get("status") == "False"
+                and cond.get("reason") == "Unschedulable"
+            ):
+                return f"Unschedulable: {cond.get('message', '')}".rstrip(": ")
+    return ""
 
 
 def _waiting_message(pods: Sequence[Mapping[str, Any]]) -> str:

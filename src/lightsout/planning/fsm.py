@@ -32,6 +32,7 @@ AcquireLease, and every transitional phase renews the Lease on each reconcile):
 | PoweringOn | Job succeeded, power On/unreported | Booting | JobSucceeded |
 | PoweringOn | Job succeeded, power Off | retry | PowerStateMismatch (Drifted=True) |
 | PoweringOn | Job failed | retry | JobFailed (quotes the failed task) |
+| PoweringOn | Job's pod cannot start | retry | PodStartFailed (DeleteJob; names the cause) |
 | PoweringOn | Job gone past the action timeout | retry | JobLost |
 | PoweringOn | retry backoff over | unchanged | Retrying (StartJob attempt+1) |
 | Booting | core Node Ready | Ready | NodeRegistered (labels/taints, Uncordon) |
@@ -114,6 +115,7 @@ from lightsout.planning.types import (
     Phase,
     PowerState,
 )
+from lightsout.state.references import ReferenceReason
 
 JOB_POLL_SECONDS = 30.0
 BOOT_POLL_SECONDS = 15.0
@@ -161,6 +163,7 @@ class Reason(StrEnum):
     OBSERVED_OFF = "ObservedOff"
     RESUMED = "Resumed"
     REFERENCES_RESOLVED = "ReferencesResolved"
+    POD_START_FAILED = "PodStartFailed"
 
 
 #: Reasons that describe a passing wait rather than the machine; a steady phase replaces them.
@@ -228,6 +231,9 @@ def _references(m: MachineState, obs: Observations, decision: Decision) -> Decis
         return decision
     problem = obs.unresolved.get(start.action)
     if problem is None:
+        if m.reason not in set(ReferenceReason):
+            return decision
+        # It was held back by a reference (its reason says so): the condition turns True.
         resolved = _condition(
             ConditionType.REFERENCES_RESOLVED,
             True,
@@ -576,6 +582,13 @@ def _running(m: MachineState, obs: Observations, now: datetime, op: Operation) -
         return Decision(m.phase, Reason.WAITING_FOR_JOB, f"waiting for {what}", effects, op)
     if job.state is JobPhase.PENDING and intent_changed:
         return _cancel(m, now, op, "before its pod started")
+    if job.state is JobPhase.STUCK:
+        # No container ran, so nothing was sent to the machine: the attempt failed, and its Job
+        # goes now rather than at its deadline.
+        message = f"{what} failed: {job.message}"
+        failed = op.finish(OperationResult.FAILED, now, message)
+        delete = (DeleteJob(op.action, op.intent_generation, op.attempt),)
+        return _attempt_failed(m, failed, Reason.POD_START_FAILED, message, delete)
     if job.active:
         message = f"{what} is {job.state.lower()}"
         if job.message:

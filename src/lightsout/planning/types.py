@@ -65,13 +65,17 @@ class JobPhase(StrEnum):
     """What an action Job is doing, as read by `execution.results.parse_job_outcome`.
 
     `Pending` means no container of the Job has started yet, so deleting the Job cannot
-    interrupt a power command half-way; the FSM only cancels Jobs in this state.
+    interrupt a power command half-way; the FSM only cancels Jobs in this state (and `Stuck`
+    ones, which are pending for good).
     """
 
     PENDING = "Pending"
     RUNNING = "Running"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
+    #: Its pod cannot start (image missing, a volume or config error, unschedulable): no
+    #: container ran, so the attempt has failed and the Job may be deleted at once.
+    STUCK = "Stuck"
 
 
 class LeaseState(StrEnum):
