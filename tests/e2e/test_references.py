@@ -177,6 +177,12 @@ def _run(
         "lightsout plan to say why the machine of the missing Group is not powered on",
     )
     print(f"\nlightsout plan:\n{shown}")
+    # Every machine held back is listed with the reason it cannot be powered on.
+    lines = shown.splitlines()
+    for row, (reason, named) in expected.items():
+        (at,) = [i for i, line in enumerate(lines) if line.split()[:1] == [machines[row].name]]
+        note = lines[at + 1]
+        assert f"└ off, cannot be powered on: {reason}: " in note and named in note, (row, shown)
 
     # --- the missing objects appear (and the key is added): every held machine goes on
     fleet.apply(
