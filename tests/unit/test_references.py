@@ -34,6 +34,7 @@ from lightsout.state.references import ReferenceReason, Unresolved, contents_ent
 pytestmark = pytest.mark.unit
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+STAMP = "2026-03-01T12:00:00Z"
 GROUP = {"metadata": {"name": "lab", "namespace": "ns"}, "spec": {}}
 
 
@@ -221,13 +222,17 @@ def job_and_pod(waiting: str | None, scheduled: dict[str, str] | None = None) ->
         ("ErrImageNeverPull", None, "ErrImageNeverPull: image 'runner:0' is not present"),
         ("ImagePullBackOff", None, "ImagePullBackOff"),
         ("CreateContainerConfigError", None, "CreateContainerConfigError"),
-        (None, {"reason": "Unschedulable", "message": "0/3 nodes"}, "Unschedulable: 0/3 nodes"),
+        (
+            None,
+            {"reason": "Unschedulable", "message": "0/3 nodes", "lastTransitionTime": STAMP},
+            "Unschedulable: 0/3 nodes",
+        ),
     ],
 )
 def test_a_pod_that_cannot_start_fails_the_attempt_and_deletes_its_job(
     waiting: str | None, scheduled: dict[str, str] | None, cause: str
 ) -> None:
-    observed = observe_job(*job_and_pod(waiting, scheduled))
+    observed = observe_job(*job_and_pod(waiting, scheduled), T0 + timedelta(seconds=121))
     assert observed is not None and observed.state is JobPhase.STUCK and cause in observed.message
     running = Operation(Action.STARTUP, 5, 1, started=T0)
     m = machine_state(Phase.POWERING_ON, operation=running)
@@ -240,6 +245,14 @@ def test_a_pod_that_cannot_start_fails_the_attempt_and_deletes_its_job(
     assert cause in decision.message
 
 
-def test_a_pod_still_creating_its_container_is_only_pending() -> None:
+def test_a_pod_still_creating_its_container_or_briefly_unschedulable_is_only_pending() -> None:
     observed = observe_job(*job_and_pod("ContainerCreating"))
     assert observed is not None and observed.state is JobPhase.PENDING
+    refused = {
+        "reason": "Unschedulable",
+        "message": "Insufficient cpu",
+        "lastTransitionTime": STAMP,
+    }
+    observed = observe_job(*job_and_pod(None, refused), T0 + timedelta(seconds=30))
+    assert observed is not None and observed.state is JobPhase.PENDING
+    assert "Insufficient cpu" in observed.message

@@ -216,7 +216,8 @@ class Reconciler:
         observed = [
             o
             for job in view.jobs
-            if (o := observe_job(job, view.job_pods.get(job["metadata"]["name"], ()))) is not None
+            if (o := observe_job(job, view.job_pods.get(job["metadata"]["name"], ()), now))
+            is not None
         ]
         observed_job = fsm.select_job(observed, machine.operation)
         core_node = providerid.ensure(view.core_node, node)
