@@ -34,6 +34,7 @@ from lightsout import API_GROUP, API_VERSION
 from lightsout.config import OperatorConfig
 from lightsout.execution import reconcile as rc
 from lightsout.execution.scaling import LeaderLease, PlanApplier, gauge_pending, next_wake
+from lightsout.handlers.node import NOT_OURS
 from lightsout.planning.autoscale import plan
 from lightsout.planning.decisions import Plan
 from lightsout.state import (
@@ -258,7 +259,7 @@ async def stop_autoscaler(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", id="autoscaler_wake")
 @kopf.on.event("apps", "v1", "daemonsets", id="autoscaler_wake")
 @kopf.on.event("", "v1", "secrets", id="autoscaler_wake")  # a machine's missing reference
-@kopf.on.event("", "v1", "configmaps", id="autoscaler_wake")
+@kopf.on.event("", "v1", "configmaps", labels=NOT_OURS, id="autoscaler_wake")
 async def autoscaler_wake(memo: kopf.Memo, **_: Any) -> None:
     planner: Planner | None = getattr(memo, "autoscaler", None)
     if planner is not None:

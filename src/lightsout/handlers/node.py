@@ -48,6 +48,7 @@ NODE, GROUP = "node", "group"
 #: Seconds a Group's recount waits, so the machines' changes of one burst make one count.
 GROUP_COUNT_DELAY = 1.0
 OURS = {LABEL_MANAGED_BY: MANAGED_BY}
+NOT_OURS = {LABEL_MANAGED_BY: kopf.ABSENT}
 
 
 def _slim(body: kopf.Body) -> dict[str, Any]:
@@ -107,7 +108,8 @@ async def secret_keys(body: kopf.Body, name: str, namespace: str | None, **_: An
     return {(namespace or "", name): key_names(body)}
 
 
-@kopf.index("", "v1", "configmaps", id=rc.CONFIG_MAPS)
+# Not the extravars ConfigMaps of our own Jobs (one per attempt): no machine references them.
+@kopf.index("", "v1", "configmaps", labels=NOT_OURS, id=rc.CONFIG_MAPS)
 async def configmap_keys(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
     return {(namespace or "", name): key_names(body)}
 
@@ -296,7 +298,7 @@ async def secret_changed(name: str, namespace: str | None, memo: kopf.Memo, **_:
             r.machine(ns, machine)  # it may be what a held-back action waits for
 
 
-@kopf.on.event("", "v1", "configmaps", id="queue_configmap")
+@kopf.on.event("", "v1", "configmaps", labels=NOT_OURS, id="queue_configmap")
 async def configmap_changed(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     if (r := _reconcilers(memo)) is not None:
         for ns, machine in r.caches.machines_naming(rc.REF_CONFIG_MAP, namespace or "", name):
