@@ -58,12 +58,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from lightsout.planning.autoscale import plan
     from lightsout.planning.report import as_json, render_text
     from lightsout.state import (
+        CONFIGMAPS_KEY,
         DAEMONSETS_KEY,
         GROUPS_KEY,
         MACHINES_KEY,
         NODES_KEY,
         PDBS_KEY,
         PODS_KEY,
+        SECRETS_KEY,
         snapshot_from,
     )
 
@@ -75,6 +77,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         GROUPS_KEY: api.list_all_resources("groups", ns),
         PDBS_KEY: api.list_pdbs(ns),
         DAEMONSETS_KEY: api.list_daemonsets(ns),
+        SECRETS_KEY: api.list_key_names("secret", ns),
+        CONFIGMAPS_KEY: api.list_key_names("config_map", ns),
     }
     # Every list above is whole, so the snapshot is complete: the same view the operator has.
     snapshot = snapshot_from(objects, complete=True)

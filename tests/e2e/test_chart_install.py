@@ -64,10 +64,16 @@ def test_operator_gets_its_rights_in_watched_namespaces_only(
         "drains"
     )
     assert can(crds, operator, "patch", "nodes")
-    # Not a namespace it manages; and never Secrets, anywhere.
+    # Which Secrets and ConfigMaps exist (and their key names) in the namespaces it manages:
+    # a machine whose Secret is missing is held back before any Job (issue 19).
+    for verb in ("list", "watch"):
+        assert can(crds, operator, verb, "secrets", "-n", namespace)
+        assert can(crds, operator, verb, "configmaps", "-n", namespace)
+    # Not a namespace it manages; no Secret read by name; no Secret outside its namespaces.
     assert not can(crds, operator, "list", "nodes.lightsout.dev", "-n", "default")
     assert not can(crds, operator, "create", "jobs", "-n", "default")
     assert not can(crds, operator, "get", "secrets", "-n", namespace)
+    assert not can(crds, operator, "list", "secrets", "-n", "default")
     assert not can(crds, operator, "list", "secrets", "--all-namespaces")
     assert not can(crds, operator, "delete", "pods", "-n", namespace)
     assert not can(crds, operator, "create", "pods", "-n", namespace)

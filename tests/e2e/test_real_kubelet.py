@@ -31,9 +31,17 @@ from lightsout.execution.jobs import (
 from lightsout.execution.results import parse_job_outcome
 from lightsout.planning.types import Action, JobPhase, PowerState
 from lightsout_lab import Cluster
-from lightsout_lab.realnode import PLACEMENT, ImageArchive, RealNode, build_images
+from lightsout_lab.operator_process import OperatorProcess
+from lightsout_lab.realnode import (
+    PLACEMENT,
+    PLACEMENT_ENV,
+    ImageArchive,
+    RealNode,
+    build_images,
+)
 from lightsout_lab.sushy import POWER_ON, FakeSystem, SushyEmulator
-from tests.harness.wait import get_json, wait_for
+from tests.harness import fleet
+from tests.harness.wait import events_for, get_json, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -249,6 +257,67 @@ def test_operator_image_runs_as_a_locked_down_pod(
         check=True,
     ).stdout
     assert printed == expected
+
+
+#: A runner image no node has and no registry serves (nothing listens on port 9): its pull
+#: fails at once, as it does for a mistyped image or an air-gapped node.
+ABSENT_IMAGE = "127.0.0.1:9/lightsout/runner:absent"
+
+
+def test_action_job_whose_pod_cannot_start_is_a_failed_attempt_naming_the_cause(
+    crds: Cluster, namespace: str, real_node: RealNode, tmp_path: Path
+) -> None:
+    """Issue 19, part 2: the operator's startup Job lands on the real node with an image that
+    cannot be pulled. The attempt fails as soon as the kubelet says so (the Job's deadline is
+    bootTimeoutSeconds + 120 s = 3120 s, far beyond this test's wait), the status names the
+    cause, the Job is deleted and no power order reaches the BMC."""
+    system = FakeSystem(uuid=str(uuid.uuid4()), name=MACHINE, power_state="Off")
+    operator = OperatorProcess(
+        cluster=crds,
+        namespaces=(namespace,),
+        log_dir=tmp_path,
+        extra_env={**PLACEMENT_ENV, "LIGHTSOUT_RUNNER_IMAGE": ABSENT_IMAGE},
+    )
+    with SushyEmulator([system]) as bmc:
+        _credentials_secret(crds, namespace, bmc)
+        crds.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(fleet.group("lab")))
+        _machine(crds, namespace, bmc, system.uuid)
+        spec = {"maxRetries": 0, "power": {"bootTimeoutSeconds": 3000}, "desiredPowerState": "On"}
+        patch = json.dumps({"spec": spec})
+        operator.start()
+        try:
+            crds.kubectl("patch", "lsn", MACHINE, "-n", namespace, "--type=merge", "-p", patch)
+            started = time.monotonic()
+            failed = wait_for(
+                lambda: (s := _status(crds, namespace)).get("phase") == "Failed" and s,
+                240,
+                "the attempt whose pod cannot start to fail",
+            )
+            took = time.monotonic() - started
+            op = failed["lastOperation"]
+            assert op["result"] == "Failed" and op["attempt"] == 1
+            assert "its pod cannot start: ErrImagePull" in op["message"] or (
+                "its pod cannot start: ImagePullBackOff" in op["message"]
+            ), op["message"]
+            assert ABSENT_IMAGE in op["message"], op["message"]
+            wait_for(
+                lambda: get_json(crds, "job", op["job"], "-n", namespace) is None,
+                120,
+                f"the Job {op['job']} to be deleted",
+            )
+            reasons = [e["reason"] for e in events_for(crds, namespace, MACHINE)]
+            assert "PodStartFailed" in reasons, reasons
+            assert bmc.power_requests(system.uuid) == []
+        finally:
+            operator.stop()
+    print(f"\nstartup attempt Failed {took:.1f}s after the patch: {op['message']}")
+
+
+def _status(cluster: Cluster, namespace: str) -> dict[str, Any]:
+    found: dict[str, Any] = (get_json(cluster, "lsn", MACHINE, "-n", namespace) or {}).get(
+        "status"
+    ) or {}
+    return found
 
 
 def _phase_done(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:

@@ -549,8 +549,8 @@ OUTCOMES = [
     pytest.param(
         job_obj(active=1),
         [pod(phase="Pending", waiting={"reason": "ImagePullBackOff", "message": "not found"})],
-        JobPhase.PENDING, "ImagePullBackOff: not found", None, None,
-        id="pending-image-pull",
+        JobPhase.STUCK, "its pod cannot start: ImagePullBackOff: not found", None, None,
+        id="image-pull-back-off-cannot-start",
     ),
     pytest.param(
         job_obj(active=1),

@@ -27,6 +27,7 @@ from lightsout.planning.types import (
     Phase,
     PowerState,
 )
+from lightsout.state.references import Unresolved
 
 Obj = Mapping[str, Any]
 GENERATION_LABEL = "lightsout.dev/generation"
@@ -233,6 +234,7 @@ def observations(
     lease: LeaseState,
     power_state: PowerState = PowerState.UNKNOWN,
     power_state_at: dt.datetime | None = None,
+    unresolved: Mapping[Action, Unresolved] | None = None,
 ) -> Observations:
     return Observations(
         job=job,
@@ -244,6 +246,7 @@ def observations(
         lease=lease,
         power_state=power_state,
         power_state_observed_at=power_state_at,
+        unresolved=dict(unresolved or {}),
     )
 
 

@@ -38,7 +38,16 @@ from lightsout.planning.effects import (
     ReleaseLease,
     SetCondition,
 )
-from lightsout.planning.types import DrainStatus, EventType, MachineState, Phase, PowerState
+from lightsout.planning.types import (
+    Action,
+    DrainStatus,
+    EventType,
+    MachineState,
+    Phase,
+    PowerState,
+)
+from lightsout.state import references
+from lightsout.state.references import Unresolved
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +77,8 @@ class MachineView:
     lease_cached: bool = True
     #: Pods on the core Node (filled while the machine drains).
     pods_on_node: Sequence[Obj] = ()
+    #: Per power action, the first object its Job needs that is missing (`state.references`).
+    unresolved: Mapping[Action, Unresolved] = field(default_factory=dict)
 
 
 #: Index ids (kopf handler ids) of the watch caches the reconcilers read; see `handlers/node.py`.
@@ -79,8 +90,25 @@ JOB_PODS = "lightsout_job_pods"  # (namespace, Job name) → pod of an action Jo
 CORE_NODES = "lightsout_core_nodes"  # name → core Node
 LEASES = "lightsout_leases"  # (namespace, name) → Lease named lightsout.*
 NODE_PODS = "lightsout_node_pods"  # core Node name → pod bound to it (what a drain reads)
-CACHES = (MACHINES, MACHINE_REFS, GROUPS, JOBS, JOB_PODS, CORE_NODES, LEASES, NODE_PODS)
-REF_CORE, REF_GROUP = "core", "group"
+#: (namespace, name) → the key names of a Secret / ConfigMap (never a value); shared with the
+#: autoscaler, which flattens them into its snapshot.
+SECRETS = "lightsout_secret_keys"
+CONFIG_MAPS = "lightsout_configmap_keys"
+CACHES = (
+    MACHINES,
+    MACHINE_REFS,
+    GROUPS,
+    JOBS,
+    JOB_PODS,
+    CORE_NODES,
+    LEASES,
+    NODE_PODS,
+    SECRETS,
+    CONFIG_MAPS,
+)
+REF_CORE, REF_GROUP, REF_SECRET, REF_CONFIG_MAP = "core", "group", "secret", "configmap"
+#: The actions whose Jobs the state machine may start.
+POWER_ACTIONS = tuple(a for a in Action if a.target is not None)
 
 
 @dataclass(frozen=True)
@@ -115,6 +143,38 @@ class Caches:
     def machines_on(self, core_name: str) -> list[tuple[str, str]]:
         return self._all(MACHINE_REFS, (REF_CORE, core_name))
 
+    def machines_naming(self, kind: str, namespace: str, name: str) -> list[tuple[str, str]]:
+        """Machines whose spec names this Secret (`REF_SECRET`) or ConfigMap, directly or (a
+        playbook overlay) through their Group."""
+        found = self._all(MACHINE_REFS, (kind, namespace, name))
+        if kind == REF_CONFIG_MAP:
+            for (ns, group_name), groups in self.indexes[GROUPS].items():
+                if ns == namespace and any(
+                    ((g.get("spec") or {}).get("playbooks") or {}).get("configMapName") == name
+                    for g in groups
+                ):
+                    found += self.machines_of_group(ns, group_name)
+        return found
+
+    def keys(self, index: str, namespace: str, name: str) -> frozenset[str] | None:
+        """The key names of a cached Secret or ConfigMap, None when it does not exist."""
+        found: frozenset[str] | None = self._one(index, (namespace, name))
+        return found
+
+    def unresolved(self, node: Obj, group: Obj | None) -> dict[Action, Unresolved]:
+        namespace = str(node["metadata"].get("namespace") or "")
+        problems = {
+            action: references.unresolved(
+                node,
+                group,
+                str(action),
+                lambda name: self.keys(SECRETS, namespace, name),
+                lambda name: self.keys(CONFIG_MAPS, namespace, name),
+            )
+            for action in POWER_ACTIONS
+        }
+        return {action: problem for action, problem in problems.items() if problem is not None}
+
     def view(self, namespace: str, name: str) -> MachineView | None:
         """Everything one pass over this machine reads, or None when the machine is gone."""
         node = self.machine(namespace, name)
@@ -140,6 +200,7 @@ class Caches:
             # what a namespaced operator sees): those passes read the Lease live.
             lease_cached=self.config.lease_namespace is None,
             pods_on_node=self._all(NODE_PODS, core_name) if draining else (),
+            unresolved=self.unresolved(node, group),
         )
 
 
@@ -169,7 +230,8 @@ class Reconciler:
         observed = [
             o
             for job in view.jobs
-            if (o := observe_job(job, view.job_pods.get(job["metadata"]["name"], ()))) is not None
+            if (o := observe_job(job, view.job_pods.get(job["metadata"]["name"], ()), now))
+            is not None
         ]
         observed_job = fsm.select_job(observed, machine.operation)
         core_node = providerid.ensure(view.core_node, node)
@@ -196,6 +258,7 @@ class Reconciler:
             drain=drain,
             lease=lease,
             power_state=_observed_power(node),
+            unresolved=view.unresolved,
         )
         decision = providerid.report(fsm.decide(machine, obs, now), core_node, node)
         return self.apply(ctx, machine, decision, now)

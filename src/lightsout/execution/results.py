@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
+from lightsout.execution.inputs import parse_time
 from lightsout.execution.jobs import (
     CONTAINER_NAME,
     LABEL_ACTION,
@@ -29,6 +31,21 @@ TERMINATION_MESSAGE_LIMIT = 4096
 MESSAGE_LIMIT = 2048
 _EXCERPT = 160
 _STARTED_POD_PHASES = frozenset({"Running", "Succeeded", "Failed"})
+#: How long the scheduler must have refused a Job's pod before the attempt counts as failed: a
+#: burst of Jobs can wait a while for room on the nodes that run them, which is no mistake.
+UNSCHEDULABLE_GRACE = timedelta(seconds=120)
+#: Container waiting reasons of a pod that will not start until someone acts (the kubelet keeps
+#: retrying, but the image is absent, its config names something missing, ...).
+NEVER_STARTS = frozenset(
+    {
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "ErrImageNeverPull",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "InvalidImageName",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -98,7 +115,9 @@ def parse_runner_result(text: str | None) -> tuple[RunnerResult | None, str]:
     )
 
 
-def parse_job_outcome(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> JobOutcome:
+def parse_job_outcome(
+    job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: datetime | None = None
+) -> JobOutcome:
     """Combine the Job's conditions with its pods' runner results into one outcome.
 
     Only the terminal conditions `Complete` and `Failed` end a Job: since Kubernetes 1.31 the
@@ -126,11 +145,18 @@ def parse_job_outcome(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]])
         return JobOutcome(JobPhase.RUNNING, _clip(f"finishing: {detail}"))
     if _started(status, pods):
         return JobOutcome(JobPhase.RUNNING, "")
+    stuck = _cannot_start(pods, now)
+    if stuck:
+        return JobOutcome(JobPhase.STUCK, _clip(f"its pod cannot start: {stuck}"))
     return JobOutcome(JobPhase.PENDING, _waiting_message(pods))
 
 
-def observe_job(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> ObservedJob | None:
-    """The FSM's view of an action Job; None for a Job without Lights-Out's identity labels."""
+def observe_job(
+    job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: datetime | None = None
+) -> ObservedJob | None:
+    """The FSM's view of an action Job; None for a Job without Lights-Out's identity labels.
+
+    `now` lets a pod the scheduler has refused for `UNSCHEDULABLE_GRACE` count as stuck."""
     labels = _mapping(_mapping(job.get("metadata")).get("labels"))
     try:
         action = Action(str(labels.get(LABEL_ACTION, "")))
@@ -138,7 +164,7 @@ def observe_job(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Ob
         attempt = int(labels.get(LABEL_ATTEMPT, ""))
     except (TypeError, ValueError):
         return None
-    outcome = parse_job_outcome(job, pods)
+    outcome = parse_job_outcome(job, pods, now)
     return ObservedJob(
         action=action,
         generation=generation,
@@ -259,6 +285,30 @@ def _started(status: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bo
         if state.get("running") or state.get("terminated"):
             return True
     return False
+
+
+def _cannot_start(pods: Sequence[Mapping[str, Any]], now: datetime | None) -> str:
+    """Why a pod of the Job will not start by itself (the kubelet retries, but nothing changes
+    until a person acts), or "" while it may still start."""
+    for pod in pods:
+        waiting = _mapping(_mapping(_container_status(pod).get("state")).get("waiting"))
+        if waiting.get("reason") in NEVER_STARTS:
+            return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+        for cond in _sequence(_mapping(pod.get("status")).get("conditions")):
+            if (
+                isinstance(cond, Mapping)
+                and cond.get("type") == "PodScheduled"
+                and cond.get("status") == "False"
+                and cond.get("reason") == "Unschedulable"
+                and _longer_than(cond.get("lastTransitionTime"), now, UNSCHEDULABLE_GRACE)
+            ):
+                return f"Unschedulable: {cond.get('message', '')}".rstrip(": ")
+    return ""
+
+
+def _longer_than(since: Any, now: datetime | None, grace: timedelta) -> bool:
+    start = parse_time(since)
+    return now is not None and start is not None and now - start >= grace
 
 
 def _waiting_message(pods: Sequence[Mapping[str, Any]]) -> str:

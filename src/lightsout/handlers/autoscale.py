@@ -1,7 +1,9 @@
 """The built-in autoscaler's kopf glue: watch caches, one planner woken by changes, a leader.
 
 Six kopf indexes are the watch caches: pods, core Nodes, Lights-Out Nodes and Groups,
-PodDisruptionBudgets and DaemonSets, each object as the plain dict the API sent. kopf holds
+PodDisruptionBudgets and DaemonSets, each object as the plain dict the API sent; the Node
+reconciler's indexes of Secret and ConfigMap key names (`handlers/node.py`) tell which machines
+have everything their power-on needs. kopf holds
 back every other handler until all indexes have finished their initial listing, so the first
 call of `autoscaler_wake` (an `on.event` handler on the same kinds) proves that the caches are
 complete: only then does the planner run, with `snapshot_from(..., complete=True)`.
@@ -30,20 +32,25 @@ import kopf
 
 from lightsout import API_GROUP, API_VERSION
 from lightsout.config import OperatorConfig
+from lightsout.execution import reconcile as rc
 from lightsout.execution.scaling import LeaderLease, PlanApplier, gauge_pending, next_wake
+from lightsout.handlers.node import NOT_OURS
 from lightsout.planning.autoscale import plan
 from lightsout.planning.decisions import Plan
 from lightsout.state import (
+    CONFIGMAPS_KEY,
     DAEMONSETS_KEY,
     GROUPS_KEY,
     MACHINES_KEY,
     NODES_KEY,
     PDBS_KEY,
     PODS_KEY,
+    SECRETS_KEY,
     ObjectKey,
     Snapshot,
     snapshot_from,
 )
+from lightsout.state.references import contents_entry
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +73,8 @@ INDEXES = {
     PDBS_KEY: "autoscaler_pdbs",
     DAEMONSETS_KEY: "autoscaler_daemonsets",
 }
+#: Snapshot key → the Node reconciler's index of Secret / ConfigMap key names (never values).
+KEY_NAMES = {SECRETS_KEY: rc.SECRETS, CONFIGMAPS_KEY: rc.CONFIG_MAPS}
 
 
 def _cached(body: kopf.Body, api_version: str, kind: str) -> IndexValue:
@@ -134,7 +143,15 @@ class Planner:
 
     def objects(self) -> dict[str, list[Obj]]:
         """Copies of the caches' lists (their dicts are replaced on change, never mutated)."""
-        return {key: list(self.indexes[index].get(None, ())) for key, index in INDEXES.items()}
+        objects = {key: list(self.indexes[index].get(None, ())) for key, index in INDEXES.items()}
+        # The Node reconciler's caches of key names (by namespace and name), shared.
+        for key, index in KEY_NAMES.items():
+            objects[key] = [
+                contents_entry(namespace, name, keys)
+                for (namespace, name), found in self.indexes[index].items()
+                for keys in found
+            ]
+        return objects
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -217,7 +234,8 @@ async def start_autoscaler(memo: kopf.Memo, **kwargs: Any) -> None:
         memo.autoscaler = None
         return
     # kopf hands every index to start-up handlers as a keyword argument named by its id.
-    planner = Planner(config=config, indexes={i: kwargs[i] for i in INDEXES.values()})
+    wanted = (*INDEXES.values(), *KEY_NAMES.values())
+    planner = Planner(config=config, indexes={i: kwargs[i] for i in wanted})
     planner.task = asyncio.create_task(planner.run(), name="lightsout-autoscaler")
     memo.autoscaler = planner
 
@@ -240,6 +258,8 @@ async def stop_autoscaler(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event(API_GROUP, API_VERSION, "groups", id="autoscaler_wake")
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", id="autoscaler_wake")
 @kopf.on.event("apps", "v1", "daemonsets", id="autoscaler_wake")
+@kopf.on.event("", "v1", "secrets", id="autoscaler_wake")  # a machine's missing reference
+@kopf.on.event("", "v1", "configmaps", labels=NOT_OURS, id="autoscaler_wake")
 async def autoscaler_wake(memo: kopf.Memo, **_: Any) -> None:
     planner: Planner | None = getattr(memo, "autoscaler", None)
     if planner is not None:

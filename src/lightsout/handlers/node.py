@@ -1,11 +1,13 @@
 """Reconciles `nodes.lightsout.dev` (and counts Groups) through one bounded work queue.
 
 The watch caches are kopf indexes (ids in `execution.reconcile`): Lights-Out Nodes and their
-references (core Node name, Group), Groups, action Jobs and their pods, core Nodes, machine
-Leases and the pods bound to each core Node. The handlers here only turn watch events into
-queue keys: `("node", namespace, name)` for a machine whose Node, Group, action Job or Job pod,
-core Node, Lease or (while it drains) core Node's pods changed, `("group", namespace, name)` for
-a Group whose machine counts may have changed (a second later, so a burst makes one count).
+references (core Node name, Group, Secrets, overlay ConfigMap), Groups, action Jobs and their
+pods, core Nodes, machine Leases, the pods bound to each core Node, and the key names (never
+the values) of the Secrets and ConfigMaps of the watched namespaces. The handlers here only
+turn watch events into queue keys: `("node", namespace, name)` for a machine whose Node, Group,
+action Job or Job pod, core Node, Lease, named Secret or ConfigMap or (while it drains) core
+Node's pods changed, `("group", namespace, name)` for a Group whose machine counts may have
+changed (a second later, so a burst makes one count).
 
 A fixed pool of `LIGHTSOUT_WORKERS` workers (default 4) takes keys off the queue
 (`execution.workqueue`): one pass per key at a time, pending keys de-duplicated, a failed pass
@@ -33,17 +35,20 @@ import kopf
 from lightsout import API_GROUP, API_VERSION
 from lightsout.config import OperatorConfig
 from lightsout.execution import reconcile as rc
+from lightsout.execution.extravars import credentials_secret
 from lightsout.execution.jobs import LABEL_MANAGED_BY, LABEL_NODE, MANAGED_BY
 from lightsout.execution.leases import ANNOTATION_MACHINE, LEASE_PREFIX
 from lightsout.execution.workqueue import Workers, WorkQueue
 from lightsout.handlers import group as groups
 from lightsout.planning.types import Phase
+from lightsout.state.references import key_names
 
 Key = tuple[str, str, str]
 NODE, GROUP = "node", "group"
 #: Seconds a Group's recount waits, so the machines' changes of one burst make one count.
 GROUP_COUNT_DELAY = 1.0
 OURS = {LABEL_MANAGED_BY: MANAGED_BY}
+NOT_OURS = {LABEL_MANAGED_BY: kopf.ABSENT}
 
 
 def _slim(body: kopf.Body) -> dict[str, Any]:
@@ -63,11 +68,20 @@ async def machines(body: kopf.Body, name: str, namespace: str | None, **_: Any) 
 
 @kopf.index(API_GROUP, API_VERSION, "nodes", id=rc.MACHINE_REFS)
 async def machine_refs(spec: kopf.Spec, name: str, namespace: str | None, **_: Any) -> Any:
-    ref = (namespace or "", name)
-    return {
+    ns = namespace or ""
+    ref = (ns, name)
+    found = {
         (rc.REF_CORE, str(spec.get("kubernetesNodeName") or name)): ref,
-        (rc.REF_GROUP, namespace or "", str(spec.get("group") or "")): ref,
+        (rc.REF_GROUP, ns, str(spec.get("group") or "")): ref,
     }
+    secret, ca_secret = credentials_secret(spec)
+    for secret_name in (secret, ca_secret):
+        if secret_name:
+            found[(rc.REF_SECRET, ns, secret_name)] = ref
+    overlay = (spec.get("playbooks") or {}).get("configMapName")
+    if overlay:
+        found[(rc.REF_CONFIG_MAP, ns, str(overlay))] = ref
+    return found
 
 
 @kopf.index(API_GROUP, API_VERSION, "groups", id=rc.GROUPS)
@@ -85,6 +99,19 @@ async def jobs(body: kopf.Body, namespace: str | None, **_: Any) -> Any:
 async def job_pods(body: kopf.Body, labels: kopf.Labels, namespace: str | None, **_: Any) -> Any:
     job = labels.get("job-name") or labels.get("batch.kubernetes.io/job-name")
     return None if not job else {(namespace or "", job): _slim(body)}
+
+
+# Secrets and ConfigMaps: the names of their keys only. kopf hands the whole object to the
+# index function and keeps only what it returns, so no value outlives this call.
+@kopf.index("", "v1", "secrets", id=rc.SECRETS)
+async def secret_keys(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
+    return {(namespace or "", name): key_names(body)}
+
+
+# Not the extravars ConfigMaps of our own Jobs (one per attempt): no machine references them.
+@kopf.index("", "v1", "configmaps", labels=NOT_OURS, id=rc.CONFIG_MAPS)
+async def configmap_keys(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
+    return {(namespace or "", name): key_names(body)}
 
 
 @kopf.index("", "v1", "nodes", id=rc.CORE_NODES)
@@ -262,6 +289,20 @@ async def pod_changed(
         node = r.caches.machine(ns, machine) or {}
         if (node.get("status") or {}).get("phase") == Phase.DRAINING:
             r.machine(ns, machine)  # a pod left the draining machine
+
+
+@kopf.on.event("", "v1", "secrets", id="queue_secret")
+async def secret_changed(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    if (r := _reconcilers(memo)) is not None:
+        for ns, machine in r.caches.machines_naming(rc.REF_SECRET, namespace or "", name):
+            r.machine(ns, machine)  # it may be what a held-back action waits for
+
+
+@kopf.on.event("", "v1", "configmaps", labels=NOT_OURS, id="queue_configmap")
+async def configmap_changed(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    if (r := _reconcilers(memo)) is not None:
+        for ns, machine in r.caches.machines_naming(rc.REF_CONFIG_MAP, namespace or "", name):
+            r.machine(ns, machine)
 
 
 @kopf.on.event("coordination.k8s.io", "v1", "leases", id="queue_lease")

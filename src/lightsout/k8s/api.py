@@ -21,6 +21,7 @@ from kubernetes import client, config
 from kubernetes.client import ApiException
 
 from lightsout import API_GROUP, API_VERSION
+from lightsout.state.references import contents_entry, key_names
 
 Obj = dict[str, Any]
 
@@ -363,6 +364,26 @@ def list_daemonsets(namespace: str | None = None) -> list[Obj]:
     else:
         data = _raw(apps.list_daemon_set_for_all_namespaces)
     return _typed_items(data, "apps/v1", "DaemonSet")
+
+
+def list_key_names(kind: str, namespace: str | None = None) -> list[Obj]:
+    """Secrets (`kind` "secret") or ConfigMaps ("config_map") as their names and key names:
+    `lightsout plan` checks what machines reference; the values are dropped on arrival."""
+    core = client.CoreV1Api(api_client())
+    calls = {
+        "secret": (core.list_namespaced_secret, core.list_secret_for_all_namespaces),
+        "config_map": (core.list_namespaced_config_map, core.list_config_map_for_all_namespaces),
+    }
+    namespaced, everywhere = calls[kind]
+    data = _raw(namespaced, namespace) if namespace else _raw(everywhere)
+    return [
+        contents_entry(
+            str(item["metadata"].get("namespace") or ""),
+            str(item["metadata"]["name"]),
+            key_names(item),
+        )
+        for item in data.get("items", [])
+    ]
 
 
 # ---------------------------------------------------------------- the CLI's defaults

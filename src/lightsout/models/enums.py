@@ -148,6 +148,8 @@ class ConditionType(StrEnum):
     DRAINING = "Draining"
     #: The core Node carries a providerID other than the machine's (never overwritten).
     PROVIDER_ID_CONFLICT = "ProviderIDConflict"
+    #: False while a power action waits for an object it needs (Group, Secret, ConfigMap).
+    REFERENCES_RESOLVED = "ReferencesResolved"
     # Group
     READY = "Ready"
     SCALING_LIMITED = "ScalingLimited"

@@ -160,7 +160,9 @@ def _machine_states(
         if notes.get(info.key):
             continue
         group = info.group
-        if group is None:
+        if info.machine.unresolved and info.availability is Availability.UNAVAILABLE:
+            notes[info.key].append(info.state)  # names the missing Group, Secret, ...
+        elif group is None:
             notes[info.key].append(f"group {info.machine.group} not found: not autoscaled")
         elif group.autoscaler is not Autoscaler.BUILTIN:
             notes[info.key].append(f"group {group.key.name} is sized by {group.autoscaler}")

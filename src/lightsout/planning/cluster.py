@@ -222,6 +222,10 @@ def classify(machine: Machine, node: CoreNode | None) -> tuple[Availability, str
         return Availability.FAILED, "Failed"
     if phase is Phase.UNKNOWN:
         return Availability.UNAVAILABLE, "phase Unknown"
+    if machine.unresolved and phase in (None, Phase.OFF):
+        # Its power-on is held back (state.references): never chosen, and `lightsout plan`
+        # says why.
+        return Availability.UNAVAILABLE, f"off, cannot be powered on: {machine.unresolved}"
     if machine.desired is PowerState.ON:
         if phase is Phase.READY:
             if starting(node):

@@ -18,6 +18,7 @@ AcquireLease, and every transitional phase renews the Lease on each reconcile):
 | any | Lease held by another holder | unchanged | LeaseHeldElsewhere (Requeue only) |
 | any | active Job not described by status | its action's phase | JobAdopted (no StartJob) |
 | any | a StartJob while any power Job is active | unchanged | WaitingForJob (held back) |
+| any | a StartJob whose Group/Secret/ConfigMap is missing | unchanged | GroupNotFound, ... |
 | Unknown | operation Running in status | its action's phase | as that phase decides |
 | Unknown | core Node Ready or health On | Booting (D On), Ready (D Off) | as that phase decides |
 | Unknown | no evidence | Off | ObservedOff, then as Off |
@@ -32,6 +33,7 @@ AcquireLease, and every transitional phase renews the Lease on each reconcile):
 | PoweringOn | Job succeeded, power On/unreported | Booting | JobSucceeded |
 | PoweringOn | Job succeeded, power Off | retry | PowerStateMismatch (Drifted=True) |
 | PoweringOn | Job failed | retry | JobFailed (quotes the failed task) |
+| PoweringOn | Job's pod cannot start | retry | PodStartFailed (DeleteJob; names the cause) |
 | PoweringOn | Job gone past the action timeout | retry | JobLost |
 | PoweringOn | retry backoff over | unchanged | Retrying (StartJob attempt+1) |
 | Booting | core Node Ready | Ready | NodeRegistered (labels/taints, startup taint off, Uncordon) |
@@ -67,6 +69,12 @@ Drain timeout: eviction is never forced past a PodDisruptionBudget, because powe
 machine whose pods a PDB protects is exactly the outage a PDB exists to prevent. After
 `drain_timeout_seconds` the machine stays Draining with a DrainTimeout warning and keeps
 retrying; setting desiredPowerState back to On cancels the drain.
+
+References: a StartJob is only let through when every object its Job needs exists
+(`Observations.unresolved`, from `state.references`); otherwise the machine stays in its phase
+with the reference's reason (GroupNotFound, SecretNotFound, SecretKeyMissing, ConfigMapNotFound,
+PlaybookNotFound; condition ReferencesResolved=False), no Job, no attempt counted, and the next
+pass (the watch of the missing object wakes it) tries again.
 
 Events are only emitted when (phase, reason) changes, so polling a blocked drain or a running
 Job does not post an event per reconcile.
@@ -114,6 +122,7 @@ from lightsout.planning.types import (
     Phase,
     PowerState,
 )
+from lightsout.state.references import ReferenceReason
 
 JOB_POLL_SECONDS = 30.0
 BOOT_POLL_SECONDS = 15.0
@@ -161,6 +170,8 @@ class Reason(StrEnum):
     OBSERVED_ON = "ObservedOn"
     OBSERVED_OFF = "ObservedOff"
     RESUMED = "Resumed"
+    REFERENCES_RESOLVED = "ReferencesResolved"
+    POD_START_FAILED = "PodStartFailed"
 
 
 #: Reasons that describe a passing wait rather than the machine; a steady phase replaces them.
@@ -211,7 +222,41 @@ def decide(machine: MachineState, obs: Observations, now: datetime) -> Decision:
         return _finish(machine, adopted, now)
     subject = _resolve_unknown(machine, obs, now) if machine.phase is Phase.UNKNOWN else machine
     decision = _HANDLERS[subject.phase](subject, obs, now)
-    return _finish(machine, _prepare_core_node(_one_job_at_a_time(machine, obs, decision)), now)
+    decision = _one_job_at_a_time(machine, obs, decision)
+    return _finish(machine, _prepare_core_node(_references(subject, obs, decision)), now)
+
+
+def _references(m: MachineState, obs: Observations, decision: Decision) -> Decision:
+    """Let a StartJob through only when every object its Job needs exists.
+
+    A missing Secret or ConfigMap would leave the Job's pod in ContainerCreating until its
+    deadline, and a missing Group would power a machine on without its Group's policy; neither
+    is worth an attempt. The machine stays in its phase (keeping its operation, so no retry is
+    spent) and the watch of the missing object brings the next pass.
+    """
+    start = next((e for e in decision.effects if isinstance(e, StartJob)), None)
+    if start is None:
+        return decision
+    problem = obs.unresolved.get(start.action)
+    if problem is None:
+        if m.reason not in set(ReferenceReason):
+            return decision
+        # It was held back by a reference (its reason says so): the condition turns True.
+        resolved = _condition(
+            ConditionType.REFERENCES_RESOLVED,
+            True,
+            Reason.REFERENCES_RESOLVED,
+            f"every object the {start.action} Job needs exists",
+        )
+        return replace(decision, effects=(*decision.effects, resolved))
+    message = f"{problem.message}; {start.action} waits for it (no Job started, no attempt spent)"
+    acting = m.phase in PHASE_ACTION or m.phase is Phase.DRAINING
+    effects: tuple[Effect, ...] = (
+        *((AcquireLease(),) if acting else _release_if_held(obs)),
+        _condition(ConditionType.REFERENCES_RESOLVED, False, problem.reason, message),
+        Event(EventType.WARNING, problem.reason, message),
+    )
+    return Decision(m.phase, problem.reason, message, effects, m.operation)
 
 
 def _prepare_core_node(decision: Decision) -> Decision:
@@ -574,6 +619,13 @@ def _running(m: MachineState, obs: Observations, now: datetime, op: Operation) -
         return Decision(m.phase, Reason.WAITING_FOR_JOB, f"waiting for {what}", effects, op)
     if job.state is JobPhase.PENDING and intent_changed:
         return _cancel(m, now, op, "before its pod started")
+    if job.state is JobPhase.STUCK:
+        # No container ran, so nothing was sent to the machine: the attempt failed, and its Job
+        # goes now rather than at its deadline.
+        message = f"{what} failed: {job.message}"
+        failed = op.finish(OperationResult.FAILED, now, message)
+        delete = (DeleteJob(op.action, op.intent_generation, op.attempt),)
+        return _attempt_failed(m, failed, Reason.POD_START_FAILED, message, delete)
     if job.active:
         message = f"{what} is {job.state.lower()}"
         if job.message:

@@ -27,6 +27,7 @@ from lightsout.models.enums import (
     Phase,
 )
 from lightsout.models.enums import ObservedPowerState as PowerState
+from lightsout.state.references import Unresolved
 
 __all__ = [
     "ACTION_PHASE",
@@ -70,13 +71,17 @@ class JobPhase(StrEnum):
     """What an action Job is doing, as read by `execution.results.parse_job_outcome`.
 
     `Pending` means no container of the Job has started yet, so deleting the Job cannot
-    interrupt a power command half-way; the FSM only cancels Jobs in this state.
+    interrupt a power command half-way; the FSM only cancels Jobs in this state (and `Stuck`
+    ones, which are pending for good).
     """
 
     PENDING = "Pending"
     RUNNING = "Running"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
+    #: Its pod cannot start (image missing, a volume or config error, unschedulable): no
+    #: container ran, so the attempt has failed and the Job may be deleted at once.
+    STUCK = "Stuck"
 
 
 class LeaseState(StrEnum):
@@ -231,3 +236,6 @@ class Observations:
     #: Last power state reported by a health check, and when; used for Unknown and drift.
     power_state: PowerState = PowerState.UNKNOWN
     power_state_observed_at: datetime | None = None
+    #: Per power action, the first object its Job needs that does not exist (or lacks a key):
+    #: such an action is held back, with no Job and no attempt spent.
+    unresolved: Mapping[Action, Unresolved] = field(default_factory=dict)

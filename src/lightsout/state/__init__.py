@@ -7,12 +7,14 @@ Kubernetes client, no I/O.
 """
 
 from lightsout.state.build import (
+    CONFIGMAPS_KEY,
     DAEMONSETS_KEY,
     GROUPS_KEY,
     MACHINES_KEY,
     NODES_KEY,
     PDBS_KEY,
     PODS_KEY,
+    SECRETS_KEY,
     snapshot_from,
 )
 from lightsout.state.resources import Resources, format_amount, parse_amount, parse_resources
@@ -39,6 +41,7 @@ from lightsout.state.types import (
 )
 
 __all__ = [
+    "CONFIGMAPS_KEY",
     "DAEMONSETS_KEY",
     "DO_NOT_DISRUPT",
     "GROUPS_KEY",
@@ -47,6 +50,7 @@ __all__ = [
     "NODES_KEY",
     "PDBS_KEY",
     "PODS_KEY",
+    "SECRETS_KEY",
     "UNNEEDED_SINCE",
     "CoreNode",
     "DaemonSet",

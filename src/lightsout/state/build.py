@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from lightsout.models.enums import Phase, PowerState
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import AutoscalingSettings, PowerProfile
+from lightsout.state import references
 from lightsout.state.parse import (
     as_str,
     condition,
@@ -56,6 +57,9 @@ MACHINES_KEY = "nodes.lightsout.dev"
 GROUPS_KEY = "groups.lightsout.dev"
 PDBS_KEY = "poddisruptionbudgets"
 DAEMONSETS_KEY = "daemonsets"
+#: Secrets and ConfigMaps as `references.contents_entry` gives them: name and key names only.
+SECRETS_KEY = "secrets"
+CONFIGMAPS_KEY = "configmaps"
 
 
 def snapshot_from(
@@ -73,8 +77,9 @@ def snapshot_from(
     problems: list[str] = []
     groups = _each(objects, GROUPS_KEY, _group, problems)
     by_group = {group.key: group for group in groups}
+    check = _reference_check(objects)
     machines = _each(
-        objects, MACHINES_KEY, lambda obj, notes: _machine(obj, notes, by_group), problems
+        objects, MACHINES_KEY, lambda obj, notes: _machine(obj, notes, by_group, check), problems
     )
     since = {
         key: time
@@ -230,8 +235,41 @@ def _group(obj: Mapping[str, Any], notes: list[str]) -> Group | None:
     )
 
 
+def _reference_check(
+    objects: Mapping[str, Sequence[Mapping[str, Any]]],
+) -> Callable[[Mapping[str, Any]], str | None]:
+    """Why a machine's power-on action cannot start, from the objects given (nothing is
+    checked when the caller gave no Secrets: it did not look)."""
+    if SECRETS_KEY not in objects:
+        return lambda _obj: None
+    groups = {_key(o): o for o in _items(objects, GROUPS_KEY)}
+    secrets = references.contents_index(_items(objects, SECRETS_KEY))
+    config_maps = references.contents_index(_items(objects, CONFIGMAPS_KEY))
+
+    def check(obj: Mapping[str, Any]) -> str | None:
+        key = _key(obj)
+        if key is None:
+            return None
+        spec = obj.get("spec")
+        group = groups.get(ObjectKey(key.namespace, as_str(dig(spec, "group"))))
+        ephemeral = dig(spec, "driver", "proxmox", "mode") == "Ephemeral"
+        problem = references.unresolved(
+            obj,
+            group,
+            "provision" if ephemeral else "startup",
+            lambda name: secrets.get((key.namespace, name)),
+            lambda name: config_maps.get((key.namespace, name)),
+        )
+        return None if problem is None else f"{problem.reason}: {problem.message}"
+
+    return check
+
+
 def _machine(
-    obj: Mapping[str, Any], notes: list[str], groups: Mapping[ObjectKey, Group]
+    obj: Mapping[str, Any],
+    notes: list[str],
+    groups: Mapping[ObjectKey, Group],
+    check: Callable[[Mapping[str, Any]], str | None],
 ) -> Machine | None:
     key = _key(obj)
     spec = obj.get("spec")
@@ -269,6 +307,7 @@ def _machine(
         provider_id=as_str(dig(obj, "status", "providerID"))
         or as_str(dig(spec, "providerID"))
         or None,
+        unresolved=check(obj),
     )
 
 

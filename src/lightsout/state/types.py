@@ -185,6 +185,9 @@ class Machine:
     boot_seconds: int = 600
     phase_since: datetime | None = None
     provider_id: str | None = None
+    #: Why the machine cannot be powered on (a missing Group, Secret, key, ConfigMap or
+    #: playbook, `state.references`), None when everything it needs exists.
+    unresolved: str | None = None
 
     @property
     def group_key(self) -> ObjectKey:

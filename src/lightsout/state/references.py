@@ -1,0 +1,163 @@
+"""Whether the objects a machine names exist, before anything is done with them (pure).
+
+A power action's Job mounts the machine's credentials Secret, its CA Secret and the playbook
+overlay ConfigMap, and the machine takes labels, taints and policy from its Group. When one of
+them is missing, a Job would sit in ContainerCreating until its deadline (or a machine would run
+without its Group's policy), so the Node reconciler (`execution/reconcile.py`) asks `unresolved`
+before it lets the state machine start a Job, and the autoscaler's snapshot (`state/build.py`)
+asks it before a machine may be chosen.
+
+The caller passes what its watch caches hold: the Group (or None), and for the Secrets and
+ConfigMaps of the machine's namespace only their *key names* (`Contents`), never their values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+#: The names of a Secret's or ConfigMap's keys, None when the object does not exist.
+Contents = Callable[[str], frozenset[str] | None]
+#: Playbook names the runner image ships (`<action>.yml`): an override naming one of them needs
+#: no overlay.
+SHIPPED_ACTIONS = ("startup", "shutdown", "provision", "deprovision", "healthcheck")
+
+
+class ReferenceReason(StrEnum):
+    """`status.reason` and the Warning event's reason of a machine held back by a reference."""
+
+    GROUP_NOT_FOUND = "GroupNotFound"
+    SECRET_NOT_FOUND = "SecretNotFound"  # noqa: S105 - a reason, not a password
+    SECRET_KEY_MISSING = "SecretKeyMissing"  # noqa: S105
+    CONFIGMAP_NOT_FOUND = "ConfigMapNotFound"
+    PLAYBOOK_NOT_FOUND = "PlaybookNotFound"
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """The first reference of a machine that does not resolve, and a message naming it."""
+
+    reason: ReferenceReason
+    message: str
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _driver(spec: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    for kind, block in _mapping(spec.get("driver")).items():
+        if isinstance(block, Mapping):
+            return str(kind), block
+    return "", {}
+
+
+def _secret_needs(kind: str, block: Mapping[str, Any]) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(what, Secret name, keys the driver reads) for each Secret the driver block names."""
+    needs: list[tuple[str, str, tuple[str, ...]]] = []
+    if kind == "wol":
+        ref = _mapping(_mapping(block.get("ssh")).get("privateKeySecretRef"))
+        if ref.get("name"):
+            needs.append(
+                ("SSH key Secret", str(ref["name"]), (str(ref.get("key", "ssh-privatekey")),))
+            )
+    else:
+        ref = _mapping(block.get("credentialsSecretRef"))
+        if ref.get("name"):
+            if ref.get("tokenIdKey") and ref.get("tokenSecretKey"):
+                keys = (str(ref["tokenIdKey"]), str(ref["tokenSecretKey"]))
+            else:
+                keys = (
+                    str(ref.get("usernameKey", "username")),
+                    str(ref.get("passwordKey", "password")),
+                )
+            needs.append(("credentials Secret", str(ref["name"]), keys))
+    ca = _mapping(_mapping(block.get("tls")).get("caSecretRef"))
+    if ca.get("name"):
+        needs.append(("CA Secret", str(ca["name"]), (str(ca.get("key", "ca.crt")),)))
+    return needs
+
+
+def unresolved(
+    node: Mapping[str, Any],
+    group: Mapping[str, Any] | None,
+    action: str,
+    secrets: Contents,
+    config_maps: Contents,
+) -> Unresolved | None:
+    """The first missing reference `action` on this machine needs, or None when all resolve."""
+    meta, spec = _mapping(node.get("metadata")), _mapping(node.get("spec"))
+    namespace = str(meta.get("namespace") or "")
+    group_name = str(spec.get("group") or "")
+    if group is None:
+        return Unresolved(
+            ReferenceReason.GROUP_NOT_FOUND,
+            f"Group {namespace}/{group_name} not found (spec.group of this machine)",
+        )
+    for what, name, keys in _secret_needs(*_driver(spec)):
+        held = secrets(name)
+        if held is None:
+            return Unresolved(
+                ReferenceReason.SECRET_NOT_FOUND, f"{what} {namespace}/{name} not found"
+            )
+        missing = [key for key in keys if key not in held]
+        if missing:
+            return Unresolved(
+                ReferenceReason.SECRET_KEY_MISSING,
+                f"{what} {namespace}/{name} has no key {', '.join(repr(k) for k in missing)}"
+                f" (it has {', '.join(repr(k) for k in sorted(held)) or 'no keys'})",
+            )
+    playbooks = _mapping(spec.get("playbooks"))
+    group_playbooks = _mapping(_mapping(group.get("spec")).get("playbooks"))
+    config_map = playbooks.get("configMapName") or group_playbooks.get("configMapName")
+    playbook = playbooks.get(action)
+    source = "spec.playbooks" if playbooks.get("configMapName") else f"Group {group_name}"
+    if config_map:
+        held = config_maps(str(config_map))
+        if held is None:
+            return Unresolved(
+                ReferenceReason.CONFIGMAP_NOT_FOUND,
+                f"playbook overlay ConfigMap {namespace}/{config_map} not found ({source})",
+            )
+    else:
+        held = frozenset()
+    if playbook and playbook not in held and playbook not in _shipped():
+        where = f"ConfigMap {namespace}/{config_map}" if config_map else "no overlay ConfigMap"
+        return Unresolved(
+            ReferenceReason.PLAYBOOK_NOT_FOUND,
+            f"playbook {playbook!r} for {action} (spec.playbooks.{action}) not found: {where}"
+            " holds no such key and the runner image ships no playbook of that name",
+        )
+    return None
+
+
+def contents_entry(namespace: str, name: str, keys: Iterable[str]) -> dict[str, Any]:
+    """A Secret or ConfigMap as a snapshot holds it: where it is and its key names."""
+    return {"metadata": {"namespace": namespace, "name": name}, "keys": sorted(keys)}
+
+
+def key_names(obj: Mapping[str, Any]) -> frozenset[str]:
+    """The key names of a Secret or ConfigMap object (its values are not looked at)."""
+    return frozenset(
+        str(key) for part in ("data", "binaryData", "stringData") for key in obj.get(part) or {}
+    )
+
+
+def contents_index(
+    entries: Iterable[Mapping[str, Any]],
+) -> dict[tuple[str, str], frozenset[str]]:
+    """(namespace, name) → key names, from `contents_entry` dicts."""
+    found: dict[tuple[str, str], frozenset[str]] = {}
+    for entry in entries:
+        meta = _mapping(entry.get("metadata"))
+        keys = entry.get("keys") or ()
+        found[(str(meta.get("namespace") or ""), str(meta.get("name") or ""))] = frozenset(
+            str(k) for k in keys
+        )
+    return found
+
+
+def _shipped() -> frozenset[str]:
+    return frozenset(f"{action}.yml" for action in SHIPPED_ACTIONS)
