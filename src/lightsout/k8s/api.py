@@ -369,3 +369,38 @@ def current_namespace() -> str:
     except (config.ConfigException, OSError):
         return "default"
     return str((active or {}).get("context", {}).get("namespace") or "default")
+
+
+# ---------------------------------------------------------------- Secrets (join credentials)
+def cluster_ca() -> bytes:
+    """The PEM CA bundle this process trusts for the API server (in-cluster: the SA's ca.crt).
+
+    It is what a new machine must trust too, so `execution.join` hands it to a clone.
+    """
+    configuration = api_client().configuration
+    if configuration.ssl_ca_cert:
+        with open(configuration.ssl_ca_cert, "rb") as ca:
+            return ca.read()
+    raise RuntimeError("the API client has no CA file: cannot tell a new machine what to trust")
+
+
+def apply_secret(namespace: str, body: Mapping[str, Any]) -> None:
+    """Create the Secret, or replace the one of that name."""
+    try:
+        _raw(core().create_namespaced_secret, namespace, dict(body))
+    except ConflictError:
+        _raw(core().replace_namespaced_secret, body["metadata"]["name"], namespace, dict(body))
+
+
+def delete_secrets(namespace: str, label_selector: str) -> int:
+    """Delete the Secrets matching the selector; returns how many were deleted."""
+    data = _raw(core().list_namespaced_secret, namespace, label_selector=label_selector)
+    deleted = 0
+    for item in data.get("items", []):
+        try:
+            core().delete_namespaced_secret(item["metadata"]["name"], namespace)
+            deleted += 1
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    return deleted
