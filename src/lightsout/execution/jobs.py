@@ -303,6 +303,8 @@ def _env(req: JobRequest) -> list[dict[str, str]]:
         env["LIGHTSOUT_CREDENTIALS_DIR"] = CREDENTIALS_DIR
     if req.ca_secret:
         env["LIGHTSOUT_CA_DIR"] = CA_DIR
+    if req.join_secret:
+        env["LIGHTSOUT_JOIN_DIR"] = JOIN_DIR
     if req.overlay_configmap:
         env["LIGHTSOUT_OVERLAY_DIR"] = OVERLAY_DIR
     if req.playbook:

@@ -29,7 +29,6 @@ import string
 from collections.abc import Mapping
 from typing import Any
 
-from lightsout.execution.jobs import JOIN_DIR
 from lightsout.execution.naming import dns_label, label_value
 from lightsout.k8s import api
 from lightsout.planning.types import Phase
@@ -152,17 +151,18 @@ def issue(node: Obj, now: dt.datetime) -> str | None:
     expires = now + dt.timedelta(seconds=2 * boot + 120)
     revoke(namespace, name)
     token_id, token = new_token()
-    api.apply_secret(TOKEN_NAMESPACE, token_secret(namespace, name, token_id, token, expires))
+    api.create_secret(TOKEN_NAMESPACE, token_secret(namespace, name, token_id, token, expires))
     body = join_secret(node, join, f"{token_id}.{token}", api.cluster_ca())
-    api.apply_secret(namespace, body)
+    api.create_secret(namespace, body)
     log.info("issued join token %s for %s/%s", token_id, namespace, name)
     return str(body["metadata"]["name"])
 
 
-def revoke(namespace: str, name: str) -> int:
-    """Delete the machine's bootstrap tokens and join Secret; returns how many were deleted."""
+def revoke(namespace: str, name: str) -> None:
+    """Delete the machine's bootstrap tokens and join Secret (by label: the names are random)."""
     selector = f"{LABEL_MACHINE}={_machine_label(namespace, name)}"
-    return api.delete_secrets(TOKEN_NAMESPACE, selector) + api.delete_secrets(namespace, selector)
+    api.delete_secrets(TOKEN_NAMESPACE, selector)
+    api.delete_secrets(namespace, selector)
 
 
 def settle(node: Obj, previous_phase: str | None, phase: str) -> None:
@@ -170,10 +170,8 @@ def settle(node: Obj, previous_phase: str | None, phase: str) -> None:
     if previous_phase == phase or phase not in SETTLED or wanted(node) is None:
         return
     meta = node["metadata"]
-    if revoke(meta["namespace"], meta["name"]):
-        log.info(
-            "deleted the join credentials of %s/%s (%s)", meta["namespace"], meta["name"], phase
-        )
+    revoke(meta["namespace"], meta["name"])
+    log.info("deleted the join credentials of %s/%s (%s)", meta["namespace"], meta["name"], phase)
 
 
 def job_extravars(
@@ -187,7 +185,6 @@ def job_extravars(
     return {
         "lightsout_join": {
             "flavor": "kubeadm",
-            "dir": JOIN_DIR,
             "hostname": spec.get("kubernetesNodeName"),
             "labels": dict(labels),
             "taints": list(taints),

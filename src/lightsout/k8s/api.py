@@ -384,23 +384,11 @@ def cluster_ca() -> bytes:
     raise RuntimeError("the API client has no CA file: cannot tell a new machine what to trust")
 
 
-def apply_secret(namespace: str, body: Mapping[str, Any]) -> None:
-    """Create the Secret, or replace the one of that name."""
-    try:
-        _raw(core().create_namespaced_secret, namespace, dict(body))
-    except ConflictError:
-        _raw(core().replace_namespaced_secret, body["metadata"]["name"], namespace, dict(body))
+def create_secret(namespace: str, body: Mapping[str, Any]) -> None:
+    """Create the Secret; raises ConflictError when one of that name exists."""
+    _raw(core().create_namespaced_secret, namespace, dict(body))
 
 
-def delete_secrets(namespace: str, label_selector: str) -> int:
-    """Delete the Secrets matching the selector; returns how many were deleted."""
-    data = _raw(core().list_namespaced_secret, namespace, label_selector=label_selector)
-    deleted = 0
-    for item in data.get("items", []):
-        try:
-            core().delete_namespaced_secret(item["metadata"]["name"], namespace)
-            deleted += 1
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-    return deleted
+def delete_secrets(namespace: str, label_selector: str) -> None:
+    """Delete the Secrets matching the selector (deletecollection: no right to read any)."""
+    core().delete_collection_namespaced_secret(namespace, label_selector=label_selector)
