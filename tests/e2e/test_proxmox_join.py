@@ -25,7 +25,7 @@ from lightsout_lab.machines import MachineSimulator
 from lightsout_lab.operator_process import OperatorProcess
 from tests.harness import fleet
 from tests.harness.cycle import patch_and_wait, report, wait_phase
-from tests.harness.wait import events_for, get_json
+from tests.harness.wait import events_for, get_json, wait_for
 
 TEMPLATE = 9000
 JOIN_LABEL = "lightsout.dev/join-for"
@@ -138,8 +138,9 @@ def test_clone_joins_with_the_token_from_its_iso(
         assert {"key": "burst", "value": "true", "effect": "NoSchedule"} in core["spec"]["taints"]
         assert ready["clone"]["vmid"] == vmid
 
-        # The token is gone once Ready, and never showed in status, events or the Job.
-        assert join_secrets(crds, namespace) == []
+        # The token is gone once Ready (deleted in the pass that wrote Ready), and never showed
+        # in status, events or the Job.
+        wait_for(lambda: not join_secrets(crds, namespace), 30, "the join credentials deleted")
         secret_part = plan.token.split(".")[1]
         shown = json.dumps(
             [
