@@ -102,7 +102,7 @@ def test_credentials_are_deleted_when_the_machine_settles(
     monkeypatch: pytest.MonkeyPatch, previous: str, phase: str, revoked: bool
 ) -> None:
     calls: list[tuple[str, str]] = []
-    monkeypatch.setattr(join.api, "delete_secrets", lambda ns, sel: calls.append((ns, sel)))
+    monkeypatch.setattr("lightsout.k8s.api.delete_secrets", lambda ns, sel: calls.append((ns, sel)))
     join.settle(node(), previous, phase)
     selector = f"{join.LABEL_MACHINE}=lab.burst-1"
     assert calls == ([("kube-system", selector), ("lab", selector)] if revoked else [])
