@@ -64,6 +64,8 @@ def _client_of(call: ast.expr) -> str | None:
 def method_rules(client: str, method: str) -> set[Rule]:
     verb_word, _, rest = method.partition("_")
     verb = VERBS[verb_word]
+    if rest.startswith("collection_"):  # delete_collection_namespaced_secret
+        verb, rest = "deletecollection", rest.removeprefix("collection_")
     kind = rest.removeprefix("namespaced_").removesuffix("_for_all_namespaces")
     if client == "custom":
         status = kind.endswith("_status")

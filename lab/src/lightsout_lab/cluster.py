@@ -27,6 +27,7 @@ from kubernetes import client, config
 
 from lightsout_lab import process
 from lightsout_lab.binaries import find_binaries
+from lightsout_lab.bootstrap import KUBEADM_RBAC
 from lightsout_lab.pki import Pki, create_pki
 
 # The advertise address is only written into the `kubernetes` Service's endpoints; no traffic is
@@ -109,6 +110,13 @@ class Cluster:
                 None,
             )
             self._wait_default_service_account(deadline)
+            # What `kubeadm init` sets up for joining nodes.
+            self.kubectl(
+                "apply",
+                "-f",
+                "-",
+                input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(KUBEADM_RBAC)}),
+            )
         except BaseException:
             self.stop()
             raise
@@ -207,6 +215,8 @@ class Cluster:
             "--bind-address=127.0.0.1",
             f"--advertise-address={ADVERTISE_ADDRESS}",
             "--authorization-mode=Node,RBAC",
+            # Clones join with kubeadm bootstrap tokens (lightsout_lab.bootstrap).
+            "--enable-bootstrap-token-auth=true",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--allow-privileged=true",
             f"--service-account-issuer=https://127.0.0.1:{self.ports['apiserver']}",
@@ -229,7 +239,11 @@ class Cluster:
             f"--root-ca-file={pki.ca_cert}",
             "--use-service-account-credentials=false",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle",
+            # tokencleaner deletes expired bootstrap tokens, as in a kubeadm cluster.
+            "--controllers=*,tokencleaner,-nodeipam,-service-lb-controller,-cloud-node-lifecycle",
+            # csrsigning signs the kubelet client certificates of joining nodes with the CA.
+            f"--cluster-signing-cert-file={pki.ca_cert}",
+            f"--cluster-signing-key-file={pki.ca_key}",
             "--node-monitor-grace-period=40s",
         ]
 

@@ -91,6 +91,35 @@ class Guest:
         return out
 
 
+def _keeping_uploads(base: type[Any]) -> type[Any]:
+    """fakepve's ``FakePve`` that keeps the bytes of every uploaded file, by file name.
+
+    fakepve handles an upload for real (multipart parsing, content-type and storage checks, the
+    imgcopy task, the volume in the storage's listing, its deletion) but stores only the file's
+    name and size, and keeps the last upload's fields in ``uploaded``. Keeping each upload's
+    bytes lets a test read an ISO back as a VM would boot it; whether the volume still exists
+    is always asked of the API (``FakePveCluster.iso_bytes``).
+    """
+
+    class KeepingUploads(base):  # type: ignore[misc]
+        @property
+        def uploaded(self) -> Any:
+            return self.__dict__.get("_last_upload")
+
+        @uploaded.setter
+        def uploaded(self, fields: Any) -> None:
+            self.__dict__["_last_upload"] = fields
+            if fields and "filename" in fields:
+                self.upload_bytes[str(fields["filename"])] = bytes(fields.get("data") or b"")
+
+        @property
+        def upload_bytes(self) -> dict[str, bytes]:
+            kept: dict[str, bytes] = self.__dict__.setdefault("_upload_bytes", {})
+            return kept
+
+    return KeepingUploads
+
+
 class FakePveError(RuntimeError):
     """The fake could not be started or answered unexpectedly."""
 
@@ -165,7 +194,9 @@ class FakePveCluster(WorkdirService):
 
         self._make_workdir()
         certfile, keyfile, _ = make_cert(str(self.workdir), hosts=(self.host,))
-        pve = FakePve(user=self.username, password=self.password, host=self.host, port=0)
+        pve = _keeping_uploads(FakePve)(
+            user=self.username, password=self.password, host=self.host, port=0
+        )
         pve.time_scale = self.time_scale
         for node in self.nodes:
             pve.add_node(node)
@@ -326,6 +357,35 @@ class FakePveCluster(WorkdirService):
             for m, p, _body in list(self.pve.requests)
             if (method is None or m == method) and contains in p
         ]
+
+    def isos(self, storage: str = "local") -> list[str]:
+        """Volume ids of the ISO images on a storage of every host, as the API lists them."""
+        api = self.api()
+        return sorted(
+            str(item["volid"])
+            for host in api.nodes.get()
+            for item in api.nodes(host["node"]).storage(storage).content.get(content="iso")
+        )
+
+    def iso_bytes(self, volid: str) -> bytes | None:
+        """The bytes uploaded for an ISO volume (``local:iso/x.iso``) while the API lists it."""
+        storage, _, volname = volid.partition(":")
+        if volid not in self.isos(storage):
+            return None
+        uploads: dict[str, bytes] = self.pve.upload_bytes
+        return uploads.get(volname.removeprefix("iso/"))
+
+    def attached_iso(self, tag: str) -> bytes | None:
+        """The ISO on the CD-ROM (ide2) of the running VM carrying ``tag``: what it boots with."""
+        for vm in self.tagged(tag):
+            if vm.get("status") != "running":
+                continue
+            found = self.vm(int(vm["vmid"]))
+            drive = str(((found or {}).get("config") or {}).get("ide2") or "")
+            volid = drive.split(",", 1)[0]
+            if "media=cdrom" in drive and ":iso/" in volid:
+                return self.iso_bytes(volid)
+        return None
 
     def summary(self) -> dict[str, Any]:
         """A printable picture: each VM's id/name/node/status/tags and the task counts."""

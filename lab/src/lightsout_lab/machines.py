@@ -26,6 +26,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client import ApiException
 
+from lightsout_lab import bootstrap
 from lightsout_lab.cluster import KWOK_ANNOTATION
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,13 @@ class SimMachine:
     #: Its kubelet's own labels (--node-labels): only on a Node it creates itself.
     labels: Mapping[str, str] = field(default_factory=dict)
     boot_seconds: float = 2.0
+    #: For a clone that joins by itself: returns the cloud-init ISO attached to it (None when
+    #: none is). The machine then joins with the ISO's bootstrap token (lightsout_lab.bootstrap)
+    #: instead of being registered with the simulator's admin credentials.
+    cloud_init: Callable[[], bytes | None] | None = None
+    #: Why the last join failed ("" when it did not).
+    join_error: str = ""
+    joined_as: str = ""
     on_since: float | None = None
     registered: bool = False
     registrations: int = 0
@@ -115,17 +123,25 @@ class MachineSimulator:
                 self._unregister(machine)
 
     def _register(self, machine: SimMachine) -> None:
-        core = client.CoreV1Api(self.api)
+        api, labels, taints = self.api, dict(machine.labels), []
+        if machine.cloud_init is not None:
+            joined = self._join(machine)
+            if joined is None:
+                return
+            api, plan = joined
+            labels.update(plan.labels)
+            taints = plan.taints
+        core = client.CoreV1Api(api)
         resources = dict(machine.capacity)
         body: Any = {
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {
                 "name": machine.node_name,
-                "labels": {"kubernetes.io/hostname": machine.node_name, **machine.labels},
+                "labels": {"kubernetes.io/hostname": machine.node_name, **labels},
                 "annotations": {KWOK_ANNOTATION: "fake"},
             },
-            "spec": {"providerID": machine.provider_id},
+            "spec": {"providerID": machine.provider_id, **({"taints": taints} if taints else {})},
             # Capacity in the create request, as a kubelet registers: a Node created bare gets
             # kwok's default allocatable (1k cpu, 1Ti) until patched, and kube-scheduler would
             # bind pods that fit nowhere onto it in between.
@@ -188,6 +204,26 @@ class MachineSimulator:
             machine.node_name, body=client.V1DeleteOptions(preconditions={"uid": meta["uid"]})
         )
         core.create_node(body)
+
+    def _join(self, machine: SimMachine) -> tuple[client.ApiClient, bootstrap.JoinPlan] | None:
+        """The TLS bootstrap from the attached ISO; None (and `join_error`) when it fails."""
+        assert machine.cloud_init is not None
+        iso = machine.cloud_init()
+        if iso is None:
+            machine.join_error = "no cloud-init ISO attached"
+            return None
+        try:
+            joined, plan = bootstrap.join(iso)
+        except bootstrap.JoinError as exc:
+            if machine.join_error != str(exc):
+                log.warning("machine %s cannot join: %s", machine.node_name, exc)
+            machine.join_error = str(exc)
+            # Like a real node's join retry loop: not every poll.
+            machine.on_since = time.monotonic()
+            return None
+        machine.join_error = ""
+        machine.joined_as = joined.node_name
+        return joined.api, plan
 
     def _unregister(self, machine: SimMachine) -> None:
         try:

@@ -17,7 +17,7 @@ from typing import Any
 
 from lightsout import API_GROUP, API_VERSION
 from lightsout.config import OperatorConfig
-from lightsout.execution import leases, providerid
+from lightsout.execution import join, leases, providerid
 from lightsout.execution.extravars import action_extravars, credentials_secret
 from lightsout.execution.jobs import (
     JobRequest,
@@ -138,6 +138,7 @@ def job_request(ctx: MachineContext, effect: StartJob | DeleteJob) -> JobRequest
         else power.get("bootTimeoutSeconds", 600)
     )
     secret, ca_secret = credentials_secret(spec)
+    joining = action == "provision" and join.wanted(ctx.node) is not None
     return JobRequest(
         node_name=ctx.name,
         namespace=ctx.namespace,
@@ -145,9 +146,13 @@ def job_request(ctx: MachineContext, effect: StartJob | DeleteJob) -> JobRequest
         generation=effect.generation,
         attempt=effect.attempt,
         action=effect.action,
-        extravars=action_extravars(ctx.node, action),
+        extravars={
+            **action_extravars(ctx.node, action),
+            **(join.job_extravars(ctx.node, ctx.labels, ctx.taints) if joining else {}),
+        },
         credentials_secret=secret,
         ca_secret=ca_secret,
+        join_secret=join.join_secret_name(ctx.name) if joining else None,
         overlay_configmap=playbooks.get("configMapName") or group_playbooks.get("configMapName"),
         playbook=playbooks.get(action),
         image=ctx.config.runner_image,
@@ -169,6 +174,9 @@ def start_job(ctx: MachineContext, effect: StartJob) -> str:
         log.info("adopting existing job %s", name)
         return name
     api.apply_configmap(ctx.namespace, build_extravars_configmap(request))
+    if request.join_secret:
+        # Fresh credentials for every attempt: the previous attempt's token is revoked.
+        join.issue(ctx.node, dt.datetime.now(dt.UTC))
     try:
         api.create_job(ctx.namespace, build_action_job(request))
     except api.ConflictError:

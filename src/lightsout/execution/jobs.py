@@ -41,6 +41,7 @@ EXTRAVARS_KEY = "extravars.json"
 EXTRAVARS_PATH = "/etc/lightsout/extravars.json"
 CREDENTIALS_DIR = "/etc/lightsout/credentials"
 CA_DIR = "/etc/lightsout/ca"
+JOIN_DIR = "/etc/lightsout/join"
 OVERLAY_DIR = "/etc/lightsout/overlay"
 WORK_DIR = "/tmp/lightsout"  # noqa: S108 - a private emptyDir, not a shared /tmp
 RESULT_PATH = "/dev/termination-log"
@@ -79,6 +80,8 @@ class JobRequest:
     credentials_secret: str | None = None
     #: Secret with a CA bundle, mounted read-only at /etc/lightsout/ca.
     ca_secret: str | None = None
+    #: Join credentials of an Ephemeral clone (execution/join.py), mounted at /etc/lightsout/join.
+    join_secret: str | None = None
     #: ConfigMap of user playbooks mounted at /etc/lightsout/overlay.
     overlay_configmap: str | None = None
     #: Playbook file name overriding the shipped `<action>.yml`.
@@ -300,6 +303,8 @@ def _env(req: JobRequest) -> list[dict[str, str]]:
         env["LIGHTSOUT_CREDENTIALS_DIR"] = CREDENTIALS_DIR
     if req.ca_secret:
         env["LIGHTSOUT_CA_DIR"] = CA_DIR
+    if req.join_secret:
+        env["LIGHTSOUT_JOIN_DIR"] = JOIN_DIR
     if req.overlay_configmap:
         env["LIGHTSOUT_OVERLAY_DIR"] = OVERLAY_DIR
     if req.playbook:
@@ -343,6 +348,11 @@ def _volumes(req: JobRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]
             {"name": "ca", "secret": {"secretName": req.ca_secret, "defaultMode": 0o444}}
         )
         mounts.append({"name": "ca", "mountPath": CA_DIR, "readOnly": True})
+    if req.join_secret:
+        volumes.append(
+            {"name": "join", "secret": {"secretName": req.join_secret, "defaultMode": 0o440}}
+        )
+        mounts.append({"name": "join", "mountPath": JOIN_DIR, "readOnly": True})
     if req.overlay_configmap:
         volumes.append(
             {

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightsout.config import OperatorConfig
-from lightsout.execution import actuator, inputs, leases, providerid
+from lightsout.execution import actuator, inputs, join, leases, providerid
 from lightsout.execution.jobs import job_name
 from lightsout.execution.nodeops import pods_to_drain
 from lightsout.execution.results import observe_job
@@ -306,6 +306,7 @@ class Reconciler:
                 ctx,
                 Event(EventType.NORMAL, decision.reason, f"{decision.phase}: {decision.message}"),
             )
+        join.settle(ctx.node, previous_phase, str(decision.phase))
         key = f"{ctx.namespace}/{ctx.name}"
         for effect in decision.effects:
             if isinstance(effect, AcquireLease | SetCondition | PrepareCoreNode):

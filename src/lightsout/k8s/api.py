@@ -402,3 +402,26 @@ def current_namespace() -> str:
     except (config.ConfigException, OSError):
         return "default"
     return str((active or {}).get("context", {}).get("namespace") or "default")
+
+
+# ---------------------------------------------------------------- Secrets (join credentials)
+def cluster_ca() -> bytes:
+    """The PEM CA bundle this process trusts for the API server (in-cluster: the SA's ca.crt).
+
+    It is what a new machine must trust too, so `execution.join` hands it to a clone.
+    """
+    configuration = api_client().configuration
+    if configuration.ssl_ca_cert:
+        with open(configuration.ssl_ca_cert, "rb") as ca:
+            return ca.read()
+    raise RuntimeError("the API client has no CA file: cannot tell a new machine what to trust")
+
+
+def create_secret(namespace: str, body: Mapping[str, Any]) -> None:
+    """Create the Secret; raises ConflictError when one of that name exists."""
+    _raw(core().create_namespaced_secret, namespace, dict(body))
+
+
+def delete_secrets(namespace: str, label_selector: str) -> None:
+    """Delete the Secrets matching the selector (deletecollection: no right to read any)."""
+    core().delete_collection_namespaced_secret(namespace, label_selector=label_selector)

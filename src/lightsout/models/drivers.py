@@ -172,6 +172,49 @@ class ProxmoxTemplate(ApiModel):
     """VM id of the template."""
 
 
+PveStorage = Annotated[
+    str,
+    StringConstraints(min_length=2, max_length=63, pattern=r"^[A-Za-z][-A-Za-z0-9_.]*[A-Za-z0-9]$"),
+]
+#: One OpenSSH public key line (`ssh-ed25519 AAAA... comment`).
+SshPublicKey = Annotated[
+    str,
+    StringConstraints(
+        min_length=16,
+        max_length=4096,
+        pattern=r"^(ssh-|ecdsa-|sk-)[-a-z0-9@.]+ [A-Za-z0-9+/=]+( .*)?$",
+    ),
+]
+
+
+class CloudInitJoin(ApiModel):
+    """How an Ephemeral clone joins the cluster by itself on first boot.
+
+    On each provision the operator issues a kubeadm bootstrap token (a
+    `bootstrap.kubernetes.io/token` Secret in kube-system, expiring after the provision and
+    boot timeouts) and the provision Job writes a cloud-init NoCloud ISO with the clone's
+    hostname, the `kubeadm join` configuration (token, API endpoint, CA hash), the Node's
+    labels and taints and these SSH keys; it is uploaded to `isoStorage` and attached as the
+    clone's CD-ROM. The token is deleted once the machine is Ready or provisioning failed; the
+    ISO goes with the clone on deprovision.
+    """
+
+    api_server_endpoint: Annotated[
+        str,
+        StringConstraints(
+            min_length=3,
+            max_length=253,
+            pattern=r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?:[0-9]{1,5}$",
+        ),
+    ]
+    """`host:port` of the Kubernetes API server as the clone reaches it (kubeadm's
+    `apiServerEndpoint`), e.g. `10.0.0.10:6443`."""
+    iso_storage: PveStorage = "local"
+    """Proxmox storage that accepts ISO images (content type `iso`), where the NoCloud ISO goes."""
+    ssh_authorized_keys: list[SshPublicKey] | None = Field(default=None, max_length=16)
+    """Public keys allowed to log in to the clone's default user."""
+
+
 PERSISTENT_NEEDS_VMID = Rule(
     cel="self.mode != 'Persistent' || has(self.vmid)",
     message="mode Persistent needs vmid, the VM to start and stop",
@@ -183,6 +226,12 @@ EPHEMERAL_NEEDS_TEMPLATE = Rule(
     message="mode Ephemeral needs template.vmid, the template to clone",
     field_path=".template",
     reason=RuleReason.REQUIRED,
+)
+JOIN_NEEDS_EPHEMERAL = Rule(
+    cel="!has(self.join) || self.mode == 'Ephemeral'",
+    message="join applies to Ephemeral clones only: a Persistent VM is already installed",
+    field_path=".join",
+    reason=RuleReason.FORBIDDEN,
 )
 PROXMOX_MODE_IMMUTABLE = Rule(
     cel="self.mode == oldSelf.mode",
@@ -199,7 +248,10 @@ class ProxmoxDriver(ApiModel):
 
     model_config = ConfigDict(
         json_schema_extra=rules(
-            PERSISTENT_NEEDS_VMID, EPHEMERAL_NEEDS_TEMPLATE, PROXMOX_MODE_IMMUTABLE
+            PERSISTENT_NEEDS_VMID,
+            EPHEMERAL_NEEDS_TEMPLATE,
+            JOIN_NEEDS_EPHEMERAL,
+            PROXMOX_MODE_IMMUTABLE,
         )
     )
 
@@ -232,6 +284,9 @@ class ProxmoxDriver(ApiModel):
         default=None, max_length=16, json_schema_extra={"x-kubernetes-list-type": "set"}
     )
     """Proxmox tags put on the VM, to recognise machines Lights-Out manages."""
+    join: CloudInitJoin | None = None
+    """Ephemeral: give each clone a cloud-init ISO with short-lived kubeadm join credentials,
+    so it joins the cluster by itself (without it the template must know how to join)."""
 
     @model_validator(mode="after")
     def _mode_fields(self) -> Self:
@@ -241,6 +296,7 @@ class ProxmoxDriver(ApiModel):
         EPHEMERAL_NEEDS_TEMPLATE.check(
             self.mode is not ProxmoxMode.EPHEMERAL or self.template is not None
         )
+        JOIN_NEEDS_EPHEMERAL.check(self.join is None or self.mode is ProxmoxMode.EPHEMERAL)
         return self
 
 

@@ -34,6 +34,8 @@ class RunnerConfig:
     credentials_dir: Path
     #: Where the Node's CA Secret is mounted, when it names one.
     ca_dir: Path | None
+    #: Where an Ephemeral clone's join credentials are mounted (provision with `join`).
+    join_dir: Path | None
     playbook_dir: Path
     roles_dir: Path
     overlay_dir: Path
@@ -56,6 +58,7 @@ class RunnerConfig:
             extravars_path=Path(env.get("LIGHTSOUT_EXTRAVARS") or DEFAULT_EXTRAVARS),
             credentials_dir=Path(env.get("LIGHTSOUT_CREDENTIALS_DIR") or DEFAULT_CREDENTIALS_DIR),
             ca_dir=Path(env["LIGHTSOUT_CA_DIR"]) if env.get("LIGHTSOUT_CA_DIR") else None,
+            join_dir=Path(env["LIGHTSOUT_JOIN_DIR"]) if env.get("LIGHTSOUT_JOIN_DIR") else None,
             playbook_dir=Path(env.get("LIGHTSOUT_PLAYBOOK_DIR") or DEFAULT_PLAYBOOK_DIR),
             roles_dir=Path(env.get("LIGHTSOUT_ROLES_DIR") or DEFAULT_ROLES_DIR),
             overlay_dir=Path(env.get("LIGHTSOUT_OVERLAY_DIR") or DEFAULT_OVERLAY_DIR),

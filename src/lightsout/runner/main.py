@@ -45,6 +45,7 @@ def run_action(config: RunnerConfig, logger: JsonLogger, scratch: Path) -> RunRe
         action=config.action,
         credentials_dir=config.credentials_dir,
         ca_dir=config.ca_dir,
+        join_dir=config.join_dir,
     )
     for note in notes:
         logger.log("extravars", level="warning", note=note)
@@ -106,7 +107,13 @@ def main(env: Mapping[str, str] | None = None) -> int:
         write_result(path, render_result(result), logger)
         return 1
 
-    redactor = Redactor.from_values(read_secret_dir(config.credentials_dir))
+    secrets = read_secret_dir(config.credentials_dir)
+    token = config.join_dir / "token" if config.join_dir is not None else None
+    if token is not None and token.is_file():
+        # The join token is a credential too: never in the Job's log (the CA and the API
+        # endpoint beside it are not secret).
+        secrets.append(token.read_text().strip())
+    redactor = Redactor.from_values(secrets)
     logger.redactor = redactor
     if config.work_dir is not None:
         # The pod's /tmp is an empty emptyDir: the runner's own subdirectory starts absent.

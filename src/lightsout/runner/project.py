@@ -62,7 +62,12 @@ def resolve_playbook(
 
 
 def load_extravars(
-    path: Path, *, action: str, credentials_dir: Path, ca_dir: Path | None = None
+    path: Path,
+    *,
+    action: str,
+    credentials_dir: Path,
+    ca_dir: Path | None = None,
+    join_dir: Path | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """Read the extravars JSON; the runner's own action and credentials dir win.
 
@@ -84,6 +89,8 @@ def load_extravars(
     raw["lightsout_credentials_dir"] = str(credentials_dir)
     if ca_dir is not None:
         raw["lightsout_ca_dir"] = str(ca_dir)
+    if join_dir is not None:
+        raw["lightsout_join_dir"] = str(join_dir)
     return raw, notes
 
 

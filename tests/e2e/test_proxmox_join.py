@@ -1,0 +1,192 @@
+"""An Ephemeral Proxmox clone that joins the cluster by itself, with a short-lived token.
+
+kubectl patch On → the operator issues a kubeadm bootstrap token (kube-system Secret) and a join
+Secret → provision Job (Ansible: clone, cloud-init NoCloud ISO built with iso_create, uploaded to
+fakepve's `local` storage, attached as ide2) → the simulated clone reads the ISO attached to it
+and does the kubelet TLS bootstrap against the real API server (bootstrap-token authentication,
+CSR approved and signed by kube-controller-manager) → its Node registers with its labels and
+taints → Ready, and the token is deleted. Power-off removes the clone and its ISO.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+from kubernetes import client
+
+from lightsout_lab import Cluster, bootstrap
+from lightsout_lab.fakepve import FakePveCluster, Guest
+from lightsout_lab.machines import MachineSimulator
+from lightsout_lab.operator_process import OperatorProcess
+from tests.harness import fleet
+from tests.harness.cycle import patch_and_wait, report, wait_phase
+from tests.harness.wait import events_for, get_json, wait_for
+
+TEMPLATE = 9000
+JOIN_LABEL = "lightsout.dev/join-for"
+
+
+@pytest.fixture
+def pve() -> Iterator[FakePveCluster]:
+    with FakePveCluster([Guest(TEMPLATE, "debian-template", template=True)]) as cluster:
+        yield cluster
+
+
+def join_secrets(cluster: Cluster, namespace: str) -> list[str]:
+    """Names of the join credentials left: bootstrap tokens in kube-system, join Secrets."""
+    names = []
+    for where in ("kube-system", namespace):
+        found = get_json(cluster, "secrets", "-n", where, "-l", JOIN_LABEL)
+        names += [f"{where}/{s['metadata']['name']}" for s in (found or {}).get("items", [])]
+    return names
+
+
+def test_clone_joins_with_the_token_from_its_iso(
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    kube_api: client.ApiClient,
+    pve: FakePveCluster,
+) -> None:
+    name = f"joiner-{namespace}"
+    server = urlsplit(crds.server)
+    node = fleet.proxmox_node(
+        name,
+        pve.endpoint,
+        proxmox={
+            "mode": "Ephemeral",
+            "template": {"vmid": TEMPLATE},
+            "vmidRange": {"lower": 400, "upper": 409},
+            "join": {
+                "apiServerEndpoint": f"{server.hostname}:{server.port}",
+                "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB3x lab@test"],
+            },
+        },
+        labels={"workload": "burst"},
+        taints=[{"key": "burst", "value": "true", "effect": "NoSchedule"}],
+    )
+    fleet.apply(
+        crds,
+        namespace,
+        [
+            fleet.secret("pve", {"username": pve.username, "password": pve.password}),
+            fleet.secret("pve-ca", {"ca.crt": pve.ca_path.read_bytes()}),
+            fleet.group(),
+            node,
+        ],
+    )
+    tag = f"lightsout-node.{namespace}.{name}"
+    machine = fleet.sim_machine(name, namespace, pve.power_reader(tag=tag), boot_seconds=1.0)
+    machine.cloud_init = lambda: pve.attached_iso(tag)
+    sim = MachineSimulator(kube_api, [machine]).start()
+    try:
+        wait_phase(crds, namespace, name, "Off")
+        ready, seconds = patch_and_wait(crds, namespace, name, "On", "Ready")
+        clone = pve.tagged(tag)
+        assert len(clone) == 1
+        vmid = int(clone[0]["vmid"])
+        config = (pve.vm(vmid) or {})["config"]
+        iso_name = f"local:iso/{tag}.iso"
+        report(
+            "proxmox-join",
+            "patch On -> Ready",
+            seconds=seconds,
+            ide2=config.get("ide2"),
+            isos=pve.isos(),
+            joined_as=machine.joined_as,
+            join_error=machine.join_error,
+        )
+        # fakepve received the clone with the ISO attached; read it back as the VM boots it.
+        assert config.get("ide2") == f"{iso_name},media=cdrom"
+        iso = pve.iso_bytes(iso_name)
+        assert iso is not None
+        data = bootstrap.read_iso(iso)
+        assert data.user_data["hostname"] == name
+        assert data.user_data["ssh_authorized_keys"] == [
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB3x lab@test"
+        ]
+        assert data.meta_data["local-hostname"] == name
+        assert data.network_config["ethernets"]["primary"]["dhcp4"] is True
+        plan = bootstrap.join_plan(data)
+        assert plan.server == crds.server
+        assert plan.labels["workload"] == "burst"
+        assert plan.taints == [{"key": "burst", "value": "true", "effect": "NoSchedule"}]
+
+        # The clone joined through bootstrap-token authentication and a signed kubelet CSR.
+        assert machine.joined_as == name and machine.registrations == 1
+        csrs = [
+            c
+            for c in (get_json(crds, "csr") or {}).get("items", [])
+            if c["spec"].get("username", "").startswith("system:bootstrap:")
+            and c["metadata"]["name"].startswith(f"node-csr-{name}-")
+        ]
+        assert len(csrs) == 1, csrs
+        token_id = plan.token.split(".")[0]
+        assert csrs[0]["spec"]["username"] == f"system:bootstrap:{token_id}"
+        assert bootstrap.JOIN_GROUP in csrs[0]["spec"]["groups"]
+        assert [c["type"] for c in csrs[0]["status"]["conditions"]] == ["Approved"]
+        assert csrs[0]["status"].get("certificate")
+        # Registered already labelled and tainted, by the node itself.
+        core = get_json(crds, "node", name)
+        assert core is not None
+        assert core["metadata"]["labels"]["workload"] == "burst"
+        assert {"key": "burst", "value": "true", "effect": "NoSchedule"} in core["spec"]["taints"]
+        assert ready["clone"]["vmid"] == vmid
+
+        # The token is gone once Ready (deleted in the pass that wrote Ready), and never showed
+        # in status, events or the Job.
+        wait_for(lambda: not join_secrets(crds, namespace), 30, "the join credentials deleted")
+        secret_part = plan.token.split(".")[1]
+        shown = json.dumps(
+            [
+                get_json(crds, "lsn", name, "-n", namespace),
+                events_for(crds, namespace, name),
+                get_json(crds, "jobs", "-n", namespace),
+                get_json(crds, "configmaps", "-n", namespace),
+            ]
+        )
+        assert secret_part not in shown
+
+        # A revoked token, a wrong one and an expired one are refused by the API server.
+        for token in (plan.token, f"{token_id}.{'x' * 16}", expired_token(crds)):
+            with pytest.raises(bootstrap.JoinError, match="401"):
+                bootstrap.tls_bootstrap(dataclasses.replace(plan, token=token))
+
+        off, seconds = patch_and_wait(crds, namespace, name, "Off", "Off")
+        report("proxmox-join", "patch Off -> Off", seconds=seconds, isos=pve.isos())
+        assert pve.tagged(tag) == [] and not pve.exists(vmid)
+        assert pve.isos() == []
+        assert join_secrets(crds, namespace) == []
+        assert (off["lastOperation"]["action"], off["lastOperation"]["result"]) == (
+            "deprovision",
+            "Succeeded",
+        )
+    finally:
+        sim.stop()
+        crds.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false")
+
+
+def expired_token(cluster: Cluster) -> str:
+    """A bootstrap token Secret that expired a minute ago; returns its token."""
+    token_id, secret = "exp0ed", "0123456789abcdef"
+    expired = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "bootstrap.kubernetes.io/token",
+        "metadata": {"name": f"bootstrap-token-{token_id}", "namespace": "kube-system"},
+        "stringData": {
+            "token-id": token_id,
+            "token-secret": secret,
+            "expiration": expired.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "usage-bootstrap-authentication": "true",
+            "auth-extra-groups": bootstrap.JOIN_GROUP,
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(body))
+    return f"{token_id}.{secret}"

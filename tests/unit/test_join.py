@@ -1,0 +1,108 @@
+"""Join credentials of Ephemeral clones (execution/join.py): their shape and where they go.
+
+The end-to-end proof (a clone joining with the token through the real API server) is
+tests/e2e/test_proxmox_join.py; these check the pure builders quickly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any
+
+import pytest
+
+from lightsout.execution import join
+from lightsout.execution.jobs import JOIN_DIR, JobRequest, build_action_job
+from lightsout.planning.types import Action
+
+pytestmark = pytest.mark.unit
+
+
+def node(mode: str = "Ephemeral", with_join: bool = True) -> dict[str, Any]:
+    proxmox: dict[str, Any] = {"mode": mode}
+    if with_join:
+        proxmox["join"] = {"apiServerEndpoint": "10.0.0.10:6443"}
+    return {
+        "apiVersion": "lightsout.dev/v1alpha1",
+        "metadata": {"name": "burst-1", "namespace": "lab", "uid": "u-1"},
+        "spec": {"kubernetesNodeName": "burst-1", "driver": {"proxmox": proxmox}},
+    }
+
+
+def test_only_ephemeral_clones_with_join_get_credentials() -> None:
+    assert join.wanted(node()) == {"apiServerEndpoint": "10.0.0.10:6443"}
+    assert join.wanted(node(mode="Persistent")) is None
+    assert join.wanted(node(with_join=False)) is None
+    assert join.job_extravars(node(with_join=False), {}, []) == {}
+
+
+def test_tokens_have_the_bootstrap_token_format_and_differ() -> None:
+    pairs = {join.new_token() for _ in range(20)}
+    assert len(pairs) == 20
+    for token_id, secret in pairs:
+        assert re.fullmatch(r"[a-z0-9]{6}\.[a-z0-9]{16}", f"{token_id}.{secret}")
+
+
+def test_token_secret_is_what_the_bootstrap_authenticator_reads() -> None:
+    expires = dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    secret = join.token_secret("lab", "burst-1", "abcdef", "0123456789abcdef", expires)
+    assert secret["type"] == "bootstrap.kubernetes.io/token"
+    assert secret["metadata"]["namespace"] == "kube-system"
+    assert secret["metadata"]["name"] == "bootstrap-token-abcdef"
+    data = secret["stringData"]
+    assert data["expiration"] == "2030-01-02T03:04:05Z"
+    assert data["usage-bootstrap-authentication"] == "true"
+    assert data["auth-extra-groups"] == "system:bootstrappers:kubeadm:default-node-token"
+    assert secret["metadata"]["labels"][join.LABEL_MACHINE] == "lab.burst-1"
+
+
+def test_join_secret_is_owned_by_the_node_and_holds_no_label_value_secret() -> None:
+    body = join.join_secret(node(), {"apiServerEndpoint": "10.0.0.10:6443"}, "a.b", b"PEM")
+    assert body["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert body["stringData"] == {"token": "a.b", "ca.crt": "PEM", "server": "10.0.0.10:6443"}
+    assert "a.b" not in str(body["metadata"])
+
+
+def test_the_provision_job_mounts_the_join_secret_and_names_it_in_env_only() -> None:
+    extravars = join.job_extravars(node(), {"workload": "burst"}, [])
+    request = JobRequest(
+        node_name="burst-1",
+        namespace="lab",
+        node_uid="u-1",
+        generation=1,
+        attempt=1,
+        action=Action.PROVISION,
+        image="runner:test",
+        extravars=extravars,
+        join_secret=join.join_secret_name("burst-1"),
+    )
+    job = build_action_job(request)
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["join"] == {"name": "join", "mountPath": JOIN_DIR, "readOnly": True}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["join"]["secret"]["secretName"] == "lightsout-join-burst-1"
+    assert {"name": "LIGHTSOUT_JOIN_DIR", "value": JOIN_DIR} in container["env"]
+    assert extravars["lightsout_join"]["labels"] == {"workload": "burst"}
+
+
+@pytest.mark.parametrize(
+    ("previous", "phase", "revoked"),
+    [
+        ("Booting", "Ready", True),
+        ("Booting", "Failed", True),
+        ("Deprovisioning", "Off", True),
+        ("Ready", "Ready", False),
+        ("Provisioning", "Booting", False),
+    ],
+)
+def test_credentials_are_deleted_when_the_machine_settles(
+    monkeypatch: pytest.MonkeyPatch, previous: str, phase: str, revoked: bool
+) -> None:
+    calls: list[tuple[str, str]] = []
+    monkeypatch.setattr("lightsout.k8s.api.delete_secrets", lambda ns, sel: calls.append((ns, sel)))
+    join.settle(node(), previous, phase)
+    selector = f"{join.LABEL_MACHINE}=lab.burst-1"
+    assert calls == ([("kube-system", selector), ("lab", selector)] if revoked else [])
