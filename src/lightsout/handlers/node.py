@@ -4,7 +4,7 @@ The watch caches are kopf indexes (ids in `execution.reconcile`): Lights-Out Nod
 references (core Node name, Group), Groups, action Jobs and their pods, core Nodes, machine
 Leases and the pods bound to each core Node. The handlers here only turn watch events into
 queue keys: `("node", namespace, name)` for a machine whose Node, Group, action Job or Job pod,
-core Node, Lease or (while it drains) core Node's pods changed, `("group", namespace, name)` for
+core Node, Lease or (unless it is Off) core Node's pods changed, `("group", namespace, name)` for
 a Group whose machine counts may have changed (a second later, so a burst makes one count).
 
 A fixed pool of `LIGHTSOUT_WORKERS` workers (default 4) takes keys off the queue
@@ -33,11 +33,14 @@ import kopf
 from lightsout import API_GROUP, API_VERSION
 from lightsout.config import OperatorConfig
 from lightsout.execution import reconcile as rc
+from lightsout.execution.energy import CPU_REQUEST
 from lightsout.execution.jobs import LABEL_MANAGED_BY, LABEL_NODE, MANAGED_BY
 from lightsout.execution.leases import ANNOTATION_MACHINE, LEASE_PREFIX
 from lightsout.execution.workqueue import Workers, WorkQueue
 from lightsout.handlers import group as groups
 from lightsout.planning.types import Phase
+from lightsout.state.parse import pod_requests
+from lightsout.state.resources import CPU
 
 Key = tuple[str, str, str]
 NODE, GROUP = "node", "group"
@@ -102,10 +105,12 @@ async def node_pods(body: kopf.Body, spec: kopf.Spec, **_: Any) -> Any:
     node = spec.get("nodeName")
     if not node:
         return None
-    # Only what `nodeops.pods_to_drain` and the evictions read: a cluster's pods are many.
+    # Only what `nodeops.pods_to_drain`, the evictions and the energy draw read: a cluster's
+    # pods are many.
     meta = body.get("metadata") or {}
     return {
         node: {
+            CPU_REQUEST: pod_requests(spec).get(CPU),
             "metadata": {
                 k: meta[k]
                 for k in (
@@ -260,8 +265,10 @@ async def pod_changed(
         r.machine(namespace or "", machine)  # an action Job's pod: its result may be in
     for ns, machine in r.caches.machines_on(str(spec.get("nodeName") or "")):
         node = r.caches.machine(ns, machine) or {}
-        if (node.get("status") or {}).get("phase") == Phase.DRAINING:
-            r.machine(ns, machine)  # a pod left the draining machine
+        if (node.get("status") or {}).get("phase") != Phase.OFF:
+            # A pod left a draining machine, or the cpu requested of a running one (its energy
+            # draw) may have changed; a pass that finds nothing new writes nothing.
+            r.machine(ns, machine)
 
 
 @kopf.on.event("coordination.k8s.io", "v1", "leases", id="queue_lease")
