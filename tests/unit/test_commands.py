@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 import pytest
@@ -132,7 +133,7 @@ def test_status_rows_count_machines_per_group_and_flag_a_missing_group() -> None
     header = text.splitlines()[3]
     assert header.split()[:4] == ["NODE", "GROUP", "DESIRED", "PHASE"]
     assert "startup Succeeded (5m ago)" in text
-    assert "400.0 Wh   1.40 kWh" in text
+    assert re.search(r"\bbox .* 400\.0 Wh +1\.40 kWh +0\.0 Wh", text)
     assert "NAMESPACE" in status.render_text(table, all_namespaces=True)
 
 
