@@ -87,7 +87,12 @@ def _cost(figures: Obj | None) -> str:
     if figures is None or not figures["currency"]:
         return "-"
     month = figures["month"]
-    return f"{month['usedCost']:.2f}/{month['savedCost']:.2f} {figures['currency']}"
+    return f"{_money(month['usedCost'])}/{_money(month['savedCost'])} {figures['currency']}"
+
+
+def _money(amount: float) -> str:
+    # A lab's first minutes cost fractions of a cent: show them rather than 0.00.
+    return f"{amount:.2f}" if amount >= 1 else f"{amount:.4f}"
 
 
 def machine_row(node: Obj, now: dt.datetime) -> Obj:
