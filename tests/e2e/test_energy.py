@@ -16,6 +16,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,7 @@ from lightsout_lab import Cluster
 from lightsout_lab.machines import MachineSimulator
 from lightsout_lab.operator_process import OperatorProcess
 from lightsout_lab.sushy import SushyEmulator
+from tests.e2e.autoscaling import pod
 from tests.e2e.conftest import PATIENCE, patch_desired, status, wait_phase
 from tests.e2e.test_cli_power import lightsout
 from tests.e2e.test_metrics import scrape, value
@@ -63,7 +65,7 @@ def hand(segments: list[Segment], until: dt.datetime) -> tuple[float, float]:
 
 
 def rate_change(
-    crds: Cluster, namespace: str, name: str, watts: float, action: Callable[[], None]
+    crds: Cluster, namespace: str, name: str, watts: float, action: Callable[[], object]
 ) -> dt.datetime:
     """Run `action`, wait for the checkpoint of the new rate, return the time it records."""
     before = now().replace(microsecond=0)
@@ -80,18 +82,12 @@ def rate_change(
     return changed
 
 
-def pod(name: str, node: str, cpu: str) -> dict[str, object]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,
-            "containers": [
-                {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}
-            ],
-        },
-    }
+def bound_pod(name: str, node: str, cpu: str) -> dict[str, Any]:
+    """A pod placed on `node` directly (no scheduler, no kubelet: it stays Pending there, and
+    its request counts as the scheduler would count it)."""
+    body = pod(name, cpu)
+    body["spec"]["nodeName"] = node
+    return body
 
 
 def test_a_power_cycle_is_counted_the_same_in_status_metrics_and_the_cli(
@@ -134,7 +130,7 @@ def test_a_power_cycle_is_counted_the_same_in_status_metrics_and_the_cli(
         namespace,
         name,
         WITH_POD_W,
-        lambda: fleet.apply(crds, namespace, [pod("load", name, "2")]),
+        lambda: fleet.apply(crds, namespace, [bound_pod("load", name, "2")]),
     )
     segments.append(Segment(busy, WITH_POD_W))
     time.sleep(5)  # long enough to weigh in the totals
