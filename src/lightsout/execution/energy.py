@@ -24,8 +24,11 @@ Obj = Mapping[str, Any]
 #: Key of a pod's cpu request (millicores) in the operator's cache of pods bound to core Nodes.
 CPU_REQUEST = "cpuRequestMillis"
 _TERMINAL = {"Succeeded", "Failed"}
-#: Figures in status are rounded to this many decimals (µWh): plenty, and readable.
+#: Rates in status are rounded to this many decimals (µW): plenty, and readable.
 _DECIMALS = 6
+#: Amounts keep more: a checkpoint adds its rounding error to them for good, and a lab's costs
+#: are fractions of a cent.
+_AMOUNT_DECIMALS = 9
 #: A Group's account is rewritten only when its machines' sum moved by more than this (Wh):
 #: otherwise every recount would write, and every write would bring a recount.
 _GROUP_TOLERANCE_WH = 1e-3
@@ -140,7 +143,7 @@ def _time(moment: dt.datetime) -> str:
 
 
 def _amounts_to_status(amounts: Amounts) -> dict[str, float]:
-    used, saved, used_cost, saved_cost = (round(v, _DECIMALS) for v in _fields(amounts))
+    used, saved, used_cost, saved_cost = (round(v, _AMOUNT_DECIMALS) for v in _fields(amounts))
     return {
         "usedWattHours": used,
         "savedWattHours": saved,

@@ -57,7 +57,7 @@ class MachineCollector(Collector):
     ) -> None:
         self.tracker = tracker
         self.clock = clock
-        # The last value exported per series: status holds figures rounded to µWh, and a
+        # The last value exported per series: status holds rounded figures, and a
         # counter must never go down (Prometheus would read a reset).
         self._exported: dict[tuple[str, ...], float] = {}
         self._lock = threading.Lock()
