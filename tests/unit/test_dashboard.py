@@ -64,3 +64,14 @@ def test_every_query_names_a_series_the_operator_exports() -> None:
     assert {"lightsout_energy_used_cost_total", "lightsout_actions_total"} <= queried
     ids = [p["id"] for p in panels(dashboard)]
     assert len(ids) == len(set(ids))
+
+
+def test_the_dashboard_check_sets_every_variable_grafana_would() -> None:
+    from lightsout_lab.dashboard import grafana_expr
+
+    dashboard = json.loads(DASHBOARD.read_text())
+    for panel in panels(dashboard):
+        for target in panel.get("targets", []):
+            expr = grafana_expr(target["expr"], 600)
+            assert "$" not in expr, expr
+    assert grafana_expr('x{namespace=~"$namespace"}[$__range]', 600) == 'x{namespace=~".*"}[600s]'
