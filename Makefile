@@ -68,6 +68,7 @@ bench: setup binaries
 	$(PY) -m benchmarks.power_timeline 5
 	$(PY) -m benchmarks.scaleup_latency 20
 	$(PY) -m benchmarks.ca_latency 5
+	$(PY) -m benchmarks.metrics_scrape 10 100 1000
 	$(PY) -m benchmarks.fleet 1 100 1000
 
 clean:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 import pytest
@@ -79,7 +80,20 @@ def test_status_rows_count_machines_per_group_and_flag_a_missing_group() -> None
             "result": "Succeeded",
             "finished": "2026-11-24T11:54:30Z",
         },
-        energy={"wattHours": 1234.0},
+        # On at 100 W since 10:00 after 1200 Wh counted this month (200 of them today).
+        energy={
+            "countedTo": "2026-11-24T10:00:00Z",
+            "since": "2026-11-01T00:00:00Z",
+            "watts": 100.0,
+            "savingWatts": 0.0,
+            "pricePerKWh": 0.25,
+            "currency": "EUR",
+            "usedWattHours": 1200.0,
+            "savedWattHours": 3000.0,
+            "usedCost": 0.3,
+            "today": {"start": "2026-11-24T00:00:00Z", "usedWattHours": 200.0},
+            "month": {"start": "2026-11-01T00:00:00Z", "usedWattHours": 1200.0},
+        },
     )
     stray = node("Off", 7, "Off", group="gone")
     stray["metadata"]["name"] = "stray"
@@ -97,6 +111,7 @@ def test_status_rows_count_machines_per_group_and_flag_a_missing_group() -> None
             "total": 1,
             "failed": 0,
             "target": "-",
+            "energy": None,
         }
     ]
     box, lost = table["machines"]
@@ -106,13 +121,19 @@ def test_status_rows_count_machines_per_group_and_flag_a_missing_group() -> None
         "startup Succeeded",
         "5m",
     )
-    assert box["energy"] == "1.23 kWh"
+    # Counted on from the checkpoint to 12:00 at 100 W: 200 Wh more.
+    assert box["energy"]["today"]["usedWattHours"] == pytest.approx(400.0)
+    assert box["energy"]["month"]["usedWattHours"] == pytest.approx(1400.0)
+    assert box["energy"]["month"]["savedWattHours"] == 0.0
+    assert box["energy"]["total"]["usedCost"] == pytest.approx(0.35)
+    assert lost["energy"] is None
     assert lost["message"].startswith("Group 'gone' not found.")
 
     text = status.render_text(table, all_namespaces=False)
     header = text.splitlines()[3]
     assert header.split()[:4] == ["NODE", "GROUP", "DESIRED", "PHASE"]
     assert "startup Succeeded (5m ago)" in text
+    assert re.search(r"\bbox .* 400\.0 Wh +1\.40 kWh +0\.0 Wh", text)
     assert "NAMESPACE" in status.render_text(table, all_namespaces=True)
 
 

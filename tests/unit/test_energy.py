@@ -7,7 +7,20 @@ import datetime as dt
 import pytest
 
 from lightsout.models.enums import Phase
-from lightsout.planning.energy import Draw, Ledger, cost, is_powered, total
+from lightsout.planning.energy import (
+    Account,
+    Amounts,
+    Draw,
+    Ledger,
+    Period,
+    Rate,
+    combine,
+    cost,
+    day_start,
+    is_powered,
+    month_start,
+    total,
+)
 from lightsout.planning.policy import DEFAULT_WATTS
 
 pytestmark = pytest.mark.unit
@@ -82,3 +95,65 @@ def test_group_total_sums_its_machines() -> None:
     group = total([a, b], counted_to=at(2))
     assert group.used_wh == pytest.approx(2 * 5.0 + 2 * 10.0)
     assert group.saved_wh == pytest.approx(2 * 35.0)
+
+
+# ---------------------------------------------------------------- accounts, as status holds them
+PRICE = 0.30
+ON_HALF = Rate.of(SERVER, powered=True, cpu_utilisation=0.5, price_per_kwh=PRICE)  # 80 W
+OFF = Rate.of(SERVER, powered=False, price_per_kwh=PRICE)  # 5 W drawn, 35 W saved
+
+
+def test_an_account_checkpointed_through_a_day_matches_the_hand_computed_figures() -> None:
+    # Off 00-08, on at half its cpu 08-18, off 18-24; checkpoints only when the rate changes.
+    account = Account.opened(MIDNIGHT, OFF)
+    account = account.checkpoint(at(8), ON_HALF)
+    account = account.checkpoint(at(18), OFF)
+    late = account.at(at(23.5))
+    # used 8 x 5 + 10 x 80 + 5.5 x 5 = 867.5 Wh; saved (8 + 5.5) x 35 = 472.5 Wh.
+    assert late.total.used_wh == pytest.approx(867.5)
+    assert late.total.saved_wh == pytest.approx(472.5)
+    assert late.total.used_cost == pytest.approx(0.8675 * PRICE)
+    assert late.total.saved_cost == pytest.approx(0.4725 * PRICE)
+    assert late.today == Period(MIDNIGHT, late.total)
+    assert late.month.amounts == late.total
+
+
+def test_a_restart_at_any_moment_counts_what_one_uninterrupted_run_counts() -> None:
+    # The operator is stopped at 10:00 and comes back at 13:00 (no pass in between); the status
+    # it reloads says "on at 80 W since 08:00", so the three hours away are counted at 80 W.
+    uninterrupted = Account.opened(MIDNIGHT, OFF).checkpoint(at(8), ON_HALF).checkpoint(at(16), OFF)
+    before = Account.opened(MIDNIGHT, OFF).checkpoint(at(8), ON_HALF)
+    reloaded = Account(
+        before.counted_to, before.rate, before.since, before.total, before.today, before.month
+    )
+    resumed = reloaded.checkpoint(at(16), OFF)
+    assert resumed == uninterrupted
+    assert resumed.at(at(20)).total.used_wh == pytest.approx(8 * 5 + 8 * 80 + 4 * 5)
+
+
+def test_today_restarts_at_midnight_and_the_month_on_the_first() -> None:
+    # On at 80 W from 22:00 on the 30th of November to 02:00 on the 1st of December.
+    evening = dt.datetime(2026, 11, 30, 22, tzinfo=dt.UTC)
+    account = Account.opened(evening, ON_HALF)
+    night = account.at(evening + dt.timedelta(hours=4))
+    assert night.total.used_wh == pytest.approx(4 * 80)
+    december = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+    assert night.today == Period(december, Amounts().plus(2.0, ON_HALF))
+    assert night.month == Period(december, Amounts().plus(2.0, ON_HALF))
+    assert night.today.amounts.used_wh == pytest.approx(160.0)
+    # Within one month, the month keeps counting past midnight while the day starts again.
+    mid = Account.opened(at(22), ON_HALF).at(at(26))
+    assert mid.month.amounts.used_wh == pytest.approx(320.0)
+    assert mid.today.amounts.used_wh == pytest.approx(160.0)
+    assert mid.today.start == day_start(at(26)) and mid.month.start == month_start(at(26))
+
+
+def test_a_group_account_sums_its_machines_and_extrapolates_like_them() -> None:
+    a = Account.opened(MIDNIGHT, OFF).checkpoint(at(2), ON_HALF)
+    b = Account.opened(at(1), OFF)
+    group = combine([a, b], at(3), PRICE)
+    assert group.total.used_wh == pytest.approx(2 * 5 + 1 * 80 + 2 * 5)
+    assert group.rate == Rate(85.0, 35.0, PRICE)
+    later = at(7)
+    assert group.at(later).total == a.at(later).total + b.at(later).total
+    assert combine([], at(3), PRICE).total == Amounts()

@@ -49,6 +49,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(keep=args.keep)
 
 
+def cmd_dashboard_check(args: argparse.Namespace) -> int:
+    from lightsout_lab.dashboard import check_dashboard
+
+    return check_dashboard(Path(args.prometheus), Path(args.dashboard))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lightsout-lab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -61,6 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the local end-to-end demo")
     demo.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
     demo.set_defaults(func=cmd_demo)
+
+    check = sub.add_parser(
+        "dashboard-check",
+        help="run the demo's scenario under a real Prometheus and query every dashboard panel",
+    )
+    check.add_argument("--prometheus", required=True, help="the prometheus binary")
+    check.add_argument("--dashboard", default="deploy/grafana/lightsout.json")
+    check.set_defaults(func=cmd_dashboard_check)
     return parser
 
 

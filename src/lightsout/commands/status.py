@@ -4,6 +4,10 @@ Turns the Group and Node resources (plain dicts, as listed) into rows: per Group
 bounds and how many machines are on; per machine its phase, observed power, the last action and
 how it ended, health and energy. `render_text` prints them as kubectl-style tables, `as_json`
 gives the same rows to scripts.
+
+Energy comes from status alone: the account checkpointed in a Node's or a Group's
+`status.energy`, counted on to now at the rate in force (`planning.energy.Account.at`), so the
+figures move between checkpoints. "Today" and "this month" are UTC.
 """
 
 from __future__ import annotations
@@ -11,6 +15,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from typing import Any
+
+from lightsout.execution.energy import account_from_status
+from lightsout.planning.energy import Amounts
 
 Obj = dict[str, Any]
 _MESSAGE_WIDTH = 60
@@ -37,10 +44,55 @@ def _condition(status: Obj, kind: str) -> str:
     return "-"
 
 
-def _energy(status: Obj) -> str:
-    energy = status.get("energy") or {}
-    wh = energy.get("wattHours")
-    return "-" if wh is None else f"{float(wh) / 1000:.2f} kWh"
+def _amounts(amounts: Amounts) -> Obj:
+    return {
+        "usedWattHours": round(amounts.used_wh, 3),
+        "savedWattHours": round(amounts.saved_wh, 3),
+        "usedCost": round(amounts.used_cost, 4),
+        "savedCost": round(amounts.saved_cost, 4),
+    }
+
+
+def energy_figures(status: Obj, now: dt.datetime) -> Obj | None:
+    """Energy today and this month (and since accounting began), counted on to `now`."""
+    raw = status.get("energy")
+    account = account_from_status(raw)
+    if account is None or not isinstance(raw, dict):
+        return None
+    current = account.at(now)
+    return {
+        "today": _amounts(current.today.amounts),
+        "month": _amounts(current.month.amounts),
+        "total": _amounts(current.total),
+        "since": raw.get("since"),
+        "watts": current.rate.watts,
+        "currency": raw.get("currency"),
+    }
+
+
+def watt_hours(wh: float) -> str:
+    """Energy as a person reads it: Wh below a kWh, kWh above."""
+    return f"{wh:.1f} Wh" if wh < 1000 else f"{wh / 1000:.2f} kWh"
+
+
+def _used(figures: Obj | None, period: str) -> str:
+    return "-" if figures is None else watt_hours(figures[period]["usedWattHours"])
+
+
+def _saved(figures: Obj | None) -> str:
+    return "-" if figures is None else watt_hours(figures["month"]["savedWattHours"])
+
+
+def _cost(figures: Obj | None) -> str:
+    if figures is None or not figures["currency"]:
+        return "-"
+    month = figures["month"]
+    return f"{_money(month['usedCost'])}/{_money(month['savedCost'])} {figures['currency']}"
+
+
+def _money(amount: float) -> str:
+    # A lab's first minutes cost fractions of a cent: show them rather than 0.00.
+    return f"{amount:.2f}" if amount >= 1 else f"{amount:.4f}"
 
 
 def machine_row(node: Obj, now: dt.datetime) -> Obj:
@@ -62,12 +114,12 @@ def machine_row(node: Obj, now: dt.datetime) -> Obj:
         "lastAction": last,
         "lastActionAge": _age(op.get("finished") or op.get("started"), now),
         "healthy": _condition(status, "Healthy"),
-        "energy": _energy(status),
+        "energy": energy_figures(status, now),
         "message": status.get("message") or "",
     }
 
 
-def group_row(group: Obj, machines: list[Obj]) -> Obj:
+def group_row(group: Obj, machines: list[Obj], now: dt.datetime) -> Obj:
     meta, spec, status = (group.get(k) or {} for k in ("metadata", "spec", "status"))
     members = [m for m in machines if m["group"] == meta.get("name")]
     if meta.get("namespace"):
@@ -82,6 +134,7 @@ def group_row(group: Obj, machines: list[Obj]) -> Obj:
         "total": len(members),
         "failed": sum(1 for m in members if m["phase"] == "Failed"),
         "target": status.get("targetSize", "-"),
+        "energy": energy_figures(status, now),
     }
 
 
@@ -90,7 +143,7 @@ def rows(groups: list[Obj], nodes: list[Obj], now: dt.datetime) -> Obj:
         (machine_row(n, now) for n in nodes), key=lambda r: (r["namespace"], r["name"])
     )
     by_group = sorted(
-        (group_row(g, machines) for g in groups), key=lambda r: (r["namespace"], r["name"])
+        (group_row(g, machines, now) for g in groups), key=lambda r: (r["namespace"], r["name"])
     )
     known = {(g["namespace"], g["name"]) for g in by_group}
     # A machine naming a Group that does not exist is the first thing a person should see.
@@ -129,6 +182,10 @@ GROUP_COLUMNS: list[tuple[str, Callable[[Obj], str]]] = [
     ("TOTAL", lambda g: str(g["total"])),
     ("FAILED", lambda g: str(g["failed"])),
     ("TARGET", lambda g: str(g["target"])),
+    ("USED TODAY", lambda g: _used(g["energy"], "today")),
+    ("USED MONTH", lambda g: _used(g["energy"], "month")),
+    ("SAVED MONTH", lambda g: _saved(g["energy"])),
+    ("COST USED/SAVED MONTH", lambda g: _cost(g["energy"])),
 ]
 MACHINE_COLUMNS: list[tuple[str, Callable[[Obj], str]]] = [
     ("NODE", lambda m: str(m["name"])),
@@ -139,7 +196,9 @@ MACHINE_COLUMNS: list[tuple[str, Callable[[Obj], str]]] = [
     ("POWER", lambda m: str(m["power"])),
     ("LAST ACTION", _last),
     ("HEALTHY", lambda m: str(m["healthy"])),
-    ("ENERGY", lambda m: str(m["energy"])),
+    ("USED TODAY", lambda m: _used(m["energy"], "today")),
+    ("USED MONTH", lambda m: _used(m["energy"], "month")),
+    ("SAVED MONTH", lambda m: _saved(m["energy"])),
     ("MESSAGE", lambda m: _short(str(m["message"]))),
 ]
 _NAMESPACE: tuple[str, Callable[[Obj], str]] = ("NAMESPACE", lambda r: str(r["namespace"]))

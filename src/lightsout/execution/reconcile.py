@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightsout.config import OperatorConfig
-from lightsout.execution import actuator, inputs, join, leases, providerid
+from lightsout.execution import actuator, energy, inputs, join, leases, providerid
 from lightsout.execution.jobs import job_name
 from lightsout.execution.nodeops import pods_to_drain
 from lightsout.execution.results import observe_job
@@ -75,7 +75,8 @@ class MachineView:
     lease: Obj | None = None
     #: False when the Lease's namespace is not watched: the pass reads the Lease live.
     lease_cached: bool = True
-    #: Pods on the core Node (filled while the machine drains).
+    #: Pods on the core Node (filled unless the machine is Off): what a drain waits for, and
+    #: whose cpu requests set the machine's energy draw.
     pods_on_node: Sequence[Obj] = ()
     #: Per power action, the first object its Job needs that is missing (`state.references`).
     unresolved: Mapping[Action, Unresolved] = field(default_factory=dict)
@@ -185,7 +186,7 @@ class Caches:
         jobs = self._all(JOBS, (namespace, name))
         core_name = str(spec.get("kubernetesNodeName") or name)
         lease_namespace = self.config.lease_namespace or namespace
-        draining = (node.get("status") or {}).get("phase") == Phase.DRAINING
+        powered = (node.get("status") or {}).get("phase") != Phase.OFF
         return MachineView(
             node=node,
             group=group,
@@ -199,7 +200,7 @@ class Caches:
             # A Lease namespace of its own is not among the watched ones (it may be outside
             # what a namespaced operator sees): those passes read the Lease live.
             lease_cached=self.config.lease_namespace is None,
-            pods_on_node=self._all(NODE_PODS, core_name) if draining else (),
+            pods_on_node=self._all(NODE_PODS, core_name) if powered else (),
             unresolved=self.unresolved(node, group),
         )
 
@@ -261,7 +262,8 @@ class Reconciler:
             unresolved=view.unresolved,
         )
         decision = providerid.report(fsm.decide(machine, obs, now), core_node, node)
-        return self.apply(ctx, machine, decision, now)
+        utilisation = energy.cpu_utilisation(node, core_node, view.pods_on_node)
+        return self.apply(ctx, machine, decision, now, cpu_utilisation=utilisation)
 
     def apply(
         self,
@@ -269,6 +271,8 @@ class Reconciler:
         machine: MachineState,
         decision: Decision,
         now: dt.datetime,
+        *,
+        cpu_utilisation: float = 0.0,
     ) -> float | None:
         """Lease first (stop if lost), then the core Node before a power-on, then status, then
         the other effects in order."""
@@ -292,7 +296,14 @@ class Reconciler:
                 decision = fsm.core_node_failed(machine, decision, api.error_message(exc), now)
         previous_phase = (ctx.node.get("status") or {}).get("phase")
         try:
-            write_status(ctx, machine.desired, machine.intent_generation, decision, now)
+            write_status(
+                ctx,
+                machine.desired,
+                machine.intent_generation,
+                decision,
+                now,
+                cpu_utilisation=cpu_utilisation,
+            )
         except api.ConflictError:
             # The Node changed since the cache gave it to this pass (a new intent, another
             # writer, our own last write not seen yet): decide again from the newer object.
@@ -362,6 +373,8 @@ def write_status(
     intent_generation: int,
     decision: Decision,
     now: dt.datetime,
+    *,
+    cpu_utilisation: float = 0.0,
 ) -> None:
     status = ctx.node.get("status") or {}
     generation = int(ctx.node["metadata"].get("generation") or 1)
@@ -385,6 +398,11 @@ def write_status(
     }
     if decision.observed_power_state is not None:
         new["observedPowerState"] = str(decision.observed_power_state)
+    # Counted up to now at the rate in force since the last checkpoint, which this pass's phase
+    # and requested cpu replace; unchanged rate: nothing to write.
+    checkpoint = energy.checkpoint(ctx.node, ctx.group, decision.phase, cpu_utilisation, now)
+    if checkpoint is not None:
+        new["energy"] = checkpoint
     changed = inputs.status_patch(status, new)
     if not changed:
         return

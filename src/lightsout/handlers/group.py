@@ -1,16 +1,21 @@
-"""Keeps each Group's machine counts current (`status.nodes`, `status.targetSize`).
+"""Keeps each Group's machine counts and energy current (`status.nodes`, `status.targetSize`,
+`status.energy`).
 
 A change of a Group or of one of its machines puts the Group on the reconcilers' work queue
 (`handlers/node.py`), which counts it from the watch caches a second later with `recount`, so
 `kubectl get lsg` shows how many machines are on, off, in transition or failed, and how many
-should be on (`targetSize`, the machines whose desired power state is On).
+should be on (`targetSize`, the machines whose desired power state is On); its energy is the
+sum of its machines' accounts (`execution.energy.group_energy`), rewritten only when that sum
+no longer follows from what the Group holds.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from lightsout.execution.energy import group_energy
 from lightsout.k8s import api
 from lightsout.models.enums import Phase
 
@@ -47,7 +52,12 @@ def group_counts(machines: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 def recount(group: Mapping[str, Any], machines: Iterable[Mapping[str, Any]]) -> None:
     """Write the Group's counts when they differ from its status (a worker thread calls it)."""
     meta = group["metadata"]
+    machines = list(machines)
     status = {**group_counts(machines), "observedGeneration": meta.get("generation")}
     old = group.get("status") or {}
-    if any(old.get(key) != value for key, value in status.items()):
-        api.patch_status(meta["namespace"], "groups", meta["name"], status)
+    changed = {key: value for key, value in status.items() if old.get(key) != value}
+    energy = group_energy(group, machines, dt.datetime.now(dt.UTC))
+    if energy is not None:
+        changed["energy"] = energy
+    if changed:
+        api.patch_status(meta["namespace"], "groups", meta["name"], changed)

@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY, start_http_server
 
 from lightsout import API_GROUP, API_VERSION
 from lightsout.config import OperatorConfig
+from lightsout.metrics.energy import MachineCollector
 from lightsout.metrics.machines import MachineTracker, PhaseCollector
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,7 @@ def serve_metrics(memo: kopf.Memo, **_: Any) -> None:
         return
     host, _sep, port = address.rpartition(":")
     REGISTRY.register(PhaseCollector(TRACKER))
+    REGISTRY.register(MachineCollector(TRACKER))
     try:
         start_http_server(int(port), addr=host or "0.0.0.0")  # noqa: S104  (the pod's port)
     except (OSError, ValueError) as exc:

@@ -5,7 +5,7 @@ references (core Node name, Group, Secrets, overlay ConfigMap), Groups, action J
 pods, core Nodes, machine Leases, the pods bound to each core Node, and the key names (never
 the values) of the Secrets and ConfigMaps of the watched namespaces. The handlers here only
 turn watch events into queue keys: `("node", namespace, name)` for a machine whose Node, Group,
-action Job or Job pod, core Node, Lease, named Secret or ConfigMap or (while it drains) core
+action Job or Job pod, core Node, Lease, named Secret or ConfigMap or (unless it is Off) core
 Node's pods changed, `("group", namespace, name)` for a Group whose machine counts may have
 changed (a second later, so a burst makes one count).
 
@@ -35,13 +35,16 @@ import kopf
 from lightsout import API_GROUP, API_VERSION
 from lightsout.config import OperatorConfig
 from lightsout.execution import reconcile as rc
+from lightsout.execution.energy import CPU_REQUEST
 from lightsout.execution.extravars import credentials_secret
 from lightsout.execution.jobs import LABEL_MANAGED_BY, LABEL_NODE, MANAGED_BY
 from lightsout.execution.leases import ANNOTATION_MACHINE, LEASE_PREFIX
 from lightsout.execution.workqueue import Workers, WorkQueue
 from lightsout.handlers import group as groups
 from lightsout.planning.types import Phase
+from lightsout.state.parse import pod_requests
 from lightsout.state.references import key_names
+from lightsout.state.resources import CPU
 
 Key = tuple[str, str, str]
 NODE, GROUP = "node", "group"
@@ -129,10 +132,12 @@ async def node_pods(body: kopf.Body, spec: kopf.Spec, **_: Any) -> Any:
     node = spec.get("nodeName")
     if not node:
         return None
-    # Only what `nodeops.pods_to_drain` and the evictions read: a cluster's pods are many.
+    # Only what `nodeops.pods_to_drain`, the evictions and the energy draw read: a cluster's
+    # pods are many.
     meta = body.get("metadata") or {}
     return {
         node: {
+            CPU_REQUEST: pod_requests(spec).get(CPU),
             "metadata": {
                 k: meta[k]
                 for k in (
@@ -287,8 +292,10 @@ async def pod_changed(
         r.machine(namespace or "", machine)  # an action Job's pod: its result may be in
     for ns, machine in r.caches.machines_on(str(spec.get("nodeName") or "")):
         node = r.caches.machine(ns, machine) or {}
-        if (node.get("status") or {}).get("phase") == Phase.DRAINING:
-            r.machine(ns, machine)  # a pod left the draining machine
+        if (node.get("status") or {}).get("phase") != Phase.OFF:
+            # A pod left a draining machine, or the cpu requested of a running one (its energy
+            # draw) may have changed; a pass that finds nothing new writes nothing.
+            r.machine(ns, machine)
 
 
 @kopf.on.event("", "v1", "secrets", id="queue_secret")

@@ -1,7 +1,8 @@
 """Every metric Lights-Out exports, declared once. Imported by whatever records a figure.
 
 Label values are bounded: phases, drivers and actions are enums, Groups and namespaces are few
-and named by people. No label carries a machine's or a pod's name.
+and named by people. No label here carries a machine's or a pod's name; the per-machine series
+(power state, draw, energy) are collected at scrape time by `metrics.energy`.
 """
 
 from __future__ import annotations

@@ -22,8 +22,10 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from lightsout.execution.energy import account_from_status
 from lightsout.metrics.families import ACTION_DURATION, ACTIONS, TRANSITION_DURATION
 from lightsout.models.enums import DriverKind, Phase
+from lightsout.planning.energy import Account
 
 _FINISHED = {"Succeeded": "succeeded", "Failed": "failed"}
 _GOAL = {"On": Phase.READY.value, "Off": Phase.OFF.value}
@@ -39,6 +41,9 @@ class _Seen:
     desired: str
     #: When this process saw `desired` set; None when it was already set at first sight.
     desired_since: datetime | None
+    #: The energy account checkpointed in its status, and the Group's currency.
+    energy: Account | None = None
+    currency: str = ""
 
 
 def _time(value: Any) -> datetime | None:
@@ -71,14 +76,24 @@ class MachineTracker:
         desired = str(spec.get("desiredPowerState") or "Off")
         op = status.get("lastOperation") or {}
         finished_job = op.get("job") if op.get("result") in _FINISHED else None
+        energy = status.get("energy") or {}
+        account, currency = account_from_status(energy), str(energy.get("currency") or "")
         with self._lock:
             seen = self._seen.get(key)
             if seen is None:
                 self._seen[key] = _Seen(
-                    key[0], str(spec.get("group") or ""), phase, finished_job, desired, None
+                    key[0],
+                    str(spec.get("group") or ""),
+                    phase,
+                    finished_job,
+                    desired,
+                    None,
+                    account,
+                    currency,
                 )
                 return
             seen.group, seen.phase = str(spec.get("group") or ""), phase
+            seen.energy, seen.currency = account, currency
             if finished_job and finished_job != seen.last_job:
                 seen.last_job = finished_job
                 self._count_action(spec, op)
@@ -103,6 +118,14 @@ class MachineTracker:
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:
             self._seen.pop((namespace, name), None)
+
+    def machines(self) -> list[tuple[str, str, str, str, Account | None, str]]:
+        """(namespace, name, Group, phase, energy account, currency) of every machine."""
+        with self._lock:
+            return [
+                (ns, name, s.group, s.phase, s.energy, s.currency)
+                for (ns, name), s in sorted(self._seen.items())
+            ]
 
     def phases(self) -> dict[tuple[str, str], Counter[str]]:
         """Machines per phase, per (namespace, Group)."""

@@ -1,4 +1,5 @@
-"""Sub-objects used by both kinds or by several drivers: Secret references, TLS, taints, conditions.
+"""Sub-objects used by both kinds or by several drivers: Secret references, TLS, taints, conditions,
+energy accounting.
 
 Shapes follow core Kubernetes where one exists (a taint is a core/v1 Taint, a condition is a
 metav1.Condition) so users and tools recognise them.
@@ -131,3 +132,50 @@ Conditions = Annotated[
         },
     ),
 ]
+
+
+Currency = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$", max_length=3)]
+WattHours = Annotated[float, Field(ge=0)]
+
+
+class EnergyAmounts(ApiModel):
+    """Energy used and saved, and what each cost at the Group's electricity price."""
+
+    used_watt_hours: WattHours = 0.0
+    """Energy drawn, in Wh."""
+    saved_watt_hours: WattHours = 0.0
+    """Energy saved against the same machines left on idle all the time, in Wh."""
+    used_cost: float = Field(default=0.0, ge=0)
+    """Price of the energy used, in `currency`."""
+    saved_cost: float = Field(default=0.0, ge=0)
+    """Price of the energy saved, in `currency`."""
+
+
+class EnergyPeriod(EnergyAmounts):
+    """The amounts of one UTC day or month."""
+
+    start: datetime
+    """Start of the day (month), midnight UTC."""
+
+
+class Energy(EnergyAmounts):
+    """Energy accounting, checkpointed: the amounts counted up to `countedTo` (since `since`),
+    and the rate in force from `countedTo` on, so the figures at any later time are these plus
+    the rate times the time elapsed (what `lightsout status` and the metrics show)."""
+
+    counted_to: datetime
+    """Time the amounts are counted to."""
+    since: datetime
+    """When accounting started."""
+    watts: float = Field(default=0.0, ge=0)
+    """Draw in force since `countedTo`, in W (the phase's and the requested cpu's)."""
+    saving_watts: float = Field(default=0.0, ge=0)
+    """Saving in force since `countedTo`, in W (idle minus off watts while off)."""
+    price_per_kwh: float = Field(default=0.0, ge=0, alias="pricePerKWh")
+    """Electricity price in force since `countedTo`."""
+    currency: Currency | None = None
+    """Currency of the costs (the Group's `electricity.currency`)."""
+    today: EnergyPeriod | None = None
+    """Amounts of the UTC day of `countedTo`."""
+    month: EnergyPeriod | None = None
+    """Amounts of the UTC month of `countedTo`."""

@@ -10,11 +10,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from lightsout.models.base import ApiModel, Rule, default_empty, rules
-from lightsout.models.common import Conditions, Taints
-from lightsout.models.enums import Autoscaler, DriftPolicy, NodeRemovalPolicy, SelectionPolicy
+from lightsout.models.common import Conditions, Currency, Energy, Taints
+from lightsout.models.enums import (
+    Autoscaler,
+    DriftPolicy,
+    NodeRemovalPolicy,
+    SelectionPolicy,
+)
 from lightsout.models.types import CronSchedule, DnsSubdomain, LabelMap, LongText, ShortText
 
 Seconds = Annotated[int, Field(ge=0, le=86_400)]
@@ -75,7 +80,7 @@ class Electricity(ApiModel):
 
     price_per_kwh: float = Field(ge=0, le=1000, alias="pricePerKWh")
     """Price of one kWh."""
-    currency: Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$", max_length=3)] = "EUR"
+    currency: Currency = "EUR"
     """ISO 4217 currency code."""
 
 
@@ -182,6 +187,8 @@ class GroupStatus(ApiModel):
     """metadata.generation this status was computed from."""
     message: ShortText | None = None
     """Human-readable summary of the Group's state."""
+    energy: Energy | None = None
+    """Energy accounting: the sum of its machines' (counted when they are recounted)."""
 
 
 class Group(ApiModel):

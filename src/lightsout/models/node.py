@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from lightsout.models.base import ApiModel, Rule, default_empty, rules
-from lightsout.models.common import Conditions, Taints
+from lightsout.models.common import Conditions, Energy, Taints
 from lightsout.models.drivers import NodeDriver
 from lightsout.models.enums import (
     Action,
@@ -202,15 +202,6 @@ class Intent(ApiModel):
     of a Failed machine retries it."""
 
 
-class Energy(ApiModel):
-    """Energy drawn by the machine, estimated from its power profile and phases."""
-
-    watt_hours: float = Field(default=0.0, ge=0)
-    """Energy since `since`, in Wh."""
-    since: datetime | None = None
-    """Start of the accounting period."""
-
-
 class CloneRecord(ApiModel):
     """The virtual machine an ephemeral Node's provision made (Proxmox `mode: Ephemeral`)."""
 
@@ -246,7 +237,7 @@ class NodeStatus(ApiModel):
     attempts: int | None = Field(default=None, ge=0)
     """Attempts made for the current intent."""
     energy: Energy | None = None
-    """Energy accounting."""
+    """Energy accounting (checkpointed when the machine's draw changes)."""
     clone: CloneRecord | None = None
     """Ephemeral machines: the VM made by the last provision, kept until a deprovision
     confirms it is gone (also when the provision failed after cloning)."""

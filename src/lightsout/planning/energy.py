@@ -18,13 +18,21 @@ The model, stated once:
 A ledger is advanced from the time it was last counted to (`counted_to`) at the state in force
 over that interval, so a restart that reloads the ledger from status loses nothing: the gap
 while the operator was away is counted at the last state it recorded.
+
+An `Account` is what a Node's (and a Group's) `status.energy` holds: the figures counted up to
+`counted_to`, and the `Rate` in force from then on (watts drawn, watts saved, price per kWh).
+Between two checkpoints the rate is constant, so any reader (the status command, the metrics,
+the Group's sum) gets the figures at any later time with `at(now)` without a write, and the
+reconcile pass only checkpoints when the rate changes (a phase change, the requested cpu, the
+declared watts, the price). "Today" and "this month" are UTC days and months; an interval that
+crosses midnight counts into the new day only from midnight on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
 from lightsout.models.enums import Phase
 from lightsout.planning.policy import DEFAULT_WATTS
@@ -112,3 +120,135 @@ def total(ledgers: Iterable[Ledger], counted_to: datetime) -> Ledger:
         used += ledger.used_wh
         saved += ledger.saved_wh
     return Ledger(counted_to=counted_to, used_wh=used, saved_wh=saved)
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """What a machine draws, saves (against idling) and pays per kWh from a checkpoint on."""
+
+    watts: float = 0.0
+    saving_watts: float = 0.0
+    price_per_kwh: float = 0.0
+
+    @classmethod
+    def of(
+        cls, draw: Draw, powered: bool, cpu_utilisation: float = 0.0, price_per_kwh: float = 0.0
+    ) -> Rate:
+        return cls(
+            watts=draw.watts(powered, cpu_utilisation),
+            saving_watts=draw.saving_watts(powered),
+            price_per_kwh=price_per_kwh,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Amounts:
+    """Energy used and saved (Wh) and what each cost (in the Group's currency)."""
+
+    used_wh: float = 0.0
+    saved_wh: float = 0.0
+    used_cost: float = 0.0
+    saved_cost: float = 0.0
+
+    def plus(self, hours: float, rate: Rate) -> Amounts:
+        used, saved = rate.watts * hours, rate.saving_watts * hours
+        return Amounts(
+            self.used_wh + used,
+            self.saved_wh + saved,
+            self.used_cost + cost(used, rate.price_per_kwh),
+            self.saved_cost + cost(saved, rate.price_per_kwh),
+        )
+
+    def __add__(self, other: Amounts) -> Amounts:
+        return Amounts(
+            self.used_wh + other.used_wh,
+            self.saved_wh + other.saved_wh,
+            self.used_cost + other.used_cost,
+            self.saved_cost + other.saved_cost,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Period:
+    """The amounts of one calendar period (a UTC day or month) from its `start`."""
+
+    start: datetime
+    amounts: Amounts = field(default_factory=Amounts)
+
+
+def day_start(moment: datetime) -> datetime:
+    """Midnight (UTC) of the day `moment` falls in."""
+    return moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def month_start(moment: datetime) -> datetime:
+    """Midnight (UTC) of the first day of the month `moment` falls in."""
+    return day_start(moment).replace(day=1)
+
+
+def _hours(start: datetime, end: datetime) -> float:
+    return max((end - start).total_seconds(), 0.0) / _SECONDS_PER_HOUR
+
+
+def _roll(period: Period, boundary: datetime, start: datetime, end: datetime, rate: Rate) -> Period:
+    """Count [start, end] into the period that `end` falls in (which begins at `boundary`)."""
+    if period.start < boundary:
+        # A new day (month) began: the part before its start belonged to the one that ended.
+        return Period(boundary, Amounts().plus(_hours(max(start, boundary), end), rate))
+    return Period(period.start, period.amounts.plus(_hours(start, end), rate))
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    """A machine's (or a Group's) energy figures counted up to `counted_to`, and the rate in
+    force from then on: what `status.energy` checkpoints."""
+
+    counted_to: datetime
+    rate: Rate
+    since: datetime
+    total: Amounts
+    today: Period
+    month: Period
+
+    @classmethod
+    def opened(cls, now: datetime, rate: Rate) -> Account:
+        """A new account: nothing counted before `now`."""
+        return cls(now, rate, now, Amounts(), Period(day_start(now)), Period(month_start(now)))
+
+    def at(self, now: datetime) -> Account:
+        """The figures at `now`, the interval since `counted_to` counted at the rate in force.
+        A clock that went backwards counts nothing and keeps the later checkpoint."""
+        if now <= self.counted_to:
+            return self
+        start = self.counted_to
+        return replace(
+            self,
+            counted_to=now,
+            total=self.total.plus(_hours(start, now), self.rate),
+            today=_roll(self.today, day_start(now), start, now, self.rate),
+            month=_roll(self.month, month_start(now), start, now, self.rate),
+        )
+
+    def checkpoint(self, now: datetime, rate: Rate) -> Account:
+        """Count up to `now` at the old rate, then switch to `rate`."""
+        return replace(self.at(now), rate=rate)
+
+
+def combine(accounts: Iterable[Account], now: datetime, price_per_kwh: float) -> Account:
+    """A Group's account at `now`: the sum of its machines' accounts, each counted to `now`;
+    its rate is the sum of theirs (at the Group's price), so `at` extrapolates it the same way."""
+    today, month = Period(day_start(now)), Period(month_start(now))
+    total = Amounts()
+    watts = saving = 0.0
+    since = now
+    for account in accounts:
+        current = account.at(now)
+        total += current.total
+        if current.today.start == today.start:
+            today = Period(today.start, today.amounts + current.today.amounts)
+        if current.month.start == month.start:
+            month = Period(month.start, month.amounts + current.month.amounts)
+        watts += current.rate.watts
+        saving += current.rate.saving_watts
+        since = min(since, current.since)
+    return Account(now, Rate(watts, saving, price_per_kwh), since, total, today, month)

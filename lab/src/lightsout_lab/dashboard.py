@@ -1,0 +1,175 @@
+"""`lightsout-lab dashboard-check`: every panel of the Grafana dashboard shows data from a real
+Prometheus scraping a real run.
+
+Starts the demo's lab (control plane, sushy-tools with the three sample servers, the operator
+with its built-in autoscaler and `/metrics`), a Prometheus server (the binary built by
+`tools/prometheus/build.sh`) scraping the operator every 2 s, runs the demo's autoscaling
+scenario (a workload powers servers on, then off), then runs every panel's query over the run
+through Prometheus' HTTP API, as Grafana would (its variables set to "All", `$__range` to the
+run, `$__rate_interval` to 30 s), and prints what each returned. Exits 1 when a panel has no
+data. Used by `tools/prometheus/check-dashboard.sh`; not a CI phase (building Prometheus is
+minutes of CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lightsout_lab.binaries import repo_root
+from lightsout_lab.cluster import free_port
+from lightsout_lab.demo import NAMESPACE, Narrator, Scenario, _credentials, _samples
+from lightsout_lab.lab import Lab
+
+SCRAPE_SECONDS = 2
+RATE_INTERVAL = "30s"
+
+
+@dataclass(frozen=True)
+class PanelResult:
+    title: str
+    expr: str
+    series: int
+    points: int
+
+
+def _panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for panel in dashboard["panels"]:
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def grafana_expr(expr: str, range_seconds: int) -> str:
+    """The query as Grafana sends it with every variable at "All"."""
+    for variable in ("$namespace", "$group"):
+        expr = expr.replace(variable, ".*")
+    return expr.replace("$__range", f"{range_seconds}s").replace("$__rate_interval", RATE_INTERVAL)
+
+
+class Prometheus:
+    """A Prometheus server scraping one target, its data in a temporary directory."""
+
+    def __init__(self, binary: Path, target: str) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="lightsout-prometheus-"))
+        self.port = free_port()
+        config = {
+            "global": {
+                "scrape_interval": f"{SCRAPE_SECONDS}s",
+                "evaluation_interval": f"{SCRAPE_SECONDS}s",
+            },
+            "scrape_configs": [
+                {"job_name": "lightsout", "static_configs": [{"targets": [target]}]}
+            ],
+        }
+        (self.workdir / "prometheus.yml").write_text(json.dumps(config))
+        self.log = (self.workdir / "prometheus.log").open("wb")
+        self.proc = subprocess.Popen(
+            [
+                str(binary),
+                f"--config.file={self.workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={self.workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"prometheus exited: see {self.workdir / 'prometheus.log'}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError("prometheus not ready")
+
+    def api(self, path: str, **params: str) -> Any:
+        query = urllib.parse.urlencode(params)
+        with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{query}", timeout=30) as r:
+            body = json.loads(r.read())
+        if body.get("status") != "success":
+            raise RuntimeError(f"{path} {params}: {body}")
+        return body["data"]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def query_panels(prom: Prometheus, dashboard: dict[str, Any], start: float) -> list[PanelResult]:
+    end = time.time()
+    range_seconds = max(int(end - start), 60)
+    results = []
+    for panel in _panels(dashboard):
+        for target in panel.get("targets", []):
+            expr = grafana_expr(target["expr"], range_seconds)
+            data = prom.api(
+                "query_range",
+                query=expr,
+                start=f"{start:.3f}",
+                end=f"{end:.3f}",
+                step=str(SCRAPE_SECONDS),
+            )
+            values = [
+                float(v)
+                for series in data["result"]
+                for _, v in series["values"]
+                if math.isfinite(float(v))
+            ]
+            results.append(PanelResult(panel["title"], expr, len(data["result"]), len(values)))
+    return results
+
+
+def check_dashboard(prometheus: Path, dashboard_path: Path) -> int:
+    dashboard = json.loads(dashboard_path.read_text())
+    objects, nodes = _samples(repo_root())
+    username, password = _credentials(objects)
+    lab = Lab(objects=objects, namespace=NAMESPACE, username=username, password=password)
+    lab.start()
+    assert lab.cluster is not None and lab.operator is not None
+    target = urllib.parse.urlsplit(lab.operator.metrics_url).netloc
+    prom = Prometheus(prometheus, target)
+    try:
+        prom.wait_ready()
+        start = time.time()
+        narrator = Narrator(lab.cluster)
+        narrator.say(f"Prometheus {prom.url} scrapes the operator at {target}")
+        Scenario(narrator, lab).run([node["metadata"]["name"] for node in nodes])
+        time.sleep(3 * SCRAPE_SECONDS)  # the last changes scraped
+        health = prom.api("targets")["activeTargets"]
+        narrator.say(f"scrape target health: {[t['health'] for t in health]}")
+        results = query_panels(prom, dashboard, start)
+    finally:
+        prom.stop()
+        lab.stop()
+    empty = [r for r in results if r.points == 0]
+    print(f"\n{'panel':<42}{'series':>7}{'points':>8}  query")
+    for r in results:
+        mark = "NO DATA " if r.points == 0 else ""
+        print(f"{r.title[:41]:<42}{r.series:>7}{r.points:>8}  {mark}{r.expr[:90]}")
+    print(
+        f"\n{len(results) - len(empty)} of {len(results)} queries "
+        f"({len({r.title for r in results})} panels) returned data"
+    )
+    return 1 if empty else 0
