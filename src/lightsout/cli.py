@@ -170,6 +170,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         policy=engine.Policy(args.policy),
         scoring=engine.Scoring(args.scheduler),
         overrides=tuple(args.set or ()),
+        prewarm=args.prewarm,
     )
     started = time.monotonic()
     summary = report.summarise(engine.replay(trace, options))
@@ -272,6 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
         dest="baseline",
         action="store_false",
         help="skip the reactive (cluster-autoscaler defaults) baseline",
+    )
+    simulate.add_argument(
+        "--no-prewarm",
+        dest="prewarm",
+        action="store_false",
+        help="do not tell the planner about CronJobs' next runs",
     )
     simulate.add_argument(
         "--optimum", action="store_true", help="also solve the offline optimum (needs [sim])"

@@ -7,6 +7,7 @@ checked to be what their seeded generator writes (replaying them is `make bench`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,10 +16,22 @@ from typing import Any
 import pytest
 
 from lightsout import cli
+from lightsout.models.enums import Phase
+from lightsout.planning.autoscale import plan
+from lightsout.planning.wake import next_wake
 from lightsout.simulate import cron, generate, optimum
 from lightsout.simulate.engine import Options, Policy, Result, Scoring, replay
 from lightsout.simulate.report import percentile, summarise
 from lightsout.simulate.trace import Durations, Trace, TracePod, load, write
+from lightsout.state import (
+    GROUPS_KEY,
+    MACHINES_KEY,
+    ExpectedPod,
+    ObjectKey,
+    Snapshot,
+    snapshot_from,
+)
+from lightsout.state.parse import scheduling_requirements
 
 pytestmark = pytest.mark.unit
 
@@ -276,3 +289,40 @@ def test_simulate_command_prints_json_with_the_baseline(
     assert out["baseline"]["policy"] == "reactive"
     assert out["waits"]["other"]["pods"] == 1
     assert cli.main(["simulate", str(tmp_path / "missing")]) == 2
+
+
+# --- pre-warming for scheduled work ---------------------------------------------------------
+
+
+def _planner_snapshot(expected_in: float, learned: float | None = None) -> Snapshot:
+    snapshot = snapshot_from({GROUPS_KEY: [group()], MACHINES_KEY: [node("m1")]}, complete=True)
+    (machine,) = snapshot.machines
+    machine = dataclasses.replace(machine, phase=Phase.OFF, learned_boot_seconds=learned)
+    run = ExpectedPod(
+        ObjectKey("ops", "backup-1"),
+        START + timedelta(seconds=expected_in),
+        scheduling_requirements(pod_spec()),
+    )
+    return dataclasses.replace(snapshot, machines=(machine,), expected=(run,))
+
+
+def test_planner_powers_on_for_a_cronjob_run_once_it_is_within_the_boot_time() -> None:
+    # Learned boot 60 s + 15 s margin: a run 70 s away is due, one 80 s away is not yet.
+    soon = plan(_planner_snapshot(70, learned=60), START)
+    assert [(type(a).__name__, a.machine.name) for a in soon.actions] == [("PowerOn", "m1")]
+    later_snapshot = _planner_snapshot(80, learned=60)
+    later = plan(later_snapshot, START)
+    assert later.actions == ()
+    assert next_wake(later_snapshot, later, START) == START + timedelta(seconds=5)
+    # Never learned: the boot timeout (600 s by default) is the lead time.
+    assert plan(_planner_snapshot(500), START).power_on
+
+
+def test_prewarming_makes_cronjob_runs_start_without_waiting() -> None:
+    t = trace([], cronjobs=(cronjob("30 * * * *"),), hours=4)
+    warm = summarise(replay(t))["waits"]["cronjob"]
+    cold = summarise(replay(t, Options(prewarm=False)))["waits"]["cronjob"]
+    assert warm["pods"] == cold["pods"] == 4
+    assert warm["maxSeconds"] == 0.0
+    # Without it every run waits for a power-on and a boot.
+    assert cold["p50Seconds"] == pytest.approx(60.1)

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from lightsout.models.enums import Autoscaler
 from lightsout.planning.cluster import SCHEDULER_GRACE
 from lightsout.planning.decisions import Plan
+from lightsout.planning.prewarm import next_due
 from lightsout.state.types import Snapshot
 
 
@@ -20,7 +21,8 @@ def next_wake(snapshot: Snapshot, plan: Plan, now: datetime) -> datetime | None:
 
     Time alone changes a plan only through deadlines: a machine's unneeded time running out,
     a Group's scale-down stabilisation window closing, a pending pod passing its Group's
-    scale-up window, and the planner's grace for the scheduler's verdicts running out. Between
+    scale-up window, the planner's grace for the scheduler's verdicts running out, and an
+    expected pod (a CronJob run) entering its pre-warming lead time. Between
     them nothing but a watched change can alter the plan, so the autoscaler sleeps.
     """
     moments: list[datetime] = []
@@ -52,6 +54,9 @@ def next_wake(snapshot: Snapshot, plan: Plan, now: datetime) -> datetime | None:
         for machine in snapshot.machines:
             if machine.phase_since is not None:
                 moments.append(machine.phase_since + SCHEDULER_GRACE)
+    prewarm = next_due(snapshot, now)
+    if prewarm is not None:
+        moments.append(prewarm)
     future = [moment for moment in moments if moment > now]
     return min(future, default=None)
 

@@ -31,7 +31,9 @@ and a 10 minute scale-down delay after a scale-up (see docs/simulator.md for wha
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -71,10 +73,12 @@ from lightsout.state import (
     GROUPS_KEY,
     MACHINES_KEY,
     CoreNode,
+    ExpectedPod,
     Group,
     Machine,
     ObjectKey,
     Pod,
+    SchedulingRequirements,
     Snapshot,
     snapshot_from,
 )
@@ -111,6 +115,8 @@ class Options:
     #: `path=value` overrides applied to every Group manifest, e.g.
     #: `spec.scaleDown.unneededSeconds=300` (a leading `group.` is accepted).
     overrides: tuple[str, ...] = ()
+    #: Tell the planner about CronJobs' next runs (`Snapshot.expected`) so it pre-warms.
+    prewarm: bool = True
 
 
 class _Kind(IntEnum):
@@ -176,6 +182,9 @@ class SimMachine:
     requested: dict[str, int] = field(default_factory=dict)
     next_reconcile: float | None = None
     power_ons: int = 0
+    #: When its current power-on started, and how long past ones took to Ready (learned).
+    powering_on_since: float | None = None
+    boot_samples: list[float] = field(default_factory=list)
     #: (seconds since start, phase) at every phase change.
     timeline: list[tuple[float, str]] = field(default_factory=list)
 
@@ -261,6 +270,8 @@ class Simulator:
         self.pods: list[SimPod] = []
         self.pending: dict[ObjectKey, SimPod] = {}
         self.cron_active: dict[str, list[SimPod]] = {}
+        #: Per CronJob: its spec, its pods' requirements and its fire times (seconds).
+        self.cron_runs: list[tuple[cron.CronSpec, SchedulingRequirements, list[float]]] = []
         self.groups, machines = self._read_machines()
         self.group_index = {g.key: g for g in self.groups}
         self.machines = {m.template.key: m for m in machines}
@@ -327,8 +338,11 @@ class Simulator:
         end_time = self._time(self.end)
         for cronjob in self.trace.cronjobs:
             spec = cron.read(cronjob)
-            for moment in cron.fire_times(spec, self.start, end_time):
+            times = cron.fire_times(spec, self.start, end_time)
+            for moment in times:
                 self._push(self._seconds(moment), _Kind.CRON, (spec, moment))
+            requirements = scheduling_requirements(spec.pod_spec)
+            self.cron_runs.append((spec, requirements, [self._seconds(t) for t in times]))
         for machine in self.machines.values():
             self._reconcile_soon(machine, 0.0)
         if self.options.policy is Policy.REACTIVE:
@@ -580,6 +594,7 @@ class Simulator:
                 phase=m.state.phase,
                 desired=DesiredPowerState(m.state.desired.value),
                 phase_since=m.state.phase_since,
+                learned_boot_seconds=statistics.median(m.boot_samples) if m.boot_samples else None,
             )
             for m in self.machines.values()
         ]
@@ -588,9 +603,23 @@ class Simulator:
             nodes=tuple(nodes),
             machines=tuple(machines),
             groups=tuple(self.group_index.values()),
+            expected=self._expected(),
             complete=True,
             unneeded_since=dict(self.unneeded),
         )
+
+    def _expected(self) -> tuple[ExpectedPod, ...]:
+        """Each CronJob's next run, as the handler would read it from the CronJob."""
+        if not self.options.prewarm or self.options.policy is not Policy.LIGHTSOUT:
+            return ()
+        out: list[ExpectedPod] = []
+        for spec, requirements, times in self.cron_runs:
+            i = bisect.bisect_right(times, self.now)
+            if i < len(times):
+                at = self._time(times[i])
+                key = ObjectKey(spec.namespace, cron.job_name(spec, at))
+                out.append(ExpectedPod(key, at, requirements))
+        return tuple(sorted(out, key=lambda e: e.at))
 
     def _apply(self, result: Plan, now: datetime) -> None:
         self.unneeded = dict(result.unneeded_since)
@@ -664,6 +693,7 @@ class Simulator:
         )
         if decision.phase is not before:
             machine.timeline.append((self.now, decision.phase.value))
+            self._learn(machine, decision.phase)
             self._want_plan()
             self._want_schedule()
         again: float | None = None
@@ -688,6 +718,19 @@ class Simulator:
                 again = at if again is None else min(again, at)
         if again is not None:
             self._reconcile_soon(machine, max(again, self.now))
+
+    @staticmethod
+    def _learn(machine: SimMachine, phase: Phase) -> None:
+        """Boot durations from the phase history: power-on decision to Ready."""
+        # `now` is read through the timeline's last entry, which _reconcile just appended.
+        now = machine.timeline[-1][0]
+        if phase is Phase.POWERING_ON:
+            machine.powering_on_since = now
+        elif phase is Phase.READY and machine.powering_on_since is not None:
+            machine.boot_samples.append(now - machine.powering_on_since)
+            machine.powering_on_since = None
+        elif phase is not Phase.BOOTING:
+            machine.powering_on_since = None
 
     def _start_job(self, machine: SimMachine, effect: StartJob) -> None:
         job = machine.job
