@@ -69,6 +69,7 @@ bench: setup binaries
 	$(PY) -m benchmarks.scaleup_latency 20
 	$(PY) -m benchmarks.ca_latency 5
 	$(PY) -m benchmarks.fleet 1 100 1000
+	$(PY) -m benchmarks.simulator 120
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -326,3 +326,11 @@ def test_prewarming_makes_cronjob_runs_start_without_waiting() -> None:
     assert warm["maxSeconds"] == 0.0
     # Without it every run waits for a power-on and a boot.
     assert cold["p50Seconds"] == pytest.approx(60.1)
+
+
+def test_a_pod_waiting_past_its_machines_boot_is_counted() -> None:
+    result = replay(trace([pod(60, 600, "a")]))
+    assert summarise(result)["otherPodsWaitingPastBoot"] == 0  # 60.1 s: power-on + boot
+    (sim_pod,) = result.pods
+    sim_pod.wait = TRUTH.power_on_seconds + TRUTH.boot_seconds + 5.5
+    assert summarise(result)["otherPodsWaitingPastBoot"] == 1

@@ -386,3 +386,36 @@ def generate(name: str, seed: int | None = None) -> Trace:
     if name not in GENERATORS:
         raise KeyError(f"unknown trace {name!r}; known: {', '.join(GENERATORS)}")
     return GENERATORS[name](DEFAULT_SEEDS[name] if seed is None else seed)
+
+
+def scale_week(machines: int = 20, pods: int = 5_000, seed: int = 4) -> Trace:
+    """A week of `pods` Poisson arrivals on `machines` mid-size machines: the replay's speed
+    benchmark (`benchmarks.simulator`), not a shipped trace."""
+    rng = random.Random(seed)  # noqa: S311  (seeded on purpose: the trace must be reproducible)
+    manifests: list[dict[str, Any]] = [_group("fleet", 0.30, maxNodes=machines)]
+    durations: dict[str, Durations] = {}
+    for i in range(machines):
+        name = f"node-{i + 1:03d}"
+        manifests.append(
+            _node(name, "fleet", cpu=8, memory_gi=32, watts=(110, 45, 3), boot_timeout=300)
+        )
+        durations[name] = Durations(6, 90, 20)
+    made = _Pods()
+    for _ in range(pods):
+        made.add(
+            rng.uniform(0, WEEK),
+            rng.expovariate(1 / 1200) + 30,
+            "load",
+            "work",
+            _spec(rng.choice(["500m", "1", "2"]), rng.choice(["1Gi", "2Gi", "4Gi"])),
+            owner="Job",
+        )
+    return Trace(
+        name=f"scale-{machines}x{pods}",
+        start=START,
+        duration_seconds=WEEK,
+        machines=tuple(manifests),
+        pods=tuple(made.pods),
+        durations=durations,
+        seed=seed,
+    )

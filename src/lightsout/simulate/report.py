@@ -80,8 +80,8 @@ def summarise(result: Result) -> dict[str, Any]:
         p
         for p in other
         if p.wait is not None
-        and p.node is not None
-        and p.wait > boot_of.get(p.node, 0.0) + BOOT_SLACK_SECONDS
+        and p.host is not None
+        and p.wait > boot_of.get(p.host, 0.0) + BOOT_SLACK_SECONDS
     ]
     return {
         "trace": result.trace.name,
