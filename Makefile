@@ -13,7 +13,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml lab/pyproject.toml
 	@test -x $(PY) || $(PYTHON312) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[ansible,dev]' -e ./lab
+	$(PY) -m pip install -q -e '.[ansible,dev,sim]' -e ./lab
 	@rm -f $(VENV)/.installed-*; touch $@
 
 binaries:
@@ -70,6 +70,7 @@ bench: setup binaries
 	$(PY) -m benchmarks.ca_latency 5
 	$(PY) -m benchmarks.metrics_scrape 10 100 1000
 	$(PY) -m benchmarks.fleet 1 100 1000
+	$(PY) -m benchmarks.simulator 120
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

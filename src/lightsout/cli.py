@@ -1,5 +1,5 @@
 """The `lightsout` command: run the operator, print the CRDs, explain the autoscaler's plan,
-show Groups and machines, power a machine on or off.
+show Groups and machines, power a machine on or off, replay a workload trace.
 
 The local dev cluster and the demo are the lab's (`lightsout-lab`), not the operator's."""
 
@@ -153,6 +153,62 @@ def cmd_power(args: argparse.Namespace) -> int:
         time.sleep(1.0)
 
 
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Replay a trace against the production planner; print energy, waits, cycles, bounds."""
+    import json
+    import time
+
+    from lightsout.simulate import engine, generate, report
+    from lightsout.simulate.trace import TraceError, load
+
+    path = Path(args.trace)
+    try:
+        if path.exists() or args.trace not in generate.GENERATORS:
+            trace = load(path)
+        else:
+            trace = generate.generate(args.trace)  # a shipped trace, by name
+    except TraceError as error:
+        print(f"lightsout simulate: {error}", file=sys.stderr)
+        return 2
+    options = engine.Options(
+        policy=engine.Policy(args.policy),
+        scoring=engine.Scoring(args.scheduler),
+        overrides=tuple(args.set or ()),
+        prewarm=args.prewarm,
+    )
+    started = time.monotonic()
+    summary = report.summarise(engine.replay(trace, options))
+    summary["replaySeconds"] = round(time.monotonic() - started, 2)
+    baseline = None
+    if args.baseline and options.policy is engine.Policy.LIGHTSOUT:
+        reactive = engine.Options(policy=engine.Policy.REACTIVE, scoring=options.scoring)
+        baseline = report.summarise(engine.replay(trace, reactive))
+    bound = None
+    if args.optimum:
+        from lightsout.simulate.optimum import SolverMissingError, solve
+
+        try:
+            bound = solve(trace, args.time_limit).as_json()
+        except SolverMissingError as error:
+            print(f"lightsout simulate: {error}", file=sys.stderr)
+            return 2
+    if args.output == "json":
+        print(json.dumps({**summary, "baseline": baseline, "bound": bound}, indent=2))
+    else:
+        sys.stdout.write(report.render_text(summary, baseline, bound))
+    return 0
+
+
+def cmd_trace_generate(args: argparse.Namespace) -> int:
+    from lightsout.simulate import generate
+    from lightsout.simulate.trace import write
+
+    trace = generate.generate(args.name, args.seed)
+    out = write(trace, args.output)
+    print(f"{trace.name}: {len(trace.pods)} pods, {len(trace.cronjobs)} CronJobs -> {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lightsout", description=(__doc__ or "").split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -192,6 +248,56 @@ def build_parser() -> argparse.ArgumentParser:
     power.add_argument("--wait", action="store_true", help="follow it until Ready / Off")
     power.add_argument("--timeout", type=float, default=900.0, help="seconds (with --wait)")
     power.set_defaults(func=cmd_power)
+
+    simulate = sub.add_parser(
+        "simulate",
+        help="replay a workload trace against the planner: energy, waits, power cycles",
+    )
+    simulate.add_argument("trace", help="a trace directory, or a shipped trace's name")
+    simulate.add_argument(
+        "--policy",
+        choices=["lightsout", "reactive", "always-on"],
+        default="lightsout",
+        help="lightsout: the built-in planner; reactive: cluster-autoscaler's defaults",
+    )
+    simulate.add_argument(
+        "--scheduler",
+        choices=["LeastAllocated", "MostAllocated"],
+        default="LeastAllocated",
+        help="kube-scheduler's resource scoring (LeastAllocated is its default)",
+    )
+    simulate.add_argument(
+        "--set",
+        action="append",
+        metavar="PATH=VALUE",
+        help="override a setting of every Group, e.g. group.spec.scaleDown.unneededSeconds=300",
+    )
+    simulate.add_argument(
+        "--no-baseline",
+        dest="baseline",
+        action="store_false",
+        help="skip the reactive (cluster-autoscaler defaults) baseline",
+    )
+    simulate.add_argument(
+        "--no-prewarm",
+        dest="prewarm",
+        action="store_false",
+        help="do not tell the planner about CronJobs' next runs",
+    )
+    simulate.add_argument(
+        "--optimum", action="store_true", help="also solve the offline optimum (needs [sim])"
+    )
+    simulate.add_argument("--time-limit", type=float, default=60.0, help="solver seconds")
+    simulate.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    simulate.set_defaults(func=cmd_simulate)
+
+    trace = sub.add_parser("trace", help="workload traces for `lightsout simulate`")
+    trace_sub = trace.add_subparsers(dest="trace_command", required=True)
+    gen = trace_sub.add_parser("generate", help="write one of the seeded, generated weeks")
+    gen.add_argument("name", choices=["homelab-week", "batch-heavy", "bursty-random"])
+    gen.add_argument("-o", "--output", required=True, help="the trace directory to write")
+    gen.add_argument("--seed", type=int, help="another seed than the shipped trace's")
+    gen.set_defaults(func=cmd_trace_generate)
 
     return parser
 

@@ -26,14 +26,13 @@ import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from lightsout.execution import leases
 from lightsout.k8s import api
 from lightsout.metrics.families import AUTOSCALER_DECISIONS, PENDING_OLDEST, PENDING_PODS
 from lightsout.models.enums import Autoscaler
-from lightsout.planning.cluster import SCHEDULER_GRACE
 from lightsout.planning.decisions import Plan, PowerOn, ScaleAction
 from lightsout.planning.types import LeaseState
 from lightsout.state import UNNEEDED_SINCE, ObjectKey, Snapshot
@@ -255,45 +254,6 @@ def _record_scale(
 
 
 # ---------------------------------------------------------------------- when to plan again
-def next_wake(snapshot: Snapshot, plan: Plan, now: datetime) -> datetime | None:
-    """The earliest future moment at which the same snapshot would give a different plan.
-
-    Time alone changes a plan only through deadlines: a machine's unneeded time running out,
-    a Group's scale-down stabilisation window closing, a pending pod passing its Group's
-    scale-up window, and the planner's grace for the scheduler's verdicts running out. Between
-    them nothing but a watched change can alter the plan, so the autoscaler sleeps.
-    """
-    moments: list[datetime] = []
-    groups = {group.key: group for group in snapshot.groups}
-    machines = {machine.key: machine for machine in snapshot.machines}
-    for key, since in plan.unneeded_since.items():
-        machine = machines.get(key)
-        group = groups.get(machine.group_key) if machine else None
-        if group is None:
-            continue
-        moments.append(since + timedelta(seconds=group.scale_down.unneeded_seconds))
-        if group.last_scale_up is not None:
-            window = timedelta(seconds=group.scale_down.stabilization_seconds)
-            moments.append(group.last_scale_up + window)
-    pending = [pod for pod in snapshot.pods if pod.pending_unschedulable]
-    if pending:
-        windows = {
-            group.scale_up.stabilization_seconds
-            for group in snapshot.groups
-            if group.autoscaler is Autoscaler.BUILTIN
-        }
-        for pod in pending:
-            since = pod.unschedulable_since or pod.created or now
-            moments.append(since + SCHEDULER_GRACE)
-            moments.extend(since + timedelta(seconds=w) for w in windows)
-        for node in snapshot.nodes:
-            if node.ready_since is not None:
-                moments.append(node.ready_since + SCHEDULER_GRACE)
-        for machine in snapshot.machines:
-            if machine.phase_since is not None:
-                moments.append(machine.phase_since + SCHEDULER_GRACE)
-    future = [moment for moment in moments if moment > now]
-    return min(future, default=None)
 
 
 # ---------------------------------------------------------------------- leadership

@@ -12,7 +12,7 @@ One asyncio task, started at operator start-up, is the planner. Every watched ch
 it waits `DEBOUNCE` seconds so a burst of changes (a Deployment scaled to twenty replicas)
 makes one plan, copies the caches, calls the pure `planning.autoscale.plan` in a thread and
 hands the result to `execution.scaling.PlanApplier`. It never polls: between changes it sleeps
-until the plan's next deadline (`execution.scaling.next_wake`: an unneeded machine's timer, a
+until the plan's next deadline (`planning.wake.next_wake`: an unneeded machine's timer, a
 stabilisation window) or until its leader Lease needs renewing. Only the replica holding the
 `lightsout-autoscaler` Lease plans; the others keep their caches warm and take over when the
 Lease expires.
@@ -33,10 +33,11 @@ import kopf
 from lightsout import API_GROUP, API_VERSION
 from lightsout.config import OperatorConfig
 from lightsout.execution import reconcile as rc
-from lightsout.execution.scaling import LeaderLease, PlanApplier, gauge_pending, next_wake
+from lightsout.execution.scaling import LeaderLease, PlanApplier, gauge_pending
 from lightsout.handlers.node import NOT_OURS
 from lightsout.planning.autoscale import plan
 from lightsout.planning.decisions import Plan
+from lightsout.planning.wake import next_wake
 from lightsout.state import (
     CONFIGMAPS_KEY,
     DAEMONSETS_KEY,

@@ -9,6 +9,8 @@ same `Plan` without applying it.
 In order:
 
 1. No decision on an incomplete snapshot: a missing pod list looks like an idle cluster.
+   Expected pods (CronJob runs) within their lead time join the pending pods
+   (`prewarm.due`), so their capacity is powered on before they exist.
 2. Pending Unschedulable pods (DaemonSet pods aside: they target one node) are grouped by their
    scheduling requirements and placed on capacity that exists or is coming
    (`scaleup.absorb`), then on a set of powered-off machines (`scaleup.choose`); what is left
@@ -23,6 +25,7 @@ ever acted on; every other machine still counts as the capacity it is.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from lightsout.models.enums import Autoscaler
@@ -37,6 +40,7 @@ from lightsout.planning.cluster import (
 from lightsout.planning.decisions import Explanations, Plan, PowerOff, PowerOn, ScaleAction
 from lightsout.planning.explain import Explainer
 from lightsout.planning.policy import EnergyModel, describe
+from lightsout.planning.prewarm import due
 from lightsout.planning.scaledown import scale_down
 from lightsout.planning.scaleup import Chosen, absorb, choose, eligible_classes, room_of, top_up
 from lightsout.state.types import ObjectKey, Pod, SchedulingRequirements, Snapshot
@@ -56,6 +60,10 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
         )
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)  # API times are aware; a naive clock is taken as UTC
+    expected = due(snapshot, now)
+    if expected:
+        # CronJob runs about to start count as pending pods (see `planning.prewarm`).
+        snapshot = replace(snapshot, pods=(*snapshot.pods, *expected))
     cluster = build_cluster(snapshot, now)
     energy = EnergyModel.of(snapshot.machines, snapshot.groups)
     pod_notes: dict[ObjectKey, str] = {}

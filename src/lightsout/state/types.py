@@ -183,6 +183,9 @@ class Machine:
     watts_off: float | None = None
     #: spec.power.bootTimeoutSeconds: the only boot-time figure the spec carries.
     boot_seconds: int = 600
+    #: How long its power-on really takes, power-on Job to Ready, learned from its phase
+    #: history; None until learned (the planner then falls back to `boot_seconds`).
+    learned_boot_seconds: float | None = None
     phase_since: datetime | None = None
     provider_id: str | None = None
     #: Why the machine cannot be powered on (a missing Group, Secret, key, ConfigMap or
@@ -243,6 +246,16 @@ class DaemonSet:
     scheduling: SchedulingRequirements
 
 
+@dataclass(frozen=True, slots=True)
+class ExpectedPod:
+    """A pod known to arrive at `at` before it exists: a CronJob's next run. The planner
+    powers capacity on early enough for it (`planning.prewarm`)."""
+
+    key: ObjectKey
+    at: datetime
+    scheduling: SchedulingRequirements
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Everything the planner reads, captured at one instant.
@@ -260,6 +273,8 @@ class Snapshot:
     groups: tuple[Group, ...] = ()
     disruption_budgets: tuple[DisruptionBudget, ...] = ()
     daemonsets: tuple[DaemonSet, ...] = ()
+    #: Pods announced ahead of time (CronJob runs), soonest first.
+    expected: tuple[ExpectedPod, ...] = ()
     complete: bool = False
     unneeded_since: Mapping[ObjectKey, datetime] = field(default_factory=dict)
     problems: tuple[str, ...] = ()

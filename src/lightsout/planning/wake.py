@@ -1,0 +1,64 @@
+"""When time alone would change the autoscaler's plan: `next_wake(snapshot, plan, now)`.
+
+Pure. The autoscaler handler (through `execution.scaling`) sleeps until this moment when no
+watched change wakes it first; the replay simulator (`lightsout.simulate.engine`) wakes the
+planner at the same moments, so simulated and real plans are made at the same times.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from lightsout.models.enums import Autoscaler
+from lightsout.planning.cluster import SCHEDULER_GRACE
+from lightsout.planning.decisions import Plan
+from lightsout.planning.prewarm import next_due
+from lightsout.state.types import Snapshot
+
+
+def next_wake(snapshot: Snapshot, plan: Plan, now: datetime) -> datetime | None:
+    """The earliest future moment at which the same snapshot would give a different plan.
+
+    Time alone changes a plan only through deadlines: a machine's unneeded time running out,
+    a Group's scale-down stabilisation window closing, a pending pod passing its Group's
+    scale-up window, the planner's grace for the scheduler's verdicts running out, and an
+    expected pod (a CronJob run) entering its pre-warming lead time. Between
+    them nothing but a watched change can alter the plan, so the autoscaler sleeps.
+    """
+    moments: list[datetime] = []
+    groups = {group.key: group for group in snapshot.groups}
+    machines = {machine.key: machine for machine in snapshot.machines}
+    for key, since in plan.unneeded_since.items():
+        machine = machines.get(key)
+        group = groups.get(machine.group_key) if machine else None
+        if group is None:
+            continue
+        moments.append(since + timedelta(seconds=group.scale_down.unneeded_seconds))
+        if group.last_scale_up is not None:
+            window = timedelta(seconds=group.scale_down.stabilization_seconds)
+            moments.append(group.last_scale_up + window)
+    pending = [pod for pod in snapshot.pods if pod.pending_unschedulable]
+    if pending:
+        windows = {
+            group.scale_up.stabilization_seconds
+            for group in snapshot.groups
+            if group.autoscaler is Autoscaler.BUILTIN
+        }
+        for pod in pending:
+            since = pod.unschedulable_since or pod.created or now
+            moments.append(since + SCHEDULER_GRACE)
+            moments.extend(since + timedelta(seconds=w) for w in windows)
+        for node in snapshot.nodes:
+            if node.ready_since is not None:
+                moments.append(node.ready_since + SCHEDULER_GRACE)
+        for machine in snapshot.machines:
+            if machine.phase_since is not None:
+                moments.append(machine.phase_since + SCHEDULER_GRACE)
+    prewarm = next_due(snapshot, now)
+    if prewarm is not None:
+        moments.append(prewarm)
+    future = [moment for moment in moments if moment > now]
+    return min(future, default=None)
+
+
+__all__ = ["next_wake"]

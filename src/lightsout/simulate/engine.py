@@ -1,0 +1,791 @@
+"""The discrete-event replay: a trace, in simulated time, against the production decision code.
+
+`replay(trace, options)` is called by `lightsout simulate` and the benchmarks. It owns a
+simulated cluster (pods, core Nodes, action Jobs, the machines' power) and a clock, and for
+every decision calls the operator's own pure functions with inputs it builds the way the
+handlers build them:
+
+- the planner `lightsout.planning.autoscale.plan(snapshot, now)` on a `Snapshot` of the
+  simulated cluster, woken like the autoscaler handler wakes it: after every change
+  (debounced by the handler's `DEBOUNCE`) and at `wake.next_wake` deadlines; its power actions
+  set the machines' desiredPowerState (bumping their generation) and the Group's
+  lastScaleUp/Down, as `execution.scaling.PlanApplier` does;
+- the power state machine `lightsout.planning.fsm.decide(machine, observations, now)` on each
+  machine, reconciled whenever something it watches changes and when its `Requeue` is due;
+  its effects are carried out on the simulated cluster: a `StartJob` runs an action Job that
+  succeeds after the machine's true duration (`trace.Durations`) and reports the power state,
+  the core Node registers Ready `boot_seconds` after a power-on, `Drain` evicts pods (which go
+  back to Pending and start over), `DeleteCoreNode` removes it;
+- a kube-scheduler model that binds pending pods to Ready, schedulable nodes using the
+  production fit check (`planning.scheduling.fits`) and scores candidates with LeastAllocated
+  (kube-scheduler's default) or MostAllocated; a pod no node takes is marked Unschedulable,
+  which is what the planner reacts to.
+
+Energy is counted per machine with `planning.energy` (the same model as the operator's own
+accounting); `simulate.report` turns the result into figures.
+
+The `reactive` policy models cluster-autoscaler's defaults with the same placement code: a scan
+every 10 s instead of event-driven planning, 10 minutes unneeded, a 0.5 utilisation threshold
+and a 10 minute scale-down delay after a scale-up (see docs/simulator.md for what differs).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import statistics
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from enum import IntEnum, StrEnum
+from typing import Any
+
+from lightsout.models.enums import PowerState as DesiredPowerState
+from lightsout.planning.autoscale import plan
+from lightsout.planning.decisions import Plan, PowerOn
+from lightsout.planning.effects import (
+    Cordon,
+    DeleteCoreNode,
+    DeleteJob,
+    Drain,
+    Requeue,
+    StartJob,
+    Uncordon,
+)
+from lightsout.planning.energy import Draw, Ledger, is_powered
+from lightsout.planning.fsm import decide
+from lightsout.planning.scheduling import HOSTNAME_LABEL, NodeView, fits
+from lightsout.planning.types import (
+    Action,
+    DrainStatus,
+    JobPhase,
+    LeaseState,
+    MachineState,
+    Observations,
+    ObservedJob,
+    Phase,
+    PowerState,
+)
+from lightsout.planning.wake import next_wake
+from lightsout.simulate import cron
+from lightsout.simulate.trace import Trace
+from lightsout.state import (
+    GROUPS_KEY,
+    MACHINES_KEY,
+    CoreNode,
+    ExpectedPod,
+    Group,
+    Machine,
+    ObjectKey,
+    Pod,
+    SchedulingRequirements,
+    Snapshot,
+    snapshot_from,
+)
+from lightsout.state.parse import scheduling_requirements
+from lightsout.state.resources import CPU, MEMORY, Resources
+
+#: The autoscaler handler's debounce (`handlers.autoscale.DEBOUNCE`): a burst makes one plan.
+PLAN_DEBOUNCE = 0.1
+#: cluster-autoscaler's defaults, for the reactive baseline.
+CA_SCAN_SECONDS = 10.0
+CA_UNNEEDED_SECONDS = 600
+CA_UTILIZATION_THRESHOLD = 0.5
+CA_DELAY_AFTER_ADD_SECONDS = 600
+
+
+class Policy(StrEnum):
+    #: The built-in planner with the Groups as written in the trace (and --set).
+    LIGHTSOUT = "lightsout"
+    #: The same placement code driven like cluster-autoscaler with its defaults.
+    REACTIVE = "reactive"
+    #: Every machine powered on for the whole trace, nothing ever powered off.
+    ALWAYS_ON = "always-on"
+
+
+class Scoring(StrEnum):
+    LEAST_ALLOCATED = "LeastAllocated"
+    MOST_ALLOCATED = "MostAllocated"
+
+
+@dataclass(frozen=True)
+class Options:
+    policy: Policy = Policy.LIGHTSOUT
+    scoring: Scoring = Scoring.LEAST_ALLOCATED
+    #: `path=value` overrides applied to every Group manifest, e.g.
+    #: `spec.scaleDown.unneededSeconds=300` (a leading `group.` is accepted).
+    overrides: tuple[str, ...] = ()
+    #: Tell the planner about CronJobs' next runs (`Snapshot.expected`) so it pre-warms.
+    prewarm: bool = True
+
+
+class _Kind(IntEnum):
+    """Event kinds, in the order they are handled at one instant."""
+
+    JOB_DONE = 0
+    NODE_READY = 1
+    POD_DONE = 2
+    CRON = 3
+    ARRIVAL = 4
+    RECONCILE = 5
+    SCHEDULE = 6
+    PLAN = 7
+
+
+@dataclass
+class SimPod:
+    key: ObjectKey
+    uid: str
+    pod: Pod
+    #: When it could have started at the earliest (arrival, or the CronJob's schedule time).
+    arrival: float
+    run_seconds: float
+    cronjob: str | None = None
+    node: str | None = None
+    #: The node it last ran on (kept after it finished).
+    host: str | None = None
+    started: float | None = None
+    #: Wait before the first start (an evicted pod's restart does not count again).
+    wait: float | None = None
+    unschedulable_since: float | None = None
+    done: bool = False
+    #: Bumped on eviction so the finish event of an earlier run is ignored.
+    run: int = 0
+
+
+@dataclass
+class SimJob:
+    action: Action
+    generation: int
+    attempt: int
+    state: JobPhase = JobPhase.RUNNING
+    power_state: PowerState | None = None
+
+
+@dataclass
+class SimMachine:
+    template: Machine
+    state: MachineState
+    draw: Draw
+    power_on_seconds: float
+    boot_seconds: float
+    shutdown_seconds: float
+    ledger: Ledger
+    generation: int = 1
+    job: SimJob | None = None
+    node_exists: bool = False
+    node_ready: bool = False
+    node_ready_since: datetime | None = None
+    cordoned: bool = False
+    observed_power: PowerState = PowerState.OFF
+    pods: dict[ObjectKey, SimPod] = field(default_factory=dict)
+    requested: dict[str, int] = field(default_factory=dict)
+    next_reconcile: float | None = None
+    power_ons: int = 0
+    #: When its current power-on started, and how long past ones took to Ready (learned).
+    powering_on_since: float | None = None
+    boot_samples: list[float] = field(default_factory=list)
+    #: (seconds since start, phase) at every phase change.
+    timeline: list[tuple[float, str]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.template.kubernetes_node_name
+
+    @property
+    def allocatable(self) -> Resources:
+        return self.template.resources or Resources()
+
+    def utilisation(self) -> float:
+        cpu = self.allocatable.get(CPU)
+        return min(1.0, self.requested.get(CPU, 0) / cpu) if cpu else 0.0
+
+
+@dataclass
+class Result:
+    """What a replay produced; `simulate.report` computes the figures from it."""
+
+    trace: Trace
+    options: Options
+    machines: list[SimMachine]
+    groups: tuple[Group, ...]
+    pods: list[SimPod]
+    plans: int = 0
+    decisions: int = 0
+    skipped_cron_runs: int = 0
+    replaced_cron_runs: int = 0
+
+
+def apply_overrides(manifest: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """A copy of a Group manifest with `spec.a.b=value` settings (values read as YAML)."""
+    import yaml
+
+    out: dict[str, Any] = _deep_copy(manifest)
+    for setting in overrides:
+        path, sep, raw = setting.partition("=")
+        if not sep or not path:
+            raise ValueError(f"--set {setting!r}: expected PATH=VALUE")
+        parts = path.split(".")
+        if parts[0] == "group":
+            parts = parts[1:]
+        target = out
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                raise ValueError(f"--set {setting!r}: {part} is not an object")
+        target[parts[-1]] = yaml.safe_load(raw)
+    return out
+
+
+def _deep_copy(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _deep_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_deep_copy(v) for v in value]
+    return value
+
+
+class Simulator:
+    """One replay. Use `replay()`; the class holds the simulated cluster between events."""
+
+    def __init__(self, trace: Trace, options: Options) -> None:
+        self.trace = trace
+        self.options = options
+        self.start = trace.start
+        self.end = trace.duration_seconds
+        self.queue: list[tuple[float, int, int, Any]] = []
+        self.seq = 0
+        self.now = 0.0
+        self.result_plans = 0
+        self.result_decisions = 0
+        self.skipped = 0
+        self.replaced = 0
+        self.unneeded: dict[ObjectKey, datetime] = {}
+        self.plan_at: float | None = None
+        #: Reactive scans: whether anything changed since the last plan, and the plan's next
+        #: deadline; a scan with neither would return the same plan, so it is skipped.
+        self.changed = True
+        self.deadline: float | None = None
+        self.schedule_due = False
+        self.pods: list[SimPod] = []
+        self.pending: dict[ObjectKey, SimPod] = {}
+        self.cron_active: dict[str, list[SimPod]] = {}
+        #: Per CronJob: its spec, its pods' requirements and its fire times (seconds).
+        self.cron_runs: list[tuple[cron.CronSpec, SchedulingRequirements, list[float]]] = []
+        self.groups, machines = self._read_machines()
+        self.group_index = {g.key: g for g in self.groups}
+        self.machines = {m.template.key: m for m in machines}
+        self.by_node = {m.name: m for m in machines}
+
+    # ------------------------------------------------------------------ setup
+    def _read_machines(self) -> tuple[tuple[Group, ...], list[SimMachine]]:
+        manifests = list(self.trace.machines)
+        groups_raw = [m for m in manifests if m.get("kind") == "Group"]
+        nodes_raw = [m for m in manifests if m.get("kind") == "Node"]
+        overrides = list(self.options.overrides)
+        if self.options.policy is Policy.REACTIVE:
+            overrides = [
+                *overrides,
+                f"spec.scaleDown.unneededSeconds={CA_UNNEEDED_SECONDS}",
+                f"spec.scaleDown.utilizationThreshold={CA_UTILIZATION_THRESHOLD}",
+                f"spec.scaleDown.stabilizationWindowSeconds={CA_DELAY_AFTER_ADD_SECONDS}",
+            ]
+        groups_raw = [apply_overrides(g, overrides) for g in groups_raw]
+        snapshot = snapshot_from({GROUPS_KEY: groups_raw, MACHINES_KEY: nodes_raw})
+        if snapshot.problems:
+            raise ValueError("trace machines: " + "; ".join(snapshot.problems))
+        out: list[SimMachine] = []
+        start = self.start
+        for template in snapshot.machines:
+            truth = self.trace.durations_of(template.key.name)
+            on = self.options.policy is Policy.ALWAYS_ON
+            state = MachineState(
+                name=template.key.name,
+                kubernetes_node_name=template.kubernetes_node_name,
+                phase=Phase.OFF,
+                desired=PowerState.ON if on else PowerState.OFF,
+                intent_generation=1,
+                phase_since=start,
+                boot_timeout_seconds=template.boot_seconds,
+            )
+            machine = SimMachine(
+                template=template,
+                state=state,
+                draw=Draw.declared(template.watts_on, template.watts_idle, template.watts_off),
+                power_on_seconds=truth.power_on_seconds,
+                boot_seconds=truth.boot_seconds,
+                shutdown_seconds=truth.shutdown_seconds,
+                ledger=Ledger(counted_to=start),
+                timeline=[(0.0, Phase.OFF.value)],
+            )
+            out.append(machine)
+        return snapshot.groups, out
+
+    def _push(self, at: float, kind: _Kind, payload: Any = None) -> None:
+        self.seq += 1
+        heapq.heappush(self.queue, (at, int(kind), self.seq, payload))
+
+    def _time(self, seconds: float) -> datetime:
+        return self.start + timedelta(seconds=seconds)
+
+    def _seconds(self, moment: datetime) -> float:
+        return (moment - self.start).total_seconds()
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> Result:
+        for index, trace_pod in enumerate(self.trace.pods):
+            self._push(trace_pod.at, _Kind.ARRIVAL, index)
+        end_time = self._time(self.end)
+        for cronjob in self.trace.cronjobs:
+            spec = cron.read(cronjob)
+            times = cron.fire_times(spec, self.start, end_time)
+            for moment in times:
+                self._push(self._seconds(moment), _Kind.CRON, (spec, moment))
+            requirements = scheduling_requirements(spec.pod_spec)
+            self.cron_runs.append((spec, requirements, [self._seconds(t) for t in times]))
+        for machine in self.machines.values():
+            self._reconcile_soon(machine, 0.0)
+        if self.options.policy is Policy.REACTIVE:
+            self._push(0.0, _Kind.PLAN, "scan")
+        else:
+            self._want_plan()
+        handlers: dict[int, Callable[[Any], None]] = {
+            _Kind.JOB_DONE: self._job_done,
+            _Kind.NODE_READY: self._node_ready,
+            _Kind.POD_DONE: self._pod_done,
+            _Kind.CRON: self._cron_fire,
+            _Kind.ARRIVAL: self._arrival,
+            _Kind.RECONCILE: self._reconcile_event,
+            _Kind.SCHEDULE: lambda _: self._schedule(),
+            _Kind.PLAN: self._plan_event,
+        }
+        while self.queue and self.queue[0][0] <= self.end:
+            at, kind, _, payload = heapq.heappop(self.queue)
+            self.now = at
+            handlers[kind](payload)
+        self.now = self.end
+        for machine in self.machines.values():
+            self._count_energy(machine)
+        return Result(
+            trace=self.trace,
+            options=self.options,
+            machines=list(self.machines.values()),
+            groups=self.groups,
+            pods=self.pods,
+            plans=self.result_plans,
+            decisions=self.result_decisions,
+            skipped_cron_runs=self.skipped,
+            replaced_cron_runs=self.replaced,
+        )
+
+    # ------------------------------------------------------------------ pods
+    def _new_pod(
+        self,
+        namespace: str,
+        name: str,
+        spec: Mapping[str, Any],
+        owner_kind: str | None,
+        *,
+        run_seconds: float,
+        cronjob: str | None = None,
+    ) -> None:
+        key = ObjectKey(namespace, name)
+        uid = f"sim-{len(self.pods)}"
+        pod = Pod(
+            key=key,
+            uid=uid,
+            phase="Pending",
+            node_name=None,
+            scheduling=scheduling_requirements(spec),
+            owner_kind=owner_kind,
+            created=self._time(self.now),
+        )
+        sim = SimPod(key, uid, pod, self.now, run_seconds, cronjob=cronjob)
+        self.pods.append(sim)
+        self.pending[key] = sim
+        if cronjob is not None:
+            self.cron_active.setdefault(cronjob, []).append(sim)
+        self._want_schedule()
+
+    def _arrival(self, index: int) -> None:
+        p = self.trace.pods[index]
+        self._new_pod(p.namespace, p.name, p.spec, p.owner_kind, run_seconds=p.run_seconds)
+
+    def _cron_fire(self, payload: tuple[cron.CronSpec, datetime]) -> None:
+        spec, moment = payload
+        active = [p for p in self.cron_active.get(spec.key, []) if not p.done]
+        self.cron_active[spec.key] = active
+        if active and spec.concurrency_policy == cron.FORBID:
+            self.skipped += 1
+            return
+        if active and spec.concurrency_policy == cron.REPLACE:
+            for pod in active:
+                self._finish(pod)
+            self.replaced += len(active)
+        run = self.trace.cron_run_seconds.get(spec.key, 60.0)
+        name = cron.job_name(spec, moment)
+        self._new_pod(spec.namespace, name, spec.pod_spec, "Job", run_seconds=run, cronjob=spec.key)
+
+    def _pod_done(self, payload: tuple[SimPod, int]) -> None:
+        pod, run = payload
+        if run == pod.run and not pod.done:
+            self._finish(pod)
+
+    def _finish(self, pod: SimPod) -> None:
+        """The pod ends (succeeded, or deleted by a CronJob's Replace)."""
+        pod.done = True
+        self.pending.pop(pod.key, None)
+        if pod.node is not None:
+            self._unbind(pod)
+        self._want_schedule()
+        self._want_plan()
+
+    def _bind(self, pod: SimPod, machine: SimMachine) -> None:
+        self._count_energy(machine)
+        pod.node = pod.host = machine.name
+        pod.started = self.now
+        if pod.wait is None:
+            pod.wait = self.now - pod.arrival
+        pod.unschedulable_since = None
+        pod.pod = replace(
+            pod.pod, phase="Running", node_name=machine.name, unschedulable_since=None
+        )
+        machine.pods[pod.key] = pod
+        for name, value in pod.pod.requests:
+            machine.requested[name] = machine.requested.get(name, 0) + value
+        self.pending.pop(pod.key, None)
+        self._push(self.now + pod.run_seconds, _Kind.POD_DONE, (pod, pod.run))
+
+    def _unbind(self, pod: SimPod) -> None:
+        machine = self.by_node[pod.node] if pod.node else None
+        if machine is None:
+            return
+        self._count_energy(machine)
+        machine.pods.pop(pod.key, None)
+        for name, value in pod.pod.requests:
+            machine.requested[name] = machine.requested.get(name, 0) - value
+        pod.node = None
+
+    def _evict(self, machine: SimMachine) -> None:
+        """Drain: every pod on the node goes back to Pending and starts over elsewhere."""
+        for pod in list(machine.pods.values()):
+            self._unbind(pod)
+            pod.run += 1
+            pod.started = None
+            pod.pod = replace(pod.pod, phase="Pending", node_name=None)
+            self.pending[pod.key] = pod
+        self._want_schedule()
+
+    # ------------------------------------------------------------------ scheduler
+    def _want_schedule(self) -> None:
+        if not self.schedule_due:
+            self.schedule_due = True
+            self._push(self.now, _Kind.SCHEDULE)
+
+    def _schedulable(self) -> list[SimMachine]:
+        return [
+            m
+            for m in self.machines.values()
+            if m.node_exists and m.node_ready and not m.cordoned and m.state.phase is Phase.READY
+        ]
+
+    def _view(self, machine: SimMachine) -> NodeView:
+        return NodeView(
+            name=machine.name,
+            labels={HOSTNAME_LABEL: machine.name, **machine.template.labels},
+            taints=machine.template.taints,
+            allocatable=machine.allocatable,
+            requested=Resources.of({k: v for k, v in machine.requested.items() if v}),
+        )
+
+    def _score(self, machine: SimMachine, pod: SimPod) -> float:
+        """kube-scheduler's NodeResourcesFit score over cpu and memory (0..1, higher wins)."""
+        shares = []
+        for name in (CPU, MEMORY):
+            capacity = machine.allocatable.get(name)
+            if capacity:
+                used = machine.requested.get(name, 0) + pod.pod.requests.get(name)
+                shares.append(min(1.0, used / capacity))
+        used_share = sum(shares) / len(shares) if shares else 0.0
+        if self.options.scoring is Scoring.MOST_ALLOCATED:
+            return used_share
+        return 1.0 - used_share
+
+    def _schedule(self) -> None:
+        self.schedule_due = False
+        if not self.pending:
+            return
+        nodes = self._schedulable()
+        changed = False
+        for pod in sorted(self.pending.values(), key=lambda p: (p.arrival, p.key)):
+            best: tuple[float, str] | None = None
+            chosen: SimMachine | None = None
+            for machine in nodes:
+                if not fits(pod.pod, self._view(machine)):
+                    continue
+                rank = (self._score(machine, pod), machine.name)
+                if best is None or rank[0] > best[0] or (rank[0] == best[0] and rank[1] < best[1]):
+                    best, chosen = rank, machine
+            if chosen is not None:
+                self._bind(pod, chosen)
+                changed = True
+            elif pod.unschedulable_since is None:
+                pod.unschedulable_since = self.now
+                pod.pod = replace(pod.pod, unschedulable_since=self._time(self.now))
+                changed = True
+        if changed:
+            self._want_plan()
+
+    # ------------------------------------------------------------------ the planner
+    def _want_plan(self) -> None:
+        self.changed = True
+        if self.options.policy is not Policy.LIGHTSOUT:
+            return  # the reactive baseline scans on its own clock; always-on never plans
+        at = self.now + PLAN_DEBOUNCE
+        if self.plan_at is None or at < self.plan_at:
+            self.plan_at = at
+            self._push(at, _Kind.PLAN, "change")
+
+    def _plan_event(self, why: str) -> None:
+        if why == "scan":
+            self._push(self.now + CA_SCAN_SECONDS, _Kind.PLAN, "scan")
+            if not self.changed and (self.deadline is None or self.now < self.deadline):
+                return  # the plan is a pure function of the snapshot and these deadlines
+        elif self.plan_at is None or abs(self.plan_at - self.now) > 1e-9:
+            return  # superseded by an earlier wake-up
+        else:
+            self.plan_at = None
+        snapshot = self.snapshot()
+        now = self._time(self.now)
+        result = plan(snapshot, now)
+        self.result_plans += 1
+        self.changed = False
+        self._apply(result, now)
+        wake = next_wake(snapshot, result, now)
+        self.deadline = None if wake is None else self._seconds(wake)
+        if why != "scan" and wake is not None:
+            at = max(self._seconds(wake), self.now + PLAN_DEBOUNCE)
+            if self.plan_at is None or at < self.plan_at:
+                self.plan_at = at
+                self._push(at, _Kind.PLAN, "wake")
+
+    def snapshot(self) -> Snapshot:
+        """The planner's view of the simulated cluster now (what `snapshot_from` would build
+        from the same objects)."""
+        pods = [p.pod for p in self.pending.values()]
+        for machine in self.machines.values():
+            pods.extend(p.pod for p in machine.pods.values())
+        nodes = [
+            CoreNode(
+                name=m.name,
+                labels={HOSTNAME_LABEL: m.name, **m.template.labels},
+                taints=m.template.taints,
+                allocatable=m.allocatable,
+                unschedulable=m.cordoned,
+                ready=m.node_ready,
+                ready_since=m.node_ready_since,
+            )
+            for m in self.machines.values()
+            if m.node_exists
+        ]
+        machines = [
+            replace(
+                m.template,
+                phase=m.state.phase,
+                desired=DesiredPowerState(m.state.desired.value),
+                phase_since=m.state.phase_since,
+                learned_boot_seconds=statistics.median(m.boot_samples) if m.boot_samples else None,
+            )
+            for m in self.machines.values()
+        ]
+        return Snapshot(
+            pods=tuple(pods),
+            nodes=tuple(nodes),
+            machines=tuple(machines),
+            groups=tuple(self.group_index.values()),
+            expected=self._expected(),
+            complete=True,
+            unneeded_since=dict(self.unneeded),
+        )
+
+    def _expected(self) -> tuple[ExpectedPod, ...]:
+        """Each CronJob's next run, as the handler would read it from the CronJob."""
+        if not self.options.prewarm or self.options.policy is not Policy.LIGHTSOUT:
+            return ()
+        out: list[ExpectedPod] = []
+        for spec, requirements, times in self.cron_runs:
+            i = bisect.bisect_right(times, self.now)
+            if i < len(times):
+                at = self._time(times[i])
+                key = ObjectKey(spec.namespace, cron.job_name(spec, at))
+                out.append(ExpectedPod(key, at, requirements))
+        return tuple(sorted(out, key=lambda e: e.at))
+
+    def _apply(self, result: Plan, now: datetime) -> None:
+        self.unneeded = dict(result.unneeded_since)
+        for action in result.actions:
+            machine = self.machines.get(action.machine)
+            group = self.group_index.get(action.group)
+            if machine is None or group is None or action.dry_run:
+                continue
+            desired = PowerState.ON if isinstance(action, PowerOn) else PowerState.OFF
+            if machine.state.desired is desired:
+                continue
+            machine.generation += 1
+            machine.state = replace(
+                machine.state, desired=desired, intent_generation=machine.generation
+            )
+            if desired is PowerState.ON:
+                self.group_index[group.key] = replace(group, last_scale_up=now)
+            else:
+                self.group_index[group.key] = replace(group, last_scale_down=now)
+            self._reconcile_soon(machine, self.now)
+
+    # ------------------------------------------------------------------ the state machine
+    def _reconcile_soon(self, machine: SimMachine, at: float) -> None:
+        if machine.next_reconcile is None or at < machine.next_reconcile:
+            machine.next_reconcile = at
+            self._push(at, _Kind.RECONCILE, machine.template.key)
+
+    def _reconcile_event(self, key: ObjectKey) -> None:
+        machine = self.machines[key]
+        if machine.next_reconcile is None or abs(machine.next_reconcile - self.now) > 1e-9:
+            return  # a stale wake-up: an earlier one was scheduled since
+        machine.next_reconcile = None
+        self._reconcile(machine)
+
+    def _observations(self, machine: SimMachine) -> Observations:
+        job = machine.job
+        observed = (
+            ObservedJob(
+                job.action, job.generation, job.attempt, job.state, power_state=job.power_state
+            )
+            if job is not None
+            else None
+        )
+        remaining = sum(1 for p in machine.pods.values() if not p.pod.daemonset)
+        return Observations(
+            job=observed,
+            node_exists=machine.node_exists,
+            node_ready=machine.node_ready,
+            node_cordoned=machine.cordoned,
+            node_metadata_applied=machine.node_exists,
+            drain=DrainStatus(remaining) if machine.node_exists else None,
+            lease=LeaseState.HELD_BY_ME,
+            power_state=machine.observed_power,
+            power_state_observed_at=self._time(self.now),
+        )
+
+    def _reconcile(self, machine: SimMachine) -> None:
+        now = self._time(self.now)
+        decision = decide(machine.state, self._observations(machine), now)
+        self.result_decisions += 1
+        before = machine.state.phase
+        if decision.phase is not before:
+            self._count_energy(machine)
+        machine.state = replace(
+            machine.state,
+            phase=decision.phase,
+            phase_since=decision.phase_since,
+            reason=decision.reason,
+            message=decision.message,
+            operation=decision.operation,
+        )
+        if decision.phase is not before:
+            machine.timeline.append((self.now, decision.phase.value))
+            self._learn(machine, decision.phase)
+            self._want_plan()
+            self._want_schedule()
+        again: float | None = None
+        for effect in decision.effects:
+            if isinstance(effect, StartJob):
+                self._start_job(machine, effect)
+            elif isinstance(effect, DeleteJob):
+                machine.job = None
+            elif isinstance(effect, Cordon):
+                machine.cordoned = True
+            elif isinstance(effect, Uncordon):
+                machine.cordoned = False
+                self._want_schedule()
+            elif isinstance(effect, Drain):
+                self._evict(machine)
+                again = self.now  # the drain's progress is seen at once
+            elif isinstance(effect, DeleteCoreNode):
+                machine.node_exists = machine.node_ready = False
+                machine.node_ready_since = None
+            elif isinstance(effect, Requeue):
+                at = self.now + effect.after_seconds
+                again = at if again is None else min(again, at)
+        if again is not None:
+            self._reconcile_soon(machine, max(again, self.now))
+
+    @staticmethod
+    def _learn(machine: SimMachine, phase: Phase) -> None:
+        """Boot durations from the phase history: power-on decision to Ready."""
+        # `now` is read through the timeline's last entry, which _reconcile just appended.
+        now = machine.timeline[-1][0]
+        if phase is Phase.POWERING_ON:
+            machine.powering_on_since = now
+        elif phase is Phase.READY and machine.powering_on_since is not None:
+            machine.boot_samples.append(now - machine.powering_on_since)
+            machine.powering_on_since = None
+        elif phase is not Phase.BOOTING:
+            machine.powering_on_since = None
+
+    def _start_job(self, machine: SimMachine, effect: StartJob) -> None:
+        job = machine.job
+        if job is not None and (job.action, job.generation, job.attempt) == (
+            effect.action,
+            effect.generation,
+            effect.attempt,
+        ):
+            return  # create-unless-exists: the Job is already there
+        on = effect.action.target is PowerState.ON
+        machine.job = SimJob(effect.action, effect.generation, effect.attempt)
+        if on:
+            machine.power_ons += 1
+        seconds = machine.power_on_seconds if on else machine.shutdown_seconds
+        self._push(self.now + seconds, _Kind.JOB_DONE, (machine.template.key, machine.job))
+
+    def _job_done(self, payload: tuple[ObjectKey, SimJob]) -> None:
+        key, job = payload
+        machine = self.machines[key]
+        if machine.job is not job:
+            return  # deleted meanwhile
+        target = job.action.target
+        job.state = JobPhase.SUCCEEDED
+        job.power_state = target
+        if target is PowerState.ON:
+            machine.observed_power = PowerState.ON
+            self._push(self.now + machine.boot_seconds, _Kind.NODE_READY, key)
+        else:
+            machine.observed_power = PowerState.OFF
+            machine.node_ready = False
+        self._reconcile_soon(machine, self.now)
+
+    def _node_ready(self, key: ObjectKey) -> None:
+        machine = self.machines[key]
+        if machine.observed_power is not PowerState.ON:
+            return  # powered off again before it finished booting
+        machine.node_exists = machine.node_ready = True
+        machine.node_ready_since = self._time(self.now)
+        self._reconcile_soon(machine, self.now)
+        self._want_schedule()
+
+    # ------------------------------------------------------------------ energy
+    def _count_energy(self, machine: SimMachine) -> None:
+        """Count the machine's draw up to now at the state it was in (call before a change)."""
+        machine.ledger = machine.ledger.advance(
+            self._time(self.now),
+            machine.draw,
+            is_powered(machine.state.phase),
+            machine.utilisation(),
+        )
+
+
+def replay(trace: Trace, options: Options | None = None) -> Result:
+    """Replay `trace` under `options` and return what happened."""
+    return Simulator(trace, options or Options()).run()
+
+
+__all__ = ["Options", "Policy", "Result", "Scoring", "replay"]

@@ -1,0 +1,176 @@
+"""Figures from a replay: energy and cost per Group, savings, pod waits, power cycles.
+
+`summarise(result)` turns an `engine.Result` into a plain dict (what `-o json` prints);
+`render_text` prints it for a person, with the offline bound and the reactive baseline beside
+it when they were computed. Energy comes from the machines' `planning.energy.Ledger`s; "always
+on" is what the same machines would have drawn never powered off (used + saved, the energy
+module's definition of saved).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lightsout.planning.energy import cost
+from lightsout.simulate.engine import Result, SimPod
+
+#: A pod that waited longer than its machine's power-on and boot plus this is reported.
+BOOT_SLACK_SECONDS = 5.0
+
+
+def percentile(values: Sequence[float], share: float) -> float | None:
+    """Nearest-rank percentile (`share` in 0..1); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(share * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _waits(pods: Sequence[SimPod]) -> dict[str, Any]:
+    waits = [p.wait for p in pods if p.wait is not None]
+    return {
+        "pods": len(pods),
+        "started": len(waits),
+        "neverStarted": len(pods) - len(waits),
+        "p50Seconds": _round(percentile(waits, 0.50)),
+        "p95Seconds": _round(percentile(waits, 0.95)),
+        "maxSeconds": _round(max(waits, default=None)),
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def summarise(result: Result) -> dict[str, Any]:
+    days = result.trace.duration_seconds / 86_400
+    prices = {g.key.name: g.price_per_kwh for g in result.groups}
+    groups: dict[str, dict[str, float]] = {}
+    machines: list[dict[str, Any]] = []
+    boot_of: dict[str, float] = {}
+    for m in result.machines:
+        g = groups.setdefault(m.template.group, {"usedKWh": 0.0, "alwaysOnKWh": 0.0})
+        used = m.ledger.used_wh / 1000
+        g["usedKWh"] += used
+        g["alwaysOnKWh"] += used + m.ledger.saved_wh / 1000
+        boot_of[m.name] = m.power_on_seconds + m.boot_seconds
+        machines.append(
+            {
+                "name": m.template.key.name,
+                "group": m.template.group,
+                "usedKWh": round(used, 3),
+                "powerOns": m.power_ons,
+                "powerCyclesPerDay": round(m.power_ons / days, 2) if days else 0.0,
+                "phase": m.state.phase.value,
+            }
+        )
+    for name, g in groups.items():
+        g["savedKWh"] = g["alwaysOnKWh"] - g["usedKWh"]
+        price = prices.get(name)
+        g["cost"] = cost(g["usedKWh"] * 1000, price) if price is not None else float("nan")
+        g["alwaysOnCost"] = cost(g["alwaysOnKWh"] * 1000, price) if price else float("nan")
+    used = sum(g["usedKWh"] for g in groups.values())
+    always = sum(g["alwaysOnKWh"] for g in groups.values())
+    cron_pods = [p for p in result.pods if p.cronjob is not None]
+    other = [p for p in result.pods if p.cronjob is None]
+    late = [
+        p
+        for p in other
+        if p.wait is not None
+        and p.host is not None
+        and p.wait > boot_of.get(p.host, 0.0) + BOOT_SLACK_SECONDS
+    ]
+    return {
+        "trace": result.trace.name,
+        "policy": result.options.policy.value,
+        "scoring": result.options.scoring.value,
+        "days": round(days, 3),
+        "energy": {
+            "usedKWh": round(used, 3),
+            "alwaysOnKWh": round(always, 3),
+            "savedKWh": round(always - used, 3),
+            "savedShare": round(1 - used / always, 4) if always else 0.0,
+        },
+        "groups": {
+            name: {k: round(v, 3) if not math.isnan(v) else None for k, v in g.items()}
+            for name, g in sorted(groups.items())
+        },
+        "waits": {"cronjob": _waits(cron_pods), "other": _waits(other)},
+        "otherPodsWaitingPastBoot": len(late),
+        "cronRunsSkipped": result.skipped_cron_runs,
+        "cronRunsReplaced": result.replaced_cron_runs,
+        "machines": machines,
+        "plans": result.plans,
+        "decisions": result.decisions,
+    }
+
+
+def _fmt(value: object, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}{unit}"
+    return f"{value}{unit}"
+
+
+def render_text(
+    summary: Mapping[str, Any],
+    baseline: Mapping[str, Any] | None = None,
+    bound: Mapping[str, Any] | None = None,
+) -> str:
+    e = summary["energy"]
+    lines = [
+        f"trace {summary['trace']}: {summary['days']} days, policy {summary['policy']}, "
+        f"scheduler scoring {summary['scoring']}",
+        f"energy: {e['usedKWh']:.2f} kWh used, {e['alwaysOnKWh']:.2f} kWh always-on, "
+        f"{e['savedKWh']:.2f} kWh saved ({e['savedShare'] * 100:.1f}%)",
+    ]
+    for name, g in summary["groups"].items():
+        price = (
+            ""
+            if g["cost"] is None
+            else f", cost {g['cost']:.2f} (always-on {g['alwaysOnCost']:.2f})"
+        )
+        lines.append(
+            f"  group {name}: {g['usedKWh']:.2f} kWh used, {g['savedKWh']:.2f} kWh saved{price}"
+        )
+    for kind, w in summary["waits"].items():
+        lines.append(
+            f"waits ({kind} pods): {w['pods']} pods, p50 {_fmt(w['p50Seconds'], ' s')}, "
+            f"p95 {_fmt(w['p95Seconds'], ' s')}, max {_fmt(w['maxSeconds'], ' s')}, "
+            f"never started {w['neverStarted']}"
+        )
+    lines.append(
+        f"other pods waiting longer than their machine's boot + {BOOT_SLACK_SECONDS:.0f} s: "
+        f"{summary['otherPodsWaitingPastBoot']}"
+    )
+    lines.append(
+        "power cycles per day: "
+        + ", ".join(f"{m['name']} {m['powerCyclesPerDay']:.2f}" for m in summary["machines"])
+    )
+    if baseline is not None:
+        b = baseline["energy"]
+        lines.append(
+            f"reactive baseline (cluster-autoscaler defaults): {b['usedKWh']:.2f} kWh, "
+            f"other pods' wait p95 {_fmt(baseline['waits']['other']['p95Seconds'], ' s')}"
+        )
+    if bound is not None:
+        lines.append(_bound_line(summary, baseline, bound))
+    return "\n".join(lines) + "\n"
+
+
+def _bound_line(
+    summary: Mapping[str, Any], baseline: Mapping[str, Any] | None, bound: Mapping[str, Any]
+) -> str:
+    kwh = bound["kWh"]
+    ratio = summary["energy"]["usedKWh"] / kwh if kwh else float("nan")
+    text = (
+        f"offline {bound['kind']}: {kwh:.2f} kWh (solver {bound['status']}, gap "
+        f"{bound['gap'] * 100:.2f}%); Lights-Out / bound = {ratio:.3f}"
+    )
+    if baseline is not None and kwh:
+        text += f", reactive / bound = {baseline['energy']['usedKWh'] / kwh:.3f}"
+    return text

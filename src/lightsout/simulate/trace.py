@@ -1,0 +1,213 @@
+"""A workload trace on disk: what `lightsout simulate` replays and the generator writes.
+
+A trace is a directory (the format is documented in docs/simulator.md):
+
+- `trace.yaml`: name, start time, length, and what the API objects do not carry: each machine's
+  true durations (power-on Job, boot to Ready, shutdown Job) and each CronJob's run time;
+- `machines.yaml`: the managed machines as this API's `Group` and `Node` manifests;
+- `cronjobs.yaml`: `batch/v1` CronJob manifests (their runs are expanded by `simulate.cron`);
+- `pods.jsonl`: every other pod, one JSON object a line: `at` (seconds after the start),
+  `runSeconds`, `namespace`, `name`, `owner` (`{kind, name}`, absent for a bare pod) and `spec`
+  (a pod spec: containers' requests, nodeSelector, tolerations, affinity).
+
+`load` reads one (the simulator calls it), `write` writes one (the generator and the recorder
+call it). Pod specs are parsed by the production `lightsout.state.parse`, so a pod means to
+the simulator exactly what it means to the planner.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lightsout.state.parse import as_str, dig, parse_time
+
+TRACE_FILE = "trace.yaml"
+MACHINES_FILE = "machines.yaml"
+CRONJOBS_FILE = "cronjobs.yaml"
+PODS_FILE = "pods.jsonl"
+
+
+class TraceError(ValueError):
+    """The directory is not a readable trace; the message says which file and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Durations:
+    """A machine's true timings: what its power-on Job, its boot and its shutdown Job take."""
+
+    power_on_seconds: float = 10.0
+    boot_seconds: float = 120.0
+    shutdown_seconds: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class TracePod:
+    """A pod that is not a CronJob's: it arrives, waits for a node, runs, and leaves."""
+
+    at: float
+    run_seconds: float
+    namespace: str
+    name: str
+    spec: Mapping[str, Any]
+    owner_kind: str | None = None
+    owner_name: str | None = None
+
+
+@dataclass(frozen=True)
+class Trace:
+    name: str
+    start: datetime
+    duration_seconds: float
+    #: Group and Node manifests (dicts as `kubectl get -o json` prints them).
+    machines: tuple[Mapping[str, Any], ...]
+    cronjobs: tuple[Mapping[str, Any], ...] = ()
+    pods: tuple[TracePod, ...] = ()
+    #: Per Lights-Out Node name.
+    durations: Mapping[str, Durations] = field(default_factory=dict)
+    #: Per CronJob `namespace/name`: how long each of its runs takes.
+    cron_run_seconds: Mapping[str, float] = field(default_factory=dict)
+    description: str = ""
+    seed: int | None = None
+
+    def durations_of(self, node: str) -> Durations:
+        return self.durations.get(node, Durations())
+
+
+def _documents(path: Path) -> tuple[Mapping[str, Any], ...]:
+    if not path.exists():
+        return ()
+    try:
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    except yaml.YAMLError as error:
+        raise TraceError(f"{path}: not YAML ({error})") from error
+    bad = [d for d in docs if not isinstance(d, Mapping)]
+    if bad:
+        raise TraceError(f"{path}: every document must be an object")
+    return tuple(docs)
+
+
+def _number(value: object, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise TraceError(f"{where}: expected a non-negative number, got {value!r}")
+    return float(value)
+
+
+def _pod(line: str, where: str) -> TracePod:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise TraceError(f"{where}: not JSON ({error})") from error
+    if not isinstance(obj, Mapping) or not as_str(obj.get("name")):
+        raise TraceError(f"{where}: a pod needs at least a name")
+    owner = obj.get("owner")
+    spec = obj.get("spec")
+    return TracePod(
+        at=_number(obj.get("at"), f"{where}.at"),
+        run_seconds=_number(obj.get("runSeconds"), f"{where}.runSeconds"),
+        namespace=as_str(obj.get("namespace"), "default") or "default",
+        name=as_str(obj.get("name")),
+        spec=spec if isinstance(spec, Mapping) else {},
+        owner_kind=as_str(dig(owner, "kind")) or None,
+        owner_name=as_str(dig(owner, "name")) or None,
+    )
+
+
+def load(directory: Path | str) -> Trace:
+    """Read a trace directory; raises `TraceError` naming what is wrong."""
+    root = Path(directory)
+    meta_path = root / TRACE_FILE
+    if not meta_path.is_file():
+        raise TraceError(f"{root}: no {TRACE_FILE}: not a trace directory")
+    meta = yaml.safe_load(meta_path.read_text()) or {}
+    if not isinstance(meta, Mapping):
+        raise TraceError(f"{meta_path}: must be an object")
+    start = parse_time(meta.get("start"))
+    if start is None:
+        raise TraceError(f"{meta_path}: start must be an RFC 3339 time")
+    durations = {
+        str(name): Durations(
+            power_on_seconds=_number(d.get("powerOnSeconds", 10), f"{name}.powerOnSeconds"),
+            boot_seconds=_number(d.get("bootSeconds", 120), f"{name}.bootSeconds"),
+            shutdown_seconds=_number(d.get("shutdownSeconds", 30), f"{name}.shutdownSeconds"),
+        )
+        for name, d in (meta.get("machines") or {}).items()
+        if isinstance(d, Mapping)
+    }
+    cron_runs = {
+        str(key): _number(dig(value, "runSeconds"), f"cronjobs.{key}.runSeconds")
+        for key, value in (meta.get("cronjobs") or {}).items()
+    }
+    pods: list[TracePod] = []
+    pods_path = root / PODS_FILE
+    if pods_path.exists():
+        for number, line in enumerate(pods_path.read_text().splitlines(), start=1):
+            if line.strip():
+                pods.append(_pod(line, f"{pods_path}:{number}"))
+    pods.sort(key=lambda p: (p.at, p.namespace, p.name))
+    return Trace(
+        name=as_str(meta.get("name"), root.name) or root.name,
+        start=start,
+        duration_seconds=_number(meta.get("durationSeconds"), f"{meta_path}: durationSeconds"),
+        machines=_documents(root / MACHINES_FILE),
+        cronjobs=_documents(root / CRONJOBS_FILE),
+        pods=tuple(pods),
+        durations=durations,
+        cron_run_seconds=cron_runs,
+        description=as_str(meta.get("description")),
+        seed=meta.get("seed") if isinstance(meta.get("seed"), int) else None,
+    )
+
+
+def _pod_line(pod: TracePod) -> str:
+    obj: dict[str, Any] = {
+        "at": round(pod.at, 3),
+        "runSeconds": round(pod.run_seconds, 3),
+        "namespace": pod.namespace,
+        "name": pod.name,
+    }
+    if pod.owner_kind:
+        obj["owner"] = {"kind": pod.owner_kind, "name": pod.owner_name or ""}
+    obj["spec"] = pod.spec
+    return json.dumps(obj, separators=(",", ":"), sort_keys=False)
+
+
+def write(trace: Trace, directory: Path | str) -> Path:
+    """Write `trace` as a directory (created if needed); returns its path."""
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    meta: dict[str, Any] = {
+        "name": trace.name,
+        "description": trace.description,
+        "start": trace.start.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "durationSeconds": trace.duration_seconds,
+        "machines": {
+            name: {
+                "powerOnSeconds": d.power_on_seconds,
+                "bootSeconds": d.boot_seconds,
+                "shutdownSeconds": d.shutdown_seconds,
+            }
+            for name, d in sorted(trace.durations.items())
+        },
+        "cronjobs": {
+            key: {"runSeconds": seconds} for key, seconds in sorted(trace.cron_run_seconds.items())
+        },
+    }
+    if trace.seed is not None:
+        meta["seed"] = trace.seed
+    (root / TRACE_FILE).write_text(yaml.safe_dump(meta, sort_keys=False))
+    (root / MACHINES_FILE).write_text(_yaml_stream(trace.machines))
+    (root / CRONJOBS_FILE).write_text(_yaml_stream(trace.cronjobs))
+    pods = sorted(trace.pods, key=lambda p: (p.at, p.namespace, p.name))
+    (root / PODS_FILE).write_text("".join(_pod_line(p) + "\n" for p in pods))
+    return root
+
+
+def _yaml_stream(docs: Sequence[Mapping[str, Any]]) -> str:
+    return "".join("---\n" + yaml.safe_dump(dict(d), sort_keys=False) for d in docs)

@@ -1,0 +1,336 @@
+"""The replay simulator (`lightsout.simulate`): traces, CronJob runs, the replay of the
+production planner and state machine, the report and the offline optimum.
+
+Small hand-built traces whose outcome can be worked out by hand; the shipped weeks are only
+checked to be what their seeded generator writes (replaying them is `make bench`'s job).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lightsout import cli
+from lightsout.models.enums import Phase
+from lightsout.planning.autoscale import plan
+from lightsout.planning.wake import next_wake
+from lightsout.simulate import cron, generate, optimum
+from lightsout.simulate.engine import Options, Policy, Result, Scoring, replay
+from lightsout.simulate.report import percentile, summarise
+from lightsout.simulate.trace import Durations, Trace, TracePod, load, write
+from lightsout.state import (
+    GROUPS_KEY,
+    MACHINES_KEY,
+    ExpectedPod,
+    ObjectKey,
+    Snapshot,
+    snapshot_from,
+)
+from lightsout.state.parse import scheduling_requirements
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+START = datetime(2026, 11, 2, tzinfo=UTC)
+TRUTH = Durations(power_on_seconds=10, boot_seconds=50, shutdown_seconds=20)
+
+
+def group(**spec: Any) -> dict[str, Any]:
+    body = {"maxNodes": 5, "electricity": {"pricePerKWh": 0.30, "currency": "EUR"}, **spec}
+    return {
+        "apiVersion": "lightsout.dev/v1alpha1",
+        "kind": "Group",
+        "metadata": {"name": "lab"},
+        "spec": body,
+    }
+
+
+def node(name: str, cpu: int = 4, watts: tuple[int, int, int] = (120, 40, 5)) -> dict[str, Any]:
+    on, idle, off = watts
+    return {
+        "apiVersion": "lightsout.dev/v1alpha1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "spec": {
+            "desiredPowerState": "Off",
+            "group": "lab",
+            "kubernetesNodeName": name,
+            "resources": {"cpu": cpu, "memory": "16Gi"},
+            "power": {"onWatts": on, "idleWatts": idle, "offWatts": off},
+        },
+    }
+
+
+def pod_spec(cpu: str = "1") -> dict[str, Any]:
+    return {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}
+
+
+def pod(at: float, run: float, name: str, cpu: str = "1") -> TracePod:
+    return TracePod(at, run, "default", name, pod_spec(cpu), "Job", name)
+
+
+def cronjob(schedule: str, policy: str = "Allow", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "backup", "namespace": "ops"},
+        "spec": {
+            "schedule": schedule,
+            "concurrencyPolicy": policy,
+            "jobTemplate": {"spec": {"template": {"spec": pod_spec()}}},
+            **spec,
+        },
+    }
+
+
+def trace(
+    pods: list[TracePod],
+    *,
+    machines: list[dict[str, Any]] | None = None,
+    cronjobs: tuple[dict[str, Any], ...] = (),
+    hours: float = 2.0,
+    cron_run: float = 60.0,
+    **group_spec: Any,
+) -> Trace:
+    machines = machines or [node("m1"), node("m2")]
+    return Trace(
+        name="t",
+        start=START,
+        duration_seconds=hours * 3600,
+        machines=(group(**group_spec), *machines),
+        cronjobs=cronjobs,
+        pods=tuple(pods),
+        durations={m["metadata"]["name"]: TRUTH for m in machines},
+        cron_run_seconds={"ops/backup": cron_run},
+    )
+
+
+def phases(result: Result, name: str) -> list[str]:
+    (machine,) = [m for m in result.machines if m.template.key.name == name]
+    return [phase for _, phase in machine.timeline]
+
+
+# --- the trace format and the shipped weeks -------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(generate.GENERATORS))
+def test_shipped_trace_is_what_its_seeded_generator_writes(name: str, tmp_path: Path) -> None:
+    written = write(generate.generate(name), tmp_path / name)
+    shipped = ROOT / "traces" / name
+    for path in sorted(written.iterdir()):
+        assert (shipped / path.name).read_text() == path.read_text(), path.name
+    again = load(shipped)
+    assert again.pods and again.machines
+    assert again.durations == generate.generate(name).durations
+
+
+def test_bursty_random_has_no_schedule_and_homelab_week_has_every_kind_of_load() -> None:
+    bursty = generate.generate("bursty-random")
+    assert bursty.cronjobs == ()
+    week = generate.generate("homelab-week")
+    owners = {p.owner_kind for p in week.pods}
+    assert owners == {"Job", "ReplicaSet", None}
+    assert any("nvidia.com/gpu" in json.dumps(p.spec) for p in week.pods)
+    assert {c["metadata"]["name"] for c in week.cronjobs} >= {"backup-nightly", "db-dump"}
+
+
+def test_a_trace_round_trips_through_its_directory(tmp_path: Path) -> None:
+    original = trace([pod(60, 300, "a"), pod(90, 30, "b")], cronjobs=(cronjob("*/30 * * * *"),))
+    loaded = load(write(original, tmp_path / "t"))
+    assert loaded.pods == original.pods
+    assert loaded.machines == original.machines
+    assert loaded.durations == original.durations
+    assert loaded.cron_run_seconds == original.cron_run_seconds
+
+
+# --- CronJob runs ---------------------------------------------------------------------------
+
+
+def test_cron_runs_follow_the_time_zone_and_suspend() -> None:
+    berlin = cron.read(cronjob("0 2 * * *", timeZone="Europe/Berlin"))
+    times = cron.fire_times(berlin, START, START + timedelta(days=2))
+    # 02:00 in Berlin is 01:00 UTC in November.
+    assert [t.astimezone(UTC).hour for t in times] == [1, 1]
+    utc = cron.read(cronjob("@hourly"))
+    assert len(cron.fire_times(utc, START, START + timedelta(hours=3))) == 3  # 00, 01, 02
+    suspended = cron.read(cronjob("* * * * *", suspend=True))
+    assert cron.fire_times(suspended, START, START + timedelta(hours=1)) == []
+    with pytest.raises(cron.CronError):
+        cron.fire_times(cron.read(cronjob("every day")), START, START + timedelta(hours=1))
+
+
+@pytest.mark.parametrize(("policy", "runs"), [("Allow", 10), ("Forbid", 5), ("Replace", 10)])
+def test_concurrency_policy_decides_what_a_run_does_to_the_previous_one(
+    policy: str, runs: int
+) -> None:
+    # A run every minute that takes 90 s: Forbid skips every other one, Replace cuts them short.
+    t = trace([], cronjobs=(cronjob("* * * * *", policy),), hours=10 / 60, cron_run=90, minNodes=1)
+    result = replay(t)
+    assert len(result.pods) == runs
+    if policy == "Forbid":
+        assert result.skipped_cron_runs == 5
+    if policy == "Replace":
+        assert result.replaced_cron_runs >= 8
+
+
+# --- the replay of the production planner and state machine ---------------------------------
+
+
+def test_one_pod_powers_a_machine_on_through_every_phase_and_off_again() -> None:
+    result = replay(trace([pod(60, 600, "a")], scaleDown={"unneededSeconds": 300}))
+    assert phases(result, "m1") == [
+        "Off",
+        "PoweringOn",
+        "Booting",
+        "Ready",
+        "Draining",
+        "PoweringOff",
+        "Off",
+    ]
+    assert phases(result, "m2") == ["Off"]
+    (sim_pod,) = result.pods
+    # It waits for the power-on Job and the boot, plus the planner's 0.1 s debounce.
+    assert sim_pod.wait == pytest.approx(TRUTH.power_on_seconds + TRUTH.boot_seconds + 0.1)
+    summary = summarise(result)
+    assert summary["machines"][0]["powerOns"] == 1
+    assert summary["waits"]["other"]["maxSeconds"] == pytest.approx(60.1)
+    assert 0 < summary["energy"]["usedKWh"] < summary["energy"]["alwaysOnKWh"]
+
+
+def test_changing_a_planner_setting_changes_the_simulated_result() -> None:
+    # Two pods 20 minutes apart: waiting 30 minutes before a power-off keeps the machine on
+    # through the gap (one power cycle, more idle energy); waiting 1 minute powers it off in
+    # between (two power cycles, less energy, the second pod waits for a boot again).
+    pods = [pod(60, 300, "a"), pod(60 + 300 + 1200, 300, "b")]
+    patient = summarise(
+        replay(trace(pods), Options(overrides=("group.spec.scaleDown.unneededSeconds=1800",)))
+    )
+    eager = summarise(
+        replay(trace(pods), Options(overrides=("group.spec.scaleDown.unneededSeconds=60",)))
+    )
+    assert patient["machines"][0]["powerOns"] == 1
+    assert eager["machines"][0]["powerOns"] == 2
+    assert eager["energy"]["usedKWh"] < patient["energy"]["usedKWh"]
+    assert eager["waits"]["other"]["p50Seconds"] > patient["waits"]["other"]["p50Seconds"]
+
+
+@pytest.mark.parametrize(
+    ("scoring", "spread"),
+    [
+        (Scoring.LEAST_ALLOCATED, True),
+        (Scoring.MOST_ALLOCATED, False),
+    ],
+)
+def test_scheduler_scoring_spreads_or_packs(scoring: Scoring, spread: bool) -> None:
+    # Both machines kept on (minNodes 2); two pods arrive once they are Ready.
+    t = trace([pod(600, 300, "a"), pod(601, 300, "b")], minNodes=2)
+    result = replay(t, Options(scoring=scoring))
+    assert [p.wait for p in result.pods] == [0.0, 0.0]
+    hosts = {p.host for p in result.pods}
+    assert len(hosts) == (2 if spread else 1)
+
+
+def test_always_on_saves_nothing_and_the_reactive_baseline_runs_the_same_placement() -> None:
+    pods = [pod(60, 600, "a")]
+    always = summarise(replay(trace(pods), Options(policy=Policy.ALWAYS_ON)))
+    assert always["energy"]["savedKWh"] == pytest.approx(0.0, abs=0.01)
+    reactive = summarise(replay(trace(pods), Options(policy=Policy.REACTIVE)))
+    assert reactive["machines"][0]["powerOns"] == 1
+    # It notices the pending pod at its next 10 s scan, not at once.
+    assert reactive["waits"]["other"]["maxSeconds"] >= 60
+
+
+def test_percentile_is_nearest_rank() -> None:
+    assert percentile([], 0.5) is None
+    assert percentile([3.0, 1.0, 2.0, 4.0], 0.5) == 2.0
+    assert percentile([float(i) for i in range(1, 101)], 0.95) == 95.0
+
+
+# --- the offline optimum --------------------------------------------------------------------
+
+
+def test_optimum_of_one_pod_is_the_hand_computed_energy() -> None:
+    t = trace([pod(1800, 3600, "a")], machines=[node("m1")])
+    bound = optimum.solve(t, time_limit=20)
+    # 2 h standby at 5 W, 1 h up at idle-standby 35 W, the pod's quarter of (120-40) W for 1 h,
+    # one cycle of 10+50+20 s at 35 W.
+    expected = 10 + 35 + 20 + 80 / 3600 * 35
+    assert bound.kind == "optimum"
+    assert bound.kwh * 1000 == pytest.approx(expected, rel=1e-4)
+    simulated = summarise(replay(t))["energy"]["usedKWh"]
+    assert simulated >= bound.kwh
+
+
+def test_optimum_packs_two_pods_on_the_cheaper_machine() -> None:
+    machines = [node("big", cpu=8, watts=(200, 80, 5)), node("small", cpu=4, watts=(60, 20, 2))]
+    t = trace([pod(600, 1800, "a"), pod(600, 1800, "b")], machines=machines)
+    bound = optimum.solve(t, time_limit=20)
+    # Both on "small": 0.5 h x 18 W + 2 x (40 W x 1/4 x 0.5 h) + a cycle + standby of both.
+    standby = (5 + 2) * 2
+    expected = standby + 0.5 * 18 + 2 * 40 * 0.25 * 0.5 + 80 / 3600 * 18
+    assert bound.kwh * 1000 == pytest.approx(expected, rel=1e-4)
+
+
+# --- the command ----------------------------------------------------------------------------
+
+
+def test_simulate_command_prints_json_with_the_baseline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = write(trace([pod(60, 600, "a")]), tmp_path / "t")
+    assert cli.main(["simulate", str(directory), "-o", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["policy"] == "lightsout"
+    assert out["baseline"]["policy"] == "reactive"
+    assert out["waits"]["other"]["pods"] == 1
+    assert cli.main(["simulate", str(tmp_path / "missing")]) == 2
+
+
+# --- pre-warming for scheduled work ---------------------------------------------------------
+
+
+def _planner_snapshot(expected_in: float, learned: float | None = None) -> Snapshot:
+    snapshot = snapshot_from({GROUPS_KEY: [group()], MACHINES_KEY: [node("m1")]}, complete=True)
+    (machine,) = snapshot.machines
+    machine = dataclasses.replace(machine, phase=Phase.OFF, learned_boot_seconds=learned)
+    run = ExpectedPod(
+        ObjectKey("ops", "backup-1"),
+        START + timedelta(seconds=expected_in),
+        scheduling_requirements(pod_spec()),
+    )
+    return dataclasses.replace(snapshot, machines=(machine,), expected=(run,))
+
+
+def test_planner_powers_on_for_a_cronjob_run_once_it_is_within_the_boot_time() -> None:
+    # Learned boot 60 s + 15 s margin: a run 70 s away is due, one 80 s away is not yet.
+    soon = plan(_planner_snapshot(70, learned=60), START)
+    assert [(type(a).__name__, a.machine.name) for a in soon.actions] == [("PowerOn", "m1")]
+    later_snapshot = _planner_snapshot(80, learned=60)
+    later = plan(later_snapshot, START)
+    assert later.actions == ()
+    assert next_wake(later_snapshot, later, START) == START + timedelta(seconds=5)
+    # Never learned: the boot timeout (600 s by default) is the lead time.
+    assert plan(_planner_snapshot(500), START).power_on
+
+
+def test_prewarming_makes_cronjob_runs_start_without_waiting() -> None:
+    t = trace([], cronjobs=(cronjob("30 * * * *"),), hours=4)
+    warm = summarise(replay(t))["waits"]["cronjob"]
+    cold = summarise(replay(t, Options(prewarm=False)))["waits"]["cronjob"]
+    assert warm["pods"] == cold["pods"] == 4
+    assert warm["maxSeconds"] == 0.0
+    # Without it every run waits for a power-on and a boot.
+    assert cold["p50Seconds"] == pytest.approx(60.1)
+
+
+def test_a_pod_waiting_past_its_machines_boot_is_counted() -> None:
+    result = replay(trace([pod(60, 600, "a")]))
+    assert summarise(result)["otherPodsWaitingPastBoot"] == 0  # 60.1 s: power-on + boot
+    (sim_pod,) = result.pods
+    sim_pod.wait = TRUTH.power_on_seconds + TRUTH.boot_seconds + 5.5
+    assert summarise(result)["otherPodsWaitingPastBoot"] == 1
