@@ -24,6 +24,7 @@ from lightsout.models import (
     ConditionStatus,
     ConditionType,
     Energy,
+    EnergyPeriod,
     Group,
     GroupStatus,
     Intent,
@@ -152,6 +153,21 @@ def _condition(kind: ConditionType) -> Condition:
     )
 
 
+# Every field of the energy checkpoint, the day's and the month's amounts included.
+ENERGY = Energy(
+    counted_to=NOW,
+    since=NOW,
+    used_watt_hours=12.5,
+    saved_watt_hours=30.25,
+    used_cost=0.004,
+    saved_cost=0.009,
+    watts=180.0,
+    saving_watts=0.0,
+    price_per_kwh=0.3,
+    currency="EUR",
+    today=EnergyPeriod(start=NOW, used_watt_hours=12.5, saved_watt_hours=30.25),
+    month=EnergyPeriod(start=NOW, used_watt_hours=12.5, saved_watt_hours=30.25),
+)
 FULL_NODE_STATUS = NodeStatus(
     phase=Phase.READY,
     observed_power_state=ObservedPowerState.ON,
@@ -175,9 +191,10 @@ FULL_NODE_STATUS = NodeStatus(
     reason="Registered",
     message="core Node is Ready",
     attempts=1,
-    energy=Energy(watt_hours=12.5, since=NOW),
+    energy=ENERGY,
 )
 FULL_GROUP_STATUS = GroupStatus(
+    energy=ENERGY,
     nodes=NodeCounts(total=3, on=1, off=2, transitioning=0, failed=0),
     target_size=1,
     conditions=[_condition(ConditionType.READY)],
