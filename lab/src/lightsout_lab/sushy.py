@@ -214,6 +214,18 @@ class SushyEmulator(process.WorkdirService):
         self._terminate()
         self._remove_workdir()
 
+    def halt(self) -> None:
+        """Stop answering, as a BMC that lost power or network does: the process ends, the
+        port, the systems' state and the request record stay for `resume`."""
+        self._terminate()
+
+    def resume(self) -> None:
+        """Answer again on the same port with the same systems' state, after `halt`."""
+        if self._proc is not None:
+            raise SushyError("emulator is running")
+        self._launch()
+        self._wait_ready()
+
     def log_text(self) -> str:
         """The emulator's log so far (for assertion messages)."""
         return process.read_log(self.log_path)

@@ -20,11 +20,11 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lightsout.config import OperatorConfig
-from lightsout.execution import actuator, inputs, leases, providerid
+from lightsout.execution import actuator, health, inputs, leases, providerid
 from lightsout.execution.jobs import job_name
 from lightsout.execution.nodeops import pods_to_drain
 from lightsout.execution.results import observe_job
@@ -61,6 +61,8 @@ class MachineView:
     lease_cached: bool = True
     #: Pods on the core Node (filled while the machine drains).
     pods_on_node: Sequence[Obj] = ()
+    #: Results of health-check pods that named this machine (`health.pod_record`).
+    health: Sequence[Obj] = ()
 
 
 #: Index ids (kopf handler ids) of the watch caches the reconcilers read; see `handlers/node.py`.
@@ -72,7 +74,8 @@ JOB_PODS = "lightsout_job_pods"  # (namespace, Job name) → pod of an action Jo
 CORE_NODES = "lightsout_core_nodes"  # name → core Node
 LEASES = "lightsout_leases"  # (namespace, name) → Lease named lightsout.*
 NODE_PODS = "lightsout_node_pods"  # core Node name → pod bound to it (what a drain reads)
-CACHES = (MACHINES, MACHINE_REFS, GROUPS, JOBS, JOB_PODS, CORE_NODES, LEASES, NODE_PODS)
+HEALTH = "lightsout_health"  # (namespace, machine name) → a health-check pod's result
+CACHES = (MACHINES, MACHINE_REFS, GROUPS, JOBS, JOB_PODS, CORE_NODES, LEASES, NODE_PODS, HEALTH)
 REF_CORE, REF_GROUP = "core", "group"
 
 
@@ -133,6 +136,7 @@ class Caches:
             # what a namespaced operator sees): those passes read the Lease live.
             lease_cached=self.config.lease_namespace is None,
             pods_on_node=self._all(NODE_PODS, core_name) if draining else (),
+            health=self._all(HEALTH, (namespace, name)),
         )
 
 
@@ -181,6 +185,11 @@ class Reconciler:
             lease = leases.lease_state(view.lease, self.config.identity, now)
         else:
             lease = actuator.read_lease_state(ctx, now)
+        checked = health.assess(
+            node.get("status") or {},
+            health.newest(view.health, str((node.get("spec") or {}).get("group") or "")),
+            lease,
+        )
         obs = inputs.observations(
             job=observed_job,
             core_node=core_node,
@@ -188,10 +197,13 @@ class Reconciler:
             taints=taints,
             drain=drain,
             lease=lease,
-            power_state=_observed_power(node),
+            power_state=checked.power_state,
+            power_state_at=checked.power_state_at,
         )
         decision = providerid.report(fsm.decide(machine, obs, now), core_node, node)
-        return self.apply(ctx, machine.desired, machine.intent_generation, decision, now)
+        return self.apply(
+            ctx, machine.desired, machine.intent_generation, _with_health(decision, checked), now
+        )
 
     def apply(
         self,
@@ -246,12 +258,25 @@ class Reconciler:
         return None if delay is None else max(delay, 0.2)
 
 
-def _observed_power(node: Mapping[str, Any]) -> PowerState:
-    value = (node.get("status") or {}).get("observedPowerState")
-    try:
-        return PowerState(str(value))
-    except ValueError:
-        return PowerState.UNKNOWN
+def _with_health(decision: Decision, checked: health.Assessment) -> Decision:
+    """The decision plus what a new health check found (the state machine's own power
+    observation, from an action's result, wins over the check's)."""
+    if checked.record is None:
+        return decision
+    effects = (
+        decision.effects
+        if checked.condition is None
+        else (
+            *decision.effects,
+            checked.condition,
+        )
+    )
+    return replace(
+        decision,
+        effects=effects,
+        observed_power_state=decision.observed_power_state or checked.observed_power_state,
+        health_check=checked.record,
+    )
 
 
 def _merge_conditions(
@@ -306,6 +331,8 @@ def write_status(
     }
     if decision.observed_power_state is not None:
         new["observedPowerState"] = str(decision.observed_power_state)
+    if decision.health_check is not None:
+        new["lastHealthCheck"] = dict(decision.health_check)
     changed = inputs.status_patch(status, new)
     if not changed:
         return
