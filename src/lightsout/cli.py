@@ -149,6 +149,51 @@ def cmd_power(args: argparse.Namespace) -> int:
         time.sleep(1.0)
 
 
+def cmd_healthcheck(args: argparse.Namespace) -> int:
+    """Run the Group's health check now (a Job from its CronJob) and print each machine."""
+    import time
+    import uuid
+
+    from lightsout.commands.healthcheck import finished, report
+    from lightsout.commands.power import ExitCode
+    from lightsout.execution import health
+    from lightsout.k8s import api
+
+    ns = args.namespace or api.current_namespace()
+    group = args.group
+    if args.node:
+        node = api.get_resource(ns, "nodes", args.node)
+        if node is None:
+            print(f"Node {args.node!r} not found in namespace {ns!r}", file=sys.stderr)
+            return ExitCode.NOT_FOUND
+        group = str((node.get("spec") or {}).get("group") or "")
+    cron = api.get_cronjob(ns, health.cronjob_name(group))
+    if cron is None:
+        print(
+            f"Group {group!r} in {ns!r} has no health-check CronJob (no such Group, or "
+            "spec.healthCheck.enabled is false)",
+            file=sys.stderr,
+        )
+        return ExitCode.NOT_FOUND
+    count = int(cron["spec"]["jobTemplate"]["spec"].get("completions") or 0)
+    name = f"{cron['metadata']['name'][:45]}-now-{uuid.uuid4().hex[:6]}"
+    api.create_job(ns, health.job_from_cronjob(cron, name))
+    print(f"Job {name}: checking {count} machine(s) of Group {group}", flush=True)
+    deadline = time.monotonic() + args.timeout
+    while True:
+        job = api.get_job(ns, name) or {}
+        pods = api.job_pods(ns, name)
+        if finished(job, pods, count):
+            break
+        if time.monotonic() >= deadline:
+            print(f"{name}: timed out after {args.timeout:g}s", file=sys.stderr)
+            return ExitCode.TIMED_OUT
+        time.sleep(1.0)
+    lines, healthy = report(pods, [args.node] if args.node else None, count)
+    print("\n".join(lines))
+    return ExitCode.DONE if healthy else ExitCode.FAILED
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lightsout", description=(__doc__ or "").split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -188,6 +233,18 @@ def build_parser() -> argparse.ArgumentParser:
     power.add_argument("--wait", action="store_true", help="follow it until Ready / Off")
     power.add_argument("--timeout", type=float, default=900.0, help="seconds (with --wait)")
     power.set_defaults(func=cmd_power)
+
+    check = sub.add_parser(
+        "healthcheck",
+        help="check machines' BMCs now, as the Group's CronJob does (exit 0 all healthy, "
+        "1 one is not, 2 timed out, 3 not found)",
+    )
+    which = check.add_mutually_exclusive_group(required=True)
+    which.add_argument("node", nargs="?", help="the Lights-Out Node (lsn) name")
+    which.add_argument("-g", "--group", help="every machine of this Group")
+    check.add_argument("-n", "--namespace", help="its namespace (default: the context's)")
+    check.add_argument("--timeout", type=float, default=900.0, help="seconds to wait")
+    check.set_defaults(func=cmd_healthcheck)
 
     return parser
 

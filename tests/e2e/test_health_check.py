@@ -10,23 +10,29 @@ waiting for the schedule.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
 
+from lightsout.commands.power import ExitCode
 from lightsout.execution.health import cronjob_name
 from lightsout_lab import Cluster
 from lightsout_lab.ipmi import IpmiBmc, IpmiMachine, IpmiSim
 from lightsout_lab.operator_process import OperatorProcess
 from lightsout_lab.sushy import POWER_OFF, FakeSystem, SushyEmulator
 from tests.e2e.conftest import PATIENCE, status, wait_phase
+from tests.e2e.test_cli_power import lightsout
 from tests.harness import fleet
 from tests.harness.wait import events_for, get_json, wait_for
 
 GROUP = "homelab"
 CRONJOB = cronjob_name(GROUP)
+#: Once a year: the runs the test makes are the only ones (a scheduled run landing between
+#: them would not be the run the test waits for).
+SCHEDULE = "0 0 1 1 *"
 
 
 @pytest.fixture
@@ -40,6 +46,11 @@ def run_check(cluster: Cluster, namespace: str) -> str:
     job = f"check-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "job", job, f"--from=cronjob/{CRONJOB}", "-n", namespace)
     return job
+
+
+def cli_job(output: str) -> str:
+    """The Job `lightsout healthcheck` made ("Job NAME: checking …" is its first line)."""
+    return output.split()[1].rstrip(":")
 
 
 def wait_checked(
@@ -75,7 +86,7 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
             [
                 *fleet.bmc_secrets(bmc),
                 fleet.secret("ipmi", {"username": ipmi.username, "password": ipmi.password}),
-                fleet.group(GROUP),
+                fleet.group(GROUP, healthCheck={"schedule": SCHEDULE}),
                 fleet.redfish_node(box, bmc),
                 fleet.ipmi_node(ipmi.name, ipmi.host, ipmi.port, secret_name="ipmi"),
             ],
@@ -93,7 +104,7 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
         spec = cron["spec"]
         print("\ncronjob:", json.dumps({k: v for k, v in spec.items() if k != "jobTemplate"}))
         assert cron["metadata"]["ownerReferences"][0]["kind"] == "Group"
-        assert spec["schedule"] == "*/5 * * * *"
+        assert spec["schedule"] == SCHEDULE
         assert spec["concurrencyPolicy"] == "Forbid"
         assert spec["successfulJobsHistoryLimit"] == spec["failedJobsHistoryLimit"] == 1
         job_spec = spec["jobTemplate"]["spec"]
@@ -113,9 +124,13 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
         assert bmc.count_power_requests(box.uuid) == 0  # a check sends no order
         assert ipmi.count_power_commands() == 0
 
-        # --- the Redfish BMC stops answering
+        # --- the Redfish BMC stops answering (checked with the CLI, as a person debugging does)
         bmc.halt()
-        checked = wait_checked(crds, namespace, names, run_check(crds, namespace))
+        cli = lightsout(crds, "healthcheck", box.name, "-n", namespace)
+        print(f"$ lightsout healthcheck {box.name} (exit {cli.returncode})\n{cli.stdout}")
+        assert cli.returncode == ExitCode.FAILED, cli.stderr
+        assert f"{box.name}: Unhealthy, BMCUnreachable: " in cli.stdout
+        checked = wait_checked(crds, namespace, names, cli_job(cli.stdout))
         print(f"BMC stopped: {json.dumps(checked[box.name]['lastHealthCheck'])}")
         assert health(checked[box.name]) == ("False", "BMCUnreachable", "Unknown")
         assert health(checked[ipmi.name]) == ("True", "Healthy", "Off")
@@ -142,7 +157,12 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
             namespace,
             [fleet.secret("ipmi", {"username": ipmi.username, "password": ipmi.password})],
         )
-        checked = wait_checked(crds, namespace, names, run_check(crds, namespace))
+        cli = lightsout(crds, "healthcheck", "--group", GROUP, "-n", namespace)
+        print(f"$ lightsout healthcheck --group {GROUP} (exit {cli.returncode})\n{cli.stdout}")
+        assert cli.returncode == ExitCode.DONE, cli.stderr
+        assert f"{box.name}: Healthy, power Off" in cli.stdout
+        assert f"{ipmi.name}: Healthy, power Off" in cli.stdout
+        checked = wait_checked(crds, namespace, names, cli_job(cli.stdout))
         for machine in checked.values():
             assert health(machine) == ("True", "Healthy", "Off")
 
@@ -167,7 +187,10 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
             for e in events_for(crds, namespace, box.name)
             if e["reason"] == "DriftDetected" and e["type"] == "Warning"
         ]
-        assert warnings and "running" in warnings[0] and "Off" in warnings[0], warnings
+        assert set(warnings) == {
+            "the health check found the machine powered On although its desired power state "
+            "is Off (phase Off)"
+        }
         assert bmc.count_power_requests(box.uuid) == 0  # Report sends nothing
         assert bmc.power_state(box.uuid) == "On"
 
@@ -198,6 +221,18 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
         print(crds.kubectl("get", "lsn", "-n", namespace, "-o", "wide").stdout)
         print(crds.kubectl("describe", "lsn", box.name, "-n", namespace).stdout)
 
+        # --- the schedule follows the Group
+        body = json.dumps({"spec": {"healthCheck": {"schedule": "30 0 1 1 *"}}})
+        crds.kubectl("patch", "lsg", GROUP, "-n", namespace, "--type=merge", "-p", body)
+        wait_for(
+            lambda: (
+                get_json(crds, "cronjob", CRONJOB, "-n", namespace)["spec"]["schedule"]
+                == "30 0 1 1 *"
+            ),
+            PATIENCE,
+            "the CronJob's schedule to follow the Group's",
+        )
+
         # --- healthCheck.enabled: false removes the CronJob; deleting the Group removes it too
         body = json.dumps({"spec": {"healthCheck": {"enabled": False}}})
         crds.kubectl("patch", "lsg", GROUP, "-n", namespace, "--type=merge", "-p", body)
@@ -222,3 +257,46 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
             PATIENCE,
             "the CronJob and its machine list deleted with the Group",
         )
+
+
+def test_sixty_machines_each_get_their_own_result(
+    crds: Cluster, namespace: str, operator: OperatorProcess
+) -> None:
+    machines = [fleet.MachineDef(name=f"m{i:02d}", uuid=str(uuid.uuid4())) for i in range(60)]
+    # Every other machine on: each Node must show its own system's state, not a neighbour's.
+    power = {m.name: "On" if i % 2 else "Off" for i, m in enumerate(machines)}
+    systems = [FakeSystem(uuid=m.uuid, name=m.name, power_state=power[m.name]) for m in machines]
+    with SushyEmulator(systems) as bmc:
+        fleet.apply(
+            crds,
+            namespace,
+            [
+                *fleet.bmc_secrets(bmc),
+                fleet.group(GROUP, maxNodes=60, healthCheck={"schedule": SCHEDULE}),
+                *(fleet.redfish_node(m, bmc) for m in machines),
+            ],
+        )
+        names = [m.name for m in machines]
+        wait_for(
+            lambda: (
+                (cron := get_json(crds, "cronjob", CRONJOB, "-n", namespace))
+                and cron["spec"]["jobTemplate"]["spec"]["completions"] == 60
+            ),
+            PATIENCE,
+            "the CronJob to cover the 60 machines",
+        )
+        started = time.monotonic()
+        job = run_check(crds, namespace)
+        checked = wait_checked(crds, namespace, names, job)
+        seconds = time.monotonic() - started
+        print(f"\n60 machines: every result landed {seconds:.0f}s after the run was created")
+        assert {n: s["lastHealthCheck"]["powerState"] for n, s in checked.items()} == power
+        assert all(health(s)[:2] == ("True", "Healthy") for s in checked.values())
+        sizes = [
+            len(c["state"]["terminated"]["message"])
+            for pod in get_json(crds, "pods", "-n", namespace, "-l", f"job-name={job}")["items"]
+            for c in pod["status"]["containerStatuses"]
+        ]
+        print(f"termination messages: {len(sizes)}, {min(sizes)}-{max(sizes)} bytes each")
+        assert len(sizes) == 60
+        assert bmc.power_requests() == []

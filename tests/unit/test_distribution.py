@@ -89,7 +89,14 @@ def test_installed_operator_offers_no_lab_command(wheel: Path, tmp_path: Path) -
     )
     commands = re.search(r"\{([a-z,-]+)\}", helped.stdout)
     assert commands, helped.stdout
-    assert set(commands.group(1).split(",")) == {"run", "crds", "plan", "status", "power"}
+    assert set(commands.group(1).split(",")) == {
+        "run",
+        "crds",
+        "plan",
+        "status",
+        "power",
+        "healthcheck",
+    }
     probe = (
         "import importlib.util, lightsout, pathlib; "
         "print(pathlib.Path(lightsout.__file__).parent); "

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from lightsout.commands import healthcheck
 from lightsout.config import OperatorConfig
 from lightsout.execution import health
 from lightsout.planning.types import ConditionStatus, LeaseState, PowerState
@@ -191,3 +192,17 @@ def test_the_runner_picks_its_machine_by_completion_index(tmp_path: Path) -> Non
     )
     with pytest.raises(ConfigError, match="no machine at index 1"):
         indexed.machine_env({**env, "JOB_COMPLETION_INDEX": "1"})
+
+
+def test_the_cli_words_each_machine_and_counts_the_missing() -> None:
+    failed = {"result": "Failed", "message": "HTTP 401: no", "values": {"node": "b"}}
+    pods = [pod(OK), pod(failed)]
+    lines, healthy = healthcheck.report(pods, None, 3)
+    assert lines == [
+        "a: Healthy, power On",
+        "b: Unhealthy, AuthenticationFailed: HTTP 401: no",
+        "1 machine(s) of the Group left no result (their pods did not run)",
+    ]
+    assert not healthy
+    assert healthcheck.report(pods, ["a"], 3) == (["a: Healthy, power On"], True)
+    assert healthcheck.finished({}, pods, 2) and not healthcheck.finished({}, pods, 3)

@@ -336,6 +336,7 @@ def write_status(
     changed = inputs.status_patch(status, new)
     if not changed:
         return
+    log.debug("status of %s/%s: %s changed", ctx.namespace, ctx.name, ", ".join(sorted(changed)))
     api.patch_status(
         ctx.namespace, "nodes", ctx.name, changed, ctx.node["metadata"].get("resourceVersion")
     )
