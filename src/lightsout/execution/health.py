@@ -228,8 +228,8 @@ def build_health_objects(
             mounts.append({"name": volume, "mountPath": path, "readOnly": True})
             env[f"LIGHTSOUT_{kind.upper()}_DIR_{slot}"] = path
     pod = locked_down_pod(
+        config.runner_image,
         PodSettings(
-            image=config.runner_image,
             node_selector=dict(config.job_node_selector),
             tolerations=tuple({"key": key, "operator": "Exists"} for key in config.job_tolerations),
             service_account_name=config.job_service_account,
@@ -250,15 +250,11 @@ def build_health_objects(
         "podReplacementPolicy": "Failed",
         "template": {"metadata": {"labels": labels}, "spec": pod},
     }
+    metadata = {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner]}
     cronjob: dict[str, Any] = {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "ownerReferences": [owner],
-        },
+        "metadata": dict(metadata),
         "spec": {
             "schedule": str(policy.get("schedule", "*/5 * * * *")),
             "suspend": not machines,
@@ -272,12 +268,7 @@ def build_health_objects(
     configmap: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "ownerReferences": [owner],
-        },
+        "metadata": dict(metadata),
         "data": data,
     }
     digest = hashlib.sha256(json.dumps([configmap, cronjob], sort_keys=True).encode()).hexdigest()[

@@ -63,8 +63,23 @@ _CREDENTIAL_KEY_SUFFIXES = (
 )
 
 
+@dataclass(frozen=True, kw_only=True)
+class PodSettings:
+    """Where and how a Lights-Out runner pod runs: the same for action and health-check Jobs."""
+
+    image_pull_policy: str = "IfNotPresent"
+    resources: Mapping[str, Mapping[str, str]] = field(
+        default_factory=lambda: {k: dict(v) for k, v in DEFAULT_RESOURCES.items()}
+    )
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: Sequence[Mapping[str, Any]] = ()
+    #: Wake-on-LAN broadcasts only reach the machine's L2 segment from the host network.
+    host_network: bool = False
+    service_account_name: str | None = None
+
+
 @dataclass(frozen=True)
-class JobRequest:
+class JobRequest(PodSettings):
     """Everything needed to build one action Job for one attempt of one intent."""
 
     node_name: str
@@ -83,21 +98,12 @@ class JobRequest:
     overlay_configmap: str | None = None
     #: Playbook file name overriding the shipped `<action>.yml`.
     playbook: str | None = None
-    image_pull_policy: str = "IfNotPresent"
     deadline_seconds: int = 900
     #: Pod failures that never ran the playbook (rejected at admission, evicted before start)
     #: may be retried inside the Job; every other failure fails the Job at once through the
     #: pod failure policy, because the operator owns retries (as new, named attempts).
     backoff_limit: int = 1
     ttl_seconds: int = 86_400
-    resources: Mapping[str, Mapping[str, str]] = field(
-        default_factory=lambda: {k: dict(v) for k, v in DEFAULT_RESOURCES.items()}
-    )
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    tolerations: Sequence[Mapping[str, Any]] = ()
-    #: Wake-on-LAN broadcasts only reach the machine's L2 segment from the host network.
-    host_network: bool = False
-    service_account_name: str | None = None
 
     def __post_init__(self) -> None:
         if self.generation < 0 or self.attempt < 1:
@@ -193,20 +199,7 @@ def build_action_job(req: JobRequest) -> dict[str, Any]:
         "attempt": req.attempt,
     }
     volumes, mounts = _volumes(req)
-    pod_spec = locked_down_pod(
-        PodSettings(
-            image=req.image,
-            image_pull_policy=req.image_pull_policy,
-            resources=req.resources,
-            node_selector=req.node_selector,
-            tolerations=req.tolerations,
-            host_network=req.host_network,
-            service_account_name=req.service_account_name,
-        ),
-        _env(req),
-        volumes,
-        mounts,
-    )
+    pod_spec = locked_down_pod(req.image, req, _env(req), volumes, mounts)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -254,22 +247,8 @@ def build_action_job(req: JobRequest) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class PodSettings:
-    """Where and as what a Lights-Out pod runs: the same for action and health-check Jobs."""
-
-    image: str
-    image_pull_policy: str = "IfNotPresent"
-    resources: Mapping[str, Mapping[str, str]] = field(
-        default_factory=lambda: {k: dict(v) for k, v in DEFAULT_RESOURCES.items()}
-    )
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    tolerations: Sequence[Mapping[str, Any]] = ()
-    host_network: bool = False
-    service_account_name: str | None = None
-
-
 def locked_down_pod(
+    image: str,
     settings: PodSettings,
     env: list[dict[str, str]],
     volumes: list[dict[str, Any]],
@@ -292,7 +271,7 @@ def locked_down_pod(
         "containers": [
             {
                 "name": CONTAINER_NAME,
-                "image": settings.image,
+                "image": image,
                 "imagePullPolicy": settings.image_pull_policy,
                 "command": list(RUNNER_COMMAND),
                 "env": env,
