@@ -13,7 +13,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -166,6 +166,66 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
         for machine in checked.values():
             assert health(machine) == ("True", "Healthy", "Off")
 
+        # --- the schedule follows the Group
+        body = json.dumps({"spec": {"healthCheck": {"schedule": "30 0 1 1 *"}}})
+        crds.kubectl("patch", "lsg", GROUP, "-n", namespace, "--type=merge", "-p", body)
+        wait_for(
+            lambda: (
+                get_json(crds, "cronjob", CRONJOB, "-n", namespace)["spec"]["schedule"]
+                == "30 0 1 1 *"
+            ),
+            PATIENCE,
+            "the CronJob's schedule to follow the Group's",
+        )
+
+        # --- healthCheck.enabled: false removes the CronJob; deleting the Group removes it too
+        body = json.dumps({"spec": {"healthCheck": {"enabled": False}}})
+        crds.kubectl("patch", "lsg", GROUP, "-n", namespace, "--type=merge", "-p", body)
+        wait_for(
+            lambda: get_json(crds, "cronjob", CRONJOB, "-n", namespace) is None,
+            PATIENCE,
+            "the CronJob deleted when the check is disabled",
+        )
+        body = json.dumps({"spec": {"healthCheck": {"enabled": True}}})
+        crds.kubectl("patch", "lsg", GROUP, "-n", namespace, "--type=merge", "-p", body)
+        wait_for(
+            lambda: get_json(crds, "cronjob", CRONJOB, "-n", namespace),
+            PATIENCE,
+            "the CronJob back when the check is enabled again",
+        )
+        crds.kubectl("delete", "lsg", GROUP, "-n", namespace, "--wait=false")
+        wait_for(
+            lambda: (
+                get_json(crds, "cronjob", CRONJOB, "-n", namespace) is None
+                and get_json(crds, "configmap", CRONJOB, "-n", namespace) is None
+            ),
+            PATIENCE,
+            "the CronJob and its machine list deleted with the Group",
+        )
+
+
+def test_drift_is_reported_then_corrected_with_one_order(
+    crds: Cluster, namespace: str, operator: OperatorProcess
+) -> None:
+    box = fleet.MachineDef(name=f"box-{namespace}", uuid=str(uuid.uuid4()))
+    with SushyEmulator([FakeSystem(uuid=box.uuid, name=box.name, power_state="Off")]) as bmc:
+        fleet.apply(
+            crds,
+            namespace,
+            [
+                *fleet.bmc_secrets(bmc),
+                fleet.group(GROUP, healthCheck={"schedule": SCHEDULE}),
+                fleet.redfish_node(box, bmc),
+            ],
+        )
+        names = [box.name]
+        wait_phase(crds, namespace, box.name, "Off")
+        wait_for(
+            lambda: get_json(crds, "cronjob", CRONJOB, "-n", namespace),
+            PATIENCE,
+            "the Group's health-check CronJob",
+        )
+
         # --- drift, driftPolicy Report: a person powers the Redfish machine on at the BMC
         bmc.reset(box.uuid, "On", wait="On")
         bmc.clear_requests()
@@ -221,50 +281,15 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
         print(crds.kubectl("get", "lsn", "-n", namespace, "-o", "wide").stdout)
         print(crds.kubectl("describe", "lsn", box.name, "-n", namespace).stdout)
 
-        # --- the schedule follows the Group
-        body = json.dumps({"spec": {"healthCheck": {"schedule": "30 0 1 1 *"}}})
-        crds.kubectl("patch", "lsg", GROUP, "-n", namespace, "--type=merge", "-p", body)
-        wait_for(
-            lambda: (
-                get_json(crds, "cronjob", CRONJOB, "-n", namespace)["spec"]["schedule"]
-                == "30 0 1 1 *"
-            ),
-            PATIENCE,
-            "the CronJob's schedule to follow the Group's",
-        )
-
-        # --- healthCheck.enabled: false removes the CronJob; deleting the Group removes it too
-        body = json.dumps({"spec": {"healthCheck": {"enabled": False}}})
-        crds.kubectl("patch", "lsg", GROUP, "-n", namespace, "--type=merge", "-p", body)
-        wait_for(
-            lambda: get_json(crds, "cronjob", CRONJOB, "-n", namespace) is None,
-            PATIENCE,
-            "the CronJob deleted when the check is disabled",
-        )
-        body = json.dumps({"spec": {"healthCheck": {"enabled": True}}})
-        crds.kubectl("patch", "lsg", GROUP, "-n", namespace, "--type=merge", "-p", body)
-        wait_for(
-            lambda: get_json(crds, "cronjob", CRONJOB, "-n", namespace),
-            PATIENCE,
-            "the CronJob back when the check is enabled again",
-        )
-        crds.kubectl("delete", "lsg", GROUP, "-n", namespace, "--wait=false")
-        wait_for(
-            lambda: (
-                get_json(crds, "cronjob", CRONJOB, "-n", namespace) is None
-                and get_json(crds, "configmap", CRONJOB, "-n", namespace) is None
-            ),
-            PATIENCE,
-            "the CronJob and its machine list deleted with the Group",
-        )
-
 
 def test_sixty_machines_each_get_their_own_result(
     crds: Cluster, namespace: str, operator: OperatorProcess
 ) -> None:
     machines = [fleet.MachineDef(name=f"m{i:02d}", uuid=str(uuid.uuid4())) for i in range(60)]
     # Every other machine on: each Node must show its own system's state, not a neighbour's.
-    power = {m.name: "On" if i % 2 else "Off" for i, m in enumerate(machines)}
+    power: dict[str, Literal["On", "Off"]] = {
+        m.name: "On" if i % 2 else "Off" for i, m in enumerate(machines)
+    }
     systems = [FakeSystem(uuid=m.uuid, name=m.name, power_state=power[m.name]) for m in machines]
     with SushyEmulator(systems) as bmc:
         fleet.apply(
