@@ -10,10 +10,9 @@ waiting for the schedule.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 
@@ -280,48 +279,3 @@ def test_drift_is_reported_then_corrected_with_one_order(
 
         print(crds.kubectl("get", "lsn", "-n", namespace, "-o", "wide").stdout)
         print(crds.kubectl("describe", "lsn", box.name, "-n", namespace).stdout)
-
-
-def test_sixty_machines_each_get_their_own_result(
-    crds: Cluster, namespace: str, operator: OperatorProcess
-) -> None:
-    machines = [fleet.MachineDef(name=f"m{i:02d}", uuid=str(uuid.uuid4())) for i in range(60)]
-    # Every other machine on: each Node must show its own system's state, not a neighbour's.
-    power: dict[str, Literal["On", "Off"]] = {
-        m.name: "On" if i % 2 else "Off" for i, m in enumerate(machines)
-    }
-    systems = [FakeSystem(uuid=m.uuid, name=m.name, power_state=power[m.name]) for m in machines]
-    with SushyEmulator(systems) as bmc:
-        fleet.apply(
-            crds,
-            namespace,
-            [
-                *fleet.bmc_secrets(bmc),
-                fleet.group(GROUP, maxNodes=60, healthCheck={"schedule": SCHEDULE}),
-                *(fleet.redfish_node(m, bmc) for m in machines),
-            ],
-        )
-        names = [m.name for m in machines]
-        wait_for(
-            lambda: (
-                (cron := get_json(crds, "cronjob", CRONJOB, "-n", namespace))
-                and cron["spec"]["jobTemplate"]["spec"]["completions"] == 60
-            ),
-            PATIENCE,
-            "the CronJob to cover the 60 machines",
-        )
-        started = time.monotonic()
-        job = run_check(crds, namespace)
-        checked = wait_checked(crds, namespace, names, job)
-        seconds = time.monotonic() - started
-        print(f"\n60 machines: every result landed {seconds:.0f}s after the run was created")
-        assert {n: s["lastHealthCheck"]["powerState"] for n, s in checked.items()} == power
-        assert all(health(s)[:2] == ("True", "Healthy") for s in checked.values())
-        sizes = [
-            len(c["state"]["terminated"]["message"])
-            for pod in get_json(crds, "pods", "-n", namespace, "-l", f"job-name={job}")["items"]
-            for c in pod["status"]["containerStatuses"]
-        ]
-        print(f"termination messages: {len(sizes)}, {min(sizes)}-{max(sizes)} bytes each")
-        assert len(sizes) == 60
-        assert bmc.power_requests() == []
