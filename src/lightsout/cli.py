@@ -209,46 +209,53 @@ def cmd_trace_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lightsout", description=(__doc__ or "").split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+def cmd_healthcheck(args: argparse.Namespace) -> int:
+    """Run the Group's health check now (a Job from its CronJob) and print each machine."""
+    import time
+    import uuid
 
-    run = sub.add_parser("run", help="run the operator")
-    run.add_argument("-n", "--namespace", action="append", help="watch only these namespaces")
-    run.add_argument("--liveness", default="http://127.0.0.1:8080/healthz")
-    run.add_argument("--log-format", choices=["json", "full"], default="json")
-    run.add_argument("-v", "--verbose", action="store_true")
-    run.set_defaults(func=cmd_run)
+    from lightsout.commands.healthcheck import finished, report
+    from lightsout.commands.power import ExitCode
+    from lightsout.execution import health
+    from lightsout.k8s import api
 
-    crds = sub.add_parser("crds", help="print (or write) the CustomResourceDefinitions")
-    crds.add_argument("--output", help="directory to write one YAML file per CRD")
-    crds.set_defaults(func=cmd_crds)
+    ns = args.namespace or api.current_namespace()
+    group = args.group
+    if args.node:
+        node = api.get_resource(ns, "nodes", args.node)
+        if node is None:
+            print(f"Node {args.node!r} not found in namespace {ns!r}", file=sys.stderr)
+            return ExitCode.NOT_FOUND
+        group = str((node.get("spec") or {}).get("group") or "")
+    cron = api.get_cronjob(ns, health.cronjob_name(group))
+    if cron is None:
+        print(
+            f"Group {group!r} in {ns!r} has no health-check CronJob (no such Group, or "
+            "spec.healthCheck.enabled is false)",
+            file=sys.stderr,
+        )
+        return ExitCode.NOT_FOUND
+    count = int(cron["spec"]["jobTemplate"]["spec"].get("completions") or 0)
+    name = f"{cron['metadata']['name'][:45]}-now-{uuid.uuid4().hex[:6]}"
+    api.create_job(ns, health.job_from_cronjob(cron, name))
+    print(f"Job {name}: checking {count} machine(s) of Group {group}", flush=True)
+    deadline = time.monotonic() + args.timeout
+    while True:
+        job = api.get_job(ns, name) or {}
+        pods = api.job_pods(ns, name)
+        if finished(job, pods, count):
+            break
+        if time.monotonic() >= deadline:
+            print(f"{name}: timed out after {args.timeout:g}s", file=sys.stderr)
+            return ExitCode.TIMED_OUT
+        time.sleep(1.0)
+    lines, healthy = report(pods, [args.node] if args.node else None, count)
+    print("\n".join(lines))
+    return ExitCode.DONE if healthy else ExitCode.FAILED
 
-    plan = sub.add_parser(
-        "plan", help="what the built-in autoscaler would do now, and why (changes nothing)"
-    )
-    plan.add_argument("-n", "--namespace", help="only this namespace (default: all)")
-    plan.add_argument("--json", action="store_true", help="machine-readable output")
-    plan.set_defaults(func=cmd_plan)
 
-    status = sub.add_parser("status", help="Groups and machines: phase, power, last action")
-    where = status.add_mutually_exclusive_group()
-    where.add_argument("-n", "--namespace", help="this namespace (default: the context's)")
-    where.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
-    status.add_argument("-o", "--output", choices=["text", "json"], default="text")
-    status.set_defaults(func=cmd_status)
-
-    power = sub.add_parser(
-        "power",
-        help="power a machine on or off (exit 0 done, 1 Failed, 2 timed out, 3 not found)",
-    )
-    power.add_argument("state", choices=["on", "off"])
-    power.add_argument("node", help="the Lights-Out Node (lsn) name")
-    power.add_argument("-n", "--namespace", help="its namespace (default: the context's)")
-    power.add_argument("--wait", action="store_true", help="follow it until Ready / Off")
-    power.add_argument("--timeout", type=float, default=900.0, help="seconds (with --wait)")
-    power.set_defaults(func=cmd_power)
-
+def _add_simulation_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`lightsout simulate` and `lightsout trace`: the replay simulator's commands."""
     simulate = sub.add_parser(
         "simulate",
         help="replay a workload trace against the planner: energy, waits, power cycles",
@@ -298,6 +305,61 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("-o", "--output", required=True, help="the trace directory to write")
     gen.add_argument("--seed", type=int, help="another seed than the shipped trace's")
     gen.set_defaults(func=cmd_trace_generate)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lightsout", description=(__doc__ or "").split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the operator")
+    run.add_argument("-n", "--namespace", action="append", help="watch only these namespaces")
+    run.add_argument("--liveness", default="http://127.0.0.1:8080/healthz")
+    run.add_argument("--log-format", choices=["json", "full"], default="json")
+    run.add_argument("-v", "--verbose", action="store_true")
+    run.set_defaults(func=cmd_run)
+
+    crds = sub.add_parser("crds", help="print (or write) the CustomResourceDefinitions")
+    crds.add_argument("--output", help="directory to write one YAML file per CRD")
+    crds.set_defaults(func=cmd_crds)
+
+    plan = sub.add_parser(
+        "plan", help="what the built-in autoscaler would do now, and why (changes nothing)"
+    )
+    plan.add_argument("-n", "--namespace", help="only this namespace (default: all)")
+    plan.add_argument("--json", action="store_true", help="machine-readable output")
+    plan.set_defaults(func=cmd_plan)
+
+    status = sub.add_parser("status", help="Groups and machines: phase, power, last action")
+    where = status.add_mutually_exclusive_group()
+    where.add_argument("-n", "--namespace", help="this namespace (default: the context's)")
+    where.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+    status.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    status.set_defaults(func=cmd_status)
+
+    power = sub.add_parser(
+        "power",
+        help="power a machine on or off (exit 0 done, 1 Failed, 2 timed out, 3 not found)",
+    )
+    power.add_argument("state", choices=["on", "off"])
+    power.add_argument("node", help="the Lights-Out Node (lsn) name")
+    power.add_argument("-n", "--namespace", help="its namespace (default: the context's)")
+    power.add_argument("--wait", action="store_true", help="follow it until Ready / Off")
+    power.add_argument("--timeout", type=float, default=900.0, help="seconds (with --wait)")
+    power.set_defaults(func=cmd_power)
+
+    _add_simulation_commands(sub)
+
+    check = sub.add_parser(
+        "healthcheck",
+        help="check machines' BMCs now, as the Group's CronJob does (exit 0 all healthy, "
+        "1 one is not, 2 timed out, 3 not found)",
+    )
+    which = check.add_mutually_exclusive_group(required=True)
+    which.add_argument("node", nargs="?", help="the Lights-Out Node (lsn) name")
+    which.add_argument("-g", "--group", help="every machine of this Group")
+    check.add_argument("-n", "--namespace", help="its namespace (default: the context's)")
+    check.add_argument("--timeout", type=float, default=900.0, help="seconds to wait")
+    check.set_defaults(func=cmd_healthcheck)
 
     return parser
 

@@ -38,6 +38,7 @@ PLURALS = {
     "pod_disruption_budget": "poddisruptionbudgets",
     "daemon_set": "daemonsets",
     "config_map": "configmaps",
+    "cron_job": "cronjobs",
 }
 #: kopf's own needs, whatever the handlers are: it discovers CRDs and namespaces.
 KOPF_SCANNING: set[Rule] = {

@@ -162,6 +162,7 @@ def test_names_columns_and_subresources() -> None:
         ("Desired", ".spec.desiredPowerState"),
         ("Phase", ".status.phase"),
         ("Power", ".status.observedPowerState"),
+        ("Health", ".status.lastHealthCheck.reason"),
         ("Age", ".metadata.creationTimestamp"),
     ]
     assert columns("Group") == [

@@ -98,6 +98,7 @@ def test_installed_operator_offers_no_lab_command(wheel: Path, tmp_path: Path) -
         "power",
         "simulate",
         "trace",
+        "healthcheck",
     }
     probe = (
         "import importlib.util, lightsout, pathlib; "

@@ -38,6 +38,7 @@ def caches(lease_namespace: str | None = None, phase: str = "Off") -> rc.Caches:
         rc.CORE_NODES: {"core-a": [{"metadata": {"name": "core-a"}}]},
         rc.LEASES: {("lab", "lightsout.lab.a"): [{"metadata": {"name": "lightsout.lab.a"}}]},
         rc.NODE_PODS: {"core-a": [{"metadata": {"name": "web-1"}}]},
+        rc.HEALTH: {("lab", "a"): [{"pod": "check-0", "group": "g"}], ("lab", "b"): []},
     }
     config = OperatorConfig(identity="me", lease_namespace=lease_namespace)
     return rc.Caches(indexes, config)
@@ -54,6 +55,7 @@ def test_a_view_holds_the_machine_and_only_its_own_objects() -> None:
     assert view.lease == {"metadata": {"name": "lightsout.lab.a"}}
     assert view.lease_cached
     assert view.pods_on_node == (), "pods are only read while the machine drains"
+    assert view.health == [{"pod": "check-0", "group": "g"}]
 
 
 def test_a_draining_machine_sees_the_pods_on_its_core_node() -> None:

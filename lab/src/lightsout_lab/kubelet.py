@@ -16,6 +16,7 @@ import base64
 import datetime as dt
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -322,9 +323,7 @@ class KubeletAgent:
             if "value" in item:
                 env[item["name"]] = _rewrite(item["value"], mounts)
             elif "fieldRef" in (item.get("valueFrom") or {}):
-                path = item["valueFrom"]["fieldRef"]["fieldPath"]
-                section, _, attr = path.partition(".")
-                env[item["name"]] = str(pod.get(section, {}).get(attr, ""))
+                env[item["name"]] = _field(pod, item["valueFrom"]["fieldRef"]["fieldPath"])
         return env
 
     # ------------------------------------------------------------------ status
@@ -384,6 +383,16 @@ class KubeletAgent:
                 "containerStatuses": [self._container_status(pod, {"terminated": terminated})],
             },
         )
+
+
+def _field(pod: Mapping[str, Any], path: str) -> str:
+    """A downward-API field: `metadata.name`, or `metadata.annotations['key']` (how an Indexed
+    Job's pods get JOB_COMPLETION_INDEX)."""
+    keyed = re.fullmatch(r"metadata\.(annotations|labels)\['([^']+)'\]", path)
+    if keyed:
+        return str(((pod.get("metadata") or {}).get(keyed[1]) or {}).get(keyed[2], ""))
+    section, _, attr = path.partition(".")
+    return str((pod.get(section) or {}).get(attr, ""))
 
 
 def _rewrite(value: str, mounts: Mapping[str, str]) -> str:

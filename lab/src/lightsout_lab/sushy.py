@@ -214,6 +214,20 @@ class SushyEmulator(process.WorkdirService):
         self._terminate()
         self._remove_workdir()
 
+    def halt(self) -> None:
+        """Stop answering, as a BMC that lost power or network does: the process ends, the
+        port, the systems' state and the request record stay for `resume`."""
+        self._terminate()
+
+    def resume(self) -> None:
+        """Answer again on the same port with the same systems' state, after `halt`."""
+        if self._proc is not None:
+            raise SushyError("emulator is running")
+        self._launch()
+        # A restart on a loaded machine (sushy-tools imports Flask and friends) can take
+        # longer than a first start on an idle one; the test is about the operator, not this.
+        self._wait_ready(max(self.start_timeout, 120.0))
+
     def log_text(self) -> str:
         """The emulator's log so far (for assertion messages)."""
         return process.read_log(self.log_path)
@@ -421,7 +435,7 @@ class SushyEmulator(process.WorkdirService):
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self, timeout: float | None = None) -> None:
         import requests
 
         def probe() -> str | None:
@@ -433,7 +447,13 @@ class SushyEmulator(process.WorkdirService):
                 return str(exc)
             return None if response.status_code == 200 else f"HTTP {response.status_code}"
 
-        process.wait_ready(self._proc, probe, self.start_timeout, error=SushyError, what="emulator")
+        process.wait_ready(
+            self._proc,
+            probe,
+            self.start_timeout if timeout is None else timeout,
+            error=SushyError,
+            what="emulator",
+        )
 
     def _terminate(self) -> None:
         proc, self._proc = self._proc, None

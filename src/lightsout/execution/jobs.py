@@ -64,8 +64,23 @@ _CREDENTIAL_KEY_SUFFIXES = (
 )
 
 
+@dataclass(frozen=True, kw_only=True)
+class PodSettings:
+    """Where and how a Lights-Out runner pod runs: the same for action and health-check Jobs."""
+
+    image_pull_policy: str = "IfNotPresent"
+    resources: Mapping[str, Mapping[str, str]] = field(
+        default_factory=lambda: {k: dict(v) for k, v in DEFAULT_RESOURCES.items()}
+    )
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: Sequence[Mapping[str, Any]] = ()
+    #: Wake-on-LAN broadcasts only reach the machine's L2 segment from the host network.
+    host_network: bool = False
+    service_account_name: str | None = None
+
+
 @dataclass(frozen=True)
-class JobRequest:
+class JobRequest(PodSettings):
     """Everything needed to build one action Job for one attempt of one intent."""
 
     node_name: str
@@ -86,21 +101,12 @@ class JobRequest:
     overlay_configmap: str | None = None
     #: Playbook file name overriding the shipped `<action>.yml`.
     playbook: str | None = None
-    image_pull_policy: str = "IfNotPresent"
     deadline_seconds: int = 900
     #: Pod failures that never ran the playbook (rejected at admission, evicted before start)
     #: may be retried inside the Job; every other failure fails the Job at once through the
     #: pod failure policy, because the operator owns retries (as new, named attempts).
     backoff_limit: int = 1
     ttl_seconds: int = 86_400
-    resources: Mapping[str, Mapping[str, str]] = field(
-        default_factory=lambda: {k: dict(v) for k, v in DEFAULT_RESOURCES.items()}
-    )
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    tolerations: Sequence[Mapping[str, Any]] = ()
-    #: Wake-on-LAN broadcasts only reach the machine's L2 segment from the host network.
-    host_network: bool = False
-    service_account_name: str | None = None
 
     def __post_init__(self) -> None:
         if self.generation < 0 or self.attempt < 1:
@@ -157,7 +163,7 @@ def build_extravars_configmap(req: JobRequest, *, job_uid: str | None = None) ->
     Owned by the Node resource, or by the Job when `job_uid` is given (then it disappears with
     the Job at its TTL instead of accumulating one ConfigMap per attempt).
     """
-    _refuse_credentials(req.extravars, "extravars")
+    refuse_credentials(req.extravars, "extravars")
     labels = job_labels(req.node_name, req.action, req.generation, req.attempt)
     if job_uid is None:
         owner = node_owner_reference(req)
@@ -196,50 +202,7 @@ def build_action_job(req: JobRequest) -> dict[str, Any]:
         "attempt": req.attempt,
     }
     volumes, mounts = _volumes(req)
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        # The playbook talks to BMCs and hypervisors, never to the Kubernetes API.
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS_USER,
-            "runAsGroup": RUN_AS_USER,
-            "fsGroup": RUN_AS_USER,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "containers": [
-            {
-                "name": CONTAINER_NAME,
-                "image": req.image,
-                "imagePullPolicy": req.image_pull_policy,
-                "command": list(RUNNER_COMMAND),
-                "env": _env(req),
-                "resources": {k: dict(v) for k, v in req.resources.items()},
-                "securityContext": {
-                    "runAsNonRoot": True,
-                    "allowPrivilegeEscalation": False,
-                    "readOnlyRootFilesystem": True,
-                    "capabilities": {"drop": ["ALL"]},
-                },
-                "terminationMessagePath": RESULT_PATH,
-                # File, not FallbackToLogsOnError: log lines are not redacted the way the
-                # runner's result is, and must never land in the Node's status.
-                "terminationMessagePolicy": "File",
-                "volumeMounts": mounts,
-            }
-        ],
-        "volumes": volumes,
-    }
-    if req.service_account_name:
-        pod_spec["serviceAccountName"] = req.service_account_name
-    if req.host_network:
-        pod_spec["hostNetwork"] = True
-        pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
-    if req.node_selector:
-        pod_spec["nodeSelector"] = dict(req.node_selector)
-    if req.tolerations:
-        pod_spec["tolerations"] = [dict(t) for t in req.tolerations]
+    pod_spec = locked_down_pod(req.image, req, _env(req), volumes, mounts)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -285,6 +248,62 @@ def build_action_job(req: JobRequest) -> dict[str, Any]:
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },
     }
+
+
+def locked_down_pod(
+    image: str,
+    settings: PodSettings,
+    env: list[dict[str, str]],
+    volumes: list[dict[str, Any]],
+    mounts: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The pod spec every runner pod gets: no API token, non-root, read-only root, no
+    capabilities, RuntimeDefault seccomp, the result through the termination message."""
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        # The playbook talks to BMCs and hypervisors, never to the Kubernetes API.
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            "fsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [
+            {
+                "name": CONTAINER_NAME,
+                "image": image,
+                "imagePullPolicy": settings.image_pull_policy,
+                "command": list(RUNNER_COMMAND),
+                "env": env,
+                "resources": {k: dict(v) for k, v in settings.resources.items()},
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "terminationMessagePath": RESULT_PATH,
+                # File, not FallbackToLogsOnError: log lines are not redacted the way the
+                # runner's result is, and must never land in the Node's status.
+                "terminationMessagePolicy": "File",
+                "volumeMounts": mounts,
+            }
+        ],
+        "volumes": volumes,
+    }
+    if settings.service_account_name:
+        pod_spec["serviceAccountName"] = settings.service_account_name
+    if settings.host_network:
+        pod_spec["hostNetwork"] = True
+        pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    if settings.node_selector:
+        pod_spec["nodeSelector"] = dict(settings.node_selector)
+    if settings.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in settings.tolerations]
+    return pod_spec
 
 
 def _env(req: JobRequest) -> list[dict[str, str]]:
@@ -364,7 +383,7 @@ def _volumes(req: JobRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]
     return volumes, mounts
 
 
-def _refuse_credentials(value: Any, path: str) -> None:
+def refuse_credentials(value: Any, path: str) -> None:
     """Raise if extravars carry a key that can only hold a credential value."""
     if isinstance(value, Mapping):
         for key, item in value.items():
@@ -374,7 +393,7 @@ def _refuse_credentials(value: Any, path: str) -> None:
                     f"{path}.{key} looks like a credential; credentials are mounted from the "
                     "Secret, extravars may only name where they are"
                 )
-            _refuse_credentials(item, f"{path}.{key}")
+            refuse_credentials(item, f"{path}.{key}")
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            _refuse_credentials(item, f"{path}[{index}]")
+            refuse_credentials(item, f"{path}[{index}]")

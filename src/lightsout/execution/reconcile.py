@@ -20,11 +20,11 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lightsout.config import OperatorConfig
-from lightsout.execution import actuator, energy, inputs, join, leases, providerid
+from lightsout.execution import actuator, energy, health, inputs, join, leases, providerid
 from lightsout.execution.jobs import job_name
 from lightsout.execution.nodeops import pods_to_drain
 from lightsout.execution.results import observe_job
@@ -80,6 +80,8 @@ class MachineView:
     pods_on_node: Sequence[Obj] = ()
     #: Per power action, the first object its Job needs that is missing (`state.references`).
     unresolved: Mapping[Action, Unresolved] = field(default_factory=dict)
+    #: Results of health-check pods that named this machine (`health.pod_record`).
+    health: Sequence[Obj] = ()
 
 
 #: Index ids (kopf handler ids) of the watch caches the reconcilers read; see `handlers/node.py`.
@@ -95,6 +97,7 @@ NODE_PODS = "lightsout_node_pods"  # core Node name → pod bound to it (what a 
 #: autoscaler, which flattens them into its snapshot.
 SECRETS = "lightsout_secret_keys"
 CONFIG_MAPS = "lightsout_configmap_keys"
+HEALTH = "lightsout_health"  # (namespace, machine name) → a health-check pod's result
 CACHES = (
     MACHINES,
     MACHINE_REFS,
@@ -106,6 +109,7 @@ CACHES = (
     NODE_PODS,
     SECRETS,
     CONFIG_MAPS,
+    HEALTH,
 )
 REF_CORE, REF_GROUP, REF_SECRET, REF_CONFIG_MAP = "core", "group", "secret", "configmap"
 #: The actions whose Jobs the state machine may start.
@@ -202,6 +206,7 @@ class Caches:
             lease_cached=self.config.lease_namespace is None,
             pods_on_node=self._all(NODE_PODS, core_name) if powered else (),
             unresolved=self.unresolved(node, group),
+            health=self._all(HEALTH, (namespace, name)),
         )
 
 
@@ -251,6 +256,11 @@ class Reconciler:
             lease = leases.lease_state(view.lease, self.config.identity, now)
         else:
             lease = actuator.read_lease_state(ctx, now)
+        checked = health.assess(
+            node.get("status") or {},
+            health.newest(view.health, str((node.get("spec") or {}).get("group") or "")),
+            lease,
+        )
         obs = inputs.observations(
             job=observed_job,
             core_node=core_node,
@@ -258,12 +268,15 @@ class Reconciler:
             taints=taints,
             drain=drain,
             lease=lease,
-            power_state=_observed_power(node),
+            power_state=checked.power_state,
+            power_state_at=checked.power_state_at,
             unresolved=view.unresolved,
         )
         decision = providerid.report(fsm.decide(machine, obs, now), core_node, node)
         utilisation = energy.cpu_utilisation(node, core_node, view.pods_on_node)
-        return self.apply(ctx, machine, decision, now, cpu_utilisation=utilisation)
+        return self.apply(
+            ctx, machine, _with_health(decision, checked), now, cpu_utilisation=utilisation
+        )
 
     def apply(
         self,
@@ -336,12 +349,25 @@ class Reconciler:
         return None if delay is None else max(delay, 0.2)
 
 
-def _observed_power(node: Mapping[str, Any]) -> PowerState:
-    value = (node.get("status") or {}).get("observedPowerState")
-    try:
-        return PowerState(str(value))
-    except ValueError:
-        return PowerState.UNKNOWN
+def _with_health(decision: Decision, checked: health.Assessment) -> Decision:
+    """The decision plus what a new health check found (the state machine's own power
+    observation, from an action's result, wins over the check's)."""
+    if checked.record is None:
+        return decision
+    effects = (
+        decision.effects
+        if checked.condition is None
+        else (
+            *decision.effects,
+            checked.condition,
+        )
+    )
+    return replace(
+        decision,
+        effects=effects,
+        observed_power_state=decision.observed_power_state or checked.observed_power_state,
+        health_check=checked.record,
+    )
 
 
 def _merge_conditions(
@@ -403,9 +429,12 @@ def write_status(
     checkpoint = energy.checkpoint(ctx.node, ctx.group, decision.phase, cpu_utilisation, now)
     if checkpoint is not None:
         new["energy"] = checkpoint
+    if decision.health_check is not None:
+        new["lastHealthCheck"] = dict(decision.health_check)
     changed = inputs.status_patch(status, new)
     if not changed:
         return
+    log.debug("status of %s/%s: %s changed", ctx.namespace, ctx.name, ", ".join(sorted(changed)))
     api.patch_status(
         ctx.namespace, "nodes", ctx.name, changed, ctx.node["metadata"].get("resourceVersion")
     )

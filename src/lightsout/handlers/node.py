@@ -34,10 +34,12 @@ import kopf
 
 from lightsout import API_GROUP, API_VERSION
 from lightsout.config import OperatorConfig
+from lightsout.execution import health
 from lightsout.execution import reconcile as rc
 from lightsout.execution.energy import CPU_REQUEST
 from lightsout.execution.extravars import credentials_secret
-from lightsout.execution.jobs import LABEL_MANAGED_BY, LABEL_NODE, MANAGED_BY
+from lightsout.execution.healthsync import HealthCronJobs
+from lightsout.execution.jobs import LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NODE, MANAGED_BY
 from lightsout.execution.leases import ANNOTATION_MACHINE, LEASE_PREFIX
 from lightsout.execution.workqueue import Workers, WorkQueue
 from lightsout.handlers import group as groups
@@ -52,6 +54,7 @@ NODE, GROUP = "node", "group"
 GROUP_COUNT_DELAY = 1.0
 OURS = {LABEL_MANAGED_BY: MANAGED_BY}
 NOT_OURS = {LABEL_MANAGED_BY: kopf.ABSENT}
+HEALTH_PODS = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: health.COMPONENT}
 
 
 def _slim(body: kopf.Body) -> dict[str, Any]:
@@ -117,6 +120,12 @@ async def configmap_keys(body: kopf.Body, name: str, namespace: str | None, **_:
     return {(namespace or "", name): key_names(body)}
 
 
+@kopf.index("", "v1", "pods", labels=HEALTH_PODS, id=rc.HEALTH)
+async def health_results(body: kopf.Body, namespace: str | None, **_: Any) -> Any:
+    found = health.pod_record(body)
+    return None if found is None else {(namespace or "", found[0]): found[1]}
+
+
 @kopf.index("", "v1", "nodes", id=rc.CORE_NODES)
 async def core_nodes(body: kopf.Body, name: str, **_: Any) -> Any:
     return {name: _slim(body)}
@@ -172,6 +181,7 @@ class Reconcilers:
     caches: rc.Caches
     queue: WorkQueue[Key] = field(default_factory=WorkQueue)
     reconciler: rc.Reconciler = field(init=False)
+    cronjobs: HealthCronJobs = field(init=False)
     executor: ThreadPoolExecutor = field(init=False)
     workers: Workers[Key] = field(init=False)
     #: The generation of each Group last seen: only a spec change concerns its machines.
@@ -179,6 +189,7 @@ class Reconcilers:
 
     def __post_init__(self) -> None:
         self.reconciler = rc.Reconciler(self.config)
+        self.cronjobs = HealthCronJobs(self.config)
         self.executor = ThreadPoolExecutor(self.config.workers, thread_name_prefix="lightsout")
         self.workers = Workers(self.queue, self._pass, size=self.config.workers)
 
@@ -200,7 +211,8 @@ class Reconcilers:
         loop = asyncio.get_running_loop()
         if kind == GROUP:
             group = self.caches.group(namespace, name)
-            if group is None:
+            if group is None:  # its CronJob goes with it (owner reference)
+                self.cronjobs.forget(namespace, name)
                 return None
             members = [
                 m
@@ -208,6 +220,7 @@ class Reconcilers:
                 if (m := self.caches.machine(ns, n)) is not None
             ]
             await loop.run_in_executor(self.executor, groups.recount, group, members)
+            await loop.run_in_executor(self.executor, self.cronjobs.sync, group, members)
             return None
         view = self.caches.view(namespace, name)
         if view is None:  # deleted: nothing to keep for it
@@ -283,13 +296,20 @@ async def core_node_changed(name: str, memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.event("", "v1", "pods", id="queue_pod")
 async def pod_changed(
-    labels: kopf.Labels, spec: kopf.Spec, namespace: str | None, memo: kopf.Memo, **_: Any
+    body: kopf.Body,
+    labels: kopf.Labels,
+    spec: kopf.Spec,
+    namespace: str | None,
+    memo: kopf.Memo,
+    **_: Any,
 ) -> None:
     r = _reconcilers(memo)
     if r is None:
         return
     if labels.get(LABEL_MANAGED_BY) == MANAGED_BY and (machine := labels.get(LABEL_NODE)):
         r.machine(namespace or "", machine)  # an action Job's pod: its result may be in
+    if labels.get(LABEL_COMPONENT) == health.COMPONENT and (found := health.pod_record(body)):
+        r.machine(namespace or "", found[0])  # a health check of this machine ended
     for ns, machine in r.caches.machines_on(str(spec.get("nodeName") or "")):
         node = r.caches.machine(ns, machine) or {}
         if (node.get("status") or {}).get("phase") != Phase.OFF:

@@ -180,6 +180,37 @@ def apply_configmap(namespace: str, body: Mapping[str, Any]) -> None:
         _raw(core().replace_namespaced_config_map, name, namespace, dict(body))
 
 
+def delete_configmap(namespace: str, name: str) -> None:
+    try:
+        core().delete_namespaced_config_map(name, namespace)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+# ---------------------------------------------------------------- CronJobs
+def get_cronjob(namespace: str, name: str) -> Obj | None:
+    return _get(batch().read_namespaced_cron_job, name, namespace)
+
+
+def create_cronjob(namespace: str, body: Mapping[str, Any]) -> Obj:
+    """Create the CronJob; raises ConflictError when it exists."""
+    return _raw(batch().create_namespaced_cron_job, namespace, dict(body))
+
+
+def replace_cronjob(namespace: str, name: str, body: Mapping[str, Any]) -> Obj:
+    return _raw(batch().replace_namespaced_cron_job, name, namespace, dict(body))
+
+
+def delete_cronjob(namespace: str, name: str) -> None:
+    try:
+        # Background: its Jobs and their pods go with it (they are owned by it).
+        batch().delete_namespaced_cron_job(name, namespace, propagation_policy="Background")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
 # ---------------------------------------------------------------- Leases
 def coordination() -> client.CoordinationV1Api:
     return client.CoordinationV1Api(api_client())

@@ -44,6 +44,18 @@ NODE_COLUMNS = [
     _column("Desired", ".spec.desiredPowerState", description="Power state asked for"),
     _column("Phase", ".status.phase", description="Power life-cycle phase"),
     _column("Power", ".status.observedPowerState", description="Power state last observed"),
+    _column(
+        "Health",
+        ".status.lastHealthCheck.reason",
+        description="Reason of the last health check (Healthy, BMCUnreachable, ...)",
+    ),
+    _column(
+        "Checked",
+        ".status.lastHealthCheck.time",
+        "date",
+        description="When the machine was last health-checked",
+        priority=1,
+    ),
     _column("K8s-Node", ".spec.kubernetesNodeName", description="Core Node name", priority=1),
     _column("Reason", ".status.reason", description="Reason for the phase", priority=1),
     AGE,

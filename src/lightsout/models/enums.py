@@ -129,6 +129,15 @@ class DriftPolicy(StrEnum):
     CORRECT = "Correct"
 
 
+class HealthCheckResult(StrEnum):
+    """Outcome of one health check of one machine."""
+
+    HEALTHY = "Healthy"
+    UNHEALTHY = "Unhealthy"
+    #: An action Job held the machine's Lease: the reading was not used.
+    SKIPPED = "Skipped"
+
+
 class ConditionStatus(StrEnum):
     """Status of a condition, as in metav1.Condition."""
 

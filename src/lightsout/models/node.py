@@ -18,6 +18,7 @@ from lightsout.models.common import Conditions, Energy, Taints
 from lightsout.models.drivers import NodeDriver
 from lightsout.models.enums import (
     Action,
+    HealthCheckResult,
     NodeRemovalPolicy,
     ObservedPowerState,
     OperationResult,
@@ -211,6 +212,24 @@ class CloneRecord(ApiModel):
     """Proxmox VE host the clone was placed on."""
 
 
+class HealthCheckRecord(ApiModel):
+    """The last health check of the machine (the Group's health-check CronJob or the CLI)."""
+
+    time: datetime
+    """When the check read the machine's controller."""
+    result: HealthCheckResult
+    """Healthy, Unhealthy, or Skipped (an action held the machine's Lease)."""
+    reason: ShortText | None = None
+    """Healthy, BMCUnreachable, AuthenticationFailed, TLSError, UnknownSystem, CheckFailed,
+    ActionInProgress."""
+    message: LongText | None = None
+    """What the check found, credentials redacted."""
+    power_state: ObservedPowerState | None = None
+    """Power state the controller reported."""
+    job: DnsSubdomain | None = None
+    """Name of the Job that ran the check."""
+
+
 class NodeStatus(ApiModel):
     """What the operator observed. Written through the status subresource only."""
 
@@ -238,6 +257,8 @@ class NodeStatus(ApiModel):
     """Attempts made for the current intent."""
     energy: Energy | None = None
     """Energy accounting (checkpointed when the machine's draw changes)."""
+    last_health_check: HealthCheckRecord | None = None
+    """The last health check's result."""
     clone: CloneRecord | None = None
     """Ephemeral machines: the VM made by the last provision, kept until a deprovision
     confirms it is gone (also when the provision failed after cloning)."""

@@ -16,8 +16,10 @@ An effect is a frozen description of one idempotent side effect; the handler map
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from lightsout.planning.types import (
     Action,
@@ -155,6 +157,8 @@ class Decision:
     phase_since: datetime | None = None
     #: `status.observedPowerState` to write, None to leave it unchanged.
     observed_power_state: PowerState | None = None
+    #: `status.lastHealthCheck` to write (a new health-check result), None to leave it.
+    health_check: Mapping[str, Any] | None = None
 
     @property
     def requeue_after(self) -> float | None:

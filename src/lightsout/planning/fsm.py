@@ -376,10 +376,11 @@ def _off(m: MachineState, obs: Observations, now: datetime) -> Decision:
     if m.desired is PowerState.ON:
         return _power_on(m, now, Reason.POWER_ON_REQUESTED, "desired power state is On")
     if _observed_on(m, obs, now):
-        message = (
-            f"machine is running (core Node {m.kubernetes_node_name} Ready or health check On) "
-            "although desired power state is Off"
-        )
+        if obs.power_state is PowerState.ON and _fresh(m, obs):
+            seen = "the health check found the machine powered On"
+        else:
+            seen = f"core Node {m.kubernetes_node_name} is Ready"
+        message = f"{seen} although its desired power state is Off (phase {m.phase})"
         return _drift(m, obs, now, message, PowerState.ON)
     return _steady(m, obs, Reason.OBSERVED_OFF, "machine is off")
 
@@ -388,7 +389,10 @@ def _ready(m: MachineState, obs: Observations, now: datetime) -> Decision:
     if m.desired is PowerState.OFF:
         return _power_off(m, obs, now, Reason.POWER_OFF_REQUESTED, "desired power state is Off")
     if _observed_off(m, obs):
-        message = "health check reports the machine Off although desired power state is On"
+        message = (
+            "the health check found the machine powered Off although its desired power state "
+            f"is On (phase {m.phase})"
+        )
         return _drift(m, obs, now, message, PowerState.OFF)
     node = m.kubernetes_node_name
     if not (obs.node_exists and obs.node_ready):

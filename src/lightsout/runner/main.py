@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from lightsout.runner import indexed
 from lightsout.runner.config import ConfigError, RunnerConfig
 from lightsout.runner.log import JsonLogger
 from lightsout.runner.project import (
@@ -95,10 +96,19 @@ def write_result(path: Path, text: str, logger: JsonLogger) -> None:
 
 
 def main(env: Mapping[str, str] | None = None) -> int:
-    """Entry point; returns the process exit code (0 Succeeded, 1 Failed)."""
+    """Entry point; returns the process exit code (0 Succeeded, 1 Failed).
+
+    In a pod of a Group's health-check Job (`LIGHTSOUT_MACHINES_DIR` set) the pod checks the
+    machine of its completion index, names it in `values.node`, and exits 0 whenever it wrote
+    that machine's result: a machine found unhealthy is a finding, not a failed pod, and must
+    not fail the other machines' pods of the Job.
+    """
     env = os.environ if env is None else env
     logger = JsonLogger()
+    node: str | None = None
     try:
+        if env.get(indexed.MACHINES_DIR_ENV):
+            env, node = indexed.machine_env(env)
         config = RunnerConfig.from_env(env)
     except ConfigError as exc:
         result = RunResult("Failed", None, str(exc))
@@ -134,11 +144,14 @@ def main(env: Mapping[str, str] | None = None) -> int:
         if not config.keep_work_dir:
             shutil.rmtree(scratch, ignore_errors=True)
 
+    values = redactor.obj(result.values)
+    if node is not None:
+        values["node"] = node
     result = RunResult(
         result.result,
         redactor.text(result.failed_task) if result.failed_task is not None else None,
         redactor.text(result.message),
-        redactor.obj(result.values),
+        values,
     )
     logger.log(
         "result",
@@ -149,4 +162,4 @@ def main(env: Mapping[str, str] | None = None) -> int:
         values=result.values,
     )
     write_result(config.result_path, render_result(result), logger)
-    return 0 if result.succeeded else 1
+    return 0 if result.succeeded or node is not None else 1

@@ -1,0 +1,422 @@
+"""Health checks: the Group's CronJob (built here) and what its results mean for each machine.
+
+Pure: dicts in, dicts out. Three callers:
+- the Group pass of the work queue (`handlers/node.py` → `sync_cronjob` in
+  `execution.healthsync`) builds, with `build_health_objects`, one CronJob per Group whose
+  `spec.healthCheck.enabled` is true, and the ConfigMap listing the Group's machines;
+- the health-result watch cache (`handlers/node.py`) files each finished pod of those Jobs under
+  the machine it names (`pod_record`);
+- a machine's reconcile pass (`execution.reconcile`) turns the newest record into
+  `status.lastHealthCheck`, `status.observedPowerState` and the `Healthy` condition (`assess`),
+  and hands the power state it read to the state machine, which decides drift.
+
+The CronJob runs an Indexed Job: one pod per machine (completion index N checks entry N of the
+machine list), each in the same locked-down pod as an action Job (`jobs.locked_down_pod`), each
+writing its own machine's result to its own termination message, so 100 machines never share a
+4 KiB message. The pods mount the Secrets (and CA Secrets, playbook ConfigMaps) of the Group's
+machines only, each at its own path; `lightsout.runner.indexed` picks the one its machine names.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lightsout import API_GROUP, API_VERSION
+from lightsout.config import OperatorConfig
+from lightsout.execution.extravars import action_extravars, credentials_secret
+from lightsout.execution.inputs import format_time, parse_time
+from lightsout.execution.jobs import (
+    CONTAINER_NAME,
+    LABEL_COMPONENT,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    RESULT_PATH,
+    WORK_DIR,
+    PodSettings,
+    locked_down_pod,
+    refuse_credentials,
+)
+from lightsout.execution.naming import dns_label, label_value, stable_hash
+from lightsout.execution.results import parse_power_state, parse_runner_result
+from lightsout.planning.effects import SetCondition
+from lightsout.planning.types import (
+    ConditionStatus,
+    ConditionType,
+    LeaseState,
+    OperationResult,
+    Phase,
+    PowerState,
+)
+
+COMPONENT = "healthcheck"
+LABEL_GROUP = "lightsout.dev/group"
+ANNOTATION_SPEC_HASH = "lightsout.dev/spec-hash"
+MACHINES_DIR = "/etc/lightsout/machines"
+MACHINES_FILE = "machines.json"
+#: Pods of one health-check Job running at once: each runs Ansible for a few seconds.
+PARALLELISM = 8
+#: The whole Job (every machine of the Group) must end within this.
+DEADLINE_SECONDS = 900
+#: A run that could not start within this after its scheduled time is skipped, not run late.
+STARTING_DEADLINE_SECONDS = 300
+#: CronJob names are held to 52 characters (the controller appends an 11-character suffix).
+CRONJOB_NAME_MAX = 52
+
+# Reasons of the Healthy condition and of lastHealthCheck.
+HEALTHY = "Healthy"
+BMC_UNREACHABLE = "BMCUnreachable"
+AUTHENTICATION_FAILED = "AuthenticationFailed"
+TLS_ERROR = "TLSError"
+UNKNOWN_SYSTEM = "UnknownSystem"
+CHECK_FAILED = "CheckFailed"
+ACTION_IN_PROGRESS = "ActionInProgress"
+
+#: (reason, pattern) in order: the first match names the failure. Matched against the failed
+#: task's message, which the driver roles word as "<request> on <endpoint> failed: <why>
+#: (<hint>)" with the BMC's or the client library's own words.
+_CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        TLS_ERROR,
+        re.compile(r"CERTIFICATE_VERIFY_FAILED|SSLError|SSL:|certificate verify|TLS", re.I),
+    ),
+    (
+        AUTHENTICATION_FAILED,
+        re.compile(
+            r"authentication failed|HTTP 401|Unauthori[sz]ed|incorrect password|"
+            r"unauthorized name|invalid credentials|permission denied \(publickey",
+            re.I,
+        ),
+    ),
+    (
+        UNKNOWN_SYSTEM,
+        re.compile(
+            r"no system|not found among|no such resource|HTTP 404|does not exist|"
+            r"unknown system|no vm ",
+            re.I,
+        ),
+    ),
+    (
+        BMC_UNREACHABLE,
+        re.compile(
+            r"connection refused|timed out|timeout|unreachable|no route to host|"
+            r"name or service not known|failed to establish|connection reset|"
+            r"Request failed|no answer|not answering|could not connect|EOF occurred",
+            re.I,
+        ),
+    ),
+)
+
+
+def classify(message: str) -> str:
+    """The Healthy condition's reason for a failed check's message."""
+    for reason, pattern in _CLASSES:
+        if pattern.search(message):
+            return reason
+    return CHECK_FAILED
+
+
+# ---------------------------------------------------------------- the CronJob and ConfigMap
+def cronjob_name(group: str) -> str:
+    """`lo-health-<group>` (a hash instead of the Group's name when that is too long)."""
+    name = dns_label("lo-health-", group)
+    return name if len(name) <= CRONJOB_NAME_MAX else f"lo-health-{stable_hash(group, 16)}"
+
+
+def labels_for(group: str) -> dict[str, str]:
+    return {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_COMPONENT: COMPONENT,
+        LABEL_GROUP: label_value(group),
+    }
+
+
+@dataclass(frozen=True)
+class HealthObjects:
+    """What one Group's health check consists of; `spec_hash` changes with any of it."""
+
+    configmap: dict[str, Any]
+    cronjob: dict[str, Any]
+    spec_hash: str
+
+
+def _slots(names: Sequence[str | None]) -> dict[str, int]:
+    return {name: index for index, name in enumerate(sorted({n for n in names if n}))}
+
+
+def build_health_objects(
+    group: Mapping[str, Any], machines: Sequence[Mapping[str, Any]], config: OperatorConfig
+) -> HealthObjects:
+    """The ConfigMap listing the Group's machines and the CronJob checking them."""
+    meta = group["metadata"]
+    gname, namespace = str(meta["name"]), str(meta["namespace"])
+    gspec = group.get("spec") or {}
+    policy = gspec.get("healthCheck") or {}
+    group_overlay = (gspec.get("playbooks") or {}).get("configMapName")
+    members = sorted(machines, key=lambda m: str(m["metadata"]["name"]))
+    refs = []
+    for machine in members:
+        spec = machine.get("spec") or {}
+        secret, ca = credentials_secret(spec)
+        playbooks = spec.get("playbooks") or {}
+        refs.append((secret, ca, playbooks.get("configMapName") or group_overlay, playbooks))
+    secrets = _slots([r[0] for r in refs])
+    cas = _slots([r[1] for r in refs])
+    overlays = _slots([r[2] for r in refs])
+    entries: list[dict[str, Any]] = []
+    data: dict[str, str] = {}
+    for index, (machine, (secret, ca, overlay, playbooks)) in enumerate(
+        zip(members, refs, strict=True)
+    ):
+        extravars = action_extravars(machine, COMPONENT)
+        refuse_credentials(extravars, f"{machine['metadata']['name']}.extravars")
+        data[f"{index}.json"] = json.dumps(extravars, sort_keys=True, indent=2)
+        entries.append(
+            {
+                "node": str(machine["metadata"]["name"]),
+                "credentials": secrets.get(secret) if secret else None,
+                "ca": cas.get(ca) if ca else None,
+                "overlay": overlays.get(overlay) if overlay else None,
+                "playbook": playbooks.get(COMPONENT),
+            }
+        )
+    data[MACHINES_FILE] = json.dumps(entries, sort_keys=True, indent=2)
+    name = cronjob_name(gname)
+    labels = labels_for(gname)
+    owner = {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": "Group",
+        "name": gname,
+        "uid": str(meta.get("uid", "")),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    volumes: list[dict[str, Any]] = [
+        {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
+        {"name": "machines", "configMap": {"name": name, "defaultMode": 0o444}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - the pod's own emptyDir
+        {"name": "machines", "mountPath": MACHINES_DIR, "readOnly": True},
+    ]
+    env = {
+        "LIGHTSOUT_ACTION": COMPONENT,
+        "LIGHTSOUT_MACHINES_DIR": MACHINES_DIR,
+        "LIGHTSOUT_RESULT_PATH": RESULT_PATH,
+        "LIGHTSOUT_WORK_DIR": WORK_DIR,
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    for kind, slots, source, mode in (
+        ("credentials", secrets, "secret", 0o440),
+        ("ca", cas, "secret", 0o444),
+        ("overlay", overlays, "configMap", 0o444),
+    ):
+        for ref_name, slot in slots.items():
+            volume = f"{kind}-{slot}"
+            path = f"/etc/lightsout/{volume}"
+            ref = (
+                {"secretName": ref_name, "defaultMode": mode}
+                if source == "secret"
+                else {"name": ref_name, "defaultMode": mode}
+            )
+            volumes.append({"name": volume, source: ref})
+            mounts.append({"name": volume, "mountPath": path, "readOnly": True})
+            env[f"LIGHTSOUT_{kind.upper()}_DIR_{slot}"] = path
+    pod = locked_down_pod(
+        config.runner_image,
+        PodSettings(
+            node_selector=dict(config.job_node_selector),
+            tolerations=tuple({"key": key, "operator": "Exists"} for key in config.job_tolerations),
+            service_account_name=config.job_service_account,
+        ),
+        [{"name": key, "value": value} for key, value in env.items()],
+        volumes,
+        mounts,
+    )
+    count = max(len(members), 1)
+    job_spec = {
+        "completionMode": "Indexed",
+        "completions": count,
+        "parallelism": min(count, PARALLELISM),
+        # The runner exits 0 whenever it wrote its machine's result: a pod fails only when it
+        # could not run, and one such pod must not stop the other machines' checks.
+        "backoffLimitPerIndex": 1,
+        "activeDeadlineSeconds": DEADLINE_SECONDS,
+        "podReplacementPolicy": "Failed",
+        "template": {"metadata": {"labels": labels}, "spec": pod},
+    }
+    metadata = {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner]}
+    cronjob: dict[str, Any] = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": dict(metadata),
+        "spec": {
+            "schedule": str(policy.get("schedule", "*/5 * * * *")),
+            "suspend": not machines,
+            "concurrencyPolicy": "Forbid",
+            "startingDeadlineSeconds": STARTING_DEADLINE_SECONDS,
+            "successfulJobsHistoryLimit": 1,
+            "failedJobsHistoryLimit": 1,
+            "jobTemplate": {"metadata": {"labels": labels}, "spec": job_spec},
+        },
+    }
+    configmap: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": dict(metadata),
+        "data": data,
+    }
+    digest = hashlib.sha256(json.dumps([configmap, cronjob], sort_keys=True).encode()).hexdigest()[
+        :16
+    ]
+    for obj in (configmap, cronjob):
+        obj["metadata"]["annotations"] = {ANNOTATION_SPEC_HASH: digest}
+    return HealthObjects(configmap, cronjob, digest)
+
+
+def job_from_cronjob(cronjob: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """A Job made from the CronJob's template now, as `kubectl create job --from=cronjob/…`."""
+    meta = cronjob["metadata"]
+    template = cronjob["spec"]["jobTemplate"]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "labels": dict((template.get("metadata") or {}).get("labels") or {}),
+            "annotations": {"cronjob.kubernetes.io/instantiate": "manual"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "CronJob",
+                    "name": meta["name"],
+                    "uid": meta.get("uid", ""),
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": template["spec"],
+    }
+
+
+# ---------------------------------------------------------------- results
+def pod_record(pod: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """(machine name, the small record the watch cache keeps) of a finished health-check pod."""
+    meta = pod.get("metadata") or {}
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    terminated = next(
+        (
+            (s.get("state") or {}).get("terminated")
+            for s in statuses
+            if s.get("name") == CONTAINER_NAME
+        ),
+        None,
+    )
+    if not terminated:
+        return None
+    runner, problem = parse_runner_result(terminated.get("message"))
+    if runner is None:
+        return None
+    node = runner.values.get("node")
+    if not isinstance(node, str) or not node:
+        return None
+    labels = meta.get("labels") or {}
+    record = {
+        "pod": meta.get("name"),
+        "job": labels.get("batch.kubernetes.io/job-name") or labels.get("job-name"),
+        "group": labels.get(LABEL_GROUP),
+        "started": terminated.get("startedAt"),
+        "finished": terminated.get("finishedAt"),
+        "result": str(runner.result),
+        "message": runner.message or problem,
+        "powerState": runner.values.get("power_state"),
+    }
+    return node, record
+
+
+def newest(records: Sequence[Mapping[str, Any]], group: str) -> Mapping[str, Any] | None:
+    """The newest record of a check run by the machine's own Group's Job."""
+    own = [r for r in records if r.get("group") == label_value(group) and parse_time(r["started"])]
+    return max(own, key=lambda r: (str(r["started"]), str(r.get("pod"))), default=None)
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """What a machine's status says about its health, and what the state machine gets."""
+
+    #: The new `status.lastHealthCheck`, None when no newer check arrived.
+    record: dict[str, Any] | None
+    condition: SetCondition | None
+    #: Power state read by the last check the state machine may use, and when.
+    power_state: PowerState
+    power_state_at: dt.datetime | None
+    observed_power_state: PowerState | None
+
+
+_ACTION_PHASES = frozenset(
+    {
+        Phase.POWERING_ON,
+        Phase.POWERING_OFF,
+        Phase.PROVISIONING,
+        Phase.DEPROVISIONING,
+        Phase.BOOTING,
+        Phase.DRAINING,
+    }
+)
+
+
+def assess(
+    status: Mapping[str, Any], record: Mapping[str, Any] | None, lease: LeaseState
+) -> Assessment:
+    """Turn the newest check into status, unless status already has it or an action is on."""
+    last = status.get("lastHealthCheck")
+    last = last if isinstance(last, Mapping) else {}
+    unchanged = Assessment(None, None, *_usable(last), None)
+    if record is None:
+        return unchanged
+    started = parse_time(record.get("started"))
+    if started is None or (
+        (seen := parse_time(last.get("time"))) is not None
+        and (started < seen or (started == seen and record.get("job") == last.get("job")))
+    ):
+        return unchanged
+    base = {"time": format_time(started), "job": record.get("job")}
+    phase = status.get("phase")
+    if lease in (LeaseState.HELD_BY_ME, LeaseState.HELD_BY_OTHER) or phase in _ACTION_PHASES:
+        message = (
+            f"not used: the machine was {phase or 'busy'} and an action Job holds its Lease; "
+            "a health check never drives a machine an action is driving"
+        )
+        skipped = {**base, "result": "Skipped", "reason": ACTION_IN_PROGRESS, "message": message}
+        return Assessment(skipped, None, *_usable(last), None)
+    message = str(record.get("message") or "")[:1024]
+    if record.get("result") == OperationResult.SUCCEEDED:
+        power = parse_power_state(record.get("powerState")) or PowerState.UNKNOWN
+        text = f"the controller answered: power {power}"
+        new = {
+            **base,
+            "result": "Healthy",
+            "reason": HEALTHY,
+            "message": text,
+            "powerState": str(power),
+        }
+        condition = SetCondition(ConditionType.HEALTHY, ConditionStatus.TRUE, HEALTHY, text)
+        return Assessment(new, condition, power, started, power)
+    reason = classify(message)
+    new = {**base, "result": "Unhealthy", "reason": reason, "message": message}
+    condition = SetCondition(ConditionType.HEALTHY, ConditionStatus.FALSE, reason, message)
+    return Assessment(new, condition, PowerState.UNKNOWN, None, PowerState.UNKNOWN)
+
+
+def _usable(last: Mapping[str, Any]) -> tuple[PowerState, dt.datetime | None]:
+    if last.get("result") != "Healthy":
+        return PowerState.UNKNOWN, None
+    power = parse_power_state(last.get("powerState")) or PowerState.UNKNOWN
+    return power, parse_time(last.get("time"))

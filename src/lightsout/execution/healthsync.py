@@ -1,0 +1,61 @@
+"""Keeps each Group's health-check CronJob and machine list equal to what the Group asks.
+
+Called by the Group pass of the work queue (`handlers/node.py`), in a worker thread, after
+every change of the Group or of one of its machines: with `spec.healthCheck.enabled` the
+ConfigMap and CronJob built by `execution.health` are created or replaced when their content
+changed; disabled, both are deleted. A deleted Group's CronJob and ConfigMap are removed by the
+garbage collector (the Group owns them). What was last written is remembered per Group by its
+hash, so a pass with nothing new sends nothing; after a restart the first pass writes once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightsout.config import OperatorConfig
+from lightsout.execution import health
+from lightsout.k8s import api
+
+log = logging.getLogger(__name__)
+ABSENT = "absent"
+
+
+@dataclass
+class HealthCronJobs:
+    """The spec hash last written for each Group's health check, by (namespace, Group)."""
+
+    config: OperatorConfig
+    written: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def forget(self, namespace: str, group: str) -> None:
+        self.written.pop((namespace, group), None)
+
+    def sync(self, group: Mapping[str, Any], machines: Sequence[Mapping[str, Any]]) -> None:
+        meta = group["metadata"]
+        key = (str(meta["namespace"]), str(meta["name"]))
+        if meta.get("deletionTimestamp"):
+            return
+        policy = (group.get("spec") or {}).get("healthCheck") or {}
+        if not policy.get("enabled", True):
+            if self.written.get(key) != ABSENT:
+                name = health.cronjob_name(key[1])
+                api.delete_cronjob(key[0], name)
+                api.delete_configmap(key[0], name)
+                log.info("health check of group %s/%s disabled: CronJob deleted", *key)
+                self.written[key] = ABSENT
+            return
+        objects = health.build_health_objects(group, machines, self.config)
+        if self.written.get(key) == objects.spec_hash:
+            return
+        # The machine list first: a Job the new CronJob starts must find its entries.
+        api.apply_configmap(key[0], objects.configmap)
+        name = objects.cronjob["metadata"]["name"]
+        try:
+            api.create_cronjob(key[0], objects.cronjob)
+            log.info("health check of group %s/%s: CronJob %s created", *key, name)
+        except api.ConflictError:
+            api.replace_cronjob(key[0], name, objects.cronjob)
+        self.written[key] = objects.spec_hash

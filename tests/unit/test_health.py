@@ -1,0 +1,208 @@
+"""The health check's pure parts: the Group's CronJob, the pods' results, what status says.
+
+The end-to-end proof (a real CronJob, real BMC emulators) is tests/e2e/test_health_check.py;
+these pin down the rules one by one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lightsout.commands import healthcheck
+from lightsout.config import OperatorConfig
+from lightsout.execution import health
+from lightsout.planning.types import ConditionStatus, LeaseState, PowerState
+from lightsout.runner import indexed
+from lightsout.runner.config import ConfigError
+
+CONFIG = OperatorConfig(identity="me", runner_image="runner:1", job_tolerations=("runner",))
+
+
+def group(**check: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "lab", "namespace": "ns", "uid": "g-uid"},
+        "spec": {"healthCheck": {"schedule": "0 * * * *", **check}},
+    }
+
+
+def redfish(name: str, secret: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {
+            "group": "lab",
+            "driver": {
+                "redfish": {
+                    "endpoint": "https://10.0.0.1",
+                    "systemId": name,
+                    "credentialsSecretRef": {"name": secret},
+                    "tls": {"caSecretRef": {"name": "ca"}},
+                }
+            },
+        },
+    }
+
+
+def test_one_indexed_pod_per_machine_with_only_the_groups_secrets() -> None:
+    machines = [redfish("b", "shared"), redfish("a", "shared"), redfish("c", "own")]
+    objects = health.build_health_objects(group(), machines, CONFIG)
+    cron = objects.cronjob
+    assert cron["metadata"]["name"] == "lo-health-lab"
+    assert cron["metadata"]["ownerReferences"][0]["uid"] == "g-uid"
+    spec = cron["spec"]
+    assert (spec["schedule"], spec["concurrencyPolicy"]) == ("0 * * * *", "Forbid")
+    job = spec["jobTemplate"]["spec"]
+    assert (job["completionMode"], job["completions"], job["backoffLimitPerIndex"]) == (
+        "Indexed",
+        3,
+        1,
+    )
+    pod = job["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["tolerations"] == [{"key": "runner", "operator": "Exists"}]
+    secrets = {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    assert secrets == {"shared", "own", "ca"}
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    # Machines in name order; entry N is what the pod of completion index N checks.
+    entries = json.loads(objects.configmap["data"]["machines.json"])
+    assert [e["node"] for e in entries] == ["a", "b", "c"]
+    assert env[f"LIGHTSOUT_CREDENTIALS_DIR_{entries[0]['credentials']}"].endswith("-1")
+    assert entries[0]["credentials"] == entries[1]["credentials"] != entries[2]["credentials"]
+
+
+def test_the_hash_changes_with_the_schedule_and_the_members_only() -> None:
+    one = health.build_health_objects(group(), [redfish("a", "s")], CONFIG).spec_hash
+    again = health.build_health_objects(group(), [redfish("a", "s")], CONFIG).spec_hash
+    other = health.build_health_objects(group(schedule="*/1 * * * *"), [redfish("a", "s")], CONFIG)
+    more = health.build_health_objects(group(), [redfish("a", "s"), redfish("b", "s")], CONFIG)
+    assert one == again
+    assert len({one, other.spec_hash, more.spec_hash}) == 3
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        ("Request failed: <urlopen error [Errno 111] Connection refused>", "BMCUnreachable"),
+        ("HTTP 401: Incorrect username or password", "AuthenticationFailed"),
+        ("failed: Incorrect password provided", "AuthenticationFailed"),
+        ("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed", "TLSError"),
+        ("HTTP 404: no such resource on this BMC", "UnknownSystem"),
+        ("something else entirely", "CheckFailed"),
+    ],
+)
+def test_a_failed_check_is_named_by_its_cause(message: str, reason: str) -> None:
+    assert health.classify(message) == reason
+
+
+def pod(message: dict[str, Any] | str, started: str = "2026-01-01T10:00:00Z") -> dict[str, Any]:
+    text = message if isinstance(message, str) else json.dumps(message)
+    return {
+        "metadata": {
+            "name": "check-1-0-x",
+            "labels": {"batch.kubernetes.io/job-name": "check-1", "lightsout.dev/group": "lab"},
+        },
+        "status": {
+            "containerStatuses": [
+                {
+                    "name": "action",
+                    "state": {"terminated": {"message": text, "startedAt": started}},
+                }
+            ]
+        },
+    }
+
+
+OK = {"result": "Succeeded", "message": "", "values": {"node": "a", "power_state": "On"}}
+
+
+def test_a_pod_result_is_filed_under_the_machine_it_names() -> None:
+    found = health.pod_record(pod(OK))
+    assert found is not None
+    name, record = found
+    assert (name, record["job"], record["powerState"]) == ("a", "check-1", "On")
+    assert health.pod_record(pod({**OK, "values": {"power_state": "On"}})) is None
+    assert health.pod_record(pod("not json")) is None
+
+
+def record(result: dict[str, Any], started: str = "2026-01-01T10:00:00Z") -> dict[str, Any]:
+    found = health.pod_record(pod(result, started))
+    assert found is not None
+    return found[1]
+
+
+def test_a_new_result_sets_the_health_fields_and_hands_the_power_to_the_fsm() -> None:
+    seen = health.assess({"phase": "Off"}, record(OK), LeaseState.FREE)
+    assert seen.record is not None and seen.record["reason"] == "Healthy"
+    assert seen.condition is not None and seen.condition.status is ConditionStatus.TRUE
+    assert (seen.power_state, seen.observed_power_state) == (PowerState.ON, PowerState.ON)
+    assert seen.power_state_at is not None
+    # The same result again changes nothing, but still tells the FSM what was read.
+    again = health.assess(
+        {"phase": "Off", "lastHealthCheck": seen.record}, record(OK), LeaseState.FREE
+    )
+    assert again.record is None and again.power_state is PowerState.ON
+
+
+def test_a_failed_check_is_unhealthy_and_its_power_state_unknown() -> None:
+    failed = {"result": "Failed", "message": "HTTP 401: nope", "values": {"node": "a"}}
+    seen = health.assess({"phase": "Off"}, record(failed), LeaseState.FREE)
+    assert seen.condition is not None
+    assert (seen.condition.status, seen.condition.reason) == (
+        ConditionStatus.FALSE,
+        "AuthenticationFailed",
+    )
+    assert seen.observed_power_state is PowerState.UNKNOWN and seen.power_state_at is None
+
+
+@pytest.mark.parametrize(
+    ("phase", "lease"),
+    [
+        ("PoweringOn", LeaseState.FREE),
+        ("Off", LeaseState.HELD_BY_ME),
+        ("Ready", LeaseState.HELD_BY_OTHER),
+    ],
+)
+def test_a_machine_an_action_drives_is_skipped_and_says_so(phase: str, lease: LeaseState) -> None:
+    seen = health.assess({"phase": phase}, record(OK), lease)
+    assert seen.record is not None
+    assert (seen.record["result"], seen.record["reason"]) == ("Skipped", "ActionInProgress")
+    assert seen.condition is None and seen.observed_power_state is None
+    assert seen.power_state is PowerState.UNKNOWN
+
+
+def test_the_runner_picks_its_machine_by_completion_index(tmp_path: Path) -> None:
+    entries = [{"node": "a", "credentials": 1, "ca": None, "overlay": None, "playbook": "x.yml"}]
+    (tmp_path / "machines.json").write_text(json.dumps(entries))
+    env = {
+        "LIGHTSOUT_MACHINES_DIR": str(tmp_path),
+        "JOB_COMPLETION_INDEX": "0",
+        "LIGHTSOUT_CREDENTIALS_DIR_0": "/etc/lightsout/credentials-0",
+        "LIGHTSOUT_CREDENTIALS_DIR_1": "/etc/lightsout/credentials-1",
+    }
+    out, node = indexed.machine_env(env)
+    assert node == "a"
+    assert out["LIGHTSOUT_CREDENTIALS_DIR"] == "/etc/lightsout/credentials-1"
+    assert "LIGHTSOUT_CREDENTIALS_DIR_0" not in out
+    assert (out["LIGHTSOUT_EXTRAVARS"], out["LIGHTSOUT_PLAYBOOK"]) == (
+        str(tmp_path / "0.json"),
+        "x.yml",
+    )
+    with pytest.raises(ConfigError, match="no machine at index 1"):
+        indexed.machine_env({**env, "JOB_COMPLETION_INDEX": "1"})
+
+
+def test_the_cli_words_each_machine_and_counts_the_missing() -> None:
+    failed = {"result": "Failed", "message": "HTTP 401: no", "values": {"node": "b"}}
+    pods = [pod(OK), pod(failed)]
+    lines, healthy = healthcheck.report(pods, None, 3)
+    assert lines == [
+        "a: Healthy, power On",
+        "b: Unhealthy, AuthenticationFailed: HTTP 401: no",
+        "1 machine(s) of the Group left no result (their pods did not run)",
+    ]
+    assert not healthy
+    assert healthcheck.report(pods, ["a"], 3) == (["a: Healthy, power On"], True)
+    assert healthcheck.finished({}, pods, 2) and not healthcheck.finished({}, pods, 3)
