@@ -334,9 +334,19 @@ async def configmap_changed(name: str, namespace: str | None, memo: kopf.Memo, *
 
 @kopf.on.event("coordination.k8s.io", "v1", "leases", id="queue_lease")
 async def lease_changed(
-    name: str, annotations: kopf.Annotations, memo: kopf.Memo, **_: Any
+    name: str,
+    annotations: kopf.Annotations,
+    spec: kopf.Spec,
+    type: str | None,
+    memo: kopf.Memo,
+    **_: Any,
 ) -> None:
     if not name.startswith(f"{LEASE_PREFIX}.") or (r := _reconcilers(memo)) is None:
+        return
+    if type != "DELETED" and spec.get("holderIdentity") == r.config.identity:
+        # Our own pass took or renewed it: that pass goes on by itself. Re-queueing here made
+        # every pass during a long action renew the Lease and queue the next one (hundreds of
+        # passes a minute per machine). Another holder's change or release still wakes it.
         return
     # `lightsout.<namespace>.<machine>`; namespaces hold no dots, machine names may.
     held = annotations.get(ANNOTATION_MACHINE) or name.split(".", 1)[1].replace(".", "/", 1)
