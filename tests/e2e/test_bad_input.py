@@ -27,6 +27,8 @@ from lightsout.models import (
     EnergyPeriod,
     Group,
     GroupStatus,
+    HealthCheckRecord,
+    HealthCheckResult,
     Intent,
     LastOperation,
     Node,
@@ -104,13 +106,13 @@ def test_samples_apply_and_show_printer_columns(crds: Cluster, namespace: str) -
 
     assert set(blocks) == {
         "NAME MIN MAX ON TARGET AUTOSCALER AGE",
-        "NAME GROUP DESIRED PHASE POWER AGE",
+        "NAME GROUP DESIRED PHASE POWER HEALTH AGE",
     }
     groups = blocks["NAME MIN MAX ON TARGET AUTOSCALER AGE"]
     assert [row.split()[:4] for row in groups] == [
         ["group.lightsout.dev/homelab", "0", "3", "builtin"]
     ]
-    nodes = blocks["NAME GROUP DESIRED PHASE POWER AGE"]
+    nodes = blocks["NAME GROUP DESIRED PHASE POWER HEALTH AGE"]
     assert [row.split()[:3] for row in nodes] == [
         ["node.lightsout.dev/big-box", "homelab", "On"],
         ["node.lightsout.dev/mid-box", "homelab", "Off"],
@@ -192,6 +194,14 @@ FULL_NODE_STATUS = NodeStatus(
     message="core Node is Ready",
     attempts=1,
     energy=ENERGY,
+    last_health_check=HealthCheckRecord(
+        time=NOW,
+        result=HealthCheckResult.HEALTHY,
+        reason="Healthy",
+        message="the controller answered: power On",
+        power_state=ObservedPowerState.ON,
+        job="check-1a2b3c",
+    ),
 )
 FULL_GROUP_STATUS = GroupStatus(
     energy=ENERGY,
@@ -219,8 +229,8 @@ def test_status_subresource_keeps_every_status_field(crds: Cluster, namespace: s
         assert get_json(crds, resource, name, "-n", namespace)["status"] == status
 
     blocks = _rows(crds.kubectl("get", "lightsout", "-n", namespace).stdout)
-    assert blocks["NAME GROUP DESIRED PHASE POWER AGE"][0].split()[:5] == [
-        "node.lightsout.dev/big-box", "homelab", "On", "Ready", "On",
+    assert blocks["NAME GROUP DESIRED PHASE POWER HEALTH AGE"][0].split()[:6] == [
+        "node.lightsout.dev/big-box", "homelab", "On", "Ready", "On", "Healthy",
     ]  # fmt: skip
     assert blocks["NAME MIN MAX ON TARGET AUTOSCALER AGE"][0].split()[:6] == [
         "group.lightsout.dev/homelab", "0", "3", "1", "1", "builtin",
