@@ -43,6 +43,8 @@ README = ROOT / "README.md"
 RELEASE = "lightsout"
 HOME = "lightsout-system"
 SELECTOR = f"app.kubernetes.io/instance={RELEASE}"
+#: What a parent make exports to the commands it runs.
+MAKE_VARIABLES = frozenset({"MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES"})
 #: Where a projected ServiceAccount token would be mounted.
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -89,8 +91,12 @@ def run_readme(
     """README's block in bash, from the checkout, with this cluster's kubectl and helm on PATH
     and the real node's containerd as `ctr`'s default."""
     tools = f"{find_helm().parent}:{find_binaries()}:{os.environ['PATH']}"
+    # A person's shell: not the variables of the `make test` this may run under (with
+    # MAKELEVEL set, README's `make images` would print "Entering directory" lines into the
+    # pipe that reads image archives).
+    inherited = {k: v for k, v in os.environ.items() if k not in MAKE_VARIABLES}
     env = {
-        **os.environ,
+        **inherited,
         "PATH": tools,
         "KUBECONFIG": str(cluster.kubeconfig),
         "CONTAINERD_ADDRESS": str(node.socket),
