@@ -152,10 +152,21 @@ def test_clone_joins_with_the_token_from_its_iso(
         )
         assert secret_part not in shown
 
-        # A revoked token, a wrong one and an expired one are refused by the API server.
-        for token in (plan.token, f"{token_id}.{'x' * 16}", expired_token(crds)):
+        # A wrong token and an expired one are refused by the API server; the revoked one too,
+        # once the API server's authentication cache lets go of its last success (kube-apiserver
+        # caches a token's success for 10 s by default).
+        for token in (f"{token_id}.{'x' * 16}", expired_token(crds)):
             with pytest.raises(bootstrap.JoinError, match="401"):
                 bootstrap.tls_bootstrap(dataclasses.replace(plan, token=token))
+
+        def revoked_refused() -> bool:
+            try:
+                bootstrap.tls_bootstrap(dataclasses.replace(plan, token=plan.token))
+            except bootstrap.JoinError as error:
+                return "401" in str(error)
+            return False
+
+        wait_for(revoked_refused, 30, "the revoked token refused", interval=2.0)
 
         off, seconds = patch_and_wait(crds, namespace, name, "Off", "Off")
         report("proxmox-join", "patch Off -> Off", seconds=seconds, isos=pve.isos())
