@@ -164,6 +164,32 @@ class _Pods:
         )
 
 
+def _week(
+    name: str,
+    description: str,
+    *,
+    seed: int,
+    machines: list[dict[str, Any]],
+    pods: _Pods,
+    durations: dict[str, Durations],
+    cronjobs: list[dict[str, Any]] | None = None,
+    runs: dict[str, float] | None = None,
+) -> Trace:
+    """A generated week starting at `START`: what every shipped trace shares."""
+    return Trace(
+        name=name,
+        description=description,
+        start=START,
+        duration_seconds=WEEK,
+        machines=tuple(machines),
+        cronjobs=tuple(cronjobs or ()),
+        pods=tuple(pods.pods),
+        durations=durations,
+        cron_run_seconds=runs or {},
+        seed=seed,
+    )
+
+
 def homelab_week(seed: int = 1) -> Trace:
     rng = random.Random(seed)  # noqa: S311  (seeded on purpose: the trace must be reproducible)
     machines = [
@@ -252,20 +278,19 @@ def homelab_week(seed: int = 1) -> Trace:
                 _spec("500m", "512Mi"),
                 owner=None,
             )
-    return Trace(
-        name="homelab-week",
-        description=(
-            "A homelab week: nightly backup CronJobs, evening CI bursts on weekdays, a dev "
-            "Deployment in working hours, weekend GPU training, six heterogeneous machines."
-        ),
-        start=START,
-        duration_seconds=WEEK,
-        machines=tuple(machines),
-        cronjobs=tuple(cronjobs),
-        pods=tuple(pods.pods),
-        durations=durations,
-        cron_run_seconds=runs,
+    description = (
+        "A homelab week: nightly backup CronJobs, evening CI bursts on weekdays, a dev "
+        "Deployment in working hours, weekend GPU training, six heterogeneous machines."
+    )
+    return _week(
+        "homelab-week",
+        description,
         seed=seed,
+        machines=machines,
+        pods=pods,
+        durations=durations,
+        cronjobs=cronjobs,
+        runs=runs,
     )
 
 
@@ -308,17 +333,16 @@ def batch_heavy(seed: int = 2) -> Trace:
                     _spec(rng.choice(["1", "2", "4"]), rng.choice(["2Gi", "4Gi", "8Gi"])),
                     owner="Job",
                 )
-    return Trace(
-        name="batch-heavy",
-        description="Batch Jobs in waves through the working day, hourly and nightly CronJobs.",
-        start=START,
-        duration_seconds=WEEK,
-        machines=tuple(machines),
-        cronjobs=tuple(cronjobs),
-        pods=tuple(pods.pods),
-        durations=durations,
-        cron_run_seconds=runs,
+    description = "Batch Jobs in waves through the working day, hourly and nightly CronJobs."
+    return _week(
+        "batch-heavy",
+        description,
         seed=seed,
+        machines=machines,
+        pods=pods,
+        durations=durations,
+        cronjobs=cronjobs,
+        runs=runs,
     )
 
 
@@ -360,16 +384,9 @@ def bursty_random(seed: int = 3) -> Trace:
                 _spec(rng.choice(["500m", "1", "2"]), rng.choice(["1Gi", "2Gi", "4Gi"])),
                 owner=rng.choice(["Job", "Job", None]),
             )
-    return Trace(
-        name="bursty-random",
-        description="Poisson arrivals switching between calm and bursts; no schedule at all.",
-        start=START,
-        duration_seconds=WEEK,
-        machines=tuple(machines),
-        cronjobs=(),
-        pods=tuple(pods.pods),
-        durations=durations,
-        seed=seed,
+    description = "Poisson arrivals switching between calm and bursts; no schedule at all."
+    return _week(
+        "bursty-random", description, seed=seed, machines=machines, pods=pods, durations=durations
     )
 
 
