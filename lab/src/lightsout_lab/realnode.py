@@ -25,6 +25,7 @@ the API server with in-cluster config, as in any cluster.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import io
 import ipaddress
@@ -63,6 +64,9 @@ POD_SUBNET = "10.244.250.0/24"
 #: The `kubernetes` Service: the first address of the service range, port 443.
 API_SERVICE = (str(ipaddress.ip_network(SERVICE_CIDR)[1]), 443)
 K8S_NAMESPACE = "k8s.io"  # containerd's namespace for the CRI plugin
+#: One real node per host: the bridge, its subnet and the DNAT rule are fixed, so a second
+#: RealNode (another test process, another worktree) waits on this lock until the first stops.
+HOST_LOCK = Path("/run/lightsout-real-node.lock")  # root-only, like the bridge
 
 # Sleeps until told to stop and reaps the children a shared PID namespace hands it.
 _PAUSE_C = r"""
@@ -123,6 +127,7 @@ class RealNode:
     #: Seconds from the kubelet's start to its Node's Ready condition (set by start()).
     ready_seconds: float = 0.0
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+    _lock: int | None = field(default=None, repr=False)
 
     @property
     def socket(self) -> Path:
@@ -146,6 +151,8 @@ class RealNode:
         if not kubelet.exists():
             raise RealNodeError(f"{kubelet} missing: run tools/controlplane/build.sh")
         self.logs.mkdir(parents=True, exist_ok=True)
+        self._lock = os.open(HOST_LOCK, os.O_CREAT | os.O_RDWR, 0o600)
+        fcntl.flock(self._lock, fcntl.LOCK_EX)  # blocks while another real node runs
         try:
             self._start_containerd(timeout)
             _weigh_containers_as_a_node()
@@ -174,6 +181,9 @@ class RealNode:
         shutil.rmtree(self.directory / "containerd", ignore_errors=True)
         if kubelet is not None:
             self.cluster.kubectl("delete", "node", self.node_name, "--wait=false", check=False)
+        if self._lock is not None:
+            os.close(self._lock)  # releases the host lock
+            self._lock = None
 
     def __enter__(self) -> Self:
         return self.start()
