@@ -13,17 +13,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from lightsout.planning.scheduling import placement_reasons, view_of_machine
-from lightsout.state.types import ExpectedPod, Machine, Pod, Snapshot
+from lightsout.state.types import ExpectedPod, Pod, Snapshot
 
 #: Slack on top of the boot time: the planner's debounce, the scheduler's bind, jitter.
 MARGIN = timedelta(seconds=15)
-
-
-def boot_estimate(machine: Machine) -> float:
-    """Seconds from the power-on decision to Ready: learned, else the boot timeout."""
-    if machine.learned_boot_seconds is not None:
-        return machine.learned_boot_seconds
-    return float(machine.boot_seconds)
 
 
 def lead_time(snapshot: Snapshot, expected: ExpectedPod) -> timedelta:
@@ -32,7 +25,7 @@ def lead_time(snapshot: Snapshot, expected: ExpectedPod) -> timedelta:
     for machine in snapshot.machines:
         view = view_of_machine(machine, snapshot.daemonsets)
         if view is not None and not placement_reasons(expected.scheduling, view):
-            slowest = max(slowest, boot_estimate(machine))
+            slowest = max(slowest, machine.boot_estimate)
     return timedelta(seconds=slowest) + MARGIN
 
 
@@ -63,4 +56,4 @@ def next_due(snapshot: Snapshot, now: datetime) -> datetime | None:
     return min(future, default=None)
 
 
-__all__ = ["MARGIN", "boot_estimate", "due", "lead_time", "next_due"]
+__all__ = ["MARGIN", "due", "lead_time", "next_due"]

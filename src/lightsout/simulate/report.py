@@ -29,6 +29,17 @@ def percentile(values: Sequence[float], share: float) -> float | None:
     return ordered[rank - 1]
 
 
+def max_in_window(times: Sequence[float], window: float) -> int:
+    """The most of `times` (seconds, ascending) within any `window` seconds: the wear figure
+    `maxPowerCyclesPerDay` bounds."""
+    best = first = 0
+    for last, moment in enumerate(times):
+        while moment - times[first] >= window:
+            first += 1
+        best = max(best, last - first + 1)
+    return best
+
+
 def _waits(pods: Sequence[SimPod]) -> dict[str, Any]:
     waits = [p.wait for p in pods if p.wait is not None]
     return {
@@ -64,6 +75,8 @@ def summarise(result: Result) -> dict[str, Any]:
                 "usedKWh": round(used, 3),
                 "powerOns": m.power_ons,
                 "powerCyclesPerDay": round(m.power_ons / days, 2) if days else 0.0,
+                "maxPowerOnsIn24h": max_in_window(m.power_on_times, 86_400.0),
+                "maxPowerCyclesPerDay": m.template.max_power_cycles_per_day,
                 "phase": m.state.phase.value,
             }
         )
@@ -148,8 +161,12 @@ def render_text(
         f"{summary['otherPodsWaitingPastBoot']}"
     )
     lines.append(
-        "power cycles per day: "
-        + ", ".join(f"{m['name']} {m['powerCyclesPerDay']:.2f}" for m in summary["machines"])
+        "power cycles per day (most power-ons in any 24 h, wear limit): "
+        + ", ".join(
+            f"{m['name']} {m['powerCyclesPerDay']:.2f} ({m['maxPowerOnsIn24h']}, "
+            f"{m['maxPowerCyclesPerDay'] or 'none'})"
+            for m in summary["machines"]
+        )
     )
     if baseline is not None:
         b = baseline["energy"]
