@@ -144,6 +144,8 @@ class SimPod:
     node: str | None = None
     #: The node it last ran on (kept after it finished).
     host: str | None = None
+    #: The node of the first machine the planner powered on for it, if any.
+    powered_for: str | None = None
     started: float | None = None
     #: Wait before the first start (an evicted pod's restart does not count again).
     wait: float | None = None
@@ -630,6 +632,11 @@ class Simulator:
             if machine is None or group is None or action.dry_run:
                 continue
             desired = PowerState.ON if isinstance(action, PowerOn) else PowerState.OFF
+            if isinstance(action, PowerOn):
+                for key in action.pods:
+                    waiting = self.pending.get(key)
+                    if waiting is not None and waiting.powered_for is None:
+                        waiting.powered_for = machine.name
             if machine.state.desired is desired:
                 continue
             machine.generation += 1
