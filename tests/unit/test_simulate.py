@@ -366,3 +366,12 @@ def test_the_wear_limit_caps_power_ons_in_the_simulation_and_the_report_shows_it
     assert (m1["powerOns"], m1["maxPowerOnsIn24h"], m1["maxPowerCyclesPerDay"]) == (2, 2, 2)
     unlimited = summarise(replay(_cycles_trace()))
     assert unlimited["machines"][0]["maxPowerOnsIn24h"] == 3
+
+
+def test_plot_draws_the_timeline_into_a_png(tmp_path: Path) -> None:
+    from lightsout.simulate.plot import plot
+
+    target = tmp_path / "week.png"
+    plot(replay(_cycles_trace()), target)
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert target.stat().st_size > 10_000
