@@ -41,7 +41,7 @@ from lightsout.planning.cluster import (
 from lightsout.planning.decisions import Explanations, Plan, PowerOff, PowerOn, ScaleAction
 from lightsout.planning.explain import Explainer
 from lightsout.planning.policy import EnergyModel, describe
-from lightsout.planning.prewarm import due, lead_time
+from lightsout.planning.prewarm import due, lead_times
 from lightsout.planning.scaledown import Upcoming, scale_down
 from lightsout.planning.scaleup import Chosen, absorb, choose, eligible_classes, room_of, top_up
 from lightsout.state.types import ObjectKey, Pod, SchedulingRequirements, Snapshot
@@ -61,7 +61,9 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
         )
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)  # API times are aware; a naive clock is taken as UTC
-    expected = due(snapshot, now)
+    leads = lead_times(snapshot)
+    upcoming = [Upcoming(e, leads[e.key].total_seconds()) for e in snapshot.expected]
+    expected = due(snapshot, now, leads)
     if expected:
         # CronJob runs about to start count as pending pods (see `planning.prewarm`).
         snapshot = replace(snapshot, pods=(*snapshot.pods, *expected))
@@ -98,7 +100,6 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
             pod_notes.update((pod.key, text) for pod in cls.rest())
 
     scaling_up = set(planned.values())
-    upcoming = [Upcoming(e, lead_time(snapshot, e).total_seconds()) for e in snapshot.expected]
     down = scale_down(
         cluster,
         energy,
