@@ -131,6 +131,7 @@ def test_status_round_trip_keeps_samples_and_writes_the_medians() -> None:
     assert status["powerOns"] == [ts(at(0))]
     assert learned_from_status(status) == learned
     assert learned_from_status({"bootSamples": ["x", -1, 7]}) == Learned(boot_samples=(7,))
+    assert "bootSeconds" not in learned_to_status(Learned(power_ons=(at(0),)))
 
 
 # --- break-even and unneededSeconds: auto -----------------------------------------------------

@@ -150,14 +150,17 @@ def learned_from_status(raw: Any) -> Learned:
 
 
 def learned_to_status(learned: Learned) -> dict[str, Any]:
-    """`status.learned` for a record: the samples, their medians and the power-on times."""
-    return {
+    """`status.learned` for a record: the samples, their medians and the power-on times.
+    A figure not learned yet is left out (the API server stores no null, so writing one would
+    make every later comparison see a change)."""
+    out: dict[str, Any] = {
         "bootSeconds": median(learned.boot_samples),
         "shutdownSeconds": median(learned.shutdown_samples),
         "bootSamples": list(learned.boot_samples),
         "shutdownSamples": list(learned.shutdown_samples),
         "powerOns": [format_time(t) for t in learned.power_ons],
     }
+    return {key: value for key, value in out.items() if value is not None}
 
 
 def clone_to_status(previous: Any, op: Operation | None) -> dict[str, Any] | None:
