@@ -13,7 +13,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml lab/pyproject.toml
 	@test -x $(PY) || $(PYTHON312) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[ansible,dev,sim]' -e ./lab
+	$(PY) -m pip install -q -e '.[ansible,dev,sim,plot]' -e ./lab
 	@rm -f $(VENV)/.installed-*; touch $@
 
 binaries:

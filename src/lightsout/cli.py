@@ -177,8 +177,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         prewarm=args.prewarm,
     )
     started = time.monotonic()
-    summary = report.summarise(engine.replay(trace, options))
+    result = engine.replay(trace, options)
+    summary = report.summarise(result)
     summary["replaySeconds"] = round(time.monotonic() - started, 2)
+    if args.plot:
+        from lightsout.simulate.plot import PlotMissingError, plot
+
+        try:
+            plot(result, Path(args.plot))
+        except PlotMissingError as error:
+            print(f"lightsout simulate: {error}", file=sys.stderr)
+            return 2
     baseline = None
     if args.baseline and options.policy is engine.Policy.LIGHTSOUT:
         reactive = engine.Options(policy=engine.Policy.REACTIVE, scoring=options.scoring)
@@ -295,6 +304,11 @@ def _add_simulation_commands(sub: argparse._SubParsersAction[argparse.ArgumentPa
         "--optimum", action="store_true", help="also solve the offline optimum (needs [sim])"
     )
     simulate.add_argument("--time-limit", type=float, default=60.0, help="solver seconds")
+    simulate.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw the machines' on/off timeline and the pods waiting (needs matplotlib)",
+    )
     simulate.add_argument("-o", "--output", choices=["text", "json"], default="text")
     simulate.set_defaults(func=cmd_simulate)
 

@@ -145,6 +145,18 @@ def scenario(crds: Cluster, namespace: str, three: Fleet, three_bmc: SushyEmulat
     assert len(explained) == len(set(explained)), explained
     scaled_down = get_json(crds, "lsg", "autoscaled", "-n", namespace)["status"]["lastScaleDown"]
     assert scaled_down["nodes"], scaled_down
+    # Each machine's one power cycle was timed from its phase history, and `-o wide` shows it.
+    for name in (small, large, gpu):
+        learned = get_json(crds, "lsn", name, "-n", namespace)["status"]["learned"]
+        assert len(learned["bootSamples"]) == len(learned["shutdownSamples"]) == 1, learned
+        assert learned["bootSeconds"] == learned["bootSamples"][0] > 0, learned
+        assert len(learned["powerOns"]) == 1, learned
+    wide = crds.kubectl("get", "lsn", small, "-n", namespace, "-o", "wide").stdout.splitlines()
+    header, row = wide[0].split(), wide[1].split()
+    assert "BOOT-S" in header and "SHUTDOWN-S" in header, wide
+    learned = get_json(crds, "lsn", small, "-n", namespace)["status"]["learned"]
+    assert row[header.index("BOOT-S")] == str(learned["bootSeconds"]), wide
+    assert row[header.index("SHUTDOWN-S")] == str(learned["shutdownSeconds"]), wide
 
 
 def test_a_dry_run_group_explains_and_changes_nothing(

@@ -162,14 +162,17 @@ def machine(
     labels: Mapping[str, str] | None = None,
     taints: list[Obj] | None = None,
     resources: bool = True,
+    learned: Obj | None = None,
+    wear: Obj | None = None,
 ) -> Obj:
-    """A Lights-Out Node whose core Node is called like it. `watts` is (on, idle, off)."""
+    """A Lights-Out Node whose core Node is called like it. `watts` is (on, idle, off);
+    `learned` is its `status.learned`, `wear` extra `spec.autoscaling` (wear limits)."""
     spec: Obj = {
         "desiredPowerState": desired,
         "group": group,
         "kubernetesNodeName": name,
         "driver": {"wol": {"macAddress": "52:54:00:00:00:01", "ssh": {"host": name, "user": "u"}}},
-        "autoscaling": {"enabled": enabled, "priority": priority},
+        "autoscaling": {"enabled": enabled, "priority": priority, **(wear or {})},
         "power": {"bootTimeoutSeconds": boot},
     }
     if resources:
@@ -183,6 +186,8 @@ def machine(
     if taints:
         spec["taints"] = taints
     status: Obj = {"phase": phase, "phaseSince": ts(at(-3600))} if phase else {}
+    if learned:
+        status["learned"] = learned
     return {
         "apiVersion": "lightsout.dev/v1alpha1",
         "kind": "Node",

@@ -123,7 +123,7 @@ def test_group_defaults() -> None:
         2,
     )
     down = spec.scale_down
-    assert (down.enabled, down.unneeded_seconds, down.utilization_threshold) == (True, 600, 0.5)
+    assert (down.enabled, down.unneeded_seconds, down.utilization_threshold) == (True, "auto", 0.5)
     assert (down.stabilization_window_seconds, down.max_concurrent_operations) == (300, 1)
     assert spec.selection_policy is SelectionPolicy.LOWEST_ENERGY
     assert spec.health_check.schedule == "*/5 * * * *"

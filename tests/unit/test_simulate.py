@@ -334,3 +334,44 @@ def test_a_pod_waiting_past_its_machines_boot_is_counted() -> None:
     (sim_pod,) = result.pods
     sim_pod.wait = TRUTH.power_on_seconds + TRUTH.boot_seconds + 5.5
     assert summarise(result)["otherPodsWaitingPastBoot"] == 1
+
+
+def _cycles_trace(**node_autoscaling: Any) -> Trace:
+    # a, then (after an idle gap longer than 600 s) b, then after a 200 s gap c: one machine's
+    # worth of work each, on m1 alone.
+    pods = [pod(60, 300, "a"), pod(1060, 300, "b"), pod(1560, 300, "c")]
+    machine = node("m1")
+    machine["spec"]["autoscaling"] = node_autoscaling
+    return trace(pods, machines=[machine])
+
+
+def test_auto_unneeded_time_learns_the_machine_and_waits_one_break_even_time() -> None:
+    auto = replay(_cycles_trace())
+    (m1,) = auto.machines
+    # Its durations were learned by the production state machine from its phase history:
+    # power-on Job start to Ready = 10 + 50 s, shutdown Job = 20 s; break-even 80 s.
+    assert set(m1.state.learned.boot_samples) == {60}
+    assert set(m1.state.learned.shutdown_samples) == {20}
+    # The first gap (700 s) is waited out at the unlearned 600 s; the 200 s gap before c is
+    # longer than the 80 s break-even, so m1 is powered off and on again for c.
+    assert m1.power_ons == 3
+    fixed = replay(_cycles_trace(), Options(overrides=("spec.scaleDown.unneededSeconds=600",)))
+    assert fixed.machines[0].power_ons == 2
+    assert summarise(auto)["energy"]["usedKWh"] < summarise(fixed)["energy"]["usedKWh"]
+
+
+def test_the_wear_limit_caps_power_ons_in_the_simulation_and_the_report_shows_it() -> None:
+    limited = summarise(replay(_cycles_trace(maxPowerCyclesPerDay=2)))
+    (m1,) = limited["machines"]
+    assert (m1["powerOns"], m1["maxPowerOnsIn24h"], m1["maxPowerCyclesPerDay"]) == (2, 2, 2)
+    unlimited = summarise(replay(_cycles_trace()))
+    assert unlimited["machines"][0]["maxPowerOnsIn24h"] == 3
+
+
+def test_plot_draws_the_timeline_into_a_png(tmp_path: Path) -> None:
+    from lightsout.simulate.plot import plot
+
+    target = tmp_path / "week.png"
+    plot(replay(_cycles_trace()), target)
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert target.stat().st_size > 10_000

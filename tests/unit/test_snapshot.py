@@ -192,7 +192,7 @@ def test_groups_take_the_models_defaults() -> None:
     assert g.selection_policy is SelectionPolicy.LOWEST_ENERGY
     assert (g.scale_up.stabilization_seconds, g.scale_up.max_concurrent) == (0, 2)
     down = g.scale_down
-    assert (down.enabled, down.unneeded_seconds, down.utilization_threshold) == (True, 600, 0.5)
+    assert (down.enabled, down.unneeded_seconds, down.utilization_threshold) == (True, None, 0.5)
     assert (down.stabilization_seconds, down.max_concurrent) == (300, 1)
     assert g.last_scale_up is None and g.price_per_kwh is None
 

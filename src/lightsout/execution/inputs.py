@@ -14,9 +14,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lightsout.execution.nodeops import metadata_applied, node_cordoned, node_ready
+from lightsout.planning.learning import median
 from lightsout.planning.types import (
     Action,
     DrainStatus,
+    Learned,
     LeaseState,
     MachineState,
     NodeRemovalPolicy,
@@ -140,6 +142,36 @@ def _replacing(old: Any, new: Any) -> Any:
     return out
 
 
+def learned_from_status(raw: Any) -> Learned:
+    """`status.learned` as the state machine's record (unreadable entries are dropped)."""
+    if not isinstance(raw, Mapping):
+        return Learned()
+
+    def samples(name: str) -> tuple[int, ...]:
+        values = raw.get(name)
+        if not isinstance(values, list):
+            return ()
+        return tuple(v for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 0)
+
+    times = raw.get("powerOns")
+    power_ons = tuple(t for t in map(parse_time, times if isinstance(times, list) else []) if t)
+    return Learned(samples("bootSamples"), samples("shutdownSamples"), power_ons)
+
+
+def learned_to_status(learned: Learned) -> dict[str, Any]:
+    """`status.learned` for a record: the samples, their medians and the power-on times.
+    A figure not learned yet is left out (the API server stores no null, so writing one would
+    make every later comparison see a change)."""
+    out: dict[str, Any] = {
+        "bootSeconds": median(learned.boot_samples),
+        "shutdownSeconds": median(learned.shutdown_samples),
+        "bootSamples": list(learned.boot_samples),
+        "shutdownSamples": list(learned.shutdown_samples),
+        "powerOns": [format_time(t) for t in learned.power_ons],
+    }
+    return {key: value for key, value in out.items() if value is not None}
+
+
 def clone_to_status(previous: Any, op: Operation | None) -> dict[str, Any] | None:
     """`status.clone`: the ephemeral VM made for this machine, from what its actions reported.
 
@@ -211,6 +243,7 @@ def machine_state(node: Obj, group: Obj | None) -> MachineState:
             NodeRemovalPolicy.DELETE,
         ),
         correct_drift=health.get("driftPolicy") == "Correct",
+        learned=learned_from_status(status.get("learned")),
     )
 
 

@@ -431,6 +431,8 @@ def write_status(
         new["energy"] = checkpoint
     if decision.health_check is not None:
         new["lastHealthCheck"] = dict(decision.health_check)
+    if decision.learned is not None:
+        new["learned"] = inputs.learned_to_status(decision.learned)
     changed = inputs.status_patch(status, new)
     if not changed:
         return

@@ -58,6 +58,20 @@ NODE_COLUMNS = [
     ),
     _column("K8s-Node", ".spec.kubernetesNodeName", description="Core Node name", priority=1),
     _column("Reason", ".status.reason", description="Reason for the phase", priority=1),
+    _column(
+        "Boot-s",
+        ".status.learned.bootSeconds",
+        "integer",
+        "Learned power-on to Ready time (median of the last power-ons)",
+        priority=1,
+    ),
+    _column(
+        "Shutdown-s",
+        ".status.learned.shutdownSeconds",
+        "integer",
+        "Learned power-off time (median of the last power-offs)",
+        priority=1,
+    ),
     AGE,
 ]
 GROUP_COLUMNS = [

@@ -20,9 +20,36 @@ from lightsout.models.enums import (
     NodeRemovalPolicy,
     SelectionPolicy,
 )
-from lightsout.models.types import CronSchedule, DnsSubdomain, LabelMap, LongText, ShortText
+from lightsout.models.types import (
+    CronSchedule,
+    DnsSubdomain,
+    LabelMap,
+    LongText,
+    SchemaExtra,
+    ShortText,
+    checked,
+)
 
 Seconds = Annotated[int, Field(ge=0, le=86_400)]
+
+#: `scaleDown.unneededSeconds: auto`: wait one break-even time (see `planning.breakeven`).
+AUTO = "auto"
+UNNEEDED_RULE = Rule(
+    cel="type(self) == int ? self >= 0 && self <= 86400 : self == 'auto'",
+    message="unneededSeconds must be 'auto' or a number of seconds from 0 to 86400",
+)
+
+
+def _is_unneeded(value: int | str) -> bool:
+    return 0 <= value <= 86_400 if isinstance(value, int) else value == AUTO
+
+
+UnneededSeconds = Annotated[
+    int | str,
+    checked(UNNEEDED_RULE, _is_unneeded),
+    SchemaExtra.of(x_kubernetes_int_or_string=True, maxLength=8),
+    SchemaExtra.cel(UNNEEDED_RULE),
+]
 Concurrency = Annotated[int, Field(ge=1, le=100)]
 
 THRESHOLD_RANGE = Rule(
@@ -53,8 +80,10 @@ class ScaleDownPolicy(ApiModel):
 
     enabled: bool = True
     """False never powers machines off for being idle."""
-    unneeded_seconds: Seconds = 600
-    """A machine must be unneeded this long before it is powered off."""
+    unneeded_seconds: UnneededSeconds = AUTO
+    """A machine must be unneeded this long before it is powered off. `auto`: one break-even
+    time of the machine (its learned boot plus shutdown time, over which a power cycle costs
+    what staying on idle would), or 600 s until both are learned."""
     utilization_threshold: Fraction = Field(default=0.5, json_schema_extra=rules(THRESHOLD_RANGE))
     """A machine whose requested/allocatable CPU and memory are both below this fraction, and
     whose pods fit elsewhere, is unneeded."""

@@ -39,6 +39,12 @@ ProviderID = Annotated[
 ]
 ExtendedResourceName = Annotated[str, StringConstraints(max_length=317)]
 
+#: Durations kept per kind in `status.learned` (the learned figure is their median, so one
+#: slow boot among them does not move it).
+MAX_SAMPLES = 9
+#: Power-on times kept for the wear limit (also the highest maxPowerCyclesPerDay).
+MAX_POWER_ONS_KEPT = 96
+
 EXTENDED_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 EXTENDED_NAMES = Rule(
     cel=f"self.all(k, k.matches(r'{EXTENDED_NAME}'))",
@@ -117,6 +123,13 @@ class AutoscalingSettings(ApiModel):
     priority: int = Field(default=0, ge=-1000, le=1000)
     """Under the Priority selection policy, higher priority machines are powered on first and
     off last."""
+    minimum_on_seconds: int | None = Field(default=None, ge=1, le=86_400)
+    """Wear limit: once Ready, the autoscaler leaves the machine on at least this long (unset:
+    no minimum)."""
+    max_power_cycles_per_day: int | None = Field(default=None, ge=1, le=MAX_POWER_ONS_KEPT)
+    """Wear limit: the autoscaler does not power the machine off while it has been powered on
+    this many times in the last 24 hours, so it is never started more often than this in any
+    24 hours (unset: no limit)."""
 
 
 class PlaybookOverrides(ApiModel):
@@ -165,6 +178,27 @@ class NodeSpec(ApiModel):
     """Delete or keep the core Node object after power-off; unset: the Group's choice."""
     max_retries: int = Field(default=3, ge=0, le=20)
     """Failed attempts of one intent before the Node goes Failed."""
+
+
+class Learned(ApiModel):
+    """What the operator measured of this machine's power cycles: durations the planner uses
+    instead of the declared timeouts (pre-warming lead time, break-even, FastestBoot), and the
+    recent power-ons its wear limit counts."""
+
+    boot_seconds: int | None = Field(default=None, ge=0)
+    """Median of `bootSamples`: power-on Job started to Ready."""
+    shutdown_seconds: int | None = Field(default=None, ge=0)
+    """Median of `shutdownSamples`: power-off Job started to Off."""
+    boot_samples: list[Annotated[int, Field(ge=0)]] | None = Field(
+        default=None, max_length=MAX_SAMPLES
+    )
+    """The last power-ons' durations in seconds, oldest first."""
+    shutdown_samples: list[Annotated[int, Field(ge=0)]] | None = Field(
+        default=None, max_length=MAX_SAMPLES
+    )
+    """The last power-offs' durations in seconds, oldest first."""
+    power_ons: list[datetime] | None = Field(default=None, max_length=MAX_POWER_ONS_KEPT)
+    """When the machine was asked to power on within the last 24 hours, oldest first."""
 
 
 class LastOperation(ApiModel):
@@ -259,6 +293,8 @@ class NodeStatus(ApiModel):
     """Energy accounting (checkpointed when the machine's draw changes)."""
     last_health_check: HealthCheckRecord | None = None
     """The last health check's result."""
+    learned: Learned | None = None
+    """Boot and shutdown durations measured from the phase history, and recent power-ons."""
     clone: CloneRecord | None = None
     """Ephemeral machines: the VM made by the last provision, kept until a deprovision
     confirms it is gone (also when the provision failed after cloning)."""

@@ -56,7 +56,7 @@ class SchemaExtra:
         return schema
 
 
-def _checked(rule: Rule, test: Callable[[Any], object]) -> AfterValidator:
+def checked(rule: Rule, test: Callable[[Any], object]) -> AfterValidator:
     """A pydantic validator applying `test` and failing with the rule's message."""
 
     def validate(value: Any) -> Any:
@@ -85,7 +85,7 @@ DnsSubdomain = Annotated[
     str,
     StringConstraints(min_length=1, max_length=253),
     SchemaExtra.cel(DNS_SUBDOMAIN_RULE),
-    _checked(DNS_SUBDOMAIN_RULE, re.compile(DNS_SUBDOMAIN).fullmatch),
+    checked(DNS_SUBDOMAIN_RULE, re.compile(DNS_SUBDOMAIN).fullmatch),
 ]
 """A Kubernetes object name (DNS-1123 subdomain)."""
 SecretKey = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=SECRET_KEY)]
@@ -105,7 +105,7 @@ LabelMap = Annotated[
     dict[Annotated[str, StringConstraints(max_length=317)], LabelValue],
     Field(max_length=64),
     SchemaExtra.cel(LABEL_KEY_RULE),
-    _checked(LABEL_KEY_RULE, lambda labels: all(LABEL_KEY_RE.fullmatch(k) for k in labels)),
+    checked(LABEL_KEY_RULE, lambda labels: all(LABEL_KEY_RE.fullmatch(k) for k in labels)),
 ]
 """Labels for the core Node: at most 64, keys qualified names, values up to 63 characters."""
 
@@ -125,7 +125,7 @@ HttpsUrl = Annotated[
     str,
     StringConstraints(min_length=1, max_length=2048),
     SchemaExtra.cel(HTTPS_URL_RULE),
-    _checked(HTTPS_URL_RULE, _is_https_url),
+    checked(HTTPS_URL_RULE, _is_https_url),
 ]
 
 MAC_PATTERN = r"^([0-9A-Fa-f]{2}[:-]){5}[0-9A-Fa-f]{2}$"
@@ -137,7 +137,7 @@ MacAddress = Annotated[
     str,
     StringConstraints(max_length=17),
     SchemaExtra.cel(MAC_RULE),
-    _checked(MAC_RULE, re.compile(MAC_PATTERN).fullmatch),
+    checked(MAC_RULE, re.compile(MAC_PATTERN).fullmatch),
 ]
 
 
@@ -177,7 +177,7 @@ def _is_quantity(value: int | str) -> bool:
 
 Quantity = Annotated[
     int | str,
-    _checked(QUANTITY_RULE, _is_quantity),
+    checked(QUANTITY_RULE, _is_quantity),
     SchemaExtra.of(x_kubernetes_int_or_string=True, maxLength=64),
     SchemaExtra.cel(QUANTITY_RULE),
 ]
@@ -228,7 +228,7 @@ CronSchedule = Annotated[
     str,
     StringConstraints(min_length=1, max_length=128),
     SchemaExtra.cel(CRON_RULE),
-    _checked(CRON_RULE, re.compile(CRON_PATTERN).fullmatch),
+    checked(CRON_RULE, re.compile(CRON_PATTERN).fullmatch),
 ]
 
 PLAYBOOK_FILE = r"^[A-Za-z0-9][-A-Za-z0-9_.]*\.ya?ml$"

@@ -16,7 +16,8 @@ In order:
    (`scaleup.absorb`), then on a set of powered-off machines (`scaleup.choose`); what is left
    gets an explanation naming each machine's reason (`explain.Explainer`).
 3. Groups below minNodes are topped up with their cheapest machines (`scaleup.top_up`).
-4. Unneeded Ready machines are found and, past their timers, powered off (`scaledown`).
+4. Unneeded Ready machines are found and, past their timers (`auto`: one break-even time), powered
+   off unless a wear limit or announced demand soon enough keeps them on (`scaledown`).
 
 Only machines of Groups whose `autoscaler` is `builtin`, with `spec.autoscaling.enabled`, are
 ever acted on; every other machine still counts as the capacity it is.
@@ -40,8 +41,8 @@ from lightsout.planning.cluster import (
 from lightsout.planning.decisions import Explanations, Plan, PowerOff, PowerOn, ScaleAction
 from lightsout.planning.explain import Explainer
 from lightsout.planning.policy import EnergyModel, describe
-from lightsout.planning.prewarm import due
-from lightsout.planning.scaledown import scale_down
+from lightsout.planning.prewarm import due, lead_times
+from lightsout.planning.scaledown import Upcoming, scale_down
 from lightsout.planning.scaleup import Chosen, absorb, choose, eligible_classes, room_of, top_up
 from lightsout.state.types import ObjectKey, Pod, SchedulingRequirements, Snapshot
 
@@ -60,7 +61,9 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
         )
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)  # API times are aware; a naive clock is taken as UTC
-    expected = due(snapshot, now)
+    leads = lead_times(snapshot)
+    upcoming = [Upcoming(e, leads[e.key].total_seconds()) for e in snapshot.expected]
+    expected = due(snapshot, now, leads)
     if expected:
         # CronJob runs about to start count as pending pods (see `planning.prewarm`).
         snapshot = replace(snapshot, pods=(*snapshot.pods, *expected))
@@ -98,7 +101,12 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
 
     scaling_up = set(planned.values())
     down = scale_down(
-        cluster, energy, snapshot.disruption_budgets, dict(snapshot.unneeded_since), scaling_up
+        cluster,
+        energy,
+        snapshot.disruption_budgets,
+        dict(snapshot.unneeded_since),
+        scaling_up,
+        upcoming=upcoming,
     )
     actions.extend(down.actions)
     for key, note in down.notes.items():

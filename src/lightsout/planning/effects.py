@@ -26,6 +26,7 @@ from lightsout.planning.types import (
     ConditionStatus,
     ConditionType,
     EventType,
+    Learned,
     Operation,
     Phase,
     PowerState,
@@ -159,6 +160,8 @@ class Decision:
     observed_power_state: PowerState | None = None
     #: `status.lastHealthCheck` to write (a new health-check result), None to leave it.
     health_check: Mapping[str, Any] | None = None
+    #: `status.learned` to write when this transition taught something, None to leave it.
+    learned: Learned | None = None
 
     @property
     def requeue_after(self) -> float | None:

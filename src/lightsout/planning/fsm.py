@@ -104,6 +104,7 @@ from lightsout.planning.effects import (
     StartJob,
     Uncordon,
 )
+from lightsout.planning.learning import learn
 from lightsout.planning.types import (
     ACTION_PHASE,
     PHASE_ACTION,
@@ -317,6 +318,7 @@ def _finish(machine: MachineState, decision: Decision, now: datetime) -> Decisio
         decision,
         effects=effects,
         phase_since=now if changed_phase else (machine.phase_since or now),
+        learned=learn(machine, decision.phase, decision.operation, now),
     )
 
 

@@ -15,11 +15,13 @@ reading cluster-autoscaler's log understands.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from lightsout.models.enums import Autoscaler, Phase, PowerState
+from lightsout.planning.breakeven import UNLEARNED_SECONDS, unneeded_seconds
 from lightsout.planning.policy import EnergyModel, idle_rank
 from lightsout.planning.scheduling import starting
 from lightsout.state.resources import CPU, Resources
@@ -346,12 +348,20 @@ def template_node(snapshot: Snapshot, group: Group) -> TemplateNode:
 
 
 def options(snapshot: Snapshot, group: Group) -> Options:
-    """What the Group says: its scale-down threshold and unneeded time, and its machines'
-    longest boot timeout as the time a node may take to register."""
-    boots = [m.boot_seconds for m in members(snapshot, group)]
+    """What the Group says: its scale-down threshold and unneeded time (`auto`: its machines'
+    longest, see `planning.breakeven`), and its machines' longest boot timeout as the time a
+    node may take to register."""
+    machines = members(snapshot, group)
+    boots = [m.boot_seconds for m in machines]
+    energy = EnergyModel.of(snapshot.machines, snapshot.groups)
+    waits = [unneeded_seconds(m, group, energy)[0] for m in machines]
+    finite = [w for w in waits if math.isfinite(w)]
+    unneeded = group.scale_down.unneeded_seconds
+    if unneeded is None:
+        unneeded = math.ceil(max(finite)) if finite else UNLEARNED_SECONDS
     return Options(
         scale_down_utilization_threshold=group.scale_down.utilization_threshold,
-        scale_down_unneeded_seconds=group.scale_down.unneeded_seconds,
+        scale_down_unneeded_seconds=unneeded,
         max_node_provision_seconds=max(boots) if boots else None,
     )
 

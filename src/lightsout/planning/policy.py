@@ -8,8 +8,8 @@ A Group's `selectionPolicy` ranks its own machines:
 - `LeastWaste`: least unused capacity (mean over cpu, memory and any extended resources the
   machine offers) once the pods are placed.
 - `Priority`: highest `spec.autoscaling.priority` first.
-- `FastestBoot`: shortest `spec.power.bootTimeoutSeconds` (the only boot-time figure the spec
-  carries) first.
+- `FastestBoot`: shortest boot first: the boot time learned from the machine's phase history
+  (`status.learned.bootSeconds`), else its `spec.power.bootTimeoutSeconds`.
 
 Ties fall back to energy per demand, then to the machine's name, so plans are deterministic.
 Between Groups whose policies differ, energy per demand decides. `planning.scaleup` (choosing
@@ -112,7 +112,7 @@ def rank(policy: SelectionPolicy, fill: Fill) -> tuple[float, ...]:
         case SelectionPolicy.PRIORITY:
             head = (-fill.machine.priority,)
         case SelectionPolicy.FASTEST_BOOT:
-            head = (float(fill.machine.boot_seconds),)
+            head = (fill.machine.boot_estimate,)
         case _:
             head = ()
     return (*head, _per_value(fill), -fill.value)
@@ -141,7 +141,7 @@ def idle_rank(
         case SelectionPolicy.PRIORITY:
             return (-machine.priority, cost)
         case SelectionPolicy.FASTEST_BOOT:
-            return (float(machine.boot_seconds), cost)
+            return (machine.boot_estimate, cost)
     return (cost,)
 
 
@@ -155,7 +155,7 @@ def power_off_rank(
         case SelectionPolicy.PRIORITY:
             return (float(machine.priority),)
         case SelectionPolicy.FASTEST_BOOT:
-            return (float(machine.boot_seconds),)
+            return (machine.boot_estimate,)
         case SelectionPolicy.LOWEST_ENERGY:
             return (-energy.cost(machine, group, 0.0),)
     return ()
@@ -171,5 +171,8 @@ def describe(fill: Fill, count: int) -> str:
         case SelectionPolicy.PRIORITY:
             return f"{policy}: priority {fill.machine.priority}"
         case SelectionPolicy.FASTEST_BOOT:
-            return f"{policy}: boots within {fill.machine.boot_seconds}s"
+            learned = fill.machine.learned_boot_seconds
+            if learned is not None:
+                return f"{policy}: boots in about {learned:.0f}s (learned)"
+            return f"{policy}: boots within {fill.machine.boot_seconds}s (bootTimeoutSeconds)"
     return f"{policy}: about {fill.watts:.0f} W for {pods}"

@@ -10,20 +10,14 @@ the next expected pod enters its lead time, a deadline for `wake.next_wake`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from lightsout.planning.scheduling import placement_reasons, view_of_machine
-from lightsout.state.types import ExpectedPod, Machine, Pod, Snapshot
+from lightsout.state.types import ExpectedPod, ObjectKey, Pod, Snapshot
 
 #: Slack on top of the boot time: the planner's debounce, the scheduler's bind, jitter.
 MARGIN = timedelta(seconds=15)
-
-
-def boot_estimate(machine: Machine) -> float:
-    """Seconds from the power-on decision to Ready: learned, else the boot timeout."""
-    if machine.learned_boot_seconds is not None:
-        return machine.learned_boot_seconds
-    return float(machine.boot_seconds)
 
 
 def lead_time(snapshot: Snapshot, expected: ExpectedPod) -> timedelta:
@@ -32,15 +26,23 @@ def lead_time(snapshot: Snapshot, expected: ExpectedPod) -> timedelta:
     for machine in snapshot.machines:
         view = view_of_machine(machine, snapshot.daemonsets)
         if view is not None and not placement_reasons(expected.scheduling, view):
-            slowest = max(slowest, boot_estimate(machine))
+            slowest = max(slowest, machine.boot_estimate)
     return timedelta(seconds=slowest) + MARGIN
 
 
-def due(snapshot: Snapshot, now: datetime) -> tuple[Pod, ...]:
+def lead_times(snapshot: Snapshot) -> dict[ObjectKey, timedelta]:
+    """Every expected pod's lead time, computed once per plan (it reads every machine)."""
+    return {expected.key: lead_time(snapshot, expected) for expected in snapshot.expected}
+
+
+def due(
+    snapshot: Snapshot, now: datetime, leads: Mapping[ObjectKey, timedelta] | None = None
+) -> tuple[Pod, ...]:
     """Expected pods inside their lead time, as pending pods no node has refused yet."""
+    leads = lead_times(snapshot) if leads is None else leads
     out: list[Pod] = []
     for expected in snapshot.expected:
-        if now <= expected.at <= now + lead_time(snapshot, expected):
+        if now <= expected.at <= now + leads[expected.key]:
             out.append(
                 Pod(
                     key=expected.key,
@@ -63,4 +65,4 @@ def next_due(snapshot: Snapshot, now: datetime) -> datetime | None:
     return min(future, default=None)
 
 
-__all__ = ["MARGIN", "boot_estimate", "due", "lead_time", "next_due"]
+__all__ = ["MARGIN", "due", "lead_time", "lead_times", "next_due"]

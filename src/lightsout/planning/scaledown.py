@@ -13,10 +13,15 @@ pods already placed on them). A Ready machine of a builtin Group with autoscalin
   space their pods would take is reserved, so two machines never count on the same free space,
   and a machine found unneeded no longer offers its own space to the others.
 
-An unneeded machine is powered off once it has been unneeded for scaleDown.unneededSeconds,
-outside scaleDown.stabilizationWindowSeconds after the Group's last scale-up (and never while
-the same plan powers machines on in its Group), without taking the Group below minNodes, and at
-most scaleDown.maxConcurrentOperations at once counting those already powering off.
+An unneeded machine is powered off once it has been unneeded for scaleDown.unneededSeconds
+(`auto`: its break-even time, `planning.breakeven`), outside
+scaleDown.stabilizationWindowSeconds after the Group's last scale-up (and never while the same
+plan powers machines on in its Group), without taking the Group below minNodes, and at most
+scaleDown.maxConcurrentOperations at once counting those already powering off. It also stays
+on while a wear limit holds it (minimumOnSeconds, maxPowerCyclesPerDay), and while announced
+demand it would serve (a CronJob's next run no needed Ready machine can take) comes sooner than
+powering it off and on again would pay: its shutdown time plus the run's pre-warming lead time,
+which is one break-even time plus the lead's margin.
 """
 
 from __future__ import annotations
@@ -26,12 +31,28 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from lightsout.models.enums import Autoscaler
-from lightsout.planning.cluster import Availability, Bin, Cluster, MachineInfo, PodClass
+from lightsout.planning.breakeven import unneeded_seconds, wear_hold
+from lightsout.planning.cluster import (
+    Availability,
+    Bin,
+    Cluster,
+    MachineInfo,
+    PodClass,
+    count_fit,
+)
 from lightsout.planning.decisions import PowerOff
 from lightsout.planning.policy import EnergyModel, power_off_rank
-from lightsout.planning.scheduling import selector_matches
+from lightsout.planning.scheduling import fits, placement_reasons, selector_matches
 from lightsout.state.resources import CPU, MEMORY
-from lightsout.state.types import DO_NOT_DISRUPT, DisruptionBudget, ObjectKey, Pod
+from lightsout.state.types import DO_NOT_DISRUPT, DisruptionBudget, ExpectedPod, ObjectKey, Pod
+
+
+@dataclass(frozen=True, slots=True)
+class Upcoming:
+    """An announced pod (a CronJob's next run) and how long before it pre-warming acts."""
+
+    pod: ExpectedPod
+    lead_seconds: float
 
 
 @dataclass
@@ -47,6 +68,8 @@ def scale_down(
     budgets: Sequence[DisruptionBudget],
     previous: dict[ObjectKey, datetime],
     scaling_up: set[ObjectKey],
+    *,
+    upcoming: Sequence[Upcoming] = (),
 ) -> ScaleDown:
     result = ScaleDown()
     bins = {b.name: b for b in cluster.ready_bins}
@@ -97,7 +120,13 @@ def scale_down(
         since = previous.get(info.key, cluster.now)
         result.unneeded_since[info.key] = since
         elapsed = int((cluster.now - since).total_seconds())
-        why = _held_back(cluster, info, elapsed, planned.get(group.key, 0), scaling_up)
+        wait, source = unneeded_seconds(info.machine, group, energy)
+        why = (
+            (f"only for {elapsed}s of {wait:.0f}s ({source})" if elapsed < wait else None)
+            or _held_back(cluster, info, planned.get(group.key, 0), scaling_up)
+            or _announced(cluster, info, upcoming, removed)
+            or _worn(info, cluster.now)
+        )
         if why is not None:
             result.notes[info.key] = f"unneeded, but {why}"
             continue
@@ -106,8 +135,8 @@ def scale_down(
             pods, f"its {pods} pods fit on other nodes"
         )
         reason = (
-            f"unneeded for {elapsed}s: utilisation {utilisation:.0%} under "
-            f"{group.scale_down.utilization_threshold:.0%} and {moving}"
+            f"unneeded for {elapsed}s ({source} {wait:.0f}s): utilisation {utilisation:.0%} "
+            f"under {group.scale_down.utilization_threshold:.0%} and {moving}"
         )
         result.actions.append(PowerOff(info.key, group.key, reason, group.dry_run))
         result.notes[info.key] = f"powering off: {reason}"
@@ -205,15 +234,12 @@ def _reserve(target: Bin, cls: PodClass, count: int) -> None:
 def _held_back(
     cluster: Cluster,
     info: MachineInfo,
-    elapsed: int,
     planned: int,
     scaling_up: set[ObjectKey],
 ) -> str | None:
     group = info.group
     assert group is not None
     policy = group.scale_down
-    if elapsed < policy.unneeded_seconds:
-        return f"only for {elapsed}s of {policy.unneeded_seconds}s (scaleDown.unneededSeconds)"
     if group.key in scaling_up:
         return f"group {group.key.name} is scaling up in this plan"
     if group.last_scale_up is not None:
@@ -231,6 +257,43 @@ def _held_back(
         return (
             f"group {group.key.name} has {in_flight} power-offs in flight "
             f"(scaleDown.maxConcurrentOperations {policy.max_concurrent})"
+        )
+    return None
+
+
+def _worn(info: MachineInfo, now: datetime) -> str | None:
+    hold = wear_hold(info.machine, now)
+    return None if hold is None else f"{hold[1]}: on until {hold[0]:%Y-%m-%d %H:%M:%S}"
+
+
+def _announced(
+    cluster: Cluster, info: MachineInfo, upcoming: Sequence[Upcoming], removed: set[str]
+) -> str | None:
+    """An announced pod this machine would serve, due before a power cycle would pay."""
+    view = info.view
+    if view is None:
+        return None
+    shutdown = info.machine.learned_shutdown_seconds or 0.0
+    for item in upcoming:
+        until = (item.pod.at - cluster.now).total_seconds()
+        if until <= 0 or until > shutdown + item.lead_seconds:
+            continue
+        req = item.pod.scheduling
+        if not fits(req, view):
+            continue
+        # Served by a Ready machine that stays on anyway: no reason to keep this one.
+        demand = tuple(req.requests)
+        if any(
+            b.name not in removed
+            and b.name != info.machine.kubernetes_node_name
+            and not placement_reasons(req, b.view)
+            and count_fit(demand, b.free)
+            for b in cluster.ready_bins
+        ):
+            continue
+        return (
+            f"{item.pod.key} is due in {until:.0f}s, sooner than a power cycle pays "
+            f"(shutdown {shutdown:.0f}s + pre-warming lead {item.lead_seconds:.0f}s)"
         )
     return None
 

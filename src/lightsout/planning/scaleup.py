@@ -165,7 +165,7 @@ def offers_of(cluster: Cluster, energy: EnergyModel) -> list[Offer]:
             energy.watts(m, 0.0),
             energy.watts(m, 1.0),
             m.priority if policy is SelectionPolicy.PRIORITY else 0,
-            m.boot_seconds if policy is SelectionPolicy.FASTEST_BOOT else 0,
+            m.boot_estimate if policy is SelectionPolicy.FASTEST_BOOT else 0.0,
         )
         offer = offers.get(key)
         if offer is None:

@@ -39,6 +39,7 @@ __all__ = [
     "DrainStatus",
     "EventType",
     "JobPhase",
+    "Learned",
     "LeaseState",
     "MachineState",
     "NodeRemovalPolicy",
@@ -184,6 +185,16 @@ class DrainStatus:
 
 
 @dataclass(frozen=True)
+class Learned:
+    """`status.learned`: measured durations of the last power-ons and power-offs (seconds,
+    oldest first) and the power-on requests of the last 24 hours (`planning.learning`)."""
+
+    boot_samples: tuple[int, ...] = ()
+    shutdown_samples: tuple[int, ...] = ()
+    power_ons: tuple[datetime, ...] = ()
+
+
+@dataclass(frozen=True)
 class MachineState:
     """What the operator knows about one machine from its Node resource (spec + status)."""
 
@@ -208,6 +219,7 @@ class MachineState:
     node_removal_policy: NodeRemovalPolicy = NodeRemovalPolicy.DELETE
     #: Group `healthCheck.driftPolicy == Correct`: drive a drifted machine back to its intent.
     correct_drift: bool = False
+    learned: Learned = Learned()
 
     @property
     def on_action(self) -> Action:

@@ -7,11 +7,14 @@ planner at the same moments, so simulated and real plans are made at the same ti
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 
 from lightsout.models.enums import Autoscaler
+from lightsout.planning.breakeven import unneeded_seconds, wear_hold
 from lightsout.planning.cluster import SCHEDULER_GRACE
 from lightsout.planning.decisions import Plan
+from lightsout.planning.policy import EnergyModel
 from lightsout.planning.prewarm import next_due
 from lightsout.state.types import Snapshot
 
@@ -19,7 +22,8 @@ from lightsout.state.types import Snapshot
 def next_wake(snapshot: Snapshot, plan: Plan, now: datetime) -> datetime | None:
     """The earliest future moment at which the same snapshot would give a different plan.
 
-    Time alone changes a plan only through deadlines: a machine's unneeded time running out,
+    Time alone changes a plan only through deadlines: a machine's unneeded time running out
+    (a fixed one or its break-even time), a wear limit letting go,
     a Group's scale-down stabilisation window closing, a pending pod passing its Group's
     scale-up window, the planner's grace for the scheduler's verdicts running out, and an
     expected pod (a CronJob run) entering its pre-warming lead time. Between
@@ -28,12 +32,18 @@ def next_wake(snapshot: Snapshot, plan: Plan, now: datetime) -> datetime | None:
     moments: list[datetime] = []
     groups = {group.key: group for group in snapshot.groups}
     machines = {machine.key: machine for machine in snapshot.machines}
+    energy = EnergyModel.of(snapshot.machines, snapshot.groups)
     for key, since in plan.unneeded_since.items():
         machine = machines.get(key)
         group = groups.get(machine.group_key) if machine else None
-        if group is None:
+        if machine is None or group is None:
             continue
-        moments.append(since + timedelta(seconds=group.scale_down.unneeded_seconds))
+        wait, _ = unneeded_seconds(machine, group, energy)
+        if math.isfinite(wait):
+            moments.append(since + timedelta(seconds=wait))
+        hold = wear_hold(machine, now)
+        if hold is not None:
+            moments.append(hold[0])
         if group.last_scale_up is not None:
             window = timedelta(seconds=group.scale_down.stabilization_seconds)
             moments.append(group.last_scale_up + window)

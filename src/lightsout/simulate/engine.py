@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -54,6 +53,7 @@ from lightsout.planning.effects import (
 )
 from lightsout.planning.energy import Draw, Ledger, is_powered
 from lightsout.planning.fsm import decide
+from lightsout.planning.learning import median
 from lightsout.planning.scheduling import HOSTNAME_LABEL, NodeView, fits
 from lightsout.planning.types import (
     Action,
@@ -144,6 +144,8 @@ class SimPod:
     node: str | None = None
     #: The node it last ran on (kept after it finished).
     host: str | None = None
+    #: The node of the first machine the planner powered on for it, if any.
+    powered_for: str | None = None
     started: float | None = None
     #: Wait before the first start (an evicted pod's restart does not count again).
     wait: float | None = None
@@ -182,9 +184,8 @@ class SimMachine:
     requested: dict[str, int] = field(default_factory=dict)
     next_reconcile: float | None = None
     power_ons: int = 0
-    #: When its current power-on started, and how long past ones took to Ready (learned).
-    powering_on_since: float | None = None
-    boot_samples: list[float] = field(default_factory=list)
+    #: Seconds since start of every power-on Job (for the wear figures).
+    power_on_times: list[float] = field(default_factory=list)
     #: (seconds since start, phase) at every phase change.
     timeline: list[tuple[float, str]] = field(default_factory=list)
 
@@ -594,7 +595,9 @@ class Simulator:
                 phase=m.state.phase,
                 desired=DesiredPowerState(m.state.desired.value),
                 phase_since=m.state.phase_since,
-                learned_boot_seconds=statistics.median(m.boot_samples) if m.boot_samples else None,
+                learned_boot_seconds=_float(median(m.state.learned.boot_samples)),
+                learned_shutdown_seconds=_float(median(m.state.learned.shutdown_samples)),
+                power_ons=m.state.learned.power_ons,
             )
             for m in self.machines.values()
         ]
@@ -629,6 +632,11 @@ class Simulator:
             if machine is None or group is None or action.dry_run:
                 continue
             desired = PowerState.ON if isinstance(action, PowerOn) else PowerState.OFF
+            if isinstance(action, PowerOn):
+                for key in action.pods:
+                    waiting = self.pending.get(key)
+                    if waiting is not None and waiting.powered_for is None:
+                        waiting.powered_for = machine.name
             if machine.state.desired is desired:
                 continue
             machine.generation += 1
@@ -690,10 +698,10 @@ class Simulator:
             reason=decision.reason,
             message=decision.message,
             operation=decision.operation,
+            learned=decision.learned or machine.state.learned,
         )
         if decision.phase is not before:
             machine.timeline.append((self.now, decision.phase.value))
-            self._learn(machine, decision.phase)
             self._want_plan()
             self._want_schedule()
         again: float | None = None
@@ -719,19 +727,6 @@ class Simulator:
         if again is not None:
             self._reconcile_soon(machine, max(again, self.now))
 
-    @staticmethod
-    def _learn(machine: SimMachine, phase: Phase) -> None:
-        """Boot durations from the phase history: power-on decision to Ready."""
-        # `now` is read through the timeline's last entry, which _reconcile just appended.
-        now = machine.timeline[-1][0]
-        if phase is Phase.POWERING_ON:
-            machine.powering_on_since = now
-        elif phase is Phase.READY and machine.powering_on_since is not None:
-            machine.boot_samples.append(now - machine.powering_on_since)
-            machine.powering_on_since = None
-        elif phase is not Phase.BOOTING:
-            machine.powering_on_since = None
-
     def _start_job(self, machine: SimMachine, effect: StartJob) -> None:
         job = machine.job
         if job is not None and (job.action, job.generation, job.attempt) == (
@@ -744,6 +739,7 @@ class Simulator:
         machine.job = SimJob(effect.action, effect.generation, effect.attempt)
         if on:
             machine.power_ons += 1
+            machine.power_on_times.append(self.now)
         seconds = machine.power_on_seconds if on else machine.shutdown_seconds
         self._push(self.now + seconds, _Kind.JOB_DONE, (machine.template.key, machine.job))
 
@@ -781,6 +777,10 @@ class Simulator:
             is_powered(machine.state.phase),
             machine.utilisation(),
         )
+
+
+def _float(value: int | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def replay(trace: Trace, options: Options | None = None) -> Result:

@@ -221,7 +221,9 @@ def _group(obj: Mapping[str, Any], notes: list[str]) -> Group | None:
         scale_up=ScaleUp(up.stabilization_window_seconds, up.max_concurrent_operations),
         scale_down=ScaleDown(
             enabled=down.enabled,
-            unneeded_seconds=down.unneeded_seconds,
+            unneeded_seconds=(
+                down.unneeded_seconds if isinstance(down.unneeded_seconds, int) else None
+            ),
             utilization_threshold=down.utilization_threshold,
             stabilization_seconds=down.stabilization_window_seconds,
             max_concurrent=down.max_concurrent_operations,
@@ -303,12 +305,30 @@ def _machine(
         watts_idle=power.idle_watts,
         watts_off=power.off_watts,
         boot_seconds=power.boot_timeout_seconds,
+        learned_boot_seconds=_seconds(dig(obj, "status", "learned", "bootSeconds")),
+        learned_shutdown_seconds=_seconds(dig(obj, "status", "learned", "shutdownSeconds")),
+        power_ons=_times(dig(obj, "status", "learned", "powerOns")),
+        minimum_on_seconds=autoscaling.minimum_on_seconds,
+        max_power_cycles_per_day=autoscaling.max_power_cycles_per_day,
         phase_since=parse_time(dig(obj, "status", "phaseSince")),
         provider_id=as_str(dig(obj, "status", "providerID"))
         or as_str(dig(spec, "providerID"))
         or None,
         unresolved=check(obj),
     )
+
+
+def _seconds(value: object) -> float | None:
+    """A learned duration from status; None when absent or unreadable."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return None
+    return float(value)
+
+
+def _times(value: object) -> tuple[datetime, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(t for t in map(parse_time, value) if t is not None)
 
 
 def _enum[E: StrEnum](kind: type[E], value: str, default: E) -> E:

@@ -184,8 +184,16 @@ class Machine:
     #: spec.power.bootTimeoutSeconds: the only boot-time figure the spec carries.
     boot_seconds: int = 600
     #: How long its power-on really takes, power-on Job to Ready, learned from its phase
-    #: history; None until learned (the planner then falls back to `boot_seconds`).
+    #: history (`status.learned.bootSeconds`); None until learned (the planner then falls back
+    #: to `boot_seconds`).
     learned_boot_seconds: float | None = None
+    #: How long its power-off Job really takes (`status.learned.shutdownSeconds`).
+    learned_shutdown_seconds: float | None = None
+    #: When it was asked to power on within the last 24 hours (`status.learned.powerOns`).
+    power_ons: tuple[datetime, ...] = ()
+    #: Wear limits (`spec.autoscaling`): None is no limit.
+    minimum_on_seconds: int | None = None
+    max_power_cycles_per_day: int | None = None
     phase_since: datetime | None = None
     provider_id: str | None = None
     #: Why the machine cannot be powered on (a missing Group, Secret, key, ConfigMap or
@@ -195,6 +203,13 @@ class Machine:
     @property
     def group_key(self) -> ObjectKey:
         return ObjectKey(self.key.namespace, self.group)
+
+    @property
+    def boot_estimate(self) -> float:
+        """Seconds from the power-on decision to Ready: learned, else the boot timeout."""
+        if self.learned_boot_seconds is not None:
+            return self.learned_boot_seconds
+        return float(self.boot_seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +221,8 @@ class ScaleUpPolicy:
 @dataclass(frozen=True, slots=True)
 class ScaleDownPolicy:
     enabled: bool = True
-    unneeded_seconds: int = 600
+    #: None is `auto`: one break-even time of each machine (`planning.breakeven`).
+    unneeded_seconds: int | None = None
     utilization_threshold: float = 0.5
     stabilization_seconds: int = 300
     max_concurrent: int = 1

@@ -1,0 +1,93 @@
+"""When powering a machine off pays: its break-even time, and the unneeded time and wear limits
+that follow from it.
+
+Called by `planning.scaledown` (how long an unneeded machine waits, what holds it on),
+`planning.wake` (the deadlines those give) and `planning.nodegroups` (the unneeded time
+cluster-autoscaler is told for an `auto` Group).
+
+A power cycle costs energy: while the machine shuts down and boots again it draws (the
+operator's energy model, `planning.energy`, counts every phase but Off at idle or above), and
+only the time in between is off. Over an idle gap of G seconds, staying on costs
+`G * (idle - off)` above the standby draw; cycling costs `(shutdown + boot) * (idle - off)`.
+The break-even time is the energy of one off/on cycle over the watts saved while off,
+`(shutdown + boot) * (idle - off) / (idle - off)`: under this model the declared watts cancel
+and it is the learned shutdown plus boot time. A machine whose idle draw is no more than its
+standby draw never pays back a cycle (infinite break-even).
+
+`scaleDown.unneededSeconds: auto` waits exactly one break-even time for demand nobody
+announced: the ski-rental rule, never more than twice the energy an oracle would spend on the
+gap. Until a machine's boot and shutdown have both been timed (`planning.learning`), `auto`
+waits `UNLEARNED_SECONDS`, the previous default.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+from lightsout.planning.learning import DAY
+from lightsout.planning.policy import EnergyModel
+from lightsout.state.types import Group, Machine
+
+#: What `auto` waits before a machine's durations are learned (cluster-autoscaler's default).
+UNLEARNED_SECONDS = 600
+
+
+def break_even_seconds(machine: Machine, energy: EnergyModel) -> float | None:
+    """Idle seconds past which a power cycle saves energy; None until boot and shutdown are
+    learned, infinity when being off saves nothing."""
+    boot, shutdown = machine.learned_boot_seconds, machine.learned_shutdown_seconds
+    if boot is None or shutdown is None:
+        return None
+    saved_watts = energy.watts(machine, 0.0)  # idle - off
+    if saved_watts <= 0:
+        return math.inf
+    cycle_joules = (shutdown + boot) * saved_watts
+    return cycle_joules / saved_watts
+
+
+def unneeded_seconds(machine: Machine, group: Group, energy: EnergyModel) -> tuple[float, str]:
+    """How long `machine` must be unneeded before it is powered off, and where that comes
+    from (for explanations)."""
+    fixed = group.scale_down.unneeded_seconds
+    if fixed is not None:
+        return float(fixed), "scaleDown.unneededSeconds"
+    even = break_even_seconds(machine, energy)
+    if even is None:
+        return float(UNLEARNED_SECONDS), "auto: boot and shutdown times not learned yet"
+    if math.isinf(even):
+        return even, "auto: idle draw not above standby, powering off saves nothing"
+    assert machine.learned_boot_seconds is not None
+    assert machine.learned_shutdown_seconds is not None
+    return even, (
+        f"auto: break-even, learned boot {machine.learned_boot_seconds:.0f}s + shutdown "
+        f"{machine.learned_shutdown_seconds:.0f}s"
+    )
+
+
+def wear_hold(machine: Machine, now: datetime) -> tuple[datetime, str] | None:
+    """Until when a wear limit keeps `machine` on, and why; None when none does."""
+    holds: list[tuple[datetime, str]] = []
+    minimum = machine.minimum_on_seconds
+    if minimum is not None and machine.phase_since is not None:
+        until = machine.phase_since + timedelta(seconds=minimum)
+        if until > now:
+            on_for = int((now - machine.phase_since).total_seconds())
+            holds.append((until, f"Ready for {on_for}s of minimumOnSeconds {minimum}"))
+    limit = machine.max_power_cycles_per_day
+    if limit is not None:
+        recent = sorted(t for t in machine.power_ons if now - t < DAY)
+        if len(recent) >= limit:
+            # Powered off now, its next power-on would be one too many in the last 24 h: it
+            # stays on until the oldest of them is a day old.
+            until = recent[len(recent) - limit] + DAY
+            holds.append(
+                (until, f"powered on {len(recent)} times in 24 h (maxPowerCyclesPerDay {limit})")
+            )
+    if not holds:
+        return None
+    until = max(h[0] for h in holds)
+    return until, "wear limit: " + "; ".join(h[1] for h in holds)
+
+
+__all__ = ["UNLEARNED_SECONDS", "break_even_seconds", "unneeded_seconds", "wear_hold"]
