@@ -203,24 +203,7 @@ def test_mtls_serves_cluster_autoscaler_and_refuses_clients_without_the_right_ce
     ca_kubeconfig: Path,
 ) -> None:
     # One machine, whose credentials Secret does not exist: never offered (issue 19).
-    ghost = {
-        "apiVersion": "lightsout.dev/v1alpha1",
-        "kind": "Node",
-        "metadata": {"name": "ghost"},
-        "spec": {
-            "desiredPowerState": "Off",
-            "group": "ca",
-            "kubernetesNodeName": "ghost",
-            "driver": {
-                "redfish": {
-                    "endpoint": "https://127.0.0.1:9",
-                    "systemId": "1",
-                    "credentialsSecretRef": {"name": "gone"},
-                }
-            },
-            "resources": {"cpu": "4", "memory": "8Gi", "pods": 110},
-        },
-    }
+    ghost = fleet.ipmi_node("ghost", "127.0.0.1", 9, secret_name="gone", group_name="ca")
     fleet.apply(crds, namespace, [ca_group(), ghost])
     ca = pki.ca_cert.read_bytes()
     right = grpc.ssl_channel_credentials(
