@@ -15,13 +15,15 @@ from pathlib import Path
 def cmd_run(args: argparse.Namespace) -> int:
     import kopf
 
-    import lightsout.handlers  # noqa: F401  (registers the handlers)
+    import lightsout.handlers  # (registers the handlers)
 
     if args.namespace:
         # A namespaced operator keeps its autoscaler Lease where it works, unless told otherwise.
         os.environ.setdefault("LIGHTSOUT_NAMESPACE", args.namespace[0])
         # What it serves cluster-autoscaler is limited to the same namespaces.
         os.environ["LIGHTSOUT_WATCHED_NAMESPACES"] = ",".join(args.namespace)
+        # Secrets are listed only where the operator is bound (no cluster-wide Secret access).
+        lightsout.handlers.watch_secrets()
     log_format = kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL
     kopf.configure(verbose=args.verbose, log_format=log_format)
     kopf.run(

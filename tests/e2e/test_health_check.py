@@ -78,7 +78,10 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
     crds: Cluster, namespace: str, operator: OperatorProcess, ipmi: IpmiBmc
 ) -> None:
     box = fleet.MachineDef(name=f"box-{namespace}", uuid=str(uuid.uuid4()))
-    with SushyEmulator([FakeSystem(uuid=box.uuid, name=box.name, power_state="Off")]) as bmc:
+    # A third machine whose credentials Secret does not exist yet: left out of the check.
+    lost = fleet.MachineDef(name=f"lost-{namespace}", uuid=str(uuid.uuid4()))
+    systems = [FakeSystem(uuid=m.uuid, name=m.name, power_state="Off") for m in (box, lost)]
+    with SushyEmulator(systems) as bmc:
         fleet.apply(
             crds,
             namespace,
@@ -88,11 +91,30 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
                 fleet.group(GROUP, healthCheck={"schedule": SCHEDULE}),
                 fleet.redfish_node(box, bmc),
                 fleet.ipmi_node(ipmi.name, ipmi.host, ipmi.port, secret_name="ipmi"),
+                fleet.redfish_node(lost, bmc, secret_name="gone"),
             ],
         )
         names = [box.name, ipmi.name]
         for name in names:
             wait_phase(crds, namespace, name, "Off")
+        unchecked = wait_for(
+            lambda: next(
+                (
+                    c
+                    for c in status(crds, namespace, lost.name).get("conditions") or []
+                    if c["type"] == "Healthy"
+                ),
+                None,
+            ),
+            PATIENCE,
+            "the machine whose Secret is missing to say why it is not checked",
+        )
+        print(
+            f"\n{lost.name}: Healthy={unchecked['status']} {unchecked['reason']}: "
+            f"{unchecked['message']}"
+        )
+        assert (unchecked["status"], unchecked["reason"]) == ("False", "SecretNotFound")
+        assert f"credentials Secret {namespace}/gone not found" in unchecked["message"]
 
         # --- the CronJob: owned by the Group, on its schedule, never two runs at once
         cron = wait_for(
@@ -107,6 +129,7 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
         assert spec["concurrencyPolicy"] == "Forbid"
         assert spec["successfulJobsHistoryLimit"] == spec["failedJobsHistoryLimit"] == 1
         job_spec = spec["jobTemplate"]["spec"]
+        # Two machines: the third's pod could not mount its Secret and would never start.
         assert (job_spec["completionMode"], job_spec["completions"]) == ("Indexed", 2)
         assert job_spec["activeDeadlineSeconds"] > 0
         pod = job_spec["template"]["spec"]
@@ -122,6 +145,7 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
             assert health(machine) == ("True", "Healthy", "Off")
         assert bmc.count_power_requests(box.uuid) == 0  # a check sends no order
         assert ipmi.count_power_commands() == 0
+        assert "lastHealthCheck" not in status(crds, namespace, lost.name)
 
         # --- the Redfish BMC stops answering (checked with the CLI, as a person debugging does)
         bmc.halt()
@@ -149,18 +173,30 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
             assert "not-the-password" not in json.dumps(machine)
             assert "wrong-pw" not in json.dumps(machine)
 
-        # --- restored
-        fleet.apply(crds, namespace, fleet.bmc_secrets(bmc))
+        # --- restored, and the third machine's Secret created: it is checked from now on
+        fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), *fleet.bmc_secrets(bmc, "gone")])
         fleet.apply(
             crds,
             namespace,
             [fleet.secret("ipmi", {"username": ipmi.username, "password": ipmi.password})],
+        )
+        wait_for(
+            lambda: (
+                get_json(crds, "cronjob", CRONJOB, "-n", namespace)["spec"]["jobTemplate"]["spec"][
+                    "completions"
+                ]
+                == 3
+            ),
+            PATIENCE,
+            "the machine whose Secret now exists to join the check",
         )
         cli = lightsout(crds, "healthcheck", "--group", GROUP, "-n", namespace)
         print(f"$ lightsout healthcheck --group {GROUP} (exit {cli.returncode})\n{cli.stdout}")
         assert cli.returncode == ExitCode.DONE, cli.stderr
         assert f"{box.name}: Healthy, power Off" in cli.stdout
         assert f"{ipmi.name}: Healthy, power Off" in cli.stdout
+        assert f"{lost.name}: Healthy, power Off" in cli.stdout
+        names.append(lost.name)
         checked = wait_checked(crds, namespace, names, cli_job(cli.stdout))
         for machine in checked.values():
             assert health(machine) == ("True", "Healthy", "Off")

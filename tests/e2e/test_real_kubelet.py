@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from lightsout.execution.jobs import (
     CREDENTIALS_DIR,
@@ -265,12 +266,26 @@ ABSENT_IMAGE = "127.0.0.1:9/lightsout/runner:absent"
 
 
 def test_action_job_whose_pod_cannot_start_is_a_failed_attempt_naming_the_cause(
-    crds: Cluster, namespace: str, real_node: RealNode, tmp_path: Path
+    crds: Cluster,
+    namespace: str,
+    real_node: RealNode,
+    runner_image: tuple[str, Path],
+    kube_api: client.ApiClient,
+    tmp_path: Path,
 ) -> None:
     """Issue 19, part 2: the operator's startup Job lands on the real node with an image that
     cannot be pulled. The attempt fails as soon as the kubelet says so (the Job's deadline is
     bootTimeoutSeconds + 120 s = 3120 s, far beyond this test's wait), the status names the
-    cause, the Job is deleted and no power order reaches the BMC."""
+    cause, the Job is deleted and no power order reaches the BMC.
+
+    Then the same with the runner image, for a credentials Secret that existed when the
+    references were checked and is gone when the pod mounts it (`FailedMount`, which a real
+    kubelet posts only as an event); recreating it lets the machine reach Ready."""
+    _image_cannot_be_pulled(crds, namespace, tmp_path)
+    _secret_gone_before_the_mount(crds, namespace, real_node, runner_image[0], kube_api, tmp_path)
+
+
+def _image_cannot_be_pulled(crds: Cluster, namespace: str, tmp_path: Path) -> None:
     system = FakeSystem(uuid=str(uuid.uuid4()), name=MACHINE, power_state="Off")
     operator = OperatorProcess(
         cluster=crds,
@@ -313,8 +328,110 @@ def test_action_job_whose_pod_cannot_start_is_a_failed_attempt_naming_the_cause(
     print(f"\nstartup attempt Failed {took:.1f}s after the patch: {op['message']}")
 
 
-def _status(cluster: Cluster, namespace: str) -> dict[str, Any]:
-    found: dict[str, Any] = (get_json(cluster, "lsn", MACHINE, "-n", namespace) or {}).get(
+def _secret_gone_before_the_mount(
+    crds: Cluster,
+    namespace: str,
+    real_node: RealNode,
+    image: str,
+    kube_api: client.ApiClient,
+    tmp_path: Path,
+) -> None:
+    """The Job is created while its credentials Secret exists (the reference check passes); the
+    real node is cordoned until the Secret is deleted, so the kubelet meets a missing Secret."""
+    box = fleet.MachineDef(name="box-2", uuid=str(uuid.uuid4()))
+    operator = OperatorProcess(
+        cluster=crds,
+        namespaces=(namespace,),
+        log_dir=tmp_path,
+        identity="operator-b",
+        extra_env={
+            **PLACEMENT_ENV,
+            "LIGHTSOUT_RUNNER_IMAGE": image,
+            "LIGHTSOUT_JOB_HOST_NETWORK": "true",  # sushy-tools listens on the host's 127.0.0.1
+        },
+    )
+    system = FakeSystem(uuid=box.uuid, name=box.name, power_state="Off")
+    node_filter = f"lightsout.dev/node={box.name}"
+    with (
+        SushyEmulator([system]) as bmc,
+        fleet.simulated(crds, kube_api, namespace, box.name, bmc.power_reader(box.uuid)),
+    ):
+        credentials, ca = fleet.bmc_secrets(bmc, "bmc-2")
+        machine = fleet.redfish_node(
+            box,
+            bmc,
+            group_name="lab",
+            secret_name="bmc-2",
+            maxRetries=1,
+            power={"onWatts": 60, "bootTimeoutSeconds": 3000},
+        )
+        fleet.apply(crds, namespace, [credentials, ca, machine])
+        operator.start()
+        crds.kubectl("cordon", real_node.node_name)
+        try:
+            patch = json.dumps({"spec": {"desiredPowerState": "On"}})
+            crds.kubectl("patch", "lsn", box.name, "-n", namespace, "--type=merge", "-p", patch)
+            job = wait_for(
+                lambda: get_json(crds, "jobs", "-n", namespace, "-l", node_filter)["items"],
+                120,
+                "the startup Job (its references all resolved)",
+            )[0]
+            crds.kubectl("delete", "secret", "bmc-2", "-n", namespace)
+        finally:
+            crds.kubectl("uncordon", real_node.node_name)
+        try:
+            started = time.monotonic()
+            failed = wait_for(
+                lambda: (
+                    (op := _status(crds, namespace, box.name).get("lastOperation") or {}).get(
+                        "result"
+                    )
+                    == "Failed"
+                    and op
+                ),
+                180,
+                "the attempt whose Secret volume is missing to fail",
+            )
+            took = time.monotonic() - started
+            assert failed["attempt"] == 1 and failed["job"] == job["metadata"]["name"]
+            assert "its pod cannot start: FailedMount: " in failed["message"], failed["message"]
+            assert 'secret "bmc-2" not found' in failed["message"], failed["message"]
+            wait_for(
+                lambda: get_json(crds, "job", failed["job"], "-n", namespace) is None,
+                120,
+                f"the Job {failed['job']} to be deleted",
+            )
+            assert "PodStartFailed" in [e["reason"] for e in events_for(crds, namespace, box.name)]
+            assert bmc.power_requests(box.uuid) == []
+            # The retry (after the 30 s backoff) is held back by the reference check, not spent.
+            held = wait_for(
+                lambda: (
+                    (s := _status(crds, namespace, box.name)).get("reason") == "SecretNotFound"
+                    and s
+                ),
+                150,
+                "the retry to wait for the Secret",
+            )
+            assert f"credentials Secret {namespace}/bmc-2 not found" in held["message"]
+            fleet.apply(crds, namespace, [credentials])
+            ready = wait_for(
+                lambda: (s := _status(crds, namespace, box.name)).get("phase") == "Ready" and s,
+                240,
+                "the machine to reach Ready once its Secret exists again",
+            )
+            assert ready["lastOperation"]["attempt"] == 2
+            assert bmc.count_power_requests(box.uuid, reset_types=POWER_ON) == 1
+            assert bmc.count_power_requests(box.uuid) == 1
+        finally:
+            operator.stop()
+    print(
+        f"\nFailedMount: startup attempt Failed {took:.1f}s after the node took the pod: "
+        f"{failed['message']}\nthen held: {held['message']}\nReady on attempt 2, 1 power-on"
+    )
+
+
+def _status(cluster: Cluster, namespace: str, name: str = MACHINE) -> dict[str, Any]:
+    found: dict[str, Any] = (get_json(cluster, "lsn", name, "-n", namespace) or {}).get(
         "status"
     ) or {}
     return found

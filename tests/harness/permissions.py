@@ -47,8 +47,12 @@ KOPF_SCANNING: set[Rule] = {
     ("", "namespaces", "list"),
     ("", "namespaces", "watch"),
 }
+#: Watched by a namespaced operator only (`handlers.watch_secrets`): a cluster-wide one is
+#: given no Secret access.
+NAMESPACED_ONLY: set[Rule] = {("", "secrets", "list"), ("", "secrets", "watch")}
+# A decorator, or a registration call (`kopf.index("", "v1", "secrets", ...)(fn)`).
 _DECORATOR = re.compile(
-    r"@kopf\.(?:index|daemon|timer|on\.\w+)\(\s*(API_GROUP|\"[^\"]*\")\s*,\s*"
+    r"@?kopf\.(?:index|daemon|timer|on\.\w+)\(\s*(API_GROUP|\"[^\"]*\")\s*,\s*"
     r"(?:API_VERSION|\"[^\"]*\")\s*,\s*\"([a-z]+)\""
 )
 
@@ -95,6 +99,7 @@ def watched() -> set[Rule]:
     return rules
 
 
-def used() -> set[Rule]:
-    """Every (apiGroup, resource, verb) the operator needs."""
-    return api_calls() | watched() | KOPF_SCANNING
+def used(all_namespaces: bool = False) -> set[Rule]:
+    """Every (apiGroup, resource, verb) the operator needs (watching every namespace, or some)."""
+    rules = api_calls() | watched() | KOPF_SCANNING
+    return rules - NAMESPACED_ONLY if all_namespaces else rules

@@ -66,9 +66,28 @@ def test_rbac_grants_exactly_what_the_code_uses(sets: tuple[str, ...]) -> None:
     rules = [r for d in docs if d["kind"] in RBAC_KINDS for r in d.get("rules", ())]
     wildcards = [r for r in rules if "*" in r["apiGroups"] + r["resources"] + r["verbs"]]
     assert wildcards == []
-    have, need = granted(docs), used()
+    have, need = granted(docs), used(all_namespaces=not sets)
     assert sorted(have - need) == [], "rules nothing in the operator uses"
     assert sorted(need - have) == [], "calls the operator makes without a rule"
+
+
+def test_secrets_are_never_listed_cluster_wide() -> None:
+    """Without watchNamespaces the namespaced rules are bound cluster-wide: they then hold no
+    Secret read (the operator does not watch Secrets there)."""
+    for sets in ((), ("watchNamespaces={lab}",)):
+        docs = render(*sets)
+        reads = {
+            (d["kind"], verb)
+            for d in docs
+            if d["kind"] in RBAC_KINDS
+            for r in d.get("rules", ())
+            if "secrets" in r["resources"]
+            for verb in r["verbs"]
+            if verb in {"get", "list", "watch"}
+        }
+        assert reads == (set() if not sets else {("ClusterRole", "list"), ("ClusterRole", "watch")})
+    cluster_wide = {b["roleRef"]["name"] for b in of_kind(render(), "ClusterRoleBinding")}
+    assert "lo-machines" in cluster_wide
 
 
 def test_watched_namespaces_bind_the_operator_there_only_and_jobs_get_a_rightless_account() -> None:

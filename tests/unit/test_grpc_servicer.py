@@ -26,7 +26,8 @@ from lightsout.grpc.protos import externalgrpc_pb2 as pb
 from lightsout.grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from lightsout.grpc.protos import k8s_node_pb2
 from lightsout.handlers.externalgrpc import settings_of
-from lightsout.state import GROUPS_KEY, MACHINES_KEY, NODES_KEY
+from lightsout.state import CONFIGMAPS_KEY, GROUPS_KEY, MACHINES_KEY, NODES_KEY, SECRETS_KEY
+from lightsout.state.references import contents_entry
 from tests.unit.test_autoscale_objects import NS, core_node, group, machine
 
 pytestmark = pytest.mark.unit
@@ -46,6 +47,9 @@ class FakeCluster:
         self.writes: list[tuple[str, str]] = []
         self.reasons: list[str] = []  # the events' messages
         self.race = False  # the next write finds the machine changed
+        #: Secrets and ConfigMaps by key names, as the operator's caches give them; None: not
+        #: known (no reference is checked).
+        self.contents: dict[str, list[Obj]] | None = None
 
     def read(self) -> Mapping[str, list[Obj]]:
         out: dict[str, list[Obj]] = {GROUPS_KEY: [], MACHINES_KEY: [], NODES_KEY: []}
@@ -53,7 +57,7 @@ class FakeCluster:
             api = obj["apiVersion"]
             key = NODES_KEY if api == "v1" else GROUPS_KEY if obj["kind"] == "Group" else None
             out[key or MACHINES_KEY].append(copy.deepcopy(obj))
-        return out
+        return {**out, **copy.deepcopy(self.contents or {})}
 
     def set_power(self, machine: Obj, desired: str, reason: str) -> None:
         name = machine["metadata"]["name"]
@@ -464,3 +468,26 @@ def test_a_machine_whose_node_keeps_the_startup_taint_is_still_creating(serve: A
     # Not registered yet, although their Nodes exist: DecreaseTargetSize may cancel both.
     stub.NodeGroupDecreaseTargetSize(pb.NodeGroupDecreaseTargetSizeRequest(id=GID, delta=-2))
     assert sorted(cluster.writes) == [("m-a", "Off"), ("m-b", "Off")]
+
+
+def test_a_machine_whose_secret_is_missing_is_never_offered_and_the_refusal_says_why(
+    serve: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    objects = fleet(maxNodes=10)
+    ssh = objects[3]["spec"]["driver"]["wol"]["ssh"]  # m-b, the cheapest
+    ssh["privateKeySecretRef"] = {"name": "key-b"}
+    stub, cluster = serve(*objects)
+    cluster.contents = {SECRETS_KEY: [], CONFIGMAPS_KEY: []}
+    why = f"m-b: SecretNotFound: SSH key Secret {NS}/key-b not found"
+    (only,) = stub.NodeGroups(pb.NodeGroupsRequest()).nodeGroups
+    assert only.maxSize == 2 and why in only.debug
+    stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=GID, delta=2))
+    assert cluster.writes == [("m-c", "On"), ("m-a", "On")], "m-b is never chosen"
+    with caplog.at_level("INFO"), pytest.raises(grpc.RpcError) as exc:
+        stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=GID, delta=1))
+    assert code(exc) == grpc.StatusCode.FAILED_PRECONDITION
+    assert why in exc.value.details() and why in caplog.text
+    # The Secret appears: m-b can be chosen.
+    cluster.contents[SECRETS_KEY] = [contents_entry(NS, "key-b", ["ssh-privatekey"])]
+    stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=GID, delta=1))
+    assert cluster.writes[-1] == ("m-b", "On")

@@ -18,6 +18,7 @@ from lightsout.execution import health
 from lightsout.planning.types import ConditionStatus, LeaseState, PowerState
 from lightsout.runner import indexed
 from lightsout.runner.config import ConfigError
+from lightsout.state.references import ReferenceReason, Unresolved
 
 CONFIG = OperatorConfig(identity="me", runner_image="runner:1", job_tolerations=("runner",))
 
@@ -206,3 +207,23 @@ def test_the_cli_words_each_machine_and_counts_the_missing() -> None:
     assert not healthy
     assert healthcheck.report(pods, ["a"], 3) == (["a: Healthy, power On"], True)
     assert healthcheck.finished({}, pods, 2) and not healthcheck.finished({}, pods, 3)
+
+
+def test_a_machine_left_out_for_a_missing_configmap_says_so_until_it_exists() -> None:
+    missing = Unresolved(
+        ReferenceReason.CONFIGMAP_NOT_FOUND, "playbook overlay ConfigMap lab/site not found"
+    )
+    nothing_new = health.assess({"phase": "Off"}, None, LeaseState.FREE)
+    out = health.not_checked(nothing_new, missing)
+    assert out.condition is not None
+    assert (out.condition.status, out.condition.reason) == (
+        ConditionStatus.FALSE,
+        "ConfigMapNotFound",
+    )
+    assert out.condition.message.startswith("playbook overlay ConfigMap lab/site not found")
+    held = {"type": "Healthy", "status": "False", "reason": "ConfigMapNotFound"}
+    back = health.included_again(nothing_new, {"conditions": [held]})
+    assert back.condition is not None and back.condition.status is ConditionStatus.UNKNOWN
+    # Once it is Unknown (or any check's reason), nothing more is written.
+    unknown = {**held, "status": "Unknown", "reason": back.condition.reason}
+    assert health.included_again(nothing_new, {"conditions": [unknown]}).condition is None

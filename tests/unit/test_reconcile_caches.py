@@ -25,6 +25,10 @@ def job(name: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": "lab"}}
 
 
+POD = {"metadata": {"name": "pod-1", "labels": {"lightsout.dev/node": "a"}}}
+MOUNT = {"reason": "FailedMount", "message": 'secret "bmc" not found'}
+
+
 def caches(lease_namespace: str | None = None, phase: str = "Off") -> rc.Caches:
     indexes: dict[str, dict[Any, list[Any]]] = {
         rc.MACHINES: {("lab", "a"): [machine("a", phase, core="core-a")], ("lab", "b"): []},
@@ -34,11 +38,14 @@ def caches(lease_namespace: str | None = None, phase: str = "Off") -> rc.Caches:
         },
         rc.GROUPS: {("lab", "g"): [{"metadata": {"name": "g", "namespace": "lab"}}]},
         rc.JOBS: {("lab", "a"): [job("lo-a-startup-g1-a1")], ("lab", "b"): [job("lo-b")]},
-        rc.JOB_PODS: {("lab", "lo-a-startup-g1-a1"): [{"metadata": {"name": "pod-1"}}]},
+        rc.JOB_PODS: {("lab", "lo-a-startup-g1-a1"): [POD]},
         rc.CORE_NODES: {"core-a": [{"metadata": {"name": "core-a"}}]},
         rc.LEASES: {("lab", "lightsout.lab.a"): [{"metadata": {"name": "lightsout.lab.a"}}]},
         rc.NODE_PODS: {"core-a": [{"metadata": {"name": "web-1"}}]},
         rc.HEALTH: {("lab", "a"): [{"pod": "check-0", "group": "g"}], ("lab", "b"): []},
+        rc.MOUNT_FAILURES: {("lab", "pod-1"): [MOUNT], ("lab", "web-1"): [{"reason": "x"}]},
+        rc.SECRETS: {("lab", "bmc"): [frozenset({"username", "password"})]},
+        rc.CONFIG_MAPS: {},
     }
     config = OperatorConfig(identity="me", lease_namespace=lease_namespace)
     return rc.Caches(indexes, config)
@@ -50,7 +57,8 @@ def test_a_view_holds_the_machine_and_only_its_own_objects() -> None:
     assert view.node["metadata"]["resourceVersion"] == "7"
     assert view.group is not None and view.group["metadata"]["name"] == "g"
     assert [j["metadata"]["name"] for j in view.jobs] == ["lo-a-startup-g1-a1"]
-    assert view.job_pods == {"lo-a-startup-g1-a1": [{"metadata": {"name": "pod-1"}}]}
+    assert view.job_pods == {"lo-a-startup-g1-a1": [POD]}
+    assert view.job_events == {"lo-a-startup-g1-a1": [MOUNT]}, "only its own pods' events"
     assert view.core_node == {"metadata": {"name": "core-a"}}
     assert view.lease == {"metadata": {"name": "lightsout.lab.a"}}
     assert view.lease_cached
@@ -78,3 +86,27 @@ def test_a_machine_gone_from_the_cache_has_no_view_and_references_resolve() -> N
     assert found.machines_of_group("lab", "g") == [("lab", "a"), ("lab", "b")]
     assert found.machines_on("core-a") == [("lab", "a")]
     assert found.machines_on("core-z") == []
+
+
+def test_a_mount_failure_finds_the_machine_of_its_pod() -> None:
+    found = caches()
+    assert found.machine_of_pod("lab", "pod-1") == "a"
+    assert found.machine_of_pod("lab", "web-1") is None
+    assert found.machine_of_pod("other", "pod-1") is None
+
+
+def test_a_machine_whose_secret_is_missing_is_left_out_of_its_groups_health_check() -> None:
+    found = caches()
+    group: dict[str, Any] = {"metadata": {"name": "g", "namespace": "lab"}, "spec": {}}
+    node = machine("a")
+    node["spec"]["driver"] = {"redfish": {"credentialsSecretRef": {"name": "gone"}}}
+    problem = found.health_problem(node, group)
+    assert problem is not None and problem.reason == "SecretNotFound"
+    assert "credentials Secret lab/gone not found" in problem.message
+    node["spec"]["driver"]["redfish"]["credentialsSecretRef"]["name"] = "bmc"
+    assert found.health_problem(node, group) is None
+    node["spec"]["driver"]["redfish"]["credentialsSecretRef"]["name"] = "gone"
+    assert (
+        found.health_problem(node, {**group, "spec": {"healthCheck": {"enabled": False}}}) is None
+    )
+    assert found.health_problem(node, None) is None, "no Group, no check"

@@ -201,7 +201,9 @@ def test_a_machine_whose_references_do_not_resolve_is_never_a_power_on_candidate
 
 
 # ------------------------------------------------------------------ a Job pod that cannot start
-def job_and_pod(waiting: str | None, scheduled: dict[str, str] | None = None) -> Any:
+def job_and_pod(
+    waiting: str | None, scheduled: dict[str, str] | None = None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     labels = {
         "lightsout.dev/action": "startup",
         "lightsout.dev/generation": "5",
@@ -256,3 +258,70 @@ def test_a_pod_still_creating_its_container_or_briefly_unschedulable_is_only_pen
     observed = observe_job(*job_and_pod(None, refused), T0 + timedelta(seconds=30))
     assert observed is not None and observed.state is JobPhase.PENDING
     assert "Insufficient cpu" in observed.message
+
+
+def mount_event(message: str, pod: str = "startup-abc-x1", uid: str = "u1") -> dict[str, Any]:
+    about = {"kind": "Pod", "name": pod, "uid": uid}
+    return {"involvedObject": about, "reason": "FailedMount", "message": message}
+
+
+GONE = 'MountVolume.SetUp failed for volume "credentials" : secret "bmc" not found'
+
+
+def test_a_pod_whose_secret_volume_is_missing_fails_the_attempt_from_its_failedmount_event() -> (
+    None
+):
+    """A real kubelet keeps the pod in ContainerCreating; only its event names the Secret."""
+    job, pods = job_and_pod("ContainerCreating")
+    pods[0]["metadata"] = {"name": "startup-abc-x1", "uid": "u1"}
+    observed = observe_job(job, pods, T0, [mount_event(GONE)])
+    assert observed is not None and observed.state is JobPhase.STUCK
+    assert observed.message == f"its pod cannot start: FailedMount: {GONE}"
+    running = Operation(Action.STARTUP, 5, 1, started=T0)
+    decision = decide(
+        machine_state(Phase.POWERING_ON, operation=running),
+        Observations(job=observed),
+        T0 + timedelta(seconds=5),
+    )
+    assert DeleteJob(Action.STARTUP, 5, 1) in decision.effects
+    assert (
+        decision.reason == Reason.RETRY_SCHEDULED and 'secret "bmc" not found' in decision.message
+    )
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        # Another pod's, an earlier pod of the same name's, and a mount failure that passes.
+        mount_event(GONE, pod="other-pod"),
+        mount_event(GONE, uid="u0"),
+        mount_event(
+            'MountVolume.SetUp failed for volume "credentials" : failed to sync secret cache: '
+            "timed out waiting for the condition"
+        ),
+    ],
+)
+def test_other_mount_events_leave_the_pod_pending(event: dict[str, Any]) -> None:
+    job, pods = job_and_pod("ContainerCreating")
+    pods[0]["metadata"] = {"name": "startup-abc-x1", "uid": "u1"}
+    observed = observe_job(job, pods, T0, [event])
+    assert observed is not None and observed.state is JobPhase.PENDING
+
+
+def test_an_operator_that_cannot_see_secrets_checks_everything_else() -> None:
+    """A cluster-wide operator lists no Secret: they are not checked (a missing one shows as the
+    Job pod's FailedMount), the ConfigMaps and the Group still are."""
+    machine = node(playbooks={"configMapName": "gone"})
+    problem = unresolved(machine, GROUP, "startup", None, {}.get)
+    assert problem is not None and problem.reason is ReferenceReason.CONFIGMAP_NOT_FOUND
+    assert unresolved(node(), GROUP, "startup", None, {}.get) is None
+    snapshot = snapshot_from(
+        {
+            GROUPS_KEY: [GROUP],
+            MACHINES_KEY: [machine],
+            CONFIGMAPS_KEY: [],
+        },
+        complete=True,
+    )
+    (held,) = snapshot.machines
+    assert held.unresolved is not None and held.unresolved.startswith("ConfigMapNotFound")

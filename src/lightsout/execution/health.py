@@ -23,8 +23,8 @@ import datetime as dt
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lightsout import API_GROUP, API_VERSION
@@ -53,6 +53,7 @@ from lightsout.planning.types import (
     Phase,
     PowerState,
 )
+from lightsout.state.references import ReferenceReason, Unresolved
 
 COMPONENT = "healthcheck"
 LABEL_GROUP = "lightsout.dev/group"
@@ -76,6 +77,8 @@ TLS_ERROR = "TLSError"
 UNKNOWN_SYSTEM = "UnknownSystem"
 CHECK_FAILED = "CheckFailed"
 ACTION_IN_PROGRESS = "ActionInProgress"
+#: A machine left out of the check for a missing reference is in it again.
+REFERENCES_RESOLVED = "ReferencesResolved"
 
 #: (reason, pattern) in order: the first match names the failure. Matched against the failed
 #: task's message, which the driver roles word as "<request> on <endpoint> failed: <why>
@@ -370,6 +373,54 @@ _ACTION_PHASES = frozenset(
         Phase.DRAINING,
     }
 )
+
+
+def enabled(group: Mapping[str, Any]) -> bool:
+    """Whether the Group's machines are checked (`spec.healthCheck.enabled`, default true)."""
+    policy = (group.get("spec") or {}).get("healthCheck") or {}
+    return bool(policy.get("enabled", True))
+
+
+def checkable(
+    machines: Sequence[Mapping[str, Any]], problem: Callable[[Mapping[str, Any]], Any]
+) -> list[Mapping[str, Any]]:
+    """The machines the check's pods can run for: those whose Secrets and ConfigMaps all exist
+    (a pod mounting a missing one would never start, and would hold up the whole Job)."""
+    return [m for m in machines if problem(m) is None]
+
+
+def not_checked(assessment: Assessment, problem: Unresolved) -> Assessment:
+    """A machine left out of its Group's check by a missing reference: `Healthy=False` with the
+    reference's reason (SecretNotFound, ConfigMapNotFound, ...) naming the object."""
+    message = f"{problem.message}; not health-checked until it exists"
+    condition = SetCondition(
+        ConditionType.HEALTHY, ConditionStatus.FALSE, str(problem.reason), message
+    )
+    return replace(assessment, condition=condition)
+
+
+def included_again(assessment: Assessment, status: Mapping[str, Any]) -> Assessment:
+    """A machine `not_checked` until now whose references resolve again: `Healthy=Unknown`
+    until the next check says (a new check's own condition wins)."""
+    if assessment.condition is not None:
+        return assessment
+    current = next(
+        (
+            c
+            for c in status.get("conditions") or ()
+            if isinstance(c, Mapping) and c.get("type") == ConditionType.HEALTHY
+        ),
+        {},
+    )
+    if current.get("reason") not in set(ReferenceReason):
+        return assessment
+    condition = SetCondition(
+        ConditionType.HEALTHY,
+        ConditionStatus.UNKNOWN,
+        REFERENCES_RESOLVED,
+        "every object the health check needs exists; waiting for its next run",
+    )
+    return replace(assessment, condition=condition)
 
 
 def assess(

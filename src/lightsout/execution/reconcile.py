@@ -25,7 +25,7 @@ from typing import Any
 
 from lightsout.config import OperatorConfig
 from lightsout.execution import actuator, energy, health, inputs, join, leases, providerid
-from lightsout.execution.jobs import job_name
+from lightsout.execution.jobs import LABEL_NODE, job_name
 from lightsout.execution.nodeops import pods_to_drain
 from lightsout.execution.results import observe_job
 from lightsout.k8s import api
@@ -71,6 +71,9 @@ class MachineView:
     jobs: Sequence[Obj] = ()
     #: Pods of each action Job, by Job name.
     job_pods: Mapping[str, Sequence[Obj]] = field(default_factory=dict)
+    #: `FailedMount` events of those pods, by Job name (a real kubelet says only there that a
+    #: pod's Secret or ConfigMap is missing).
+    job_events: Mapping[str, Sequence[Obj]] = field(default_factory=dict)
     core_node: Obj | None = None
     lease: Obj | None = None
     #: False when the Lease's namespace is not watched: the pass reads the Lease live.
@@ -82,6 +85,8 @@ class MachineView:
     unresolved: Mapping[Action, Unresolved] = field(default_factory=dict)
     #: Results of health-check pods that named this machine (`health.pod_record`).
     health: Sequence[Obj] = ()
+    #: Why the machine is left out of its Group's health check (`Caches.health_problem`).
+    health_problem: Unresolved | None = None
 
 
 #: Index ids (kopf handler ids) of the watch caches the reconcilers read; see `handlers/node.py`.
@@ -98,6 +103,7 @@ NODE_PODS = "lightsout_node_pods"  # core Node name → pod bound to it (what a 
 SECRETS = "lightsout_secret_keys"
 CONFIG_MAPS = "lightsout_configmap_keys"
 HEALTH = "lightsout_health"  # (namespace, machine name) → a health-check pod's result
+MOUNT_FAILURES = "lightsout_mount_failures"  # (namespace, pod name) → its FailedMount events
 CACHES = (
     MACHINES,
     MACHINE_REFS,
@@ -110,6 +116,7 @@ CACHES = (
     SECRETS,
     CONFIG_MAPS,
     HEALTH,
+    MOUNT_FAILURES,
 )
 REF_CORE, REF_GROUP, REF_SECRET, REF_CONFIG_MAP = "core", "group", "secret", "configmap"
 #: The actions whose Jobs the state machine may start.
@@ -161,24 +168,49 @@ class Caches:
                     found += self.machines_of_group(ns, group_name)
         return found
 
+    def machine_of_pod(self, namespace: str, pod: str) -> str | None:
+        """The machine whose action Job has this pod (a few pods at most are cached)."""
+        for (ns, _job), pods in self.indexes[JOB_PODS].items():
+            for found in pods if ns == namespace else ():
+                meta = found.get("metadata") or {}
+                if meta.get("name") == pod:
+                    machine = (meta.get("labels") or {}).get(LABEL_NODE)
+                    return str(machine) if machine else None
+        return None
+
+    def _pod_events(self, namespace: str, pods: Iterable[Obj]) -> list[Obj]:
+        return [
+            event
+            for pod in pods
+            for event in self._all(MOUNT_FAILURES, (namespace, pod["metadata"].get("name")))
+        ]
+
     def keys(self, index: str, namespace: str, name: str) -> frozenset[str] | None:
         """The key names of a cached Secret or ConfigMap, None when it does not exist."""
         found: frozenset[str] | None = self._one(index, (namespace, name))
         return found
 
-    def unresolved(self, node: Obj, group: Obj | None) -> dict[Action, Unresolved]:
+    def _check(self, node: Obj, group: Obj | None, action: str) -> Unresolved | None:
         namespace = str(node["metadata"].get("namespace") or "")
-        problems = {
-            action: references.unresolved(
-                node,
-                group,
-                str(action),
-                lambda name: self.keys(SECRETS, namespace, name),
-                lambda name: self.keys(CONFIG_MAPS, namespace, name),
-            )
-            for action in POWER_ACTIONS
-        }
+        return references.unresolved(
+            node,
+            group,
+            action,
+            # A cluster-wide operator has no Secret index (`handlers.watch_secrets`).
+            (lambda name: self.keys(SECRETS, namespace, name)) if SECRETS in self.indexes else None,
+            lambda name: self.keys(CONFIG_MAPS, namespace, name),
+        )
+
+    def unresolved(self, node: Obj, group: Obj | None) -> dict[Action, Unresolved]:
+        problems = {action: self._check(node, group, str(action)) for action in POWER_ACTIONS}
         return {action: problem for action, problem in problems.items() if problem is not None}
+
+    def health_problem(self, node: Obj, group: Obj | None) -> Unresolved | None:
+        """What keeps the machine out of its Group's health check (a Secret or ConfigMap its
+        check pod would mount is missing), None when it is checked or there is no check."""
+        if group is None or not health.enabled(group):
+            return None
+        return self._check(node, group, health.COMPONENT)
 
     def view(self, namespace: str, name: str) -> MachineView | None:
         """Everything one pass over this machine reads, or None when the machine is gone."""
@@ -191,13 +223,19 @@ class Caches:
         core_name = str(spec.get("kubernetesNodeName") or name)
         lease_namespace = self.config.lease_namespace or namespace
         powered = (node.get("status") or {}).get("phase") != Phase.OFF
+        job_pods = {
+            job["metadata"]["name"]: self._all(JOB_PODS, (namespace, job["metadata"]["name"]))
+            for job in jobs
+        }
         return MachineView(
             node=node,
             group=group,
             jobs=jobs,
-            job_pods={
-                job["metadata"]["name"]: self._all(JOB_PODS, (namespace, job["metadata"]["name"]))
-                for job in jobs
+            job_pods=job_pods,
+            job_events={
+                job: events
+                for job, pods in job_pods.items()
+                if (events := self._pod_events(namespace, pods))
             },
             core_node=self._one(CORE_NODES, core_name),
             lease=self._one(LEASES, (lease_namespace, leases.lease_name(namespace, name))),
@@ -207,6 +245,7 @@ class Caches:
             pods_on_node=self._all(NODE_PODS, core_name) if powered else (),
             unresolved=self.unresolved(node, group),
             health=self._all(HEALTH, (namespace, name)),
+            health_problem=self.health_problem(node, group),
         )
 
 
@@ -236,7 +275,14 @@ class Reconciler:
         observed = [
             o
             for job in view.jobs
-            if (o := observe_job(job, view.job_pods.get(job["metadata"]["name"], ()), now))
+            if (
+                o := observe_job(
+                    job,
+                    view.job_pods.get(job["metadata"]["name"], ()),
+                    now,
+                    view.job_events.get(job["metadata"]["name"], ()),
+                )
+            )
             is not None
         ]
         observed_job = fsm.select_job(observed, machine.operation)
@@ -261,6 +307,10 @@ class Reconciler:
             health.newest(view.health, str((node.get("spec") or {}).get("group") or "")),
             lease,
         )
+        if view.health_problem is not None:
+            checked = health.not_checked(checked, view.health_problem)
+        else:
+            checked = health.included_again(checked, node.get("status") or {})
         obs = inputs.observations(
             job=observed_job,
             core_node=core_node,
@@ -352,7 +402,7 @@ class Reconciler:
 def _with_health(decision: Decision, checked: health.Assessment) -> Decision:
     """The decision plus what a new health check found (the state machine's own power
     observation, from an action's result, wins over the check's)."""
-    if checked.record is None:
+    if checked.record is None and checked.condition is None:
         return decision
     effects = (
         decision.effects

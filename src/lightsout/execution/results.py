@@ -11,6 +11,7 @@ shape) is tolerated and explained in the outcome's message, never raised.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -46,6 +47,12 @@ NEVER_STARTS = frozenset(
         "InvalidImageName",
     }
 )
+#: A kubelet's `FailedMount` event message for a volume whose Secret or ConfigMap does not exist
+#: (`MountVolume.SetUp failed for volume "credentials" : secret "bmc" not found`). Other mount
+#: failures (a slow secret cache, a CSI hiccup) often pass by themselves and are left to the
+#: deadline.
+MISSING_VOLUME_SOURCE = re.compile(r'\b(secret|configmap) "([^"]+)" not found', re.I)
+MOUNT_FAILED = "FailedMount"
 
 
 @dataclass(frozen=True)
@@ -116,9 +123,15 @@ def parse_runner_result(text: str | None) -> tuple[RunnerResult | None, str]:
 
 
 def parse_job_outcome(
-    job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: datetime | None = None
+    job: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    now: datetime | None = None,
+    events: Sequence[Mapping[str, Any]] = (),
 ) -> JobOutcome:
     """Combine the Job's conditions with its pods' runner results into one outcome.
+
+    `events` are Warning events about the Job's pods (`FailedMount`): a real kubelet keeps a pod
+    whose Secret or ConfigMap volume is missing in ContainerCreating and says why only there.
 
     Only the terminal conditions `Complete` and `Failed` end a Job: since Kubernetes 1.31 the
     controller first adds `SuccessCriteriaMet`/`FailureTarget` and waits for the pods to stop,
@@ -145,18 +158,22 @@ def parse_job_outcome(
         return JobOutcome(JobPhase.RUNNING, _clip(f"finishing: {detail}"))
     if _started(status, pods):
         return JobOutcome(JobPhase.RUNNING, "")
-    stuck = _cannot_start(pods, now)
+    stuck = _cannot_start(pods, now) or _cannot_mount(pods, events)
     if stuck:
         return JobOutcome(JobPhase.STUCK, _clip(f"its pod cannot start: {stuck}"))
     return JobOutcome(JobPhase.PENDING, _waiting_message(pods))
 
 
 def observe_job(
-    job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], now: datetime | None = None
+    job: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    now: datetime | None = None,
+    events: Sequence[Mapping[str, Any]] = (),
 ) -> ObservedJob | None:
     """The FSM's view of an action Job; None for a Job without Lights-Out's identity labels.
 
-    `now` lets a pod the scheduler has refused for `UNSCHEDULABLE_GRACE` count as stuck."""
+    `now` lets a pod the scheduler has refused for `UNSCHEDULABLE_GRACE` count as stuck;
+    `events` are the `FailedMount` events of its pods (`parse_job_outcome`)."""
     labels = _mapping(_mapping(job.get("metadata")).get("labels"))
     try:
         action = Action(str(labels.get(LABEL_ACTION, "")))
@@ -164,7 +181,7 @@ def observe_job(
         attempt = int(labels.get(LABEL_ATTEMPT, ""))
     except (TypeError, ValueError):
         return None
-    outcome = parse_job_outcome(job, pods, now)
+    outcome = parse_job_outcome(job, pods, now, events)
     return ObservedJob(
         action=action,
         generation=generation,
@@ -303,6 +320,25 @@ def _cannot_start(pods: Sequence[Mapping[str, Any]], now: datetime | None) -> st
                 and _longer_than(cond.get("lastTransitionTime"), now, UNSCHEDULABLE_GRACE)
             ):
                 return f"Unschedulable: {cond.get('message', '')}".rstrip(": ")
+    return ""
+
+
+def _cannot_mount(pods: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]) -> str:
+    """The kubelet's word that a pod of the Job cannot mount a Secret or ConfigMap that does not
+    exist, or "" (events of an earlier pod of the same name are told apart by uid)."""
+    uids = {str(_mapping(p.get("metadata")).get("uid") or "") for p in pods}
+    names = {str(_mapping(p.get("metadata")).get("name") or "") for p in pods}
+    for event in events:
+        about = _mapping(event.get("involvedObject"))
+        message = str(event.get("message") or "")
+        if (
+            event.get("reason") == MOUNT_FAILED
+            and about.get("kind") == "Pod"
+            and about.get("name") in names
+            and (not about.get("uid") or about.get("uid") in uids)
+            and MISSING_VOLUME_SOURCE.search(message)
+        ):
+            return f"{MOUNT_FAILED}: {message}"
     return ""
 
 

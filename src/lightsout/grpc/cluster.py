@@ -9,7 +9,7 @@ implementation instead.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from lightsout.k8s import api
@@ -33,12 +33,20 @@ class Cluster(Protocol):
         ...
 
 
+#: Snapshot keys (`SECRETS_KEY`, `CONFIGMAPS_KEY`) → `references.contents_entry` dicts: the key
+#: names of the Secrets and ConfigMaps the operator's watch caches hold, never a value.
+Contents = Callable[[], Mapping[str, list[Obj]]]
+
+
 class ApiCluster:
     """The cluster through the Kubernetes API: Lights-Out objects of the operator's namespaces
-    (all when it watches the whole cluster), every core Node."""
+    (all when it watches the whole cluster), every core Node; and, from `contents`, which
+    Secrets and ConfigMaps exist with their key names (so no machine whose credentials are
+    missing is offered), without a Secret read of its own."""
 
-    def __init__(self, namespaces: Sequence[str] = ()) -> None:
+    def __init__(self, namespaces: Sequence[str] = (), contents: Contents | None = None) -> None:
         self.namespaces = tuple(namespaces)
+        self.contents = contents
 
     def _list(self, plural: str) -> list[Obj]:
         if not self.namespaces:
@@ -50,6 +58,7 @@ class ApiCluster:
             GROUPS_KEY: self._list("groups"),
             MACHINES_KEY: self._list("nodes"),
             NODES_KEY: api.list_core_nodes(),
+            **(self.contents() if self.contents is not None else {}),
         }
 
     def set_power(self, machine: Obj, desired: str, reason: str) -> None:

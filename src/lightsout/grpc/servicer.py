@@ -28,9 +28,11 @@ from lightsout.grpc.protos import externalgrpc_pb2 as pb
 from lightsout.grpc.protos import k8s_node_pb2 as k8s
 from lightsout.planning import nodegroups as ng
 from lightsout.state import (
+    CONFIGMAPS_KEY,
     GROUPS_KEY,
     MACHINES_KEY,
     NODES_KEY,
+    SECRETS_KEY,
     Group,
     Machine,
     ObjectKey,
@@ -59,10 +61,10 @@ class CloudProviderServicer:
     # --- reading ------------------------------------------------------------------------------
     def _read(self) -> tuple[Snapshot, Mapping[ObjectKey, Obj]]:
         objects = self.cluster.read()
-        snapshot = snapshot_from(
-            {key: objects.get(key, []) for key in (GROUPS_KEY, MACHINES_KEY, NODES_KEY)},
-            complete=True,
-        )
+        # With the Secrets' and ConfigMaps' key names (the operator's caches), a machine whose
+        # references do not resolve is never offered (`Machine.unresolved`).
+        keys = (GROUPS_KEY, MACHINES_KEY, NODES_KEY, SECRETS_KEY, CONFIGMAPS_KEY)
+        snapshot = snapshot_from({k: objects[k] for k in keys if k in objects}, complete=True)
         raw = {
             ObjectKey(o["metadata"].get("namespace", ""), o["metadata"]["name"]): o
             for o in objects.get(MACHINES_KEY, [])

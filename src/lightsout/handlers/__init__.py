@@ -4,6 +4,39 @@ Handlers are thin: they translate kopf causes into calls of the state builders, 
 planners and the executors, and contain no policy of their own.
 """
 
-from lightsout.handlers import admission, autoscale, externalgrpc, group, lifecycle, metrics, node
+import kopf
 
-__all__ = ["admission", "autoscale", "externalgrpc", "group", "lifecycle", "metrics", "node"]
+from lightsout.execution import reconcile as rc
+from lightsout.handlers import (
+    admission,
+    autoscale,
+    externalgrpc,
+    group,
+    lifecycle,
+    metrics,
+    node,
+)
+
+__all__ = [
+    "admission",
+    "autoscale",
+    "externalgrpc",
+    "group",
+    "lifecycle",
+    "metrics",
+    "node",
+    "watch_secrets",
+]
+
+
+def watch_secrets() -> None:
+    """Register the Secret watch (key names only, `node.secret_keys`) and what its events wake.
+
+    Only a namespaced operator (`lightsout run -n`, the chart's `watchNamespaces`) calls this:
+    it lists Secrets in its own namespaces, where the chart binds it. A cluster-wide operator
+    is given no Secret access at all, so it does not check Secrets before a Job; a missing one
+    then shows at once as the Job pod's `FailedMount` (`PodStartFailed`, naming the Secret)."""
+    kopf.index("", "v1", "secrets", id=rc.SECRETS)(node.secret_keys)
+    kopf.on.event("", "v1", "secrets", id="queue_secret")(node.secret_changed)
+    # A machine's missing reference may have appeared.
+    kopf.on.event("", "v1", "secrets", id="autoscaler_wake")(autoscale.autoscaler_wake)

@@ -78,6 +78,20 @@ INDEXES = {
 KEY_NAMES = {SECRETS_KEY: rc.SECRETS, CONFIGMAPS_KEY: rc.CONFIG_MAPS}
 
 
+def key_name_entries(indexes: Mapping[str, Any]) -> dict[str, list[Obj]]:
+    """Snapshot key → `contents_entry` dicts, from the Node reconciler's indexes of Secret and
+    ConfigMap key names (call on the event loop, where kopf changes them)."""
+    return {
+        key: [
+            contents_entry(namespace, name, keys)
+            for (namespace, name), found in indexes[index].items()
+            for keys in found
+        ]
+        for key, index in KEY_NAMES.items()
+        if index in indexes  # no Secret index in a cluster-wide operator
+    }
+
+
 def _cached(body: kopf.Body, api_version: str, kind: str) -> IndexValue:
     # managedFields is most of an object's size and nothing the planner reads.
     raw = dict(body)
@@ -146,13 +160,7 @@ class Planner:
         """Copies of the caches' lists (their dicts are replaced on change, never mutated)."""
         objects = {key: list(self.indexes[index].get(None, ())) for key, index in INDEXES.items()}
         # The Node reconciler's caches of key names (by namespace and name), shared.
-        for key, index in KEY_NAMES.items():
-            objects[key] = [
-                contents_entry(namespace, name, keys)
-                for (namespace, name), found in self.indexes[index].items()
-                for keys in found
-            ]
-        return objects
+        return {**objects, **key_name_entries(self.indexes)}
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -236,7 +244,7 @@ async def start_autoscaler(memo: kopf.Memo, **kwargs: Any) -> None:
         return
     # kopf hands every index to start-up handlers as a keyword argument named by its id.
     wanted = (*INDEXES.values(), *KEY_NAMES.values())
-    planner = Planner(config=config, indexes={i: kwargs[i] for i in wanted})
+    planner = Planner(config=config, indexes={i: kwargs[i] for i in wanted if i in kwargs})
     planner.task = asyncio.create_task(planner.run(), name="lightsout-autoscaler")
     memo.autoscaler = planner
 
@@ -259,7 +267,6 @@ async def stop_autoscaler(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event(API_GROUP, API_VERSION, "groups", id="autoscaler_wake")
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", id="autoscaler_wake")
 @kopf.on.event("apps", "v1", "daemonsets", id="autoscaler_wake")
-@kopf.on.event("", "v1", "secrets", id="autoscaler_wake")  # a machine's missing reference
 @kopf.on.event("", "v1", "configmaps", labels=NOT_OURS, id="autoscaler_wake")
 async def autoscaler_wake(memo: kopf.Memo, **_: Any) -> None:
     planner: Planner | None = getattr(memo, "autoscaler", None)

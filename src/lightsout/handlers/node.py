@@ -2,12 +2,13 @@
 
 The watch caches are kopf indexes (ids in `execution.reconcile`): Lights-Out Nodes and their
 references (core Node name, Group, Secrets, overlay ConfigMap), Groups, action Jobs and their
-pods, core Nodes, machine Leases, the pods bound to each core Node, and the key names (never
-the values) of the Secrets and ConfigMaps of the watched namespaces. The handlers here only
-turn watch events into queue keys: `("node", namespace, name)` for a machine whose Node, Group,
-action Job or Job pod, core Node, Lease, named Secret or ConfigMap or (unless it is Off) core
-Node's pods changed, `("group", namespace, name)` for a Group whose machine counts may have
-changed (a second later, so a burst makes one count).
+pods, the `FailedMount` events of pods, core Nodes, machine Leases, the pods bound to each core
+Node, and the key names (never the values) of the Secrets and ConfigMaps of the watched
+namespaces. The handlers here only turn watch events into queue keys: `("node", namespace,
+name)` for a machine whose Node, Group, action Job, Job pod (or its FailedMount event), core
+Node, Lease, named Secret or ConfigMap or (unless it is Off) core Node's pods changed,
+`("group", namespace, name)` for a Group whose machine counts may have changed (a second later,
+so a burst makes one count).
 
 A fixed pool of `LIGHTSOUT_WORKERS` workers (default 4) takes keys off the queue
 (`execution.workqueue`): one pass per key at a time, pending keys de-duplicated, a failed pass
@@ -41,6 +42,7 @@ from lightsout.execution.extravars import credentials_secret
 from lightsout.execution.healthsync import HealthCronJobs
 from lightsout.execution.jobs import LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NODE, MANAGED_BY
 from lightsout.execution.leases import ANNOTATION_MACHINE, LEASE_PREFIX
+from lightsout.execution.results import MOUNT_FAILED
 from lightsout.execution.workqueue import Workers, WorkQueue
 from lightsout.handlers import group as groups
 from lightsout.planning.types import Phase
@@ -108,8 +110,8 @@ async def job_pods(body: kopf.Body, labels: kopf.Labels, namespace: str | None, 
 
 
 # Secrets and ConfigMaps: the names of their keys only. kopf hands the whole object to the
-# index function and keeps only what it returns, so no value outlives this call.
-@kopf.index("", "v1", "secrets", id=rc.SECRETS)
+# index function and keeps only what it returns, so no value outlives this call. The Secret
+# watch is registered by `handlers.watch_secrets`, for a namespaced operator only.
 async def secret_keys(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
     return {(namespace or "", name): key_names(body)}
 
@@ -118,6 +120,24 @@ async def secret_keys(body: kopf.Body, name: str, namespace: str | None, **_: An
 @kopf.index("", "v1", "configmaps", labels=NOT_OURS, id=rc.CONFIG_MAPS)
 async def configmap_keys(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
     return {(namespace or "", name): key_names(body)}
+
+
+# A real kubelet keeps a pod whose Secret or ConfigMap volume is missing in ContainerCreating
+# and says why only in `FailedMount` events on the pod: kept (who, reason, message) so the
+# Job's attempt fails at once with that cause (`execution.results`). Events of the watched
+# namespaces only; the filter runs in kopf, so only these few are kept.
+@kopf.index("", "v1", "events", field="reason", value=MOUNT_FAILED, id=rc.MOUNT_FAILURES)
+async def mount_failures(body: kopf.Body, namespace: str | None, **_: Any) -> Any:
+    about = body.get("involvedObject") or {}
+    if about.get("kind") != "Pod":
+        return None
+    return {
+        (namespace or "", str(about.get("name"))): {
+            "involvedObject": {k: about.get(k) for k in ("kind", "name", "uid")},
+            "reason": body.get("reason"),
+            "message": body.get("message"),
+        }
+    }
 
 
 @kopf.index("", "v1", "pods", labels=HEALTH_PODS, id=rc.HEALTH)
@@ -220,7 +240,10 @@ class Reconcilers:
                 if (m := self.caches.machine(ns, n)) is not None
             ]
             await loop.run_in_executor(self.executor, groups.recount, group, members)
-            await loop.run_in_executor(self.executor, self.cronjobs.sync, group, members)
+            # A machine whose check pod could not mount its Secret or overlay is left out (its
+            # status says why: `Caches.health_problem`).
+            checked = health.checkable(members, lambda m: self.caches.health_problem(m, group))
+            await loop.run_in_executor(self.executor, self.cronjobs.sync, group, checked)
             return None
         view = self.caches.view(namespace, name)
         if view is None:  # deleted: nothing to keep for it
@@ -243,7 +266,7 @@ def _reconcilers(memo: kopf.Memo) -> Reconcilers | None:
 async def start_reconcilers(memo: kopf.Memo, **kwargs: Any) -> None:
     config: OperatorConfig = getattr(memo, "config", None) or OperatorConfig.from_env()
     # kopf hands every index to start-up handlers as a keyword argument named by its id.
-    caches = rc.Caches({index: kwargs[index] for index in rc.CACHES}, config)
+    caches = rc.Caches({i: kwargs[i] for i in rc.CACHES if i in kwargs}, config)
     reconcilers = Reconcilers(config, caches)
     reconcilers.workers.start()
     memo.reconcilers = reconcilers
@@ -318,18 +341,36 @@ async def pod_changed(
             r.machine(ns, machine)
 
 
-@kopf.on.event("", "v1", "secrets", id="queue_secret")
+@kopf.on.event("", "v1", "events", field="reason", value=MOUNT_FAILED, id="queue_mount_failure")
+async def mount_failed(body: kopf.Body, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    about = body.get("involvedObject") or {}
+    if (
+        (r := _reconcilers(memo)) is not None
+        and about.get("kind") == "Pod"
+        and (machine := r.caches.machine_of_pod(namespace or "", str(about.get("name"))))
+    ):
+        r.machine(namespace or "", machine)  # its action Job's pod cannot mount a volume
+
+
 async def secret_changed(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     if (r := _reconcilers(memo)) is not None:
-        for ns, machine in r.caches.machines_naming(rc.REF_SECRET, namespace or "", name):
-            r.machine(ns, machine)  # it may be what a held-back action waits for
+        _referenced(r, r.caches.machines_naming(rc.REF_SECRET, namespace or "", name))
 
 
 @kopf.on.event("", "v1", "configmaps", labels=NOT_OURS, id="queue_configmap")
 async def configmap_changed(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     if (r := _reconcilers(memo)) is not None:
-        for ns, machine in r.caches.machines_naming(rc.REF_CONFIG_MAP, namespace or "", name):
-            r.machine(ns, machine)
+        _referenced(r, r.caches.machines_naming(rc.REF_CONFIG_MAP, namespace or "", name))
+
+
+def _referenced(r: Reconcilers, machines: list[tuple[str, str]]) -> None:
+    """A Secret or ConfigMap these machines name changed: it may be what a held-back action
+    waits for, and whether their Group's health check can include them."""
+    for ns, machine in machines:
+        r.machine(ns, machine)
+        r.count_group(
+            ns, str(((r.caches.machine(ns, machine) or {}).get("spec") or {}).get("group") or "")
+        )
 
 
 @kopf.on.event("coordination.k8s.io", "v1", "leases", id="queue_lease")

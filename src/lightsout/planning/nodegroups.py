@@ -128,8 +128,23 @@ def target_size(snapshot: Snapshot, group: Group) -> int:
 
 
 def _available(machines: Iterable[Machine]) -> list[Machine]:
-    """Machines IncreaseSize may power on: meant to be off and not pinned by a person."""
-    return [m for m in machines if m.desired == PowerState.OFF and m.autoscaling_enabled]
+    """Machines IncreaseSize may power on: meant to be off, not pinned by a person, and every
+    object their power-on Job needs exists (`Machine.unresolved`)."""
+    return [
+        m
+        for m in machines
+        if m.desired == PowerState.OFF and m.autoscaling_enabled and not m.unresolved
+    ]
+
+
+def held_back(snapshot: Snapshot, group: Group) -> list[str]:
+    """`<machine>: <reason>: <message>` for each machine of the Group meant to be off that
+    cannot be powered on because an object it names is missing."""
+    return [
+        f"{m.key.name}: {m.unresolved}"
+        for m in members(snapshot, group)
+        if m.desired == PowerState.OFF and m.unresolved
+    ]
 
 
 def max_size(snapshot: Snapshot, group: Group) -> int:
@@ -144,13 +159,15 @@ def node_groups(snapshot: Snapshot) -> list[NodeGroupInfo]:
     for group in managed_groups(snapshot):
         size = target_size(snapshot, group)
         machines = len(members(snapshot, group))
+        held = held_back(snapshot, group)
         out.append(
             NodeGroupInfo(
                 id=group_id(group.key),
                 min_size=min(group.min_nodes, max_size(snapshot, group)),
                 max_size=max_size(snapshot, group),
                 debug=f"{group_id(group.key)}: {size} of {machines} machines meant on "
-                f"(min {group.min_nodes}, max {group.max_nodes}, {group.selection_policy})",
+                f"(min {group.min_nodes}, max {group.max_nodes}, {group.selection_policy})"
+                + (f"; cannot be powered on: {'; '.join(held)}" if held else ""),
             )
         )
     return out
@@ -225,9 +242,11 @@ def increase_size(snapshot: Snapshot, group: Group, delta: int) -> list[Machine]
         )
     order = power_on_order(snapshot, group)
     if len(order) < delta:
+        held = held_back(snapshot, group)
         raise NodeGroupError(
             f"size increase too large: {delta} wanted, {len(order)} machines of "
             f"{group_id(group.key)} can be powered on"
+            + (f" (cannot be powered on: {'; '.join(held)})" if held else "")
         )
     return order[:delta]
 

@@ -241,11 +241,15 @@ def _reference_check(
     objects: Mapping[str, Sequence[Mapping[str, Any]]],
 ) -> Callable[[Mapping[str, Any]], str | None]:
     """Why a machine's power-on action cannot start, from the objects given (nothing is
-    checked when the caller gave no Secrets: it did not look)."""
-    if SECRETS_KEY not in objects:
+    checked when the caller gave neither Secrets nor ConfigMaps: it did not look; Secrets are
+    not checked when only ConfigMaps are given)."""
+    if SECRETS_KEY not in objects and CONFIGMAPS_KEY not in objects:
         return lambda _obj: None
     groups = {_key(o): o for o in _items(objects, GROUPS_KEY)}
-    secrets = references.contents_index(_items(objects, SECRETS_KEY))
+    # No Secrets given (a cluster-wide operator does not watch them): they are not checked.
+    secrets = (
+        references.contents_index(_items(objects, SECRETS_KEY)) if SECRETS_KEY in objects else None
+    )
     config_maps = references.contents_index(_items(objects, CONFIGMAPS_KEY))
 
     def check(obj: Mapping[str, Any]) -> str | None:
@@ -259,7 +263,7 @@ def _reference_check(
             obj,
             group,
             "provision" if ephemeral else "startup",
-            lambda name: secrets.get((key.namespace, name)),
+            None if secrets is None else lambda name: secrets.get((key.namespace, name)),
             lambda name: config_maps.get((key.namespace, name)),
         )
         return None if problem is None else f"{problem.reason}: {problem.message}"

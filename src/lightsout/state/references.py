@@ -84,10 +84,13 @@ def unresolved(
     node: Mapping[str, Any],
     group: Mapping[str, Any] | None,
     action: str,
-    secrets: Contents,
+    secrets: Contents | None,
     config_maps: Contents,
 ) -> Unresolved | None:
-    """The first missing reference `action` on this machine needs, or None when all resolve."""
+    """The first missing reference `action` on this machine needs, or None when all resolve.
+
+    `secrets` None: the caller cannot see Secrets (a cluster-wide operator is given no Secret
+    access), so they are not checked here."""
     meta, spec = _mapping(node.get("metadata")), _mapping(node.get("spec"))
     namespace = str(meta.get("namespace") or "")
     group_name = str(spec.get("group") or "")
@@ -96,19 +99,9 @@ def unresolved(
             ReferenceReason.GROUP_NOT_FOUND,
             f"Group {namespace}/{group_name} not found (spec.group of this machine)",
         )
-    for what, name, keys in _secret_needs(*_driver(spec)):
-        held = secrets(name)
-        if held is None:
-            return Unresolved(
-                ReferenceReason.SECRET_NOT_FOUND, f"{what} {namespace}/{name} not found"
-            )
-        missing = [key for key in keys if key not in held]
-        if missing:
-            return Unresolved(
-                ReferenceReason.SECRET_KEY_MISSING,
-                f"{what} {namespace}/{name} has no key {', '.join(repr(k) for k in missing)}"
-                f" (it has {', '.join(repr(k) for k in sorted(held)) or 'no keys'})",
-            )
+    problem = None if secrets is None else _missing_secret(spec, namespace, secrets)
+    if problem is not None:
+        return problem
     playbooks = _mapping(spec.get("playbooks"))
     group_playbooks = _mapping(_mapping(group.get("spec")).get("playbooks"))
     config_map = playbooks.get("configMapName") or group_playbooks.get("configMapName")
@@ -130,6 +123,25 @@ def unresolved(
             f"playbook {playbook!r} for {action} (spec.playbooks.{action}) not found: {where}"
             " holds no such key and the runner image ships no playbook of that name",
         )
+    return None
+
+
+def _missing_secret(
+    spec: Mapping[str, Any], namespace: str, secrets: Contents
+) -> Unresolved | None:
+    for what, name, keys in _secret_needs(*_driver(spec)):
+        held = secrets(name)
+        if held is None:
+            return Unresolved(
+                ReferenceReason.SECRET_NOT_FOUND, f"{what} {namespace}/{name} not found"
+            )
+        missing = [key for key in keys if key not in held]
+        if missing:
+            return Unresolved(
+                ReferenceReason.SECRET_KEY_MISSING,
+                f"{what} {namespace}/{name} has no key {', '.join(repr(k) for k in missing)}"
+                f" (it has {', '.join(repr(k) for k in sorted(held)) or 'no keys'})",
+            )
     return None
 
 
