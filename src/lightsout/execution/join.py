@@ -175,9 +175,13 @@ def settle(node: Obj, previous_phase: str | None, phase: str) -> None:
 
 
 def job_extravars(
-    node: Obj, labels: Mapping[str, str], taints: list[dict[str, str]]
+    node: Obj,
+    labels: Mapping[str, str],
+    taints: list[dict[str, str]],
+    network: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """What the provision playbook writes into the cloud-init data besides the credentials."""
+    """What the provision playbook writes into the cloud-init data besides the credentials;
+    `network` is the static address from the Group's pool (execution/addresses), else DHCP."""
     join = wanted(node)
     if join is None:
         return {}
@@ -190,5 +194,6 @@ def job_extravars(
             "taints": list(taints),
             "iso_storage": join.get("isoStorage", "local"),
             "ssh_authorized_keys": list(join.get("sshAuthorizedKeys") or []),
+            **(network or {}),
         }
     }
