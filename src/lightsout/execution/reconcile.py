@@ -309,6 +309,14 @@ class Reconciler:
             if not actuator.acquire_lease(ctx, now):
                 return LEASE_RETRY
             holding = True
+        if any(isinstance(e, StartJob) and e.action is Action.PROVISION for e in decision.effects):
+            # Before the core Node and the status that names the provision's Job: with no free
+            # address, no clone (and no core Node waiting for one).
+            try:
+                addresses.allocate(ctx.node, ctx.group)
+            except addresses.PoolExhaustedError as exc:
+                log.warning("machine %s/%s: %s", ctx.namespace, ctx.name, exc)
+                decision = fsm.address_pool_exhausted(machine, decision, str(exc), now)
         if any(isinstance(e, PrepareCoreNode) for e in decision.effects):
             # Before the status that names the on-action's Job: if the Node cannot be created
             # or tainted, that status must say so, and the Job must not be created.
@@ -317,13 +325,6 @@ class Reconciler:
             except Exception as exc:
                 log.warning("machine %s/%s: core Node not prepared", ctx.namespace, ctx.name)
                 decision = fsm.core_node_failed(machine, decision, api.error_message(exc), now)
-        if any(isinstance(e, StartJob) and e.action is Action.PROVISION for e in decision.effects):
-            # Before the status that names the provision's Job: with no free address, no clone.
-            try:
-                addresses.allocate(ctx.node, ctx.group)
-            except addresses.PoolExhaustedError as exc:
-                log.warning("machine %s/%s: %s", ctx.namespace, ctx.name, exc)
-                decision = fsm.address_pool_exhausted(machine, decision, str(exc), now)
         previous_phase = (ctx.node.get("status") or {}).get("phase")
         try:
             write_status(
