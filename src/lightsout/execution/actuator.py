@@ -158,6 +158,7 @@ def job_request(
         credentials_secret=secret,
         ca_secret=ca_secret,
         join_secret=join.join_secret_name(ctx.name) if joining else None,
+        join_sources=join.join_sources(ctx.node) if joining else (),
         overlay_configmap=playbooks.get("configMapName") or group_playbooks.get("configMapName"),
         playbook=playbooks.get(action),
         image=ctx.config.runner_image,

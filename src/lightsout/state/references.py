@@ -96,7 +96,15 @@ def unresolved(
             ReferenceReason.GROUP_NOT_FOUND,
             f"Group {namespace}/{group_name} not found (spec.group of this machine)",
         )
-    for what, name, keys in _secret_needs(*_driver(spec)):
+    kind, block = _driver(spec)
+    join = _mapping(block.get("join")) if kind == "proxmox" and action == "provision" else {}
+    k3s = _mapping(join.get("k3sTokenSecretRef"))
+    join_needs = (
+        [("k3s token Secret", str(k3s["name"]), (str(k3s.get("key", "token")),))]
+        if k3s.get("name")
+        else []
+    )
+    for what, name, keys in [*_secret_needs(kind, block), *join_needs]:
         held = secrets(name)
         if held is None:
             return Unresolved(
@@ -108,6 +116,17 @@ def unresolved(
                 ReferenceReason.SECRET_KEY_MISSING,
                 f"{what} {namespace}/{name} has no key {', '.join(repr(k) for k in missing)}"
                 f" (it has {', '.join(repr(k) for k in sorted(held)) or 'no keys'})",
+            )
+    template = _mapping(join.get("userDataTemplateRef"))
+    if template.get("name"):
+        name, key = str(template["name"]), str(template.get("key", "user-data"))
+        held = config_maps(name)
+        if held is None or key not in held:
+            return Unresolved(
+                ReferenceReason.CONFIGMAP_NOT_FOUND,
+                f"user-data template ConfigMap {namespace}/{name} "
+                + ("not found" if held is None else f"has no key {key!r}")
+                + " (spec.driver.proxmox.join.userDataTemplateRef)",
             )
     playbooks = _mapping(spec.get("playbooks"))
     group_playbooks = _mapping(_mapping(group.get("spec")).get("playbooks"))
