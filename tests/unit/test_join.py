@@ -106,3 +106,45 @@ def test_credentials_are_deleted_when_the_machine_settles(
     join.settle(node(), previous, phase)
     selector = f"{join.LABEL_MACHINE}=lab.burst-1"
     assert calls == ([("kube-system", selector), ("lab", selector)] if revoked else [])
+
+
+def flavored(flavor: str, **refs: Any) -> dict[str, Any]:
+    machine = node()
+    machine["spec"]["driver"]["proxmox"]["join"].update(flavor=flavor, **refs)
+    return machine
+
+
+def test_k3s_gets_the_users_token_secret_projected_beside_a_join_secret_without_token() -> None:
+    machine = flavored("k3s", k3sTokenSecretRef={"name": "k3s", "key": "agent-token"})
+    sources = join.join_sources(machine)
+    assert sources == (
+        {"secret": {"name": "k3s", "items": [{"key": "agent-token", "path": "k3s-token"}]}},
+    )
+    body = join.join_secret(machine, {"apiServerEndpoint": "10.0.0.10:6443"}, None, b"PEM")
+    assert "token" not in body["stringData"]
+    request = JobRequest(
+        node_name="burst-1",
+        namespace="lab",
+        node_uid="u-1",
+        generation=1,
+        attempt=1,
+        action=Action.PROVISION,
+        image="runner:test",
+        join_secret=join.join_secret_name("burst-1"),
+        join_sources=sources,
+    )
+    pod = build_action_job(request)["spec"]["template"]["spec"]
+    volume = {v["name"]: v for v in pod["volumes"]}["join"]
+    assert volume["projected"]["sources"] == [
+        {"secret": {"name": "lightsout-join-burst-1"}},
+        *sources,
+    ]
+    assert join.job_extravars(machine, {}, [])["lightsout_join"]["flavor"] == "k3s"
+
+
+def test_template_gets_the_users_configmap_as_user_data_j2() -> None:
+    machine = flavored("template", userDataTemplateRef={"name": "ud"})
+    assert join.join_sources(machine) == (
+        {"configMap": {"name": "ud", "items": [{"key": "user-data", "path": "user-data.j2"}]}},
+    )
+    assert join.join_sources(node()) == ()
