@@ -234,7 +234,9 @@ def test_pool_addresses_and_a_clone_that_never_joins(
                 silent,
                 420,
                 maxRetries=0,
-                power={"bootTimeoutSeconds": 15, "shutdownTimeoutSeconds": 180},
+                # Short, but the provision Job's deadline is this plus 120 s: under load the
+                # clone itself may take that long.
+                power={"bootTimeoutSeconds": 45, "shutdownTimeoutSeconds": 180},
             ),
             clone(third, 430, maxRetries=0),
         ],
@@ -296,7 +298,7 @@ def test_pool_addresses_and_a_clone_that_never_joins(
         )
         report("proxmox-join", "never joins", reason=gave_up["reason"], message=gave_up["message"])
         assert gave_up["reason"] == "RegistrationTimeout"
-        assert "did not become Ready within 15s" in gave_up["message"]
+        assert "did not become Ready within 45s" in gave_up["message"]
         assert "deprovisioned" in gave_up["message"]
         assert (gave_up["lastOperation"]["action"], gave_up["lastOperation"]["result"]) == (
             "deprovision",
