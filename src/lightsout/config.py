@@ -22,6 +22,13 @@
 | LIGHTSOUT_GRPC_TLS_CLIENT_CA | (none) | file: the CA clients' certificates must chain to (mTLS) |
 | LIGHTSOUT_GRPC_HEALTH_ADDRESS | (none) | `host:port`: grpc.health.v1 only, plaintext (probes) |
 | LIGHTSOUT_GRPC_INSECURE | false | true: plaintext when no TLS files are set (tests, loopback) |
+| LIGHTSOUT_WEBHOOK_ADDRESS | (none: off) | `host:port`: serve the core-Node webhook (HTTPS) |
+| LIGHTSOUT_WEBHOOK_TLS_CERT | (none) | file: its certificate (PEM); required with the address |
+| LIGHTSOUT_WEBHOOK_TLS_KEY | (none) | file: its private key (PEM) |
+| LIGHTSOUT_WEBHOOK_TLS_CA | the certificate | file: the caBundle the API server checks it with |
+| LIGHTSOUT_WEBHOOK_URL | (none) | set: the operator writes its webhook configuration |
+| LIGHTSOUT_WEBHOOK_CONFIGURATION | lightsout-core-nodes | that configuration's name |
+| LIGHTSOUT_WEBHOOK_TIMEOUT_SECONDS | 5 | its timeoutSeconds (1 to 30) |
 | LIGHTSOUT_WORKERS | 4 | reconcile passes at once (machines, Groups), whatever the fleet size |
 
 LIGHTSOUT_NAMESPACE defaults to POD_NAMESPACE, else the first namespace a namespaced operator
@@ -80,6 +87,15 @@ class OperatorConfig:
     grpc_health_address: str | None = None
     #: Reconcile passes at once; the API connection pool is sized from it.
     workers: int = 4
+    #: The core-Node admission webhook (`handlers.admission`); None: not served.
+    webhook_address: str | None = None
+    webhook_tls_cert: str | None = None
+    webhook_tls_key: str | None = None
+    webhook_tls_ca: str | None = None
+    #: Set: the operator writes its MutatingWebhookConfiguration (else the installer does).
+    webhook_url: str | None = None
+    webhook_configuration: str = "lightsout-core-nodes"
+    webhook_timeout_seconds: int = 5
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
@@ -115,4 +131,14 @@ class OperatorConfig:
             grpc_insecure=_flag(env.get("LIGHTSOUT_GRPC_INSECURE"), default=False),
             grpc_health_address=env.get("LIGHTSOUT_GRPC_HEALTH_ADDRESS") or None,
             workers=max(1, int(env.get("LIGHTSOUT_WORKERS") or "4")),
+            webhook_address=env.get("LIGHTSOUT_WEBHOOK_ADDRESS") or None,
+            webhook_tls_cert=env.get("LIGHTSOUT_WEBHOOK_TLS_CERT") or None,
+            webhook_tls_key=env.get("LIGHTSOUT_WEBHOOK_TLS_KEY") or None,
+            webhook_tls_ca=env.get("LIGHTSOUT_WEBHOOK_TLS_CA") or None,
+            webhook_url=env.get("LIGHTSOUT_WEBHOOK_URL") or None,
+            webhook_configuration=env.get("LIGHTSOUT_WEBHOOK_CONFIGURATION")
+            or cls.webhook_configuration,
+            webhook_timeout_seconds=min(
+                30, max(1, int(env.get("LIGHTSOUT_WEBHOOK_TIMEOUT_SECONDS") or "5"))
+            ),
         )

@@ -5,8 +5,11 @@ and taints plus its own startup taint `lightsout.dev/unregistered:NoSchedule`, a
 that taint once the machine is Ready. Proven with a real kubelet (lightsout_lab.realnode:
 containerd + runc + the kubelet built with the control plane) started as the machine's own
 kubelet when the Redfish emulator reports the machine On, with its own `--node-labels` and
-`registerWithTaints` as a kubelet configured by hand would have. Action Jobs run on the
-stand-in runner as in every e2e test. A second, cheaper test has the API server refuse the
+`registerWithTaints` as a kubelet configured by hand would have; the operator serves its
+core-Node admission webhook, so those end up on the Node as well, and a label a kubelet may not
+set (posted to the API by hand, as a client other than a checked kubelet could) does not.
+Action Jobs run on the stand-in runner as in every e2e test. A second, cheaper test has the API
+server refuse the
 Node (a ValidatingAdmissionPolicy): the machine must end Failed with the reason, and the BMC
 must never have been told to power on.
 """
@@ -25,6 +28,8 @@ from kubernetes import client, watch
 
 from lightsout.planning.types import STARTUP_TAINT_KEY
 from lightsout_lab import Cluster
+from lightsout_lab.cluster import free_port
+from lightsout_lab.kubelet import JOB_PLACEMENT_ENV, KubeletAgent
 from lightsout_lab.operator_process import OperatorProcess
 from lightsout_lab.realnode import PAUSE_IMAGE, RealNode
 from lightsout_lab.sushy import POWER_ON, SushyEmulator
@@ -40,6 +45,11 @@ MACHINE_LABEL = ("example.com/rack", "r1")
 #: What the machine's hand-configured kubelet sets itself.
 KUBELET_LABEL = ("example.com/kubelet-says", "hello")
 KUBELET_TAINT = {"key": "example.com/kubelet-taint", "value": "yes", "effect": "NoSchedule"}
+#: Posted by hand while the Node waits for its kubelet: one label the webhook copies, two a
+#: kubelet may not set (NodeRestriction) which it must not.
+POSTED_LABEL = ("example.com/posted", "yes")
+FORBIDDEN_LABELS = {"node-restriction.kubernetes.io/x": "1", "node-role.kubernetes.io/evil": ""}
+DRY_RUN_LABEL = ("example.com/dry-run", "yes")
 #: How long the untolerating pod is watched after Ready (the issue: "a minute after").
 AFTER_READY_SECONDS = 60.0
 
@@ -147,11 +157,50 @@ def boot_on_power(
         node.stop()
 
 
+@pytest.fixture
+def webhook_operator(
+    crds: Cluster, namespace: str, tmp_path: Path, runner: KubeletAgent
+) -> Iterator[OperatorProcess]:
+    """The operator serving its core-Node webhook on the host, with the API server's own
+    serving certificate (SAN 127.0.0.1, signed by the cluster CA, which is the caBundle); it
+    writes the MutatingWebhookConfiguration itself (LIGHTSOUT_WEBHOOK_URL)."""
+    port, pki = free_port(), crds.directory / "pki"
+    configuration = f"lightsout-core-nodes-{namespace}"
+    proc = OperatorProcess(
+        cluster=crds,
+        namespaces=(namespace,),
+        log_dir=tmp_path,
+        extra_env={
+            **JOB_PLACEMENT_ENV,
+            "LIGHTSOUT_WEBHOOK_ADDRESS": f"127.0.0.1:{port}",
+            "LIGHTSOUT_WEBHOOK_TLS_CERT": str(pki / "apiserver.crt"),
+            "LIGHTSOUT_WEBHOOK_TLS_KEY": str(pki / "apiserver.key"),
+            "LIGHTSOUT_WEBHOOK_TLS_CA": str(pki / "ca.crt"),
+            "LIGHTSOUT_WEBHOOK_URL": f"https://127.0.0.1:{port}",
+            "LIGHTSOUT_WEBHOOK_CONFIGURATION": configuration,
+        },
+    )
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        crds.kubectl("delete", "mutatingwebhookconfiguration", configuration, check=False)
+
+
+def _post_node(crds: Cluster, name: str, labels: dict[str, str], *extra: str) -> str:
+    """POST a Node by hand; it exists, so the API server refuses (after admission)."""
+    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+    done = crds.kubectl("create", *extra, "-f", "-", input=json.dumps(body), check=False)
+    assert done.returncode != 0 and "AlreadyExists" in done.stderr + done.stdout, done
+    return str(done.stderr)
+
+
 def test_node_is_never_schedulable_before_its_labels_and_taints(
     crds: Cluster,
     namespace: str,
     kube_api: client.ApiClient,
-    operator: OperatorProcess,
+    webhook_operator: OperatorProcess,
     bmc: SushyEmulator,
     machine: fleet.MachineDef,
     boot_on_power: Callable[[], RealNode],
@@ -182,6 +231,15 @@ def test_node_is_never_schedulable_before_its_labels_and_taints(
         Recorder(core.list_namespaced_pod, "pinned", namespace=namespace) as pod_watch,
     ):
         patch_desired(crds, namespace, machine.name, "On")
+        wait_for(
+            lambda: (n := get_json(crds, "node", machine.name)) and STARTUP_TAINT_KEY in str(n),
+            120,
+            "the core Node made before power-on",
+        )
+        # Before the kubelet: a dry run (never acted on) and a client that is not a checked
+        # kubelet, with labels a kubelet may not set (not copied) and one it may (copied).
+        _post_node(crds, machine.name, dict([DRY_RUN_LABEL]), "--dry-run=server")
+        _post_node(crds, machine.name, {**FORBIDDEN_LABELS, POSTED_LABEL[0]: POSTED_LABEL[1]})
         kubelet = boot_on_power()
         print(f"\nmachine's kubelet Ready {kubelet.ready_seconds:.1f}s after it started")
         wait_phase(crds, namespace, machine.name, "Ready")
@@ -196,7 +254,11 @@ def test_node_is_never_schedulable_before_its_labels_and_taints(
         )
         ready_at = time.monotonic()
         # A pod that tolerates the Group's taint lands there.
-        welcome = _pod("welcome", machine.name, [{**GROUP_TAINT, "operator": "Equal"}])
+        welcome = _pod(
+            "welcome",
+            machine.name,
+            [{**GROUP_TAINT, "operator": "Equal"}, {**KUBELET_TAINT, "operator": "Equal"}],
+        )
         crds.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(welcome))
         running = wait_for(
             lambda: (
@@ -237,18 +299,36 @@ def test_node_is_never_schedulable_before_its_labels_and_taints(
     assert all(not o["spec"].get("nodeName") for o in pod_watch.objects())
     assert pinned_now is not None and not pinned_now["spec"].get("nodeName")
 
-    # --- the kubelet found the Node and reconciled only its default labels (docs: "The core
-    # Node before power-on"): its own --node-labels and registerWithTaints are not applied to
-    # a Node that exists, so they belong in the Group's or the Node's spec.
+    # --- the kubelet found the Node: its own --node-labels and registerWithTaints reached it
+    # through the webhook (docs: "The core Node before power-on"), beside the Group's.
     labels = _labels(node)
     assert labels.get("kubernetes.io/hostname") == machine.name
-    assert labels.get("kubernetes.io/os") == "linux"
-    assert KUBELET_LABEL[0] not in labels
-    assert KUBELET_TAINT not in _taints(node)
+    assert labels.get(KUBELET_LABEL[0]) == KUBELET_LABEL[1], labels
+    assert KUBELET_TAINT in _taints(node), _taints(node)
+    assert labels.get(GROUP_LABEL[0]) == GROUP_LABEL[1]
+    assert labels.get(MACHINE_LABEL[0]) == MACHINE_LABEL[1]
+    # The hand-made POST: the allowed label copied, the forbidden ones not; the dry run not.
+    assert labels.get(POSTED_LABEL[0]) == POSTED_LABEL[1], labels
+    assert not set(FORBIDDEN_LABELS) & set(labels), labels
+    assert DRY_RUN_LABEL[0] not in labels
+    kubelet_seen = [o for o in seen if _labels(o).get(KUBELET_LABEL[0])]
+    assert kubelet_seen and all(GROUP_TAINT in _taints(o) for o in kubelet_seen)
 
-    reasons = [e["reason"] for e in events_for(crds, namespace, machine.name)]
-    for expected in ("CoreNodeCreated", "PowerOnRequested", "StartupTaintRemoved"):
+    events = events_for(crds, namespace, machine.name)
+    reasons = [e["reason"] for e in events]
+    for expected in (
+        "CoreNodeCreated",
+        "PowerOnRequested",
+        "KubeletMetadataMerged",
+        "StartupTaintRemoved",
+    ):
         assert expected in reasons, reasons
+    # The operator's own CREATE of the Node passes through its webhook too: not acted on.
+    assert "CoreNodeRegistering" not in reasons, reasons
+    for event in events:
+        if event["reason"] == "KubeletMetadataMerged":
+            print(f"event KubeletMetadataMerged: {event['message']}")
+    print(f"Node labels: {sorted(labels)}; taints: {_taints(node)}")
     print(
         f"Node watch: {len(seen)} events, the first {len(seen) - len(registered)} before the "
         f"kubelet registered, {len(untainted)} without the startup taint (all Ready); pod "

@@ -346,3 +346,23 @@ def test_status_patch_sends_only_changes_and_nulls_what_is_gone() -> None:
     }
     assert inputs.status_patch(current, current) == {}
     assert inputs.status_patch({}, {"clone": None}) == {}
+
+
+def test_status_patch_is_empty_when_only_null_keys_differ_from_what_is_stored() -> None:
+    # A running attempt: `finished` and `failedTask` are null, so the API server stored the
+    # operation without them; the next pass (a Lease renewal) must not patch it again.
+    wanted = {
+        "phase": "PoweringOn",
+        "lastOperation": {"action": "startup", "attempt": 1, "finished": None, "failedTask": None},
+    }
+    stored = {"phase": "PoweringOn", "lastOperation": {"action": "startup", "attempt": 1}}
+    assert inputs.status_patch(stored, wanted) == {}
+    finished = {**wanted, "lastOperation": {**wanted["lastOperation"], "finished": "t"}}
+    assert inputs.status_patch(stored, finished) == {
+        "lastOperation": {
+            "action": "startup",
+            "attempt": 1,
+            "finished": "t",
+            "failedTask": None,
+        }
+    }

@@ -17,7 +17,7 @@ from typing import Any
 
 from lightsout import API_GROUP, API_VERSION
 from lightsout.config import OperatorConfig
-from lightsout.execution import addresses, join, leases, providerid
+from lightsout.execution import addresses, join, leases, providerid, registration
 from lightsout.execution.extravars import action_extravars, credentials_secret
 from lightsout.execution.jobs import (
     JobRequest,
@@ -266,6 +266,54 @@ def prepare_core_node(ctx: MachineContext) -> None:
         post_event(ctx, Event(EventType.NORMAL, "CoreNodeTainted", message))
 
     _on_fresh_node(ctx, step)
+
+
+def kubelet_registering(
+    ctx: MachineContext, kubelet: Obj
+) -> tuple[dict[str, str], list[dict[str, str]]] | None:
+    """The machine's kubelet POSTs its Node (the admission webhook calls this; never for a dry
+    run). The Node exists and still carries the startup taint: the kubelet's own labels and
+    taints are merged into it (an event says which, and which labels a kubelet may not set
+    were left out); returns None. No Node yet: returns the labels and taints the kubelet's
+    object must be created with (the wanted ones and the startup taint over its own)."""
+    outcome: list[tuple[dict[str, str], list[dict[str, str]]]] = []
+
+    def step(node: Obj | None) -> None:
+        outcome.clear()
+        if node is None:
+            outcome.append(registration.registration_metadata(kubelet, ctx.labels, ctx.taints))
+            return
+        patch = registration.merge_patch(node, kubelet, ctx.labels, ctx.taints)
+        if not patch:
+            return
+        api.patch_node(ctx.core_name, patch)
+        _, _, refused = registration.kubelet_metadata(kubelet)
+        added = sorted(k for k in (patch.get("metadata") or {}).get("labels") or {})
+        taints = (patch.get("spec") or {}).get("taints")
+        message = (
+            f"core Node {ctx.core_name} was POSTed again (its kubelet registering): merged "
+            f"the request's label(s) {', '.join(added) or '(none new)'}"
+            + (f" and taints ({len(taints)} on the Node now)" if taints is not None else "")
+            + " into the Node made before power-on (the Group's and the machine's win)"
+            + (
+                f"; left out label(s) a kubelet may not set: {', '.join(refused)}"
+                if refused
+                else ""
+            )
+        )
+        post_event(ctx, Event(EventType.NORMAL, "KubeletMetadataMerged", message))
+
+    _on_fresh_node(ctx, step)
+    if not outcome:
+        return None
+    message = (
+        f"the kubelet of core Node {ctx.core_name} registers a Node that does not exist: it is "
+        f"created with its own labels and taints plus {len(ctx.labels)} label(s) and "
+        f"{len(ctx.taints)} taint(s) of the Group and the machine and the startup taint "
+        f"{STARTUP_TAINT_KEY}:NoSchedule"
+    )
+    post_event(ctx, Event(EventType.NORMAL, "CoreNodeRegistering", message))
+    return outcome[0]
 
 
 def drain(ctx: MachineContext) -> DrainStatus:

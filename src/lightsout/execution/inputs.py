@@ -114,13 +114,22 @@ def status_patch(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[
 
     A JSON merge patch merges nested objects key by key, so a key that is gone from a nested
     object must be sent as null, or the old value would stay: e.g. a startup's
-    `lastOperation.values.vmid` under the shutdown that followed it.
+    `lastOperation.values.vmid` under the shutdown that followed it. The other way round, a
+    null in `wanted` is stored as an absent key, so fields are compared as stored: otherwise a
+    `lastOperation` with `finished: null` would differ from its own stored self on every pass.
     """
     return {
         key: _replacing(current.get(key), value)
         for key, value in wanted.items()
-        if current.get(key) != value
+        if current.get(key) != _as_stored(value)
     }
+
+
+def _as_stored(value: Any) -> Any:
+    """`value` as the API server keeps it after a merge patch: keys set to null are gone."""
+    if not isinstance(value, Mapping):
+        return value
+    return {key: _as_stored(item) for key, item in value.items() if item is not None}
 
 
 def _replacing(old: Any, new: Any) -> Any:

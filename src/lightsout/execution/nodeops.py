@@ -57,25 +57,32 @@ def metadata_patch(
     writer (the node lifecycle controller) added since the read must not be lost; such a race
     is a 409 and the caller tries again.
     """
-    current_labels = (node.get("metadata") or {}).get("labels") or {}
     current_taints = list((node.get("spec") or {}).get("taints") or [])
-    patch: dict[str, Any] = {}
-    missing = {k: v for k, v in labels.items() if current_labels.get(k) != v}
-    if missing:
-        patch["metadata"] = {"labels": missing}
     wanted = {_taint_key(t): dict(t) for t in taints}
     kept = [
         t for t in current_taints if _taint_key(t) not in wanted and str(t.get("key")) not in drop
     ]
-    merged = kept + [wanted[k] for k in sorted(wanted)]
-    normalise = sorted(
-        (str(t.get("key")), str(t.get("value", "")), str(t.get("effect"))) for t in current_taints
+    return node_patch(node, labels, kept + [wanted[k] for k in sorted(wanted)])
+
+
+def _taint_set(taints: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, str]]:
+    return sorted(
+        (str(t.get("key")), str(t.get("value", "")), str(t.get("effect"))) for t in taints
     )
-    target = sorted(
-        (str(t.get("key")), str(t.get("value", "")), str(t.get("effect"))) for t in merged
-    )
-    if normalise != target:
-        patch["spec"] = {"taints": merged}
+
+
+def node_patch(
+    node: Obj, labels: Mapping[str, str], taints: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """The merge patch that sets these labels (others untouched) and exactly this taint list
+    on `node`, conditional on its resourceVersion; None when it has them already."""
+    current_labels = (node.get("metadata") or {}).get("labels") or {}
+    patch: dict[str, Any] = {}
+    missing = {k: v for k, v in labels.items() if current_labels.get(k) != v}
+    if missing:
+        patch["metadata"] = {"labels": missing}
+    if _taint_set((node.get("spec") or {}).get("taints") or []) != _taint_set(taints):
+        patch["spec"] = {"taints": list(taints)}
     if not patch:
         return None
     version = (node.get("metadata") or {}).get("resourceVersion")

@@ -4,6 +4,6 @@ Handlers are thin: they translate kopf causes into calls of the state builders, 
 planners and the executors, and contain no policy of their own.
 """
 
-from lightsout.handlers import autoscale, externalgrpc, group, lifecycle, metrics, node
+from lightsout.handlers import admission, autoscale, externalgrpc, group, lifecycle, metrics, node
 
-__all__ = ["autoscale", "externalgrpc", "group", "lifecycle", "metrics", "node"]
+__all__ = ["admission", "autoscale", "externalgrpc", "group", "lifecycle", "metrics", "node"]

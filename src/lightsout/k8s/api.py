@@ -260,6 +260,22 @@ def delete_node(name: str) -> None:
             raise
 
 
+def put_mutating_webhook_configuration(body: Mapping[str, Any]) -> None:
+    """Create the MutatingWebhookConfiguration, or replace the one of that name."""
+    admission = client.AdmissionregistrationV1Api(api_client())
+    name = body["metadata"]["name"]
+    current = _get(admission.read_mutating_webhook_configuration, name)
+    if current is None:
+        _raw(admission.create_mutating_webhook_configuration, dict(body))
+        return
+    replacement = {**body, "metadata": {**body["metadata"], **_version(current)}}
+    _raw(admission.replace_mutating_webhook_configuration, name, replacement)
+
+
+def _version(obj: Obj) -> dict[str, Any]:
+    return {"resourceVersion": obj["metadata"]["resourceVersion"]}
+
+
 def pods_on_node(node_name: str) -> list[Obj]:
     data = _raw(core().list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node_name}")
     return cast(list[Obj], data.get("items", []))

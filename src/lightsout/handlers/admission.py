@@ -1,0 +1,125 @@
+"""The core-Node admission webhook: a kubelet's own labels and taints reach the Node made
+before power-on. kopf serves it (`@kopf.on.mutate`, `kopf.WebhookServer`) when
+`LIGHTSOUT_WEBHOOK_ADDRESS` is set; what it does is `execution.actuator.kubelet_registering`
+with the rules of `execution.registration`.
+
+The API server calls it for every Node CREATE (the MutatingWebhookConfiguration built by
+`registration.mutating_webhook_configuration`: failurePolicy Ignore, a short timeout,
+sideEffects NoneOnDryRun). Only a Node named like the core Node of a machine in the caches is
+acted on; a dry run never is, nor a Node created with the startup taint already (the
+operator's own, `actuator.prepare_core_node`). With `LIGHTSOUT_WEBHOOK_URL` set (the dev
+cluster, where the operator runs on the host) the operator writes that configuration itself at
+start-up, with the URL and the caBundle; otherwise the installer owns it. kopf's own managed
+configurations are not used: they fix timeoutSeconds at 30 s, which a kubelet would wait at
+each registration try while the operator hangs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, cast
+
+import kopf
+
+from lightsout.config import OperatorConfig
+from lightsout.execution import actuator, inputs, registration
+from lightsout.execution.nodeops import has_startup_taint
+from lightsout.k8s import api
+
+log = logging.getLogger(__name__)
+
+#: The handler id, and so the URL path kopf's server routes to it (`/core-nodes`).
+WEBHOOK_ID = "core-nodes"
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    # An empty host listens on every interface, as the metrics address does (in a pod).
+    return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104
+
+
+def client_config(config: OperatorConfig) -> dict[str, str]:
+    """How the API server reaches the webhook: the URL (with the handler's path) and the CA it
+    checks the certificate with."""
+    ca = Path(config.webhook_tls_ca or config.webhook_tls_cert or "").read_bytes()
+    return {
+        "url": f"{(config.webhook_url or '').rstrip('/')}/{WEBHOOK_ID}",
+        "caBundle": base64.b64encode(ca).decode("ascii"),
+    }
+
+
+async def _not_served(_: Any) -> AsyncIterator[Any]:
+    """kopf refuses to start with an admission handler and no server: this one never listens
+    (the webhook is off, and no configuration sends anything here)."""
+    await asyncio.Event().wait()
+    yield {}  # pragma: no cover - never reached
+
+
+@kopf.on.startup()
+async def start_webhook(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    config: OperatorConfig = getattr(memo, "config", None) or OperatorConfig.from_env()
+    if not config.webhook_address:
+        settings.admission.server = cast(Any, _not_served)
+        return
+    if not (config.webhook_tls_cert and config.webhook_tls_key):
+        raise kopf.PermanentError(
+            "LIGHTSOUT_WEBHOOK_ADDRESS needs LIGHTSOUT_WEBHOOK_TLS_CERT and _KEY: the API server "
+            "only calls webhooks over HTTPS"
+        )
+    host, port = _host_port(config.webhook_address)
+    settings.admission.server = kopf.WebhookServer(
+        addr=host,
+        port=port,
+        certfile=config.webhook_tls_cert,
+        pkeyfile=config.webhook_tls_key,
+        cafile=config.webhook_tls_ca,
+    )
+    if config.webhook_url:
+        body = registration.mutating_webhook_configuration(
+            config.webhook_configuration,
+            client_config(config),
+            timeout_seconds=config.webhook_timeout_seconds,
+        )
+        await asyncio.to_thread(api.put_mutating_webhook_configuration, body)
+        log.info("wrote MutatingWebhookConfiguration %s", config.webhook_configuration)
+
+
+@kopf.on.mutate(
+    "",
+    "v1",
+    "nodes",
+    id=WEBHOOK_ID,
+    operations=["CREATE"],
+    side_effects=True,
+    ignore_failures=True,
+)
+async def core_node_registering(
+    body: kopf.Body, dryrun: bool, patch: kopf.Patch, memo: kopf.Memo, **_: Any
+) -> None:
+    if dryrun:  # sideEffects NoneOnDryRun: nothing changes for a dry run, not even the object
+        return
+    reconcilers = getattr(memo, "reconcilers", None)
+    if reconcilers is None:  # the caches are not filled yet: as without the webhook
+        return
+    if has_startup_taint(body):  # the operator's own Node, made before power-on
+        return
+    name = str(body.get("metadata", {}).get("name") or "")
+    caches = reconcilers.caches
+    refs = caches.machines_on(name)
+    machine = caches.machine(*refs[0]) if refs else None
+    if machine is None:
+        return
+    spec = machine.get("spec") or {}
+    group = caches.group(refs[0][0], str(spec.get("group") or ""))
+    labels, taints = inputs.wanted_metadata(machine, group)
+    ctx = actuator.MachineContext(
+        node=machine, group=group, config=reconcilers.config, labels=labels, taints=taints
+    )
+    mutation = await asyncio.to_thread(actuator.kubelet_registering, ctx, dict(body))
+    if mutation is not None:
+        patch["metadata"] = {"labels": mutation[0]}
+        patch["spec"] = {"taints": mutation[1]}
