@@ -14,6 +14,7 @@ import dataclasses
 import datetime as dt
 import json
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -24,7 +25,7 @@ from lightsout_lab.fakepve import FakePveCluster, Guest
 from lightsout_lab.machines import MachineSimulator
 from lightsout_lab.operator_process import OperatorProcess
 from tests.harness import fleet
-from tests.harness.cycle import patch_and_wait, report, wait_phase
+from tests.harness.cycle import PATIENCE, patch_and_wait, report, status, wait_phase
 from tests.harness.wait import events_for, get_json, wait_for
 
 TEMPLATE = 9000
@@ -180,6 +181,144 @@ def test_clone_joins_with_the_token_from_its_iso(
     finally:
         sim.stop()
         crds.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false")
+
+
+def address_leases(cluster: Cluster, namespace: str) -> dict[str, str]:
+    """The Group's address leases left: address -> holder."""
+    found = get_json(cluster, "leases", "-n", namespace, "-l", "lightsout.dev/address-pool")
+    return {
+        lease["metadata"]["annotations"]["lightsout.dev/address"]: lease["spec"]["holderIdentity"]
+        for lease in (found or {}).get("items", [])
+    }
+
+
+def test_pool_addresses_and_a_clone_that_never_joins(
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    kube_api: client.ApiClient,
+    pve: FakePveCluster,
+) -> None:
+    """Two clones provisioned at once get the pool's two addresses; a third finds it exhausted
+    and is not cloned. One clone joins; the other never does (nothing runs in it): Failed
+    after its short boot timeout, deprovisioned, nothing left behind."""
+    server = urlsplit(crds.server)
+    joins, silent, third = (f"{kind}-{namespace}" for kind in ("joins", "silent", "third"))
+
+    def clone(name: str, lower: int, **spec: Any) -> dict[str, Any]:
+        join = {"apiServerEndpoint": f"{server.hostname}:{server.port}"}
+        proxmox = {
+            "mode": "Ephemeral",
+            "template": {"vmid": TEMPLATE},
+            "vmidRange": {"lower": lower, "upper": lower + 9},
+            "join": join,
+        }
+        return fleet.proxmox_node(name, pve.endpoint, proxmox=proxmox, **spec)
+
+    pool = {
+        "cidr": "10.77.0.0/24",
+        "start": "10.77.0.10",
+        "end": "10.77.0.11",
+        "gateway": "10.77.0.1",
+        "dnsServers": ["10.77.0.2"],
+    }
+    fleet.apply(
+        crds,
+        namespace,
+        [
+            fleet.secret("pve", {"username": pve.username, "password": pve.password}),
+            fleet.secret("pve-ca", {"ca.crt": pve.ca_path.read_bytes()}),
+            fleet.group(addressPool=pool),
+            clone(joins, 410),
+            clone(
+                silent,
+                420,
+                maxRetries=0,
+                # Short, but the provision Job's deadline is this plus 120 s: under load the
+                # clone itself may take that long.
+                power={"bootTimeoutSeconds": 45, "shutdownTimeoutSeconds": 180},
+            ),
+            clone(third, 430, maxRetries=0),
+        ],
+    )
+    tags = {name: f"lightsout-node.{namespace}.{name}" for name in (joins, silent, third)}
+    # Only `joins` has something inside that joins; `silent` boots into nothing.
+    machine = fleet.sim_machine(joins, namespace, pve.power_reader(tag=tags[joins]), 1.0)
+    machine.cloud_init = lambda: pve.attached_iso(tags[joins])
+    sim = MachineSimulator(kube_api, [machine]).start()
+    try:
+        for name in (joins, silent, third):
+            wait_phase(crds, namespace, name, "Off")
+        on = json.dumps({"spec": {"desiredPowerState": "On"}})
+        for name in (joins, silent):
+            crds.kubectl("patch", "lsn", name, "-n", namespace, "--type", "merge", "-p", on)
+        # Both ISOs at fakepve: each clone's network-config has its own address from the pool.
+        wait_for(
+            lambda: all(pve.attached_iso(tags[n]) for n in (joins, silent)),
+            PATIENCE,
+            "both clones booting their ISO",
+            interval=1.0,
+        )
+        networks = {}
+        for name in (joins, silent):
+            iso = pve.attached_iso(tags[name])
+            assert iso is not None
+            networks[name] = bootstrap.read_iso(iso).network_config["ethernets"]["primary"]
+        report("proxmox-join", "two clones at once", networks=networks)
+        assert sorted(n["addresses"][0] for n in networks.values()) == [
+            "10.77.0.10/24",
+            "10.77.0.11/24",
+        ]
+        for net in networks.values():
+            assert net["dhcp4"] is False
+            assert net["routes"] == [{"to": "default", "via": "10.77.0.1"}]
+            assert net["nameservers"] == {"addresses": ["10.77.0.2"]}
+        assert set(address_leases(crds, namespace).values()) == {
+            f"{namespace}/{joins}",
+            f"{namespace}/{silent}",
+        }
+
+        # A third clone while both addresses are leased: no clone, a reason that says why.
+        crds.kubectl("patch", "lsn", third, "-n", namespace, "--type", "merge", "-p", on)
+        failed = wait_for(
+            lambda: (st := status(crds, namespace, third)).get("phase") == "Failed" and st,
+            PATIENCE,
+            "the third clone Failed",
+        )
+        assert "address pool of Group homelab is exhausted" in failed["message"], failed
+        assert pve.tagged(tags[third]) == []
+        assert get_json(crds, "node", third) is None
+
+        wait_phase(crds, namespace, joins, "Ready")
+        # The silent clone: Failed after its boot timeout, and deprovisioned first.
+        gave_up = wait_for(
+            lambda: (st := status(crds, namespace, silent)).get("phase") == "Failed" and st,
+            PATIENCE,
+            "the clone that never joins Failed",
+        )
+        report("proxmox-join", "never joins", reason=gave_up["reason"], message=gave_up["message"])
+        assert gave_up["reason"] == "RegistrationTimeout"
+        assert "did not become Ready within 45s" in gave_up["message"]
+        assert "deprovisioned" in gave_up["message"]
+        assert (gave_up["lastOperation"]["action"], gave_up["lastOperation"]["result"]) == (
+            "deprovision",
+            "Succeeded",
+        )
+        assert pve.tagged(tags[silent]) == []
+        assert pve.isos() == [f"local:iso/{tags[joins]}.iso"]
+        assert get_json(crds, "node", silent) is None
+        assert set(address_leases(crds, namespace).values()) == {f"{namespace}/{joins}"}
+        wait_for(lambda: not join_secrets(crds, namespace), 30, "the join credentials deleted")
+
+        _, seconds = patch_and_wait(crds, namespace, joins, "Off", "Off")
+        report("proxmox-join", "patch Off -> Off", seconds=seconds, isos=pve.isos())
+        assert pve.tagged(tags[joins]) == [] and pve.isos() == []
+        assert join_secrets(crds, namespace) == []
+        assert address_leases(crds, namespace) == {}
+    finally:
+        sim.stop()
+        for name in (joins, silent, third):
+            crds.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false")
 
 
 def expired_token(cluster: Cluster) -> str:

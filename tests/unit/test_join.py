@@ -30,6 +30,25 @@ def node(mode: str = "Ephemeral", with_join: bool = True) -> dict[str, Any]:
     }
 
 
+def provision_pod(**request: Any) -> dict[str, Any]:
+    """The pod spec of burst-1's provision Job with its join Secret (and `request`)."""
+    job = build_action_job(
+        JobRequest(
+            node_name="burst-1",
+            namespace="lab",
+            node_uid="u-1",
+            generation=1,
+            attempt=1,
+            action=Action.PROVISION,
+            image="runner:test",
+            join_secret=join.join_secret_name("burst-1"),
+            **request,
+        )
+    )
+    pod: dict[str, Any] = job["spec"]["template"]["spec"]
+    return pod
+
+
 def test_only_ephemeral_clones_with_join_get_credentials() -> None:
     assert join.wanted(node()) == {"apiServerEndpoint": "10.0.0.10:6443"}
     assert join.wanted(node(mode="Persistent")) is None
@@ -66,19 +85,7 @@ def test_join_secret_is_owned_by_the_node_and_holds_no_label_value_secret() -> N
 
 def test_the_provision_job_mounts_the_join_secret_and_names_it_in_env_only() -> None:
     extravars = join.job_extravars(node(), {"workload": "burst"}, [])
-    request = JobRequest(
-        node_name="burst-1",
-        namespace="lab",
-        node_uid="u-1",
-        generation=1,
-        attempt=1,
-        action=Action.PROVISION,
-        image="runner:test",
-        extravars=extravars,
-        join_secret=join.join_secret_name("burst-1"),
-    )
-    job = build_action_job(request)
-    pod = job["spec"]["template"]["spec"]
+    pod = provision_pod(extravars=extravars)
     (container,) = pod["containers"]
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["join"] == {"name": "join", "mountPath": JOIN_DIR, "readOnly": True}
@@ -106,3 +113,34 @@ def test_credentials_are_deleted_when_the_machine_settles(
     join.settle(node(), previous, phase)
     selector = f"{join.LABEL_MACHINE}=lab.burst-1"
     assert calls == ([("kube-system", selector), ("lab", selector)] if revoked else [])
+
+
+def flavored(flavor: str, **refs: Any) -> dict[str, Any]:
+    machine = node()
+    machine["spec"]["driver"]["proxmox"]["join"].update(flavor=flavor, **refs)
+    return machine
+
+
+def test_k3s_gets_the_users_token_secret_projected_beside_a_join_secret_without_token() -> None:
+    machine = flavored("k3s", k3sTokenSecretRef={"name": "k3s", "key": "agent-token"})
+    sources = join.join_sources(machine)
+    assert sources == (
+        {"secret": {"name": "k3s", "items": [{"key": "agent-token", "path": "k3s-token"}]}},
+    )
+    body = join.join_secret(machine, {"apiServerEndpoint": "10.0.0.10:6443"}, None, b"PEM")
+    assert "token" not in body["stringData"]
+    pod = provision_pod(join_sources=sources)
+    volume = {v["name"]: v for v in pod["volumes"]}["join"]
+    assert volume["projected"]["sources"] == [
+        {"secret": {"name": "lightsout-join-burst-1"}},
+        *sources,
+    ]
+    assert join.job_extravars(machine, {}, [])["lightsout_join"]["flavor"] == "k3s"
+
+
+def test_template_gets_the_users_configmap_as_user_data_j2() -> None:
+    machine = flavored("template", userDataTemplateRef={"name": "ud"})
+    assert join.join_sources(machine) == (
+        {"configMap": {"name": "ud", "items": [{"key": "user-data", "path": "user-data.j2"}]}},
+    )
+    assert join.join_sources(node()) == ()

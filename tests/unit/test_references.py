@@ -125,6 +125,25 @@ def test_everything_present_resolves_including_an_overlay_playbook_and_a_shipped
     assert check(node(playbooks={"startup": "shutdown.yml"})) is None
 
 
+def test_a_join_flavors_secret_and_template_are_needed_for_provision_only() -> None:
+    machine = node()
+    join = {"apiServerEndpoint": "10.0.0.10:6443"}
+    machine["spec"]["driver"] = {"proxmox": {"credentialsSecretRef": {"name": "bmc"}, "join": join}}
+    held = {"bmc": HELD["bmc"]}
+    join.update(flavor="k3s", k3sTokenSecretRef={"name": "k3s", "key": "token"})
+    problem = unresolved(machine, GROUP, "provision", held.get, {}.get)
+    assert problem is not None and problem.reason is ReferenceReason.SECRET_NOT_FOUND
+    assert "k3s token Secret ns/k3s" in problem.message
+    assert unresolved(machine, GROUP, "deprovision", held.get, {}.get) is None
+    del join["k3sTokenSecretRef"]
+    join.update(flavor="template", userDataTemplateRef={"name": "ud"})
+    problem = unresolved(machine, GROUP, "provision", held.get, {"ud": frozenset({"x"})}.get)
+    assert problem is not None and problem.reason is ReferenceReason.CONFIGMAP_NOT_FOUND
+    assert "user-data template ConfigMap ns/ud has no key 'user-data'" in problem.message
+    ud = {"ud": frozenset({"user-data"})}
+    assert unresolved(machine, GROUP, "provision", held.get, ud.get) is None
+
+
 def test_proxmox_token_keys_replace_username_and_password() -> None:
     machine = node()
     machine["spec"]["driver"] = {

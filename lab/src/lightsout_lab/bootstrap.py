@@ -174,6 +174,10 @@ def _client(server: str, ca_file: Path, **auth: Any) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+def _refused(exc: ApiException) -> JoinError:
+    return JoinError(f"the API server refused the bootstrap token: {exc.status} {exc.reason}")
+
+
 def tls_bootstrap(plan: JoinPlan, timeout: float = CSR_TIMEOUT) -> Joined:
     """Steps 1 and 2: a signed kubelet client certificate obtained with the bootstrap token."""
     workdir = Path(tempfile.mkdtemp(prefix=f"join-{plan.node_name}-"))
@@ -203,13 +207,16 @@ def tls_bootstrap(plan: JoinPlan, timeout: float = CSR_TIMEOUT) -> Joined:
     try:
         certificates.create_certificate_signing_request(body)
     except ApiException as exc:
-        raise JoinError(
-            f"the API server refused the bootstrap token: {exc.status} {exc.reason}"
-        ) from exc
+        raise _refused(exc) from exc
     deadline = time.monotonic() + timeout
     cert_pem = b""
     while time.monotonic() < deadline:
-        found = certificates.read_certificate_signing_request(name)
+        try:
+            found = certificates.read_certificate_signing_request(name)
+        except ApiException as exc:
+            # The token can stop working between the create and this read: the API server's
+            # authentication cache (10 s) let go of a revoked token meanwhile.
+            raise _refused(exc) from exc
         conditions = [c.type for c in (found.status.conditions or [])] if found.status else []
         if "Denied" in conditions or "Failed" in conditions:
             raise JoinError(f"CSR {name} was {conditions}")

@@ -17,7 +17,7 @@ from typing import Any
 
 from lightsout import API_GROUP, API_VERSION
 from lightsout.config import OperatorConfig
-from lightsout.execution import join, leases, providerid, registration
+from lightsout.execution import addresses, join, leases, providerid, registration
 from lightsout.execution.extravars import action_extravars, credentials_secret
 from lightsout.execution.jobs import (
     JobRequest,
@@ -34,6 +34,7 @@ from lightsout.execution.nodeops import (
 )
 from lightsout.k8s import api
 from lightsout.metrics.families import LEASE_CONFLICTS
+from lightsout.models.enums import Action
 from lightsout.planning.effects import (
     ApplyNodeMetadata,
     Cordon,
@@ -126,7 +127,10 @@ def release_lease(ctx: MachineContext, now: dt.datetime) -> None:
 
 
 # ---------------------------------------------------------------- Jobs
-def job_request(ctx: MachineContext, effect: StartJob | DeleteJob) -> JobRequest:
+def job_request(
+    ctx: MachineContext, effect: StartJob | DeleteJob, address: str | None = None
+) -> JobRequest:
+    """The Job of `effect`; `address` is the clone's static address (execution/addresses)."""
     spec = ctx.node.get("spec") or {}
     power = spec.get("power") or {}
     playbooks = spec.get("playbooks") or {}
@@ -139,6 +143,7 @@ def job_request(ctx: MachineContext, effect: StartJob | DeleteJob) -> JobRequest
     )
     secret, ca_secret = credentials_secret(spec)
     joining = action == "provision" and join.wanted(ctx.node) is not None
+    network = addresses.network(ctx.node, ctx.group, address)
     return JobRequest(
         node_name=ctx.name,
         namespace=ctx.namespace,
@@ -148,11 +153,12 @@ def job_request(ctx: MachineContext, effect: StartJob | DeleteJob) -> JobRequest
         action=effect.action,
         extravars={
             **action_extravars(ctx.node, action),
-            **(join.job_extravars(ctx.node, ctx.labels, ctx.taints) if joining else {}),
+            **(join.job_extravars(ctx.node, ctx.labels, ctx.taints, network) if joining else {}),
         },
         credentials_secret=secret,
         ca_secret=ca_secret,
         join_secret=join.join_secret_name(ctx.name) if joining else None,
+        join_sources=join.join_sources(ctx.node) if joining else (),
         overlay_configmap=playbooks.get("configMapName") or group_playbooks.get("configMapName"),
         playbook=playbooks.get(action),
         image=ctx.config.runner_image,
@@ -168,11 +174,13 @@ def job_request(ctx: MachineContext, effect: StartJob | DeleteJob) -> JobRequest
 
 def start_job(ctx: MachineContext, effect: StartJob) -> str:
     """Create the action Job unless it exists (then it is adopted). Returns its name."""
-    request = job_request(ctx, effect)
     name = job_name(ctx.name, str(effect.action), effect.generation, effect.attempt)
     if api.get_job(ctx.namespace, name) is not None:
         log.info("adopting existing job %s", name)
         return name
+    # The reconcile pass leased it before writing this provision's status; this finds that lease.
+    address = addresses.allocate(ctx.node, ctx.group) if effect.action is Action.PROVISION else None
+    request = job_request(ctx, effect, address)
     api.apply_configmap(ctx.namespace, build_extravars_configmap(request))
     if request.join_secret:
         # Fresh credentials for every attempt: the previous attempt's token is revoked.

@@ -97,6 +97,9 @@ class JobRequest(PodSettings):
     ca_secret: str | None = None
     #: Join credentials of an Ephemeral clone (execution/join.py), mounted at /etc/lightsout/join.
     join_secret: str | None = None
+    #: More files for that directory from the user's objects (projected volume sources): the
+    #: k3s token (`k3s-token`) or the user-data template (`user-data.j2`), per join flavor.
+    join_sources: tuple[Mapping[str, Any], ...] = ()
     #: ConfigMap of user playbooks mounted at /etc/lightsout/overlay.
     overlay_configmap: str | None = None
     #: Playbook file name overriding the shipped `<action>.yml`.
@@ -367,7 +370,10 @@ def _volumes(req: JobRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]
             {"name": "ca", "secret": {"secretName": req.ca_secret, "defaultMode": 0o444}}
         )
         mounts.append({"name": "ca", "mountPath": CA_DIR, "readOnly": True})
-    if req.join_secret:
+    if req.join_secret and req.join_sources:
+        sources = [{"secret": {"name": req.join_secret}}, *req.join_sources]
+        volumes.append({"name": "join", "projected": {"sources": sources, "defaultMode": 0o440}})
+    elif req.join_secret:
         volumes.append(
             {"name": "join", "secret": {"secretName": req.join_secret, "defaultMode": 0o440}}
         )

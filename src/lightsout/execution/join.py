@@ -5,7 +5,8 @@ reconcile pass when a machine's phase changes (`settle`). A clone cloned from a 
 template does not know how to join the cluster: the provision Job writes it a cloud-init
 NoCloud ISO (roles/proxmox_vm/tasks/cloud_init.yml) from what this module gives it.
 
-Per provision attempt the operator issues:
+Per provision attempt the operator issues (flavor kubeadm, and template; a k3s agent joins with
+the token of the user's Secret, which the Job mounts beside the join Secret, see `join_sources`):
 
 - a kubeadm bootstrap token: the `bootstrap.kubernetes.io/token` Secret in kube-system that the
   API server's bootstrap-token authenticator reads (the clone authenticates as
@@ -58,6 +59,26 @@ def wanted(node: Obj) -> Mapping[str, Any] | None:
     return None
 
 
+def flavor(join: Mapping[str, Any]) -> str:
+    return str(join.get("flavor") or "kubeadm")
+
+
+def join_sources(node: Obj) -> tuple[dict[str, Any], ...]:
+    """The user's objects the flavor needs beside the join Secret, as projected volume sources:
+    the k3s token as `k3s-token`, the user-data template as `user-data.j2` (their values are
+    read by the Job only, never by the operator)."""
+    join = wanted(node) or {}
+    k3s = join.get("k3sTokenSecretRef")
+    if flavor(join) == "k3s" and isinstance(k3s, Mapping):
+        items = [{"key": str(k3s["key"]), "path": "k3s-token"}]
+        return ({"secret": {"name": str(k3s["name"]), "items": items}},)
+    template = join.get("userDataTemplateRef")
+    if flavor(join) == "template" and isinstance(template, Mapping):
+        items = [{"key": str(template.get("key", "user-data")), "path": "user-data.j2"}]
+        return ({"configMap": {"name": str(template["name"]), "items": items}},)
+    return ()
+
+
 def join_secret_name(machine: str) -> str:
     return dns_label("lightsout-join-", machine)
 
@@ -102,8 +123,11 @@ def token_secret(
     }
 
 
-def join_secret(node: Obj, join: Mapping[str, Any], token: str, ca_pem: bytes) -> dict[str, Any]:
-    """The Secret mounted into the provision Job: token, CA and API endpoint, owned by the Node."""
+def join_secret(
+    node: Obj, join: Mapping[str, Any], token: str | None, ca_pem: bytes
+) -> dict[str, Any]:
+    """The Secret mounted into the provision Job: token (none for k3s, whose token is the
+    user's), CA and API endpoint, owned by the Node."""
     meta = node["metadata"]
     return {
         "apiVersion": "v1",
@@ -126,7 +150,7 @@ def join_secret(node: Obj, join: Mapping[str, Any], token: str, ca_pem: bytes) -
             ],
         },
         "stringData": {
-            "token": token,
+            **({"token": token} if token is not None else {}),
             "ca.crt": ca_pem.decode(),
             "server": str(join["apiServerEndpoint"]),
         },
@@ -150,6 +174,11 @@ def issue(node: Obj, now: dt.datetime) -> str | None:
     # then the boot timeout, which starts when the provision ends.
     expires = now + dt.timedelta(seconds=2 * boot + 120)
     revoke(namespace, name)
+    if flavor(join) == "k3s":
+        # The k3s agent joins with the cluster's token from the user's Secret: nothing to mint.
+        body = join_secret(node, join, None, api.cluster_ca())
+        api.create_secret(namespace, body)
+        return str(body["metadata"]["name"])
     token_id, token = new_token()
     api.create_secret(TOKEN_NAMESPACE, token_secret(namespace, name, token_id, token, expires))
     body = join_secret(node, join, f"{token_id}.{token}", api.cluster_ca())
@@ -175,20 +204,25 @@ def settle(node: Obj, previous_phase: str | None, phase: str) -> None:
 
 
 def job_extravars(
-    node: Obj, labels: Mapping[str, str], taints: list[dict[str, str]]
+    node: Obj,
+    labels: Mapping[str, str],
+    taints: list[dict[str, str]],
+    network: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """What the provision playbook writes into the cloud-init data besides the credentials."""
+    """What the provision playbook writes into the cloud-init data besides the credentials;
+    `network` is the static address from the Group's pool (execution/addresses), else DHCP."""
     join = wanted(node)
     if join is None:
         return {}
     spec = node.get("spec") or {}
     return {
         "lightsout_join": {
-            "flavor": "kubeadm",
+            "flavor": flavor(join),
             "hostname": spec.get("kubernetesNodeName"),
             "labels": dict(labels),
             "taints": list(taints),
             "iso_storage": join.get("isoStorage", "local"),
             "ssh_authorized_keys": list(join.get("sshAuthorizedKeys") or []),
+            **(network or {}),
         }
     }

@@ -24,7 +24,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lightsout.config import OperatorConfig
-from lightsout.execution import actuator, energy, health, inputs, join, leases, providerid
+from lightsout.execution import (
+    actuator,
+    addresses,
+    energy,
+    health,
+    inputs,
+    join,
+    leases,
+    providerid,
+)
 from lightsout.execution.jobs import LABEL_NODE, job_name
 from lightsout.execution.nodeops import pods_to_drain
 from lightsout.execution.results import observe_job
@@ -37,6 +46,7 @@ from lightsout.planning.effects import (
     PrepareCoreNode,
     ReleaseLease,
     SetCondition,
+    StartJob,
 )
 from lightsout.planning.types import (
     Action,
@@ -349,6 +359,14 @@ class Reconciler:
             if not actuator.acquire_lease(ctx, now):
                 return LEASE_RETRY
             holding = True
+        if any(isinstance(e, StartJob) and e.action is Action.PROVISION for e in decision.effects):
+            # Before the core Node and the status that names the provision's Job: with no free
+            # address, no clone (and no core Node waiting for one).
+            try:
+                addresses.allocate(ctx.node, ctx.group)
+            except addresses.PoolExhaustedError as exc:
+                log.warning("machine %s/%s: %s", ctx.namespace, ctx.name, exc)
+                decision = fsm.address_pool_exhausted(machine, decision, str(exc), now)
         if any(isinstance(e, PrepareCoreNode) for e in decision.effects):
             # Before the status that names the on-action's Job: if the Node cannot be created
             # or tainted, that status must say so, and the Job must not be created.
@@ -381,6 +399,7 @@ class Reconciler:
                 Event(EventType.NORMAL, decision.reason, f"{decision.phase}: {decision.message}"),
             )
         join.settle(ctx.node, previous_phase, str(decision.phase))
+        addresses.settle(ctx.node, previous_phase, str(decision.phase))
         key = f"{ctx.namespace}/{ctx.name}"
         for effect in decision.effects:
             if isinstance(effect, AcquireLease | SetCondition | PrepareCoreNode):

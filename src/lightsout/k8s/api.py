@@ -229,6 +229,15 @@ def replace_lease(namespace: str, name: str, body: Mapping[str, Any]) -> Obj:
     return _raw(coordination().replace_namespaced_lease, name, namespace, dict(body))
 
 
+def list_leases(namespace: str, label_selector: str) -> list[Obj]:
+    data = _raw(coordination().list_namespaced_lease, namespace, label_selector=label_selector)
+    return list(data.get("items") or [])
+
+
+def delete_leases(namespace: str, label_selector: str) -> None:
+    coordination().delete_collection_namespaced_lease(namespace, label_selector=label_selector)
+
+
 # ---------------------------------------------------------------- core Nodes and pods
 def get_node(name: str) -> Obj | None:
     return _get(core().read_node, name)

@@ -14,8 +14,8 @@ from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from lightsout.models.base import ApiModel, Rule, RuleReason, default_empty, rules
 from lightsout.models.common import CredentialsSecretRef, SecretKeyRef, TLSConfig
-from lightsout.models.enums import BootOverride, DriverKind, ProxmoxMode
-from lightsout.models.types import Host, HttpsUrl, IPv4, MacAddress, Port, SecretKey
+from lightsout.models.enums import BootOverride, DriverKind, JoinFlavor, ProxmoxMode
+from lightsout.models.types import DnsSubdomain, Host, HttpsUrl, IPv4, MacAddress, Port, SecretKey
 
 
 class RedfishDriver(ApiModel):
@@ -187,17 +187,41 @@ SshPublicKey = Annotated[
 ]
 
 
+class UserDataTemplateRef(ApiModel):
+    """A key of a ConfigMap in the Node's namespace holding a cloud-init user-data template."""
+
+    name: DnsSubdomain
+    """Name of the ConfigMap."""
+    key: SecretKey = "user-data"
+    """Key holding the template."""
+
+
+K3S_NEEDS_TOKEN = Rule(
+    cel="(has(self.flavor) && self.flavor == 'k3s') == has(self.k3sTokenSecretRef)",
+    message="flavor k3s takes the agent token from k3sTokenSecretRef, which only k3s uses",
+    field_path=".k3sTokenSecretRef",
+)
+TEMPLATE_NEEDS_REF = Rule(
+    cel="(has(self.flavor) && self.flavor == 'template') == has(self.userDataTemplateRef)",
+    message="flavor template renders userDataTemplateRef, which only that flavor uses",
+    field_path=".userDataTemplateRef",
+)
+
+
 class CloudInitJoin(ApiModel):
     """How an Ephemeral clone joins the cluster by itself on first boot.
 
-    On each provision the operator issues a kubeadm bootstrap token (a
+    On each provision the provision Job writes a cloud-init NoCloud ISO with the clone's
+    hostname, its join step, the Node's labels and taints, these SSH keys and its network
+    (DHCP, or an address from the Group's addressPool); it is uploaded to `isoStorage` and
+    attached as the clone's CD-ROM, and goes with the clone on deprovision. Flavor kubeadm
+    (and template) gets a kubeadm bootstrap token the operator issues per provision (a
     `bootstrap.kubernetes.io/token` Secret in kube-system, expiring after the provision and
-    boot timeouts) and the provision Job writes a cloud-init NoCloud ISO with the clone's
-    hostname, the `kubeadm join` configuration (token, API endpoint, CA hash), the Node's
-    labels and taints and these SSH keys; it is uploaded to `isoStorage` and attached as the
-    clone's CD-ROM. The token is deleted once the machine is Ready or provisioning failed; the
-    ISO goes with the clone on deprovision.
+    boot timeouts, deleted once the machine is Ready or provisioning failed); flavor k3s the
+    agent token of `k3sTokenSecretRef`. Tokens never appear in the Node, events or logs.
     """
+
+    model_config = ConfigDict(json_schema_extra=rules(K3S_NEEDS_TOKEN, TEMPLATE_NEEDS_REF))
 
     api_server_endpoint: Annotated[
         str,
@@ -213,6 +237,26 @@ class CloudInitJoin(ApiModel):
     """Proxmox storage that accepts ISO images (content type `iso`), where the NoCloud ISO goes."""
     ssh_authorized_keys: list[SshPublicKey] | None = Field(default=None, max_length=16)
     """Public keys allowed to log in to the clone's default user."""
+    flavor: JoinFlavor = JoinFlavor.KUBEADM
+    """kubeadm: `kubeadm join` with a bootstrap token. k3s: the k3s agent installed and joined
+    with the token of `k3sTokenSecretRef` (server `https://<apiServerEndpoint>`). template:
+    the user-data is `userDataTemplateRef` rendered by Ansible (Jinja2) with `lightsout_join`
+    (hostname, labels, taints, ssh_authorized_keys, network), `lightsout_join_token` (a
+    bootstrap token), `lightsout_join_ca` and `lightsout_join_server`."""
+    k3s_token_secret_ref: SecretKeyRef | None = Field(default=None, alias="k3sTokenSecretRef")
+    """flavor k3s: the Secret key holding the k3s agent (or node) token."""
+    user_data_template_ref: UserDataTemplateRef | None = None
+    """flavor template: the ConfigMap key holding the user-data template."""
+
+    @model_validator(mode="after")
+    def _flavor_fields(self) -> Self:
+        K3S_NEEDS_TOKEN.check(
+            (self.flavor is JoinFlavor.K3S) == (self.k3s_token_secret_ref is not None)
+        )
+        TEMPLATE_NEEDS_REF.check(
+            (self.flavor is JoinFlavor.TEMPLATE) == (self.user_data_template_ref is not None)
+        )
+        return self
 
 
 PERSISTENT_NEEDS_VMID = Rule(
@@ -285,8 +329,8 @@ class ProxmoxDriver(ApiModel):
     )
     """Proxmox tags put on the VM, to recognise machines Lights-Out manages."""
     join: CloudInitJoin | None = None
-    """Ephemeral: give each clone a cloud-init ISO with short-lived kubeadm join credentials,
-    so it joins the cluster by itself (without it the template must know how to join)."""
+    """Ephemeral: give each clone a cloud-init ISO with its join step and short-lived
+    credentials, so it joins the cluster by itself (without it the template must know how)."""
 
     @model_validator(mode="after")
     def _mode_fields(self) -> Self:

@@ -90,6 +90,15 @@ class ProxmoxMode(StrEnum):
     EPHEMERAL = "Ephemeral"
 
 
+class JoinFlavor(StrEnum):
+    """How a clone joins: `kubeadm join` with a bootstrap token, a k3s agent with the token of
+    a Secret, or user-data from a template of your own (any other distribution)."""
+
+    KUBEADM = "kubeadm"
+    K3S = "k3s"
+    TEMPLATE = "template"
+
+
 class NodeRemovalPolicy(StrEnum):
     """What happens to the core Kubernetes Node object after the machine is powered off."""
 

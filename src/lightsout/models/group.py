@@ -7,6 +7,7 @@ the status subresource; cluster-autoscaler sees each Group as one node group.
 
 from __future__ import annotations
 
+import ipaddress
 from datetime import datetime
 from typing import Annotated, Any, Literal, Self
 
@@ -23,6 +24,8 @@ from lightsout.models.enums import (
 from lightsout.models.types import (
     CronSchedule,
     DnsSubdomain,
+    IPv4,
+    IPv4Cidr,
     LabelMap,
     LongText,
     SchemaExtra,
@@ -120,6 +123,68 @@ class GroupPlaybooks(ApiModel):
     """ConfigMap whose playbooks replace the shipped ones (same file names)."""
 
 
+def _ipv4_number(field: str) -> str:
+    """CEL for the IPv4 address in `self.<field>` as a number (CEL cannot order addresses)."""
+    octets = [f"int(self.{field}.split('.')[{i}])" for i in range(4)]
+    return " + ".join(f"{o} * {256 ** (3 - i)}" for i, o in enumerate(octets))
+
+
+POOL_RANGE_IN_CIDR = Rule(
+    cel="cidr(self.cidr).containsIP(self.start) && cidr(self.cidr).containsIP(self.end)",
+    message="start and end must lie in cidr",
+    field_path=".start",
+)
+POOL_RANGE_ORDER = Rule(
+    cel=f"{_ipv4_number('start')} <= {_ipv4_number('end')}",
+    message="start must not come after end",
+    field_path=".end",
+)
+POOL_GATEWAY_IN_CIDR = Rule(
+    cel="!has(self.gateway) || cidr(self.cidr).containsIP(self.gateway)",
+    message="gateway must lie in cidr",
+    field_path=".gateway",
+)
+
+
+class AddressPool(ApiModel):
+    """Static IPv4 addresses for the clones of the Group's Ephemeral Proxmox machines that join
+    by themselves (`spec.driver.proxmox.join`).
+
+    Each provision leases the lowest free address of `start`..`end` (a coordination.k8s.io
+    Lease named after the Group and the address, in the Group's namespace: creating it is the
+    lock, so two provisions never get the same address) and writes it into the clone's
+    cloud-init network-config; the lease is deleted when the machine is Off or Failed. With no
+    free address the machine is not provisioned (reason AddressPoolExhausted). Without a pool
+    clones use DHCP.
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra=rules(POOL_RANGE_IN_CIDR, POOL_RANGE_ORDER, POOL_GATEWAY_IN_CIDR)
+    )
+
+    cidr: IPv4Cidr
+    """The clones' subnet, e.g. `192.168.50.0/24` (its prefix length is the addresses')."""
+    start: IPv4
+    """First address of the pool."""
+    end: IPv4
+    """Last address of the pool (inclusive)."""
+    gateway: IPv4 | None = None
+    """Default route."""
+    dns_servers: list[IPv4] | None = Field(default=None, max_length=4)
+    """Name servers."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        net = ipaddress.IPv4Network(self.cidr, strict=False)
+        first, last = ipaddress.IPv4Address(self.start), ipaddress.IPv4Address(self.end)
+        POOL_RANGE_IN_CIDR.check(first in net and last in net)
+        POOL_RANGE_ORDER.check(first <= last)
+        POOL_GATEWAY_IN_CIDR.check(
+            self.gateway is None or ipaddress.IPv4Address(self.gateway) in net
+        )
+        return self
+
+
 MIN_NOT_ABOVE_MAX = Rule(
     # has(): the CRD's `spec: {}` default is checked before the fields' own defaults exist.
     cel="!has(self.minNodes) || !has(self.maxNodes) || self.minNodes <= self.maxNodes",
@@ -161,6 +226,8 @@ class GroupSpec(ApiModel):
     """Electricity price for cost figures."""
     playbooks: GroupPlaybooks | None = None
     """Playbook overrides for all machines."""
+    address_pool: AddressPool | None = None
+    """Static addresses for clones that join by themselves (else they use DHCP)."""
 
     @model_validator(mode="after")
     def _limits(self) -> Self:

@@ -153,6 +153,30 @@ IPv4 = Annotated[
     SchemaExtra.of(format="ipv4"),
 ]
 
+IPV4_CIDR_RULE = Rule(
+    cel="isCIDR(self) && cidr(self).ip().family() == 4",
+    message="must be an IPv4 network such as 192.168.50.0/24",
+)
+
+
+def _is_ipv4_cidr(value: str) -> bool:
+    if "/" not in value:  # Python reads a bare address as a /32; CEL's isCIDR does not
+        return False
+    try:
+        ipaddress.IPv4Network(value, strict=False)
+    except ValueError:
+        return False
+    return True
+
+
+IPv4Cidr = Annotated[
+    str,
+    StringConstraints(max_length=18),
+    SchemaExtra.cel(IPV4_CIDR_RULE),
+    checked(IPV4_CIDR_RULE, _is_ipv4_cidr),
+]
+"""An IPv4 network in CIDR notation (host bits allowed: `192.168.50.10/24` is that /24)."""
+
 # ---------------------------------------------------------------------------------- quantities
 QUANTITY_PATTERN = (
     r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
@@ -243,6 +267,7 @@ __all__ = [
     "Host",
     "HttpsUrl",
     "IPv4",
+    "IPv4Cidr",
     "LabelMap",
     "LabelValue",
     "LongText",

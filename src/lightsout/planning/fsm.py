@@ -33,12 +33,15 @@ AcquireLease, and every transitional phase renews the Lease on each reconcile):
 | PoweringOn | Job succeeded, power On/unreported | Booting | JobSucceeded |
 | PoweringOn | Job succeeded, power Off | retry | PowerStateMismatch (Drifted=True) |
 | PoweringOn | Job failed | retry | JobFailed (quotes the failed task) |
+| Provisioning | Group's address pool exhausted | retry | AddressPoolExhausted (no StartJob) |
 | PoweringOn | Job's pod cannot start | retry | PodStartFailed (DeleteJob; names the cause) |
 | PoweringOn | Job gone past the action timeout | retry | JobLost |
 | PoweringOn | retry backoff over | unchanged | Retrying (StartJob attempt+1) |
 | Booting | core Node Ready | Ready | NodeRegistered (labels/taints, startup taint off, Uncordon) |
 | Booting | not Ready yet, within bootTimeout | unchanged | WaitingForNode |
 | Booting | bootTimeout since power-on passed | retry | RegistrationTimeout |
+| Booting | same, Ephemeral, last attempt | Deprovisioning | RegistrationTimeout (StartJob) |
+| Deprovisioning | that Job succeeded, D On | Failed | RegistrationTimeout (DeleteCoreNode) |
 | Booting, Ready | D Off, core Node Ready | Draining | PowerOffRequested (Cordon, Drain) |
 | Booting, Ready | D Off, core Node not Ready | PoweringOff | PowerOffRequested |
 | Ready | core Node NotReady or missing | unchanged | NodeNotReady |
@@ -173,6 +176,7 @@ class Reason(StrEnum):
     RESUMED = "Resumed"
     REFERENCES_RESOLVED = "ReferencesResolved"
     POD_START_FAILED = "PodStartFailed"
+    ADDRESS_POOL_EXHAUSTED = "AddressPoolExhausted"
 
 
 #: Reasons that describe a passing wait rather than the machine; a steady phase replaces them.
@@ -286,6 +290,20 @@ def core_node_failed(
     text = f"core Node {machine.kubernetes_node_name} not prepared, machine not powered on: "
     failed = op.finish(OperationResult.FAILED, now, text + message)
     outcome = _attempt_failed(machine, failed, Reason.CORE_NODE_FAILED, text + message)
+    return _finish(machine, outcome, now)
+
+
+def address_pool_exhausted(
+    machine: MachineState, decision: Decision, message: str, now: datetime
+) -> Decision:
+    """`decision` asked for a provision and the Group's address pool has no free address: no
+    clone is made; the attempt fails like a failed Job (retried after the backoff, then
+    Failed with `message`)."""
+    op = decision.operation
+    if op is None:
+        op = Operation(machine.on_action, machine.intent_generation, 1, started=now)
+    failed = op.finish(OperationResult.FAILED, now, message)
+    outcome = _attempt_failed(machine, failed, Reason.ADDRESS_POOL_EXHAUSTED, message)
     return _finish(machine, outcome, now)
 
 
@@ -510,6 +528,22 @@ def _booting(m: MachineState, obs: Observations, now: datetime) -> Decision:
         op = Operation(m.on_action, m.intent_generation, 0, started=since)
     failed = op.finish(OperationResult.FAILED, now, message, power_state=op.power_state)
     registered = _condition(ConditionType.REGISTERED, False, Reason.REGISTRATION_TIMEOUT, message)
+    if m.ephemeral and failed.attempt >= m.max_retries + 1:
+        # The last attempt of a clone that never joined: it is destroyed (with its ISO, and its
+        # token and address released) before the machine is Failed, so nothing is left behind.
+        text = f"{message} (gave up after {failed.attempt} attempts); deprovisioning the clone"
+        failing = _condition(
+            ConditionType.POWER_ACTION_SUCCEEDED, False, Reason.REGISTRATION_TIMEOUT, text
+        )
+        return _start(
+            m,
+            now,
+            m.off_action,
+            m.intent_generation,
+            reason=Reason.REGISTRATION_TIMEOUT,
+            message=text,
+            extra=(registered, failing),
+        )
     return _attempt_failed(m, failed, Reason.REGISTRATION_TIMEOUT, message, (registered,))
 
 
@@ -604,7 +638,7 @@ def _in_action(m: MachineState, obs: Observations, now: datetime) -> Decision:
 
 def _running(m: MachineState, obs: Observations, now: datetime, op: Operation) -> Decision:
     job = obs.job if obs.job is not None and op.matches(obs.job) else None
-    intent_changed = m.desired is not op.target
+    intent_changed = m.desired is not op.target and not _cleanup(m, op)
     what = f"{op.action} Job (attempt {op.attempt})"
     if job is None:
         if intent_changed:
@@ -701,6 +735,25 @@ def _succeeded(
     delete_node = obs.node_exists and (
         m.ephemeral or m.node_removal_policy is NodeRemovalPolicy.DELETE
     )
+    if _cleanup(m, op):
+        # The clone that never joined is gone: the power-on has failed for good.
+        text = (
+            f"core Node {m.kubernetes_node_name} did not become Ready within "
+            f"{m.boot_timeout_seconds}s of power-on; the clone was deprovisioned"
+        )
+        failed_for_good: tuple[Effect, ...] = (
+            *((DeleteCoreNode(),) if obs.node_exists else ()),
+            ReleaseLease(),
+            Event(EventType.WARNING, Reason.RETRIES_EXHAUSTED, text),
+        )
+        return Decision(
+            Phase.FAILED,
+            Reason.REGISTRATION_TIMEOUT,
+            text,
+            failed_for_good,
+            done,
+            observed_power_state=PowerState.OFF,
+        )
     effects = (
         *((DeleteCoreNode(),) if delete_node else ()),
         succeeded,
@@ -716,7 +769,7 @@ def _succeeded(
 
 
 def _retry_pending(m: MachineState, obs: Observations, now: datetime, op: Operation) -> Decision:
-    if m.desired is not op.target:
+    if m.desired is not op.target and not _cleanup(m, op):
         return _act_on_intent(
             m,
             obs,
@@ -884,6 +937,17 @@ def _registered(m: MachineState, message: str) -> Decision:
         effects,
         m.operation,
         observed_power_state=PowerState.ON,
+    )
+
+
+def _cleanup(m: MachineState, op: Operation) -> bool:
+    """Whether `op` is the deprovision of a clone that never joined: an off-action started for
+    an On intent of the same generation (a new intent would carry a new generation)."""
+    return (
+        m.ephemeral
+        and op.action is Action.DEPROVISION
+        and m.desired is PowerState.ON
+        and op.intent_generation == m.intent_generation
     )
 
 

@@ -118,11 +118,12 @@ def main(env: Mapping[str, str] | None = None) -> int:
         return 1
 
     secrets = read_secret_dir(config.credentials_dir)
-    token = config.join_dir / "token" if config.join_dir is not None else None
-    if token is not None and token.is_file():
-        # The join token is a credential too: never in the Job's log (the CA and the API
-        # endpoint beside it are not secret).
-        secrets.append(token.read_text().strip())
+    for name in ("token", "k3s-token"):
+        token = config.join_dir / name if config.join_dir is not None else None
+        if token is not None and token.is_file():
+            # A join token is a credential too: never in the Job's log (the CA and the API
+            # endpoint beside it are not secret).
+            secrets.append(token.read_text().strip())
     redactor = Redactor.from_values(secrets)
     logger.redactor = redactor
     if config.work_dir is not None:

@@ -99,9 +99,29 @@ def unresolved(
             ReferenceReason.GROUP_NOT_FOUND,
             f"Group {namespace}/{group_name} not found (spec.group of this machine)",
         )
-    problem = None if secrets is None else _missing_secret(spec, namespace, secrets)
+    kind, block = _driver(spec)
+    join = _mapping(block.get("join")) if kind == "proxmox" and action == "provision" else {}
+    k3s = _mapping(join.get("k3sTokenSecretRef"))
+    join_needs = (
+        [("k3s token Secret", str(k3s["name"]), (str(k3s.get("key", "token")),))]
+        if k3s.get("name")
+        else []
+    )
+    needs = [*_secret_needs(kind, block), *join_needs]
+    problem = None if secrets is None else _missing_secret(needs, namespace, secrets)
     if problem is not None:
         return problem
+    template = _mapping(join.get("userDataTemplateRef"))
+    if template.get("name"):
+        name, key = str(template["name"]), str(template.get("key", "user-data"))
+        held = config_maps(name)
+        if held is None or key not in held:
+            return Unresolved(
+                ReferenceReason.CONFIGMAP_NOT_FOUND,
+                f"user-data template ConfigMap {namespace}/{name} "
+                + ("not found" if held is None else f"has no key {key!r}")
+                + " (spec.driver.proxmox.join.userDataTemplateRef)",
+            )
     playbooks = _mapping(spec.get("playbooks"))
     group_playbooks = _mapping(_mapping(group.get("spec")).get("playbooks"))
     config_map = playbooks.get("configMapName") or group_playbooks.get("configMapName")
@@ -127,9 +147,9 @@ def unresolved(
 
 
 def _missing_secret(
-    spec: Mapping[str, Any], namespace: str, secrets: Contents
+    needs: Iterable[tuple[str, str, tuple[str, ...]]], namespace: str, secrets: Contents
 ) -> Unresolved | None:
-    for what, name, keys in _secret_needs(*_driver(spec)):
+    for what, name, keys in needs:
         held = secrets(name)
         if held is None:
             return Unresolved(

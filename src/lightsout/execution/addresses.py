@@ -1,0 +1,140 @@
+"""Static addresses for clones that join by themselves, from the Group's `spec.addressPool`.
+
+Called by the reconcile pass before it writes the status of a provision (`allocate`: a machine
+whose pool is exhausted is not provisioned), by the actuator when it builds the provision Job
+(`allocate` again, which finds the machine's own lease, and `network`: the extravars the
+playbook writes into the cloud-init network-config), and after a phase change (`settle`: the
+address is released once the machine is Off or Failed).
+
+Each address in use is one coordination.k8s.io Lease in the Group's namespace, named after the
+Group and the address (`lightsout-ip-<group>-<a-b-c-d>`): creating it is the lock. Two
+provisions racing for one address (several operator workers, or replicas) both try to create
+the same name and the API server lets exactly one succeed; the loser takes the next free
+address. No status to read-modify-write, no resourceVersion to retry on.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from lightsout.execution import join
+from lightsout.execution.naming import dns_label, label_value
+from lightsout.k8s import api
+from lightsout.planning.types import Phase
+
+log = logging.getLogger(__name__)
+
+LABEL_POOL = "lightsout.dev/address-pool"
+LABEL_MACHINE = "lightsout.dev/address-for"
+ANNOTATION_ADDRESS = "lightsout.dev/address"
+#: Phases after which the clone is gone (Off) or given up on (Failed): its address is free.
+RELEASED = frozenset({Phase.OFF, Phase.FAILED})
+
+Obj = Mapping[str, Any]
+
+
+class PoolExhaustedError(RuntimeError):
+    """Every address of the pool is leased to another machine."""
+
+
+def pool(node: Obj, group: Obj | None) -> Mapping[str, Any] | None:
+    """The Group's address pool, when the machine is a clone that joins by itself."""
+    if join.wanted(node) is None or group is None:
+        return None
+    found = (group.get("spec") or {}).get("addressPool")
+    return found if isinstance(found, Mapping) else None
+
+
+def lease_name(group: str, address: str) -> str:
+    return dns_label("lightsout-ip-", group, "-" + address.replace(".", "-"))
+
+
+def _machine_selector(namespace: str, name: str) -> str:
+    return f"{LABEL_MACHINE}={label_value(f'{namespace}.{name}')}"
+
+
+def _addresses(spec: Mapping[str, Any]) -> Iterator[ipaddress.IPv4Address]:
+    first = ipaddress.IPv4Address(spec["start"])
+    last = ipaddress.IPv4Address(spec["end"])
+    for number in range(int(first), int(last) + 1):
+        yield ipaddress.IPv4Address(number)
+
+
+def _lease(node: Obj, group: str, address: str) -> dict[str, Any]:
+    meta = node["metadata"]
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": lease_name(group, address),
+            "namespace": meta["namespace"],
+            "labels": {
+                LABEL_POOL: label_value(group),
+                LABEL_MACHINE: label_value(f"{meta['namespace']}.{meta['name']}"),
+                join.LABEL_MANAGED_BY: "lightsout",
+            },
+            "annotations": {ANNOTATION_ADDRESS: address},
+        },
+        "spec": {"holderIdentity": f"{meta['namespace']}/{meta['name']}"},
+    }
+
+
+def allocate(node: Obj, group: Obj | None) -> str | None:
+    """The machine's address (leased now, or its lease from an earlier pass); None without a
+    pool. Raises PoolExhaustedError when every address is leased to other machines."""
+    spec = pool(node, group)
+    if spec is None or group is None:
+        return None
+    meta = node["metadata"]
+    namespace, group_name = meta["namespace"], str(group["metadata"]["name"])
+    in_pool = {str(a) for a in _addresses(spec)}
+    for held in api.list_leases(namespace, _machine_selector(namespace, meta["name"])):
+        address = (held["metadata"].get("annotations") or {}).get(ANNOTATION_ADDRESS)
+        if address in in_pool:
+            return str(address)
+    taken = {
+        (lease["metadata"].get("annotations") or {}).get(ANNOTATION_ADDRESS)
+        for lease in api.list_leases(namespace, f"{LABEL_POOL}={label_value(group_name)}")
+    }
+    for address in sorted(in_pool - taken, key=ipaddress.IPv4Address):
+        try:
+            api.create_lease(namespace, _lease(node, group_name, address))
+        except api.ConflictError:
+            continue  # another provision took it between the list and the create
+        log.info("leased %s to %s/%s", address, namespace, meta["name"])
+        return address
+    raise PoolExhaustedError(
+        f"address pool of Group {group_name} is exhausted: all {len(in_pool)} addresses of "
+        f"{spec['start']}-{spec['end']} are leased to other machines; no clone made"
+    )
+
+
+def network(node: Obj, group: Obj | None, address: str | None) -> dict[str, Any]:
+    """The static network of the clone, for the provision playbook's network-config."""
+    spec = pool(node, group)
+    if spec is None or address is None:
+        return {}
+    prefix = ipaddress.IPv4Network(spec["cidr"], strict=False).prefixlen
+    static: dict[str, Any] = {"address": f"{address}/{prefix}"}
+    if spec.get("gateway"):
+        static["gateway"] = spec["gateway"]
+    if spec.get("dnsServers"):
+        static["dns_servers"] = list(spec["dnsServers"])
+    return {"network": static}
+
+
+def release(namespace: str, name: str) -> None:
+    api.delete_leases(namespace, _machine_selector(namespace, name))
+
+
+def settle(node: Obj, previous_phase: str | None, phase: str) -> None:
+    """After a phase change into Off or Failed, the machine's address lease is deleted."""
+    # Not only while the Group has a pool: a pool removed meanwhile must not strand a lease.
+    if previous_phase == phase or phase not in RELEASED or join.wanted(node) is None:
+        return
+    meta = node["metadata"]
+    release(meta["namespace"], meta["name"])
+    log.info("released the address of %s/%s (%s)", meta["namespace"], meta["name"], phase)
