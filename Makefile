@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12) python3.12)
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml lab/pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: setup binaries cluster-autoscaler images test test-unit test-e2e test-molecule lint crds demo dev-cluster bench clean
+.PHONY: setup binaries cluster-autoscaler images test test-unit test-e2e test-molecule lint crds demo dashboard-check dev-cluster bench clean
 
 setup: $(STAMP)
 
@@ -57,6 +57,12 @@ crds: setup
 demo: setup binaries
 	@bash tools/ci/system-packages.sh
 	$(VENV)/bin/lightsout-lab demo
+
+# The demo's scenario under a real Prometheus (Debian's), then every Grafana panel's query
+# through its HTTP API: exits 1 when one returns no data (lab/src/lightsout_lab/dashboard.py).
+dashboard-check: setup binaries
+	@bash tools/ci/system-packages.sh tests prometheus
+	$(VENV)/bin/lightsout-lab dashboard-check
 
 # A control plane that outlives the command, for kubectl: `make dev-cluster`, then
 # `eval "$$(.venv/bin/lightsout-lab dev-cluster env)"`; `.venv/bin/lightsout-lab dev-cluster down`.

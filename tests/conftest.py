@@ -85,14 +85,23 @@ def runner(
     agent.stop()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "operator_env(**env): more settings of the test's operator")
+
+
 @pytest.fixture
 def operator(
-    crds: Cluster, namespace: str, tmp_path: Path, runner: KubeletAgent
+    request: pytest.FixtureRequest,
+    crds: Cluster,
+    namespace: str,
+    tmp_path: Path,
+    runner: KubeletAgent,
 ) -> Iterator[OperatorProcess]:
-    """The operator as a real `lightsout run` process watching the test's namespace."""
-    proc = OperatorProcess(
-        cluster=crds, namespaces=(namespace,), log_dir=tmp_path, extra_env=JOB_PLACEMENT_ENV
-    )
+    """The operator as a real `lightsout run` process watching the test's namespace
+    (`@pytest.mark.operator_env(LIGHTSOUT_X="…")` adds settings)."""
+    marker = request.node.get_closest_marker("operator_env")
+    env = {**JOB_PLACEMENT_ENV, **(marker.kwargs if marker else {})}
+    proc = OperatorProcess(cluster=crds, namespaces=(namespace,), log_dir=tmp_path, extra_env=env)
     proc.start()
     try:
         yield proc

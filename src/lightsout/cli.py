@@ -155,6 +155,43 @@ def cmd_power(args: argparse.Namespace) -> int:
         time.sleep(1.0)
 
 
+def cmd_logs(args: argparse.Namespace) -> int:
+    """Print the playbook output of the machine's last (or last named) action's Job pod."""
+    from lightsout.commands.logs import ExitCode, header, last_job, last_pod, render
+    from lightsout.execution.jobs import job_selector
+    from lightsout.k8s import api, people
+
+    ns = args.namespace or api.current_namespace()
+    if api.get_resource(ns, "nodes", args.node) is None:
+        print(f"Node {args.node!r} not found in namespace {ns!r}", file=sys.stderr)
+        return ExitCode.NOT_FOUND
+    job = last_job(api.list_jobs(ns, job_selector(args.node)), args.action)
+    what = f"{args.action} " if args.action else ""
+    if job is None:
+        print(
+            f"{args.node}: no {what}action Job left (finished Jobs are deleted after "
+            "jobs.ttlSeconds; status.lastOperation keeps the outcome)",
+            file=sys.stderr,
+        )
+        return ExitCode.NOT_FOUND
+    pod = last_pod(api.job_pods(ns, job["metadata"]["name"]))
+    if pod is None:
+        print(f"{args.node}: job {job['metadata']['name']} has no pod left", file=sys.stderr)
+        return ExitCode.NOT_FOUND
+    print(header(job, pod), file=sys.stderr, flush=True)
+    try:
+        output = people.pod_log(ns, pod["metadata"]["name"])
+    except Exception as exc:  # the API server's or the kubelet's refusal, shown as they say it
+        print(f"{args.node}: logs unavailable: {api.error_message(exc)}", file=sys.stderr)
+        return ExitCode.UNAVAILABLE
+    if args.output == "json":  # the runner's JSON lines as the pod wrote them
+        sys.stdout.buffer.write(output)
+        sys.stdout.flush()
+    else:
+        sys.stdout.write(render(output))
+    return ExitCode.PRINTED
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Replay a trace against the production planner; print energy, waits, cycles, bounds."""
     import json
@@ -362,6 +399,23 @@ def build_parser() -> argparse.ArgumentParser:
     power.add_argument("--wait", action="store_true", help="follow it until Ready / Off")
     power.add_argument("--timeout", type=float, default=900.0, help="seconds (with --wait)")
     power.set_defaults(func=cmd_power)
+
+    logs = sub.add_parser(
+        "logs",
+        help="the playbook output of a machine's last action, from its Job's pod "
+        "(exit 0 printed, 1 logs unavailable, 3 no such Node, Job or pod)",
+    )
+    logs.add_argument("node", help="the Lights-Out Node (lsn) name")
+    logs.add_argument("-n", "--namespace", help="its namespace (default: the context's)")
+    logs.add_argument(
+        "--action",
+        choices=["startup", "shutdown", "provision", "deprovision"],
+        help="the last action of this kind instead of the last one",
+    )
+    logs.add_argument(
+        "-o", "--output", choices=["text", "json"], default="text", help="json: the raw lines"
+    )
+    logs.set_defaults(func=cmd_logs)
 
     _add_simulation_commands(sub)
 

@@ -1,5 +1,6 @@
-"""`lightsout power … --wait` and `lightsout status`, run as a person runs them, against the real
-stack: the operator, sushy-tools as the BMC, Ansible in the action Job.
+"""`lightsout power … --wait`, `lightsout status` and `lightsout logs`, run as a person runs them,
+against the real stack: the operator, sushy-tools as the BMC, Ansible in the action Job (whose
+pod log the API server fetches from the runner node's kubelet API).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import sys
 
 import pytest
 
+from lightsout.commands import logs as logs_command
 from lightsout.commands.power import ExitCode
 from lightsout_lab import Cluster
 from lightsout_lab.machines import MachineSimulator
@@ -100,8 +102,29 @@ def test_power_off_wait_fails_with_the_bmc_message(
     assert bmc.power_state(machine.uuid) == "On"
     assert bmc.count_power_requests(machine.uuid, reset_types=POWER_OFF) >= 1
 
+    # `lightsout logs` shows the failed action's playbook output: the failing task (the one the
+    # Failed line names; up to its first quote, task names may hold one) and the BMC's refusal.
+    task = last.split("task '", 1)[1].split("'", 1)[0]
+    shown = lightsout(crds, "logs", machine.name, "-n", namespace)
+    assert shown.returncode == logs_command.ExitCode.PRINTED, shown.stderr
+    assert shown.stderr.startswith("# shutdown Failed: job "), shown.stderr
+    failed = [line for line in shown.stdout.splitlines() if "  FAILED    " in line]
+    assert len(failed) == 1 and task in failed[0] and "HTTP 400" in failed[0], shown.stdout
+    print(shown.stderr + shown.stdout)
+    raw = lightsout(
+        crds, "logs", machine.name, "-n", namespace, "--action", "shutdown", "-o", "json"
+    )
+    records = [json.loads(line) for line in raw.stdout.splitlines() if line.startswith("{")]
+    (record,) = [r for r in records if r.get("status") == "failed"]
+    assert f"{record['role']} : {record['task']}: {record['msg']}" in failed[0], raw.stdout
+    # It started On: no startup ever ran.
+    none = lightsout(crds, "logs", machine.name, "-n", namespace, "--action", "startup")
+    assert none.returncode == logs_command.ExitCode.NOT_FOUND, none.stdout + none.stderr
+    assert "no startup action Job left" in none.stderr, none.stderr
+
 
 def test_power_of_a_missing_node_exits_not_found(crds: Cluster, namespace: str) -> None:
-    missing = lightsout(crds, "power", "on", "no-such-box", "-n", namespace, "--wait")
-    assert missing.returncode == ExitCode.NOT_FOUND
-    assert "no-such-box" in missing.stderr and namespace in missing.stderr
+    for command in (("power", "on", "no-such-box", "--wait"), ("logs", "no-such-box")):
+        missing = lightsout(crds, *command, "-n", namespace)
+        assert missing.returncode == ExitCode.NOT_FOUND == logs_command.ExitCode.NOT_FOUND
+        assert "no-such-box" in missing.stderr and namespace in missing.stderr

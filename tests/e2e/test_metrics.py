@@ -1,18 +1,28 @@
-"""`/metrics` after a real power cycle: the operator's figures match what happened."""
+"""`/metrics` after a real power cycle: the operator's figures match what happened, and a real
+Prometheus (Debian's, scraping the operator every second during the cycle) answers every query
+of the Grafana dashboard (`deploy/grafana/lightsout.json`) with data from it."""
 
 from __future__ import annotations
 
+import json
+import time
+import urllib.parse
 import urllib.request
+from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lightsout_lab import Cluster
+from lightsout_lab.dashboard import Prometheus, prometheus_binary, query_panels
 from lightsout_lab.machines import MachineSimulator
 from lightsout_lab.operator_process import OperatorProcess
 from lightsout_lab.sushy import SushyEmulator
 from tests.e2e.conftest import PATIENCE, patch_desired, wait_phase
 from tests.harness import fleet
 from tests.harness.wait import wait_for
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "lightsout.json"
 
 
 def scrape(operator: OperatorProcess) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -31,6 +41,9 @@ def value(
     return samples.get((name, frozenset(labels.items())))
 
 
+# The built-in autoscaler plans for the Group (minNodes 1) without acting: its decisions reach the
+# dashboard while the test alone powers the machine.
+@pytest.mark.operator_env(LIGHTSOUT_AUTOSCALER_DRY_RUN="true")
 def test_power_cycle_shows_in_action_counters_durations_and_phase_gauges(
     crds: Cluster,
     namespace: str,
@@ -39,9 +52,24 @@ def test_power_cycle_shows_in_action_counters_durations_and_phase_gauges(
     machine: fleet.MachineDef,
     sim: MachineSimulator,
 ) -> None:
-    fleet.apply(
-        crds, namespace, [*fleet.bmc_secrets(bmc), fleet.group(), fleet.redfish_node(machine, bmc)]
+    target = urllib.parse.urlsplit(operator.metrics_url).netloc
+    with Prometheus(prometheus_binary(), target, scrape_seconds=1) as prom:
+        start = time.time()
+        power_cycle(crds, namespace, operator, bmc, machine)
+        check_dashboard(prom, start, namespace, machine.name)
+
+
+def power_cycle(
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    bmc: SushyEmulator,
+    machine: fleet.MachineDef,
+) -> None:
+    group = fleet.group(
+        autoscaler="builtin", minNodes=1, electricity={"pricePerKWh": 0.3, "currency": "EUR"}
     )
+    fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), group, fleet.redfish_node(machine, bmc)])
     wait_phase(crds, namespace, machine.name, "Off")
     patch_desired(crds, namespace, machine.name, "On")
     wait_phase(crds, namespace, machine.name, "Ready")
@@ -63,7 +91,8 @@ def test_power_cycle_shows_in_action_counters_durations_and_phase_gauges(
     for action in ("startup", "shutdown"):
         labels = {"driver": "redfish", "action": action}
         assert value(samples, "lightsout_actions_total", result="succeeded", **labels) == 1.0
-        assert value(samples, "lightsout_actions_total", result="failed", **labels) is None
+        # At zero from the start, so Prometheus' increase() sees a first failure.
+        assert value(samples, "lightsout_actions_total", result="failed", **labels) == 0.0
         assert value(samples, "lightsout_action_duration_seconds_count", **labels) == 1.0
         took = value(samples, "lightsout_action_duration_seconds_sum", **labels)
         assert took is not None and 0 < took < PATIENCE
@@ -72,3 +101,29 @@ def test_power_cycle_shows_in_action_counters_durations_and_phase_gauges(
     # Every replica exports its own process figures.
     rss = value(samples, "process_resident_memory_bytes")
     assert rss is not None and rss > 0
+
+
+def check_dashboard(prom: Prometheus, start: float, namespace: str, node: str) -> None:
+    """Every panel's query, as Grafana sends it over the run, returns the run's data."""
+    wait_for(
+        lambda: prom.api("query", query=f'lightsout_machine_power_state{{node="{node}"}} == 0')[
+            "result"
+        ],
+        30,
+        "Prometheus to scrape the machine Off",
+    )
+    results = query_panels(prom, json.loads(DASHBOARD.read_text()), start)
+    print("\n".join(f"{r.series:>3} series {r.points:>4} points  {r.title}" for r in results))
+    empty = {r.title for r in results if r.points == 0}
+    assert not empty, f"dashboard panels without data: {sorted(empty)}"
+    # The power-state timeline shows the machine powering on (1), then off (0).
+    state = prom.api(
+        "query_range",
+        query=f'lightsout_machine_power_state{{namespace="{namespace}", node="{node}"}}',
+        start=f"{start:.3f}",
+        end=f"{time.time():.3f}",
+        step="1",
+    )["result"]
+    values = [float(v) for series in state for _, v in series["values"]]
+    shown = [v for i, v in enumerate(values) if i == 0 or v != values[i - 1]]
+    assert shown[-1] == 0.0 and 1.0 in shown, shown

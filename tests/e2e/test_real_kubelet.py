@@ -194,11 +194,15 @@ def test_startup_job_runs_in_the_runner_image_under_a_real_kubelet(
     assert "/var/run/secrets/kubernetes.io/serviceaccount" not in mounts
     assert "ro" in mounts[CREDENTIALS_DIR]["options"]
     assert "/dev/termination-log" in mounts
-    # The runner's output, as the kubelet stored it (`kubectl logs` would need the API server
-    # to reach the kubelet at a Node address, and the kubelet refuses to register 127.0.0.1).
+    # The runner's output, as the kubelet stored it and as `kubectl logs` (`lightsout logs`)
+    # gets it: the API server asks the kubelet at the Node's one address, 127.0.0.1.
     logs = real_node.container_log(namespace, pod["metadata"]["name"])
     assert "startup" in logs
     assert bmc.password not in logs
+    assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "127.0.0.1"}]
+    served = cluster.kubectl("logs", "-n", namespace, pod["metadata"]["name"]).stdout
+    lines = served.splitlines()  # the CRI log file holds them behind a time and stream prefix
+    assert lines and all(line in logs for line in lines) and "startup" in served, served
     print(
         f"startup Job {name}: Complete {took:.1f}s after creation; "
         f"termination message {len(status['state']['terminated']['message'])} bytes; "

@@ -156,3 +156,24 @@ def test_externalgrpc_server_is_served_over_mtls_from_a_secret_with_a_grpc_probe
     # Neither TLS nor an explicit plaintext: the chart refuses to render.
     with pytest.raises(subprocess.CalledProcessError):
         render("externalgrpc.enabled=true")
+
+
+def test_prometheus_finds_the_replicas_and_keeps_the_machines_namespace_label() -> None:
+    assert of_kind(render(), "ServiceMonitor") == []
+    docs = render("metrics.serviceMonitor.enabled=true", "metrics.podAnnotations=true")
+    (monitor,) = of_kind(docs, "ServiceMonitor")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == "metrics" and endpoint["honorLabels"] is True
+    services = [
+        s
+        for s in of_kind(docs, "Service")
+        if any(p["name"] == "metrics" for p in s["spec"]["ports"])
+    ]
+    (service,) = services
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    (deployment,) = of_kind(docs, "Deployment")
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == "8081"

@@ -2,7 +2,7 @@
 exports, with the dashboard's variables in every machine query.
 
 Whether each panel's query returns data from a real Prometheus scraping a real run is checked
-by `tools/prometheus/check-dashboard.sh` (it builds Prometheus, which takes too long for CI).
+by `tests/e2e/test_metrics.py` and `make dashboard-check`.
 """
 
 from __future__ import annotations

@@ -97,3 +97,26 @@ def test_phase_gauge_lists_every_phase_per_group_and_forgets_deleted_machines() 
     assert (machines("Ready"), machines("Off"), machines("Draining")) == (1.0, 1.0, 0.0)
     tracker.forget("ns", "box")
     assert (machines("Ready"), machines("Off")) == (0.0, 1.0)
+
+
+def test_a_machine_first_seen_has_its_drivers_action_series_at_zero() -> None:
+    """Prometheus' increase() sees no rise in a series born at 1: a first failure must rise
+    from an existing zero to show on the dashboard."""
+    clone = node("Off", "Off")
+    clone["spec"]["driver"] = {"proxmox": {"mode": "Ephemeral", "template": {"vmid": 9000}}}
+
+    def failed(action: str) -> float | None:
+        labels = {"driver": "proxmox", "action": action, "result": "failed"}
+        return REGISTRY.get_sample_value("lightsout_actions_total", labels)
+
+    MachineTracker().observe(clone, T0)
+
+    assert (failed("provision"), failed("deprovision"), failed("startup")) == (0.0, 0.0, None)
+    count = {"driver": "proxmox", "action": "provision"}
+    assert REGISTRY.get_sample_value("lightsout_action_duration_seconds_count", count) == 0.0
+    for desired in ("On", "Off"):
+        labels = {"desired": desired}
+        assert (
+            REGISTRY.get_sample_value("lightsout_power_transition_seconds_count", labels)
+            is not None
+        )

@@ -3,7 +3,8 @@
 # WoL + SSH driver's peer), dnsmasq (PXE/TFTP), openssl (test certificates), iproute2.
 # With arguments, other groups instead: `images` (mmdebstrap, buildah: tools/images/build.sh),
 # `node` (containerd, runc, the CNI plugins, iptables and gcc for the lab's real node,
-# realnode.py).
+# realnode.py), `prometheus` (Debian's Prometheus server: tests/e2e/test_metrics.py and
+# `lightsout-lab dashboard-check` query the Grafana dashboard's expressions through it).
 # Skips apt entirely when everything is already there.
 set -euo pipefail
 need=()
@@ -31,7 +32,10 @@ for group in "${@:-tests}"; do
       command -v gcc >/dev/null || need+=(gcc)
       [ -n "$(find /usr/lib -name libc.a -print -quit 2>/dev/null)" ] || need+=(libc6-dev)
       ;;
-    *) echo "unknown package group: $group (tests, images, node)" >&2; exit 2 ;;
+    prometheus)
+      command -v prometheus >/dev/null || need+=(prometheus)
+      ;;
+    *) echo "unknown package group: $group (tests, images, node, prometheus)" >&2; exit 2 ;;
   esac
 done
 if [ ${#need[@]} -eq 0 ]; then echo "system packages present"; exit 0; fi

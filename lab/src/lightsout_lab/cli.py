@@ -52,7 +52,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_dashboard_check(args: argparse.Namespace) -> int:
     from lightsout_lab.dashboard import check_dashboard
 
-    return check_dashboard(Path(args.prometheus), Path(args.dashboard))
+    prometheus = Path(args.prometheus) if args.prometheus else None
+    return check_dashboard(prometheus, Path(args.dashboard))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,7 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
         "dashboard-check",
         help="run the demo's scenario under a real Prometheus and query every dashboard panel",
     )
-    check.add_argument("--prometheus", required=True, help="the prometheus binary")
+    check.add_argument(
+        "--prometheus", help="the prometheus binary (default: Debian's, installed when missing)"
+    )
     check.add_argument("--dashboard", default="deploy/grafana/lightsout.json")
     check.set_defaults(func=cmd_dashboard_check)
     return parser

@@ -2,13 +2,14 @@
 Prometheus scraping a real run.
 
 Starts the demo's lab (control plane, sushy-tools with the three sample servers, the operator
-with its built-in autoscaler and `/metrics`), a Prometheus server (the binary built by
-`tools/prometheus/build.sh`) scraping the operator every 2 s, runs the demo's autoscaling
+with its built-in autoscaler and `/metrics`), a Prometheus server (Debian's `prometheus`
+package, installed by `tools/ci/system-packages.sh prometheus`) scraping the operator every 2 s,
+runs the demo's autoscaling
 scenario (a workload powers servers on, then off), then runs every panel's query over the run
 through Prometheus' HTTP API, as Grafana would (its variables set to "All", `$__range` to the
 run, `$__rate_interval` to 30 s), and prints what each returned. Exits 1 when a panel has no
-data. Used by `tools/prometheus/check-dashboard.sh`; not a CI phase (building Prometheus is
-minutes of CPU).
+data. `make dashboard-check` runs it (about as long as `make demo`); `tests/e2e/test_metrics.py`
+uses `Prometheus` and `query_panels` to check the same against a single power cycle in CI.
 """
 
 from __future__ import annotations
@@ -56,16 +57,30 @@ def grafana_expr(expr: str, range_seconds: int) -> str:
     return expr.replace("$__range", f"{range_seconds}s").replace("$__rate_interval", RATE_INTERVAL)
 
 
-class Prometheus:
-    """A Prometheus server scraping one target, its data in a temporary directory."""
+def prometheus_binary() -> Path:
+    """Debian's Prometheus server, installed first when missing (apt, like the other tools)."""
+    script = repo_root() / "tools" / "ci" / "system-packages.sh"
+    installed = subprocess.run(
+        ["bash", str(script), "prometheus"], capture_output=True, text=True, check=False
+    )
+    found = shutil.which("prometheus")
+    if installed.returncode != 0 or found is None:
+        raise RuntimeError(f"installing prometheus failed:\n{installed.stderr[-2000:]}")
+    return Path(found)
 
-    def __init__(self, binary: Path, target: str) -> None:
+
+class Prometheus:
+    """A Prometheus server scraping one target every `scrape_seconds`, its data in a temporary
+    directory."""
+
+    def __init__(self, binary: Path, target: str, scrape_seconds: int = SCRAPE_SECONDS) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="lightsout-prometheus-"))
         self.port = free_port()
+        self.scrape_seconds = scrape_seconds
         config = {
             "global": {
-                "scrape_interval": f"{SCRAPE_SECONDS}s",
-                "evaluation_interval": f"{SCRAPE_SECONDS}s",
+                "scrape_interval": f"{scrape_seconds}s",
+                "evaluation_interval": f"{scrape_seconds}s",
             },
             "scrape_configs": [
                 {"job_name": "lightsout", "static_configs": [{"targets": [target]}]}
@@ -107,6 +122,13 @@ class Prometheus:
             raise RuntimeError(f"{path} {params}: {body}")
         return body["data"]
 
+    def __enter__(self) -> Prometheus:
+        self.wait_ready()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -129,7 +151,7 @@ def query_panels(prom: Prometheus, dashboard: dict[str, Any], start: float) -> l
                 query=expr,
                 start=f"{start:.3f}",
                 end=f"{end:.3f}",
-                step=str(SCRAPE_SECONDS),
+                step=str(prom.scrape_seconds),
             )
             values = [
                 float(v)
@@ -141,7 +163,7 @@ def query_panels(prom: Prometheus, dashboard: dict[str, Any], start: float) -> l
     return results
 
 
-def check_dashboard(prometheus: Path, dashboard_path: Path) -> int:
+def check_dashboard(prometheus: Path | None, dashboard_path: Path) -> int:
     dashboard = json.loads(dashboard_path.read_text())
     objects, nodes = _samples(repo_root())
     username, password = _credentials(objects)
@@ -149,7 +171,7 @@ def check_dashboard(prometheus: Path, dashboard_path: Path) -> int:
     lab.start()
     assert lab.cluster is not None and lab.operator is not None
     target = urllib.parse.urlsplit(lab.operator.metrics_url).netloc
-    prom = Prometheus(prometheus, target)
+    prom = Prometheus(prometheus or prometheus_binary(), target)
     try:
         prom.wait_ready()
         start = time.time()

@@ -7,7 +7,9 @@ subprocess: ConfigMap, Secret and emptyDir volumes are written to a temporary di
 values and arguments that start with a mount path are rewritten to it, the image's environment
 is emulated by `image_env`, and the container's exit code and termination message are reported
 through the pod's status, exactly where the operator reads them. Pods being deleted are killed
-and force-removed. Used by the end-to-end tests and by `lightsout-lab demo`.
+and force-removed. Each pod's output stays in a file that the agent's kubelet API
+(`lightsout_lab.kubelet_api`) serves to the API server, so `kubectl logs` and `lightsout logs`
+work for its pods. Used by the end-to-end tests and by `lightsout-lab demo`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from typing import Any
 
 from kubernetes import client, watch
 from kubernetes.client import ApiException
+
+from lightsout_lab.kubelet_api import KubeletApi
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +82,16 @@ class KubeletAgent:
     _running: dict[str, _Running] = field(default_factory=dict)
     _seen: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _kubelet_api: KubeletApi | None = None
     runs: int = 0
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> KubeletAgent:
+        if self.log_dir is None:  # pods' output outlives their working directories
+            self.log_dir = Path(tempfile.mkdtemp(prefix="lightsout-runner-logs-"))
+        self._kubelet_api = KubeletApi(
+            self.pod_log, Path(tempfile.mkdtemp(prefix="lightsout-kubelet-pki-"))
+        )
         self._register()
         for target in (self._heartbeat_loop, self._watch_loop):
             thread = threading.Thread(target=target, name=f"kubelet-{target.__name__}", daemon=True)
@@ -89,8 +99,14 @@ class KubeletAgent:
             self._threads.append(thread)
         return self
 
+    def pod_log(self, namespace: str, name: str) -> Path | None:
+        """Where the pod's container output goes (None before start())."""
+        return self.log_dir / f"{namespace}_{name}.log" if self.log_dir else None
+
     def stop(self) -> None:
         self._stop.set()
+        if self._kubelet_api is not None:
+            self._kubelet_api.stop()
         with self._lock:
             running = list(self._running.values())
         for run in running:
@@ -115,6 +131,10 @@ class KubeletAgent:
                 }
             ],
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            # Where the API server asks for pods' logs (at the InternalIP above).
+            "daemonEndpoints": {
+                "kubeletEndpoint": {"Port": self._kubelet_api.port if self._kubelet_api else 0}
+            },
             "nodeInfo": {
                 "architecture": "amd64",
                 "operatingSystem": "linux",
@@ -254,7 +274,7 @@ class KubeletAgent:
             self._report(pod, started, 128, "ContainerCannotRun", str(exc))
             return
         self._report_running(pod, started)
-        log_file = (self.log_dir or workdir) / f"{meta['namespace']}_{meta['name']}.log"
+        log_file = self.pod_log(meta["namespace"], meta["name"]) or workdir / "output.log"
         with log_file.open("wb") as out:
             proc = subprocess.Popen(
                 argv,

@@ -159,3 +159,23 @@ def create_pki(directory: Path) -> Pki:
         )
     )
     return pki
+
+
+def self_signed_loopback(directory: Path, name: str) -> tuple[Path, Path]:
+    """A self-signed serving certificate for 127.0.0.1 (the stand-in kubelet's API: the API
+    server is given no kubelet CA, so it does not verify kubelets' certificates)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    key = _key()
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    cert = (
+        _builder(subject, subject, key.public_key())
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
+    _write_key(key_path, key)
+    _write_cert(cert_path, cert)
+    return cert_path, key_path

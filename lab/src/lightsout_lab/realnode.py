@@ -61,6 +61,10 @@ PAUSE_IMAGE = "localhost/lightsout/pause:1"
 CNI_BIN_DIR = Path("/usr/lib/cni")
 BRIDGE = "lightsout0"
 POD_SUBNET = "10.244.250.0/24"
+#: The real node's addresses, as the lab (its cloud controller) sets them.
+LOOPBACK_ADDRESSES = [{"type": "InternalIP", "address": "127.0.0.1"}]
+#: The taint a kubelet with an external cloud provider registers with until it is initialised.
+UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
 #: The `kubernetes` Service: the first address of the service range, port 443.
 API_SERVICE = (str(ipaddress.ip_network(SERVICE_CIDR)[1]), 443)
 K8S_NAMESPACE = "k8s.io"  # containerd's namespace for the CRI plugin
@@ -338,9 +342,13 @@ state = "{d / "containerd" / "state"}"
             f"--config={config}",
             f"--kubeconfig={self.cluster.kubeconfig}",
             f"--hostname-override={self.node_name}",
-            # Refused as a Node address ("nodeIP can't be loopback address", logged once per
-            # status update) but keeps the kubelet from advertising the host's other addresses.
-            "--node-ip=127.0.0.1",
+            # The kubelet refuses to advertise 127.0.0.1 itself (--node-ip: "nodeIP can't be
+            # loopback address"). With an external cloud provider it advertises only its
+            # hostname until a cloud controller sets the addresses, then keeps those: the lab
+            # plays that controller (_act_as_cloud_controller), so the Node's one address is
+            # 127.0.0.1 and the API server reaches the kubelet there for logs. The host's other
+            # addresses are never advertised.
+            "--cloud-provider=external",
             f"--root-dir={self.directory / 'kubelet'}",
             *(
                 [f"--node-labels={','.join(f'{k}={v}' for k, v in self.node_labels.items())}"]
@@ -383,11 +391,41 @@ state = "{d / "containerd" / "state"}"
             self._check_alive()
             proc = self.cluster.kubectl("get", "node", self.node_name, "-o", "json", check=False)
             if proc.returncode == 0:
-                conditions = json.loads(proc.stdout).get("status", {}).get("conditions", [])
-                if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                node = json.loads(proc.stdout)
+                initialised = self._act_as_cloud_controller(node)
+                conditions = node.get("status", {}).get("conditions", [])
+                ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+                if ready and initialised:
                     return
             time.sleep(0.5)
         raise RealNodeError(f"Node {self.node_name} not Ready:\n{self.log_tail('kubelet')}")
+
+    def _act_as_cloud_controller(self, node: dict[str, Any]) -> bool:
+        """What a cloud controller manager does for a kubelet with `--cloud-provider=external`:
+        set the Node's addresses (127.0.0.1 alone, where the kubelet listens; no Hostname
+        address, which the API server would try first and fail to resolve) and lift the
+        `uninitialized` taint the kubelet registered with. True when `node` already shows both
+        done; the taints are replaced only if unchanged since read (a JSON patch `test`)."""
+        done = True
+        if node.get("status", {}).get("addresses") != LOOPBACK_ADDRESSES:
+            done = False
+            patch = {"status": {"addresses": LOOPBACK_ADDRESSES}}
+            self.cluster.kubectl(
+                "patch", "node", self.node_name, "--subresource=status", "--type=merge",
+                "-p", json.dumps(patch), check=False,
+            )  # fmt: skip
+        taints = node.get("spec", {}).get("taints") or []
+        kept = [t for t in taints if t.get("key") != UNINITIALIZED_TAINT]
+        if kept != taints:
+            done = False
+            ops = [
+                {"op": "test", "path": "/spec/taints", "value": taints},
+                {"op": "replace", "path": "/spec/taints", "value": kept},
+            ]
+            self.cluster.kubectl(
+                "patch", "node", self.node_name, "--type=json", "-p", json.dumps(ops), check=False
+            )
+        return done
 
     # ------------------------------------------------------------------ processes
     def _spawn(self, name: str, argv: Sequence[str]) -> None:

@@ -46,3 +46,14 @@ LEASE_CONFLICTS = Counter(
     "lightsout_lease_conflicts_total",
     "Times this replica wanted a machine's Lease and another holder had it.",
 )
+
+# The series with bounded, known labels exist from the start, at zero: Prometheus' rate() and
+# increase() see no rise in a series whose first sample is already 1, so a first transition or
+# autoscaler decision would otherwise never show on the dashboard. (Action series are created
+# per driver when a machine is first seen: metrics.machines.)
+for _desired in ("On", "Off"):
+    TRANSITION_DURATION.labels(desired=_desired)
+_DECISIONS = (("scale_up", "pending_pods"), ("scale_up", "min_nodes"), ("scale_down", "unneeded"))
+for _kind, _reason in _DECISIONS:
+    for _outcome in ("applied", "dry_run", "conflict"):
+        AUTOSCALER_DECISIONS.labels(kind=_kind, reason=_reason, outcome=_outcome)

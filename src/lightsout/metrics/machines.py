@@ -8,6 +8,9 @@ machines are in each phase, per Group, at scrape time.
 
 Only changes seen by this process count: after a restart, history already in a Node's status is
 remembered as seen, not counted again (counters restart from zero with the process anyway).
+A machine seen for the first time gets its driver's action series at zero (`_zero_actions`):
+Prometheus' rate() and increase() count no rise in a series whose first sample is already 1,
+so a first failure would otherwise never show on the dashboard.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ from prometheus_client.registry import Collector
 
 from lightsout.execution.energy import account_from_status
 from lightsout.metrics.families import ACTION_DURATION, ACTIONS, TRANSITION_DURATION
-from lightsout.models.enums import DriverKind, Phase
+from lightsout.models.enums import Action, DriverKind, Phase
 from lightsout.planning.energy import Account
 
 _FINISHED = {"Succeeded": "succeeded", "Failed": "failed"}
+_POWER_ACTIONS = (Action.STARTUP, Action.SHUTDOWN)
 _GOAL = {"On": Phase.READY.value, "Off": Phase.OFF.value}
 
 
@@ -60,6 +64,18 @@ def _driver(spec: Mapping[str, Any]) -> str:
     return next((kind.value for kind in DriverKind if kind.value in driver), "unknown")
 
 
+def _zero_actions(spec: Mapping[str, Any]) -> None:
+    """Create the machine's action series (its driver, the actions it runs) at zero."""
+    driver = _driver(spec)
+    proxmox = (spec.get("driver") or {}).get("proxmox") or {}
+    ephemeral = proxmox.get("mode") == "Ephemeral"
+    actions = (Action.PROVISION, Action.DEPROVISION) if ephemeral else _POWER_ACTIONS
+    for action in actions:
+        ACTION_DURATION.labels(driver=driver, action=action.value)
+        for result in _FINISHED.values():
+            ACTIONS.labels(driver=driver, action=action.value, result=result)
+
+
 class MachineTracker:
     """What this process has seen of each machine; safe to feed from several threads."""
 
@@ -81,6 +97,7 @@ class MachineTracker:
         with self._lock:
             seen = self._seen.get(key)
             if seen is None:
+                _zero_actions(spec)
                 self._seen[key] = _Seen(
                     key[0],
                     str(spec.get("group") or ""),
