@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lightsout.execution.nodeops import metadata_applied, node_cordoned, node_ready
+from lightsout.models.group import DEFAULT_CORRECTION_WINDOW_SECONDS, DEFAULT_MAX_CORRECTIONS
 from lightsout.planning.types import (
     Action,
     DrainStatus,
@@ -202,6 +203,14 @@ def machine_state(node: Obj, group: Obj | None) -> MachineState:
             NodeRemovalPolicy.DELETE,
         ),
         correct_drift=health.get("driftPolicy") == "Correct",
+        max_corrections=int(health.get("maxCorrections") or DEFAULT_MAX_CORRECTIONS),
+        correction_window_seconds=int(
+            health.get("correctionWindowSeconds") or DEFAULT_CORRECTION_WINDOW_SECONDS
+        ),
+        drift_corrections=tuple(
+            t for raw in status.get("driftCorrections") or () if (t := parse_time(raw)) is not None
+        ),
+        adopt_drift=health.get("driftPolicy") == "Adopt",
     )
 
 

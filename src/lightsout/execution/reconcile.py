@@ -431,6 +431,11 @@ def write_status(
         new["energy"] = checkpoint
     if decision.health_check is not None:
         new["lastHealthCheck"] = dict(decision.health_check)
+    if decision.drift_corrections is not None:
+        # None removes the list (merge patch) once no correction counts any more.
+        new["driftCorrections"] = [
+            inputs.format_time(t) for t in decision.drift_corrections
+        ] or None
     changed = inputs.status_patch(status, new)
     if not changed:
         return

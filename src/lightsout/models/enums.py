@@ -127,6 +127,7 @@ class DriftPolicy(StrEnum):
 
     REPORT = "Report"
     CORRECT = "Correct"
+    ADOPT = "Adopt"
 
 
 class HealthCheckResult(StrEnum):

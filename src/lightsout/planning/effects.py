@@ -91,6 +91,14 @@ class DeleteCoreNode:
 
 
 @dataclass(frozen=True)
+class SetDesiredPowerState:
+    """Patch the Node resource's `spec.desiredPowerState` (driftPolicy Adopt: the intent
+    follows the power state a person gave the machine)."""
+
+    state: PowerState
+
+
+@dataclass(frozen=True)
 class AcquireLease:
     """Acquire the machine's Lease, or renew it when already held by this operator."""
 
@@ -135,6 +143,7 @@ Effect = (
     | PrepareCoreNode
     | Drain
     | DeleteCoreNode
+    | SetDesiredPowerState
     | AcquireLease
     | ReleaseLease
     | Requeue
@@ -159,6 +168,8 @@ class Decision:
     observed_power_state: PowerState | None = None
     #: `status.lastHealthCheck` to write (a new health-check result), None to leave it.
     health_check: Mapping[str, Any] | None = None
+    #: `status.driftCorrections` to write, None to leave it.
+    drift_corrections: tuple[datetime, ...] | None = None
 
     @property
     def requeue_after(self) -> float | None:
