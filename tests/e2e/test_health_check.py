@@ -49,12 +49,6 @@ def ipmi(namespace: str) -> Iterator[IpmiBmc]:
 
 
 @pytest.fixture
-def lan() -> Iterator[WolListener]:
-    with WolListener() as listener:
-        yield listener
-
-
-@pytest.fixture
 def mini(namespace: str, lan: WolListener) -> Iterator[SshMachine]:
     with SshMachine(f"mini-{namespace}", power_state="Off") as machine:
         lan.wakes(machine)
