@@ -98,7 +98,7 @@ def cli_job(output: str) -> str:
 
 
 def wait_checked(
-    cluster: Cluster, namespace: str, names: list[str], job: str, timeout: float = PATIENCE
+    cluster: Cluster, namespace: str, names: list[str], job: str
 ) -> dict[str, dict[str, Any]]:
     """Every machine's status once the run `job` has landed in it."""
 
@@ -107,7 +107,7 @@ def wait_checked(
         done = all((s.get("lastHealthCheck") or {}).get("job") == job for s in found.values())
         return found if done else None
 
-    return wait_for(landed, timeout, f"the health check {job} to land on {names}")
+    return wait_for(landed, PATIENCE, f"the health check {job} to land on {names}")
 
 
 def condition(machine: Mapping[str, Any], kind: str) -> dict[str, Any]:
