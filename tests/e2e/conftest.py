@@ -21,6 +21,7 @@ from lightsout_lab.kubelet import KubeletAgent
 from lightsout_lab.machines import MachineSimulator
 from lightsout_lab.operator_process import OperatorProcess
 from lightsout_lab.sushy import FakeSystem, SushyEmulator
+from lightsout_lab.wol import WolListener
 from tests.e2e import ca_support
 from tests.harness import fleet
 from tests.harness.wait import get_json, wait_for
@@ -46,6 +47,13 @@ def bmc(request: pytest.FixtureRequest, machine: fleet.MachineDef) -> Iterator[S
     system = FakeSystem(uuid=machine.uuid, name=machine.name, power_state=power)
     with SushyEmulator([system], **options) as emulator:
         yield emulator
+
+
+@pytest.fixture
+def lan() -> Iterator[WolListener]:
+    """The "LAN" of Wake-on-LAN machines: a UDP listener on 127.0.0.1."""
+    with WolListener() as listener:
+        yield listener
 
 
 @pytest.fixture

@@ -194,6 +194,7 @@ FULL_NODE_STATUS = NodeStatus(
     message="core Node is Ready",
     attempts=1,
     energy=ENERGY,
+    drift_corrections=[NOW],
     last_health_check=HealthCheckRecord(
         time=NOW,
         result=HealthCheckResult.HEALTHY,

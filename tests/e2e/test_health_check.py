@@ -2,9 +2,10 @@
 
 Real control plane (its CronJob, Job and garbage-collector controllers), the operator as a real
 process, the health-check pods run by the stand-in kubelet (real ansible-runner, the shipped
-healthcheck playbook), sushy-tools as a Redfish BMC and ipmi_sim as an IPMI BMC. A run is
-started from the CronJob at once, as `kubectl create job --from=cronjob/…` does, instead of
-waiting for the schedule.
+healthcheck playbook), one machine of each driver: sushy-tools as a Redfish BMC, ipmi_sim as an
+IPMI BMC, an OpenSSH server as a Wake-on-LAN machine (its power state is whether its SSH port
+answers) and fakepve as a Proxmox VE host. A run is started from the CronJob at once, as
+`kubectl create job --from=cronjob/…` does, instead of waiting for the schedule.
 """
 
 from __future__ import annotations
@@ -15,13 +16,17 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from lightsout.commands.power import ExitCode
 from lightsout.execution.health import cronjob_name
 from lightsout_lab import Cluster
+from lightsout_lab.fakepve import SHUTDOWN, START, FakePveCluster, Guest
 from lightsout_lab.ipmi import IpmiBmc, IpmiMachine, IpmiSim
 from lightsout_lab.operator_process import OperatorProcess
+from lightsout_lab.sshd import SshMachine
 from lightsout_lab.sushy import POWER_OFF, FakeSystem, SushyEmulator
+from lightsout_lab.wol import WolListener
 from tests.e2e.conftest import PATIENCE, status, wait_phase
 from tests.e2e.test_cli_power import lightsout
 from tests.harness import fleet
@@ -34,10 +39,50 @@ CRONJOB = cronjob_name(GROUP)
 SCHEDULE = "0 0 1 1 *"
 
 
+VMID = 100
+
+
 @pytest.fixture
 def ipmi(namespace: str) -> Iterator[IpmiBmc]:
     with IpmiSim(IpmiMachine(f"ipmi-{namespace}", power_state="Off")) as sim:
         yield sim.bmc
+
+
+@pytest.fixture
+def mini(namespace: str, lan: WolListener) -> Iterator[SshMachine]:
+    with SshMachine(f"mini-{namespace}", power_state="Off") as machine:
+        lan.wakes(machine)
+        yield machine
+
+
+@pytest.fixture
+def pve() -> Iterator[FakePveCluster]:
+    # The VM runs: its check must report On (drift, with driftPolicy Report: nothing is sent).
+    with FakePveCluster([Guest(VMID, "db", node="pve1", status="running")]) as cluster:
+        yield cluster
+
+
+def wol_and_proxmox(
+    lan: WolListener, mini: SshMachine, pve: FakePveCluster, vm: str
+) -> list[dict[str, Any]]:
+    """Secrets and Nodes of the Wake-on-LAN machine and the Proxmox VM."""
+    return [
+        fleet.secret("ssh", {"ssh-privatekey": mini.ssh.client_key}),
+        fleet.secret("pve", {"username": pve.username, "password": pve.password}),
+        fleet.secret("pve-ca", {"ca.crt": pve.ca_path.read_bytes()}),
+        fleet.wol_node(
+            mini.name,
+            mac=mini.mac,
+            lan_host=lan.host,
+            lan_port=lan.port,
+            ssh_host=mini.ssh.host,
+            ssh_port=mini.ssh.port,
+            ssh_user=mini.ssh.user,
+            known_hosts=mini.ssh.known_hosts_line + "\n",
+            shutdown_command=mini.shutdown_command,
+        ),
+        fleet.proxmox_node(vm, pve.endpoint, proxmox={"mode": "Persistent", "vmid": VMID}),
+    ]
 
 
 def run_check(cluster: Cluster, namespace: str) -> str:
@@ -75,11 +120,18 @@ def health(machine: Mapping[str, Any]) -> tuple[str, str, str | None]:
 
 
 def test_group_health_check_follows_the_bmcs_and_the_group(
-    crds: Cluster, namespace: str, operator: OperatorProcess, ipmi: IpmiBmc
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    ipmi: IpmiBmc,
+    lan: WolListener,
+    mini: SshMachine,
+    pve: FakePveCluster,
 ) -> None:
     box = fleet.MachineDef(name=f"box-{namespace}", uuid=str(uuid.uuid4()))
-    # A third machine whose credentials Secret does not exist yet: left out of the check.
+    # A machine whose credentials Secret does not exist yet: left out of the check.
     lost = fleet.MachineDef(name=f"lost-{namespace}", uuid=str(uuid.uuid4()))
+    vm = f"vm-{namespace}"
     systems = [FakeSystem(uuid=m.uuid, name=m.name, power_state="Off") for m in (box, lost)]
     with SushyEmulator(systems) as bmc:
         fleet.apply(
@@ -92,9 +144,10 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
                 fleet.redfish_node(box, bmc),
                 fleet.ipmi_node(ipmi.name, ipmi.host, ipmi.port, secret_name="ipmi"),
                 fleet.redfish_node(lost, bmc, secret_name="gone"),
+                *wol_and_proxmox(lan, mini, pve, vm),
             ],
         )
-        names = [box.name, ipmi.name]
+        names = [box.name, ipmi.name, mini.name, vm]
         for name in names:
             wait_phase(crds, namespace, name, "Off")
         unchecked = wait_for(
@@ -115,6 +168,8 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
         )
         assert (unchecked["status"], unchecked["reason"]) == ("False", "SecretNotFound")
         assert f"credentials Secret {namespace}/gone not found" in unchecked["message"]
+        #: What each machine's emulator says, which its check must report.
+        found = {box.name: "Off", ipmi.name: "Off", mini.name: "Off", vm: "On"}
 
         # --- the CronJob: owned by the Group, on its schedule, never two runs at once
         cron = wait_for(
@@ -129,23 +184,29 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
         assert spec["concurrencyPolicy"] == "Forbid"
         assert spec["successfulJobsHistoryLimit"] == spec["failedJobsHistoryLimit"] == 1
         job_spec = spec["jobTemplate"]["spec"]
-        # Two machines: the third's pod could not mount its Secret and would never start.
-        assert (job_spec["completionMode"], job_spec["completions"]) == ("Indexed", 2)
+        # Four machines: the fifth's pod could not mount its Secret and would never start.
+        assert (job_spec["completionMode"], job_spec["completions"]) == ("Indexed", 4)
         assert job_spec["activeDeadlineSeconds"] > 0
         pod = job_spec["template"]["spec"]
         assert pod["automountServiceAccountToken"] is False
         assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
         secrets = sorted(v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v)
-        assert secrets == ["bmc", "bmc-ca", "ipmi"]  # the Group's machines' Secrets only
+        # The Group's machines' Secrets only.
+        assert secrets == ["bmc", "bmc-ca", "ipmi", "pve", "pve-ca", "ssh"]
+        assert pod["hostNetwork"] is True  # a Wake-on-LAN machine is reached from the host
 
-        # --- both machines checked: healthy, Off as their BMCs say
+        # --- every machine checked: healthy, in the power state its emulator reports
         checked = wait_checked(crds, namespace, names, run_check(crds, namespace))
         for name, machine in checked.items():
             print(f"{name}: lastHealthCheck {json.dumps(machine['lastHealthCheck'])}")
-            assert health(machine) == ("True", "Healthy", "Off")
+            assert health(machine) == ("True", "Healthy", found[name])
+        # The running VM is drift (phase Off); driftPolicy Report: it is only reported.
+        assert condition(checked[vm], "Drifted")["status"] == "True"
         assert bmc.count_power_requests(box.uuid) == 0  # a check sends no order
         assert ipmi.count_power_commands() == 0
         assert "lastHealthCheck" not in status(crds, namespace, lost.name)
+        assert (mini.power_ons, mini.shutdown_requests(), lan.packets()) == (0, 0, [])
+        assert (pve.count(START), pve.count(SHUTDOWN), pve.status(VMID)) == (0, 0, "running")
 
         # --- the Redfish BMC stops answering (checked with the CLI, as a person debugging does)
         bmc.halt()
@@ -156,7 +217,8 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
         checked = wait_checked(crds, namespace, names, cli_job(cli.stdout))
         print(f"BMC stopped: {json.dumps(checked[box.name]['lastHealthCheck'])}")
         assert health(checked[box.name]) == ("False", "BMCUnreachable", "Unknown")
-        assert health(checked[ipmi.name]) == ("True", "Healthy", "Off")
+        for name in names[1:]:
+            assert health(checked[name]) == ("True", "Healthy", found[name])
         bmc.resume()
 
         # --- wrong passwords in both Secrets
@@ -167,11 +229,14 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
             [fleet.secret("ipmi", {"username": ipmi.username, "password": "wrong-pw"})],
         )
         checked = wait_checked(crds, namespace, names, run_check(crds, namespace))
-        for name, machine in checked.items():
+        for name in (box.name, ipmi.name):
+            machine = checked[name]
             print(f"{name} wrong password: {json.dumps(machine['lastHealthCheck'])}")
             assert health(machine)[:2] == ("False", "AuthenticationFailed")
             assert "not-the-password" not in json.dumps(machine)
             assert "wrong-pw" not in json.dumps(machine)
+        for name in (mini.name, vm):  # their own credentials are untouched
+            assert health(checked[name]) == ("True", "Healthy", found[name])
 
         # --- restored, and the third machine's Secret created: it is checked from now on
         fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), *fleet.bmc_secrets(bmc, "gone")])
@@ -193,13 +258,14 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
         cli = lightsout(crds, "healthcheck", "--group", GROUP, "-n", namespace)
         print(f"$ lightsout healthcheck --group {GROUP} (exit {cli.returncode})\n{cli.stdout}")
         assert cli.returncode == ExitCode.DONE, cli.stderr
-        assert f"{box.name}: Healthy, power Off" in cli.stdout
-        assert f"{ipmi.name}: Healthy, power Off" in cli.stdout
-        assert f"{lost.name}: Healthy, power Off" in cli.stdout
+        found[lost.name] = "Off"
         names.append(lost.name)
+        for name in names:
+            assert f"{name}: Healthy, power {found[name]}" in cli.stdout
         checked = wait_checked(crds, namespace, names, cli_job(cli.stdout))
-        for machine in checked.values():
-            assert health(machine) == ("True", "Healthy", "Off")
+        for name, machine in checked.items():
+            assert health(machine) == ("True", "Healthy", found[name])
+        print(crds.kubectl("get", "lsn", "-n", namespace).stdout)
 
         # --- the schedule follows the Group
         body = json.dumps({"spec": {"healthCheck": {"schedule": "30 0 1 1 *"}}})
@@ -239,11 +305,19 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
         )
 
 
-def test_drift_is_reported_then_corrected_with_one_order(
-    crds: Cluster, namespace: str, operator: OperatorProcess
+def drift_events(cluster: Cluster, namespace: str, name: str, reason: str) -> list[str]:
+    return [e["message"] for e in events_for(cluster, namespace, name) if e["reason"] == reason]
+
+
+def test_drift_is_reported_corrected_once_then_given_up_and_adopted(
+    crds: Cluster, namespace: str, operator: OperatorProcess, kube_api: client.ApiClient
 ) -> None:
     box = fleet.MachineDef(name=f"box-{namespace}", uuid=str(uuid.uuid4()))
-    with SushyEmulator([FakeSystem(uuid=box.uuid, name=box.name, power_state="Off")]) as bmc:
+    with (
+        SushyEmulator([FakeSystem(uuid=box.uuid, name=box.name, power_state="Off")]) as bmc,
+        # The machine's kubelet: its core Node registers while the BMC says On.
+        fleet.simulated(crds, kube_api, namespace, box.name, bmc.power_reader(box.uuid)),
+    ):
         fleet.apply(
             crds,
             namespace,
@@ -289,8 +363,10 @@ def test_drift_is_reported_then_corrected_with_one_order(
         assert bmc.count_power_requests(box.uuid) == 0  # Report sends nothing
         assert bmc.power_state(box.uuid) == "On"
 
-        # --- driftPolicy Correct: powered off again through the state machine, one order
-        body = json.dumps({"spec": {"healthCheck": {"driftPolicy": "Correct"}}})
+        # --- driftPolicy Correct (one correction a day): drained and powered off, one order
+        body = json.dumps(
+            {"spec": {"healthCheck": {"driftPolicy": "Correct", "maxCorrections": 1}}}
+        )
         crds.kubectl("patch", "lsg", GROUP, "-n", namespace, "--type=merge", "-p", body)
         corrected = wait_for(
             lambda: (
@@ -303,6 +379,7 @@ def test_drift_is_reported_then_corrected_with_one_order(
             "the drift corrected by a shutdown",
         )
         assert corrected["lastOperation"]["result"] == "Succeeded"
+        assert len(corrected["driftCorrections"]) == 1
         assert bmc.power_state(box.uuid) == "Off"
         orders = bmc.power_requests(box.uuid)
         print(f"correction: {[r.reset_type for r in orders]}")
@@ -312,6 +389,38 @@ def test_drift_is_reported_then_corrected_with_one_order(
         assert health(checked[box.name]) == ("True", "Healthy", "Off")
         assert condition(checked[box.name], "Drifted")["status"] == "False"
         assert len(bmc.power_requests(box.uuid)) == 1  # not fought over: no further order
+
+        # --- the person powers it on again: the one correction is used up, so it is Failed
+        bmc.reset(box.uuid, "On", wait="On")
+        checked = wait_checked(crds, namespace, names, run_check(crds, namespace))
+        failed = wait_for(
+            lambda: (s := status(crds, namespace, box.name)).get("phase") == "Failed" and s,
+            PATIENCE,
+            "Failed after the corrections ran out",
+        )
+        print(f"given up: {failed['reason']}: {failed['message']}")
+        assert failed["reason"] == "DriftCorrectionsExhausted"
+        assert "already corrected 1 times within 86400s (maxCorrections 1)" in failed["message"]
+        assert drift_events(crds, namespace, box.name, "DriftCorrectionsExhausted")
+        assert len(bmc.power_requests(box.uuid)) == 1  # no second power-off
+        assert bmc.power_state(box.uuid) == "On"
+        print(crds.kubectl("get", "lsn", "-n", namespace, "-o", "wide").stdout)
+        print(crds.kubectl("describe", "lsn", box.name, "-n", namespace).stdout)
+
+        # --- driftPolicy Adopt: the machine is kept On; its desired state follows it
+        body = json.dumps(
+            {"spec": {"healthCheck": {"driftPolicy": "Adopt", "maxCorrections": None}}}
+        )
+        crds.kubectl("patch", "lsg", GROUP, "-n", namespace, "--type=merge", "-p", body)
+        wait_checked(crds, namespace, names, run_check(crds, namespace))
+        adopted = wait_phase(crds, namespace, box.name, "Ready")
+        spec = get_json(crds, "lsn", box.name, "-n", namespace)["spec"]
+        print(f"adopted: desiredPowerState {spec['desiredPowerState']}, {adopted['message']}")
+        assert spec["desiredPowerState"] == "On"
+        assert drift_events(crds, namespace, box.name, "DriftAdopted")
+        assert condition(adopted, "Drifted")["status"] == "False"
+        assert len(bmc.power_requests(box.uuid)) == 1  # adopted without a power-on order
+        assert bmc.power_state(box.uuid) == "On"
 
         print(crds.kubectl("get", "lsn", "-n", namespace, "-o", "wide").stdout)
         print(crds.kubectl("describe", "lsn", box.name, "-n", namespace).stdout)

@@ -26,12 +26,6 @@ from tests.harness.cycle import patch_and_wait, report, wait_phase
 
 
 @pytest.fixture
-def lan() -> Iterator[WolListener]:
-    with WolListener() as listener:
-        yield listener
-
-
-@pytest.fixture
 def box(namespace: str, lan: WolListener) -> Iterator[SshMachine]:
     with SshMachine(
         f"mini-{namespace}", power_state="Off", boot_seconds=1.0, shutdown_seconds=1.0

@@ -23,6 +23,7 @@ from lightsout.planning.effects import (
     Event,
     Requeue,
     SetCondition,
+    SetDesiredPowerState,
     StartJob,
 )
 from lightsout.planning.fsm import Reason, core_node_failed, decide, retry_backoff, select_job
@@ -112,6 +113,8 @@ def summarize(effect: Effect) -> str:
             return f"Event:{kind}:{reason}"
         case Requeue():
             return "Requeue"
+        case SetDesiredPowerState(state):
+            return f"SetDesired:{state}"
         case _:
             return type(effect).__name__
 
@@ -585,6 +588,65 @@ FAILED_ROWS: list[Row] = [
      obs(**READY_NODE), at(60), Phase.READY, "NodeRegistered", REGISTERED),
 ]
 
+HEALTH_ON = {"power_state": ON, "power_state_observed_at": at(10)}
+HEALTH_OFF = {"power_state": OFF, "power_state_observed_at": at(10)}
+NOTICED = ["Condition:Drifted=True:DriftDetected", "Event:Warning:DriftDetected"]
+CORRECT = {"correct_drift": True, "max_corrections": 2, "correction_window_seconds": 3600}
+SHUT = op(SHUTDOWN, result=SUCCEEDED)
+
+DRIFT_POLICY_ROWS: list[Row] = [
+    ("correction-within-the-limit",
+     machine(Phase.OFF, OFF, operation=SHUT, drift_corrections=(at(-7200), at(-60)), **CORRECT),
+     obs(**HEALTH_ON), at(20), Phase.POWERING_OFF, "DriftCorrection",
+     start("shutdown", 5, 2, "DriftCorrection", *NOTICED)),
+    ("corrections-exhausted-fails",
+     machine(Phase.OFF, OFF, operation=SHUT, drift_corrections=(at(-600), at(-60)), **CORRECT),
+     obs(**HEALTH_ON), at(20), Phase.FAILED, "DriftCorrectionsExhausted",
+     [*NOTICED, "Event:Warning:DriftCorrectionsExhausted"]),
+    ("corrections-exhausted-ready-fails",
+     machine(Phase.READY, ON, operation=op(result=SUCCEEDED),
+             drift_corrections=(at(-600), at(-60)), **CORRECT),
+     obs(**HEALTH_OFF), at(20), Phase.FAILED, "DriftCorrectionsExhausted",
+     [*NOTICED, "Event:Warning:DriftCorrectionsExhausted"]),
+    ("exhausted-stays-failed",
+     machine(Phase.FAILED, OFF, operation=SHUT, reason="DriftCorrectionsExhausted", **CORRECT),
+     obs(**HEALTH_ON), at(20), Phase.FAILED, "DriftCorrectionsExhausted", []),
+    ("adopt-found-on-sets-desired-on", machine(Phase.OFF, OFF, adopt_drift=True),
+     obs(**HEALTH_ON), at(20), Phase.OFF, "DriftAdopted",
+     [*NOTICED, "Event:Normal:DriftAdopted", "SetDesired:On", "Requeue"]),
+    ("adopt-node-ready-sets-desired-on", machine(Phase.OFF, OFF, adopt_drift=True),
+     obs(**READY_NODE), at(600), Phase.OFF, "DriftAdopted",
+     [*NOTICED, "Event:Normal:DriftAdopted", "SetDesired:On", "Requeue"]),
+    ("adopted-on-boots-without-a-job",
+     machine(Phase.OFF, ON, gen=6, reason="DriftAdopted", operation=SHUT, adopt_drift=True),
+     obs(**HEALTH_ON), at(30), Phase.BOOTING, "WaitingForNode",
+     [LEASE, "Condition:Drifted=False:DriftAdopted", "Event:Normal:WaitingForNode", "Requeue"]),
+    ("adopted-on-node-ready-is-ready",
+     machine(Phase.OFF, ON, gen=6, reason="DriftAdopted", adopt_drift=True),
+     obs(**READY_NODE), at(30), Phase.READY, "NodeRegistered", REGISTERED),
+    ("adopt-found-off-sets-desired-off", machine(Phase.READY, ON, adopt_drift=True),
+     obs(**HEALTH_OFF, **READY_NODE), at(20), Phase.READY, "DriftAdopted",
+     [*NOTICED, "Event:Normal:DriftAdopted", "SetDesired:Off", "Requeue"]),
+    ("adopted-off-is-off-without-a-job",
+     machine(Phase.READY, OFF, gen=6, reason="DriftAdopted", adopt_drift=True),
+     obs(**HEALTH_OFF, **READY_NODE), at(30), Phase.OFF, "ObservedOff",
+     ["DeleteCoreNode", "Condition:Registered=False:ObservedOff",
+      "Condition:Drifted=False:DriftAdopted", "Event:Normal:ObservedOff"]),
+    ("adopted-off-clone-is-deprovisioned",
+     machine(Phase.READY, OFF, gen=6, reason="DriftAdopted", adopt_drift=True, ephemeral=True),
+     obs(**HEALTH_OFF), at(30), Phase.DEPROVISIONING, "PowerOffRequested",
+     start("deprovision", 6, 1, "PowerOffRequested")),
+    ("failed-then-adopt-sets-desired-on",
+     machine(Phase.FAILED, OFF, operation=SHUT, reason="DriftCorrectionsExhausted",
+             adopt_drift=True),
+     obs(**HEALTH_ON), at(20), Phase.FAILED, "DriftAdopted",
+     [*NOTICED, "Event:Normal:DriftAdopted", "SetDesired:On", "Requeue"]),
+    ("failed-adopted-boots-without-a-job",
+     machine(Phase.FAILED, ON, gen=6, operation=SHUT, reason="DriftAdopted", adopt_drift=True),
+     obs(**HEALTH_ON), at(30), Phase.BOOTING, "WaitingForNode",
+     [LEASE, "Condition:Drifted=False:DriftAdopted", "Event:Normal:WaitingForNode", "Requeue"]),
+]
+
 UNKNOWN_ROWS: list[Row] = [
     ("nothing-seen-is-off", machine(Phase.UNKNOWN, OFF, phase_since=None), obs(), at(0),
      Phase.OFF, "ObservedOff", []),
@@ -658,6 +720,46 @@ def test_draining(m: Any, o: Any, now: Any, phase: Any, reason: Any, effects: An
 @pytest.mark.parametrize(("m", "o", "now", "phase", "reason", "effects"), rows(POWERING_OFF_ROWS))
 def test_powering_off(m: Any, o: Any, now: Any, phase: Any, reason: Any, effects: Any) -> None:
     check(m, o, now, phase, reason, effects)
+
+
+@pytest.mark.parametrize(("m", "o", "now", "phase", "reason", "effects"), rows(DRIFT_POLICY_ROWS))
+def test_drift_policy(m: Any, o: Any, now: Any, phase: Any, reason: Any, effects: Any) -> None:
+    check(m, o, now, phase, reason, effects)
+
+
+def test_corrections_are_counted_within_the_window() -> None:
+    m = machine(Phase.OFF, OFF, operation=SHUT, drift_corrections=(at(-7200), at(-60)), **CORRECT)
+    decision = decide(m, obs(**HEALTH_ON), at(20))
+    # The one older than the window (3600 s) is dropped; this correction is added.
+    assert decision.drift_corrections == (at(-60), at(20))
+    assert "correction 2 of 2" in decision.message
+    failed = decide(
+        replace(m, drift_corrections=decision.drift_corrections), obs(**HEALTH_ON), at(30)
+    )
+    assert failed.phase is Phase.FAILED
+    assert "already corrected 2 times within 3600s (maxCorrections 2)" in failed.message
+    assert "driftPolicy to Adopt" in failed.message
+
+
+def test_a_new_intent_after_failure_forgets_the_corrections() -> None:
+    m = machine(
+        Phase.FAILED,
+        OFF,
+        gen=6,
+        operation=SHUT,
+        reason="DriftCorrectionsExhausted",
+        drift_corrections=(at(-60), at(-30)),
+        **CORRECT,
+    )
+    assert decide(m, obs(), at(20)).drift_corrections == ()
+
+
+def test_adopted_booting_times_out_from_adoption_not_from_the_old_power_off() -> None:
+    # The last operation is the power-off of long ago: the boot timeout counts from adoption.
+    old_off = op(SHUTDOWN, result=SUCCEEDED, started=at(-9000), finished=at(-9000))
+    m = machine(Phase.BOOTING, ON, gen=6, operation=old_off, phase_since=at(0))
+    decision = decide(m, obs(), at(30))
+    assert (decision.phase, decision.reason) == (Phase.BOOTING, "WaitingForNode")
 
 
 @pytest.mark.parametrize(("m", "o", "now", "phase", "reason", "effects"), rows(FAILED_ROWS))

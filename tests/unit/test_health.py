@@ -7,6 +7,7 @@ these pin down the rules one by one.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,23 @@ def test_one_indexed_pod_per_machine_with_only_the_groups_secrets() -> None:
     assert [e["node"] for e in entries] == ["a", "b", "c"]
     assert env[f"LIGHTSOUT_CREDENTIALS_DIR_{entries[0]['credentials']}"].endswith("-1")
     assert entries[0]["credentials"] == entries[1]["credentials"] != entries[2]["credentials"]
+
+
+def test_the_pods_use_the_host_network_when_a_machine_is_woken_by_lan_or_told_to() -> None:
+    def host_network(machines: list[dict[str, Any]], config: OperatorConfig = CONFIG) -> bool:
+        cron = health.build_health_objects(group(), machines, config).cronjob
+        return bool(cron["spec"]["jobTemplate"]["spec"]["template"]["spec"].get("hostNetwork"))
+
+    wol = {"metadata": {"name": "pc", "namespace": "ns"}, "spec": {"driver": {"wol": {}}}}
+    assert not host_network([redfish("a", "s")])
+    assert host_network([redfish("a", "s"), wol])
+    assert host_network([redfish("a", "s")], replace(CONFIG, job_host_network=True))
+
+
+def test_the_default_schedule_is_hourly() -> None:
+    unscheduled = {"metadata": group()["metadata"], "spec": {}}
+    cron = health.build_health_objects(unscheduled, [redfish("a", "s")], CONFIG).cronjob
+    assert cron["spec"]["schedule"] == "0 * * * *"
 
 
 def test_the_hash_changes_with_the_schedule_and_the_members_only() -> None:

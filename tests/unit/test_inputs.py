@@ -54,6 +54,18 @@ def test_any_edit_of_a_failed_machine_is_a_new_intent() -> None:
     assert inputs.machine_state(node(status), None).intent_generation == 3
 
 
+def test_the_groups_drift_policy_and_the_corrections_made() -> None:
+    status = {"driftCorrections": ["2026-11-24T10:00:00Z", "garbage"]}
+    group = {"spec": {"healthCheck": {"driftPolicy": "Correct", "maxCorrections": 5}}}
+    machine = inputs.machine_state(node(status), group)
+    assert (machine.correct_drift, machine.adopt_drift) == (True, False)
+    assert (machine.max_corrections, machine.correction_window_seconds) == (5, 86_400)
+    assert machine.drift_corrections == (dt.datetime(2026, 11, 24, 10, tzinfo=dt.UTC),)
+    adopt = {"spec": {"healthCheck": {"driftPolicy": "Adopt"}}}
+    machine = inputs.machine_state(node(), adopt)
+    assert (machine.correct_drift, machine.adopt_drift, machine.max_corrections) == (False, True, 3)
+
+
 def test_garbage_status_degrades_instead_of_raising() -> None:
     status = {
         "phase": "Sleeping",

@@ -126,7 +126,7 @@ def test_group_defaults() -> None:
     assert (down.enabled, down.unneeded_seconds, down.utilization_threshold) == (True, "auto", 0.5)
     assert (down.stabilization_window_seconds, down.max_concurrent_operations) == (300, 1)
     assert spec.selection_policy is SelectionPolicy.LOWEST_ENERGY
-    assert spec.health_check.schedule == "*/5 * * * *"
+    assert spec.health_check.schedule == "0 * * * *"
     assert spec.health_check.drift_policy is DriftPolicy.REPORT
 
 

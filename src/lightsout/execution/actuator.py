@@ -43,6 +43,7 @@ from lightsout.planning.effects import (
     Drain,
     Effect,
     Event,
+    SetDesiredPowerState,
     StartJob,
     Uncordon,
 )
@@ -367,6 +368,9 @@ def apply_effect(ctx: MachineContext, effect: Effect) -> DrainStatus | None:
         return drain(ctx)
     elif isinstance(effect, DeleteCoreNode):
         api.delete_node(ctx.core_name)
+    elif isinstance(effect, SetDesiredPowerState):
+        patch = {"spec": {"desiredPowerState": str(effect.state)}}
+        api.patch_resource(ctx.namespace, "nodes", ctx.name, patch)
     elif isinstance(effect, Event):
         post_event(ctx, effect)
     return None

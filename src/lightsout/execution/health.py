@@ -44,6 +44,7 @@ from lightsout.execution.jobs import (
 )
 from lightsout.execution.naming import dns_label, label_value, stable_hash
 from lightsout.execution.results import parse_power_state, parse_runner_result
+from lightsout.models.group import DEFAULT_SCHEDULE
 from lightsout.planning.effects import SetCondition
 from lightsout.planning.types import (
     ConditionStatus,
@@ -236,6 +237,9 @@ def build_health_objects(
             node_selector=dict(config.job_node_selector),
             tolerations=tuple({"key": key, "operator": "Exists"} for key in config.job_tolerations),
             service_account_name=config.job_service_account,
+            # As for action Jobs: a Wake-on-LAN machine is only reached from the host network.
+            host_network=config.job_host_network
+            or any("wol" in ((m.get("spec") or {}).get("driver") or {}) for m in members),
         ),
         [{"name": key, "value": value} for key, value in env.items()],
         volumes,
@@ -259,7 +263,7 @@ def build_health_objects(
         "kind": "CronJob",
         "metadata": dict(metadata),
         "spec": {
-            "schedule": str(policy.get("schedule", "*/5 * * * *")),
+            "schedule": str(policy.get("schedule", DEFAULT_SCHEDULE)),
             "suspend": not machines,
             "concurrencyPolicy": "Forbid",
             "startingDeadlineSeconds": STARTING_DEADLINE_SECONDS,

@@ -15,6 +15,7 @@ from typing import Any
 
 from lightsout.execution.nodeops import metadata_applied, node_cordoned, node_ready
 from lightsout.planning.learning import median
+from lightsout.models.group import DEFAULT_CORRECTION_WINDOW_SECONDS, DEFAULT_MAX_CORRECTIONS
 from lightsout.planning.types import (
     Action,
     DrainStatus,
@@ -244,6 +245,14 @@ def machine_state(node: Obj, group: Obj | None) -> MachineState:
         ),
         correct_drift=health.get("driftPolicy") == "Correct",
         learned=learned_from_status(status.get("learned")),
+        max_corrections=int(health.get("maxCorrections") or DEFAULT_MAX_CORRECTIONS),
+        correction_window_seconds=int(
+            health.get("correctionWindowSeconds") or DEFAULT_CORRECTION_WINDOW_SECONDS
+        ),
+        drift_corrections=tuple(
+            t for raw in status.get("driftCorrections") or () if (t := parse_time(raw)) is not None
+        ),
+        adopt_drift=health.get("driftPolicy") == "Adopt",
     )
 
 

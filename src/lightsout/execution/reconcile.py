@@ -502,6 +502,11 @@ def write_status(
         new["lastHealthCheck"] = dict(decision.health_check)
     if decision.learned is not None:
         new["learned"] = inputs.learned_to_status(decision.learned)
+    if decision.drift_corrections is not None:
+        # None removes the list (merge patch) once no correction counts any more.
+        new["driftCorrections"] = [
+            inputs.format_time(t) for t in decision.drift_corrections
+        ] or None
     changed = inputs.status_patch(status, new)
     if not changed:
         return

@@ -136,6 +136,7 @@ class DriftPolicy(StrEnum):
 
     REPORT = "Report"
     CORRECT = "Correct"
+    ADOPT = "Adopt"
 
 
 class HealthCheckResult(StrEnum):

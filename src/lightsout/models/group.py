@@ -96,15 +96,48 @@ class ScaleDownPolicy(ApiModel):
     """Drains and power-offs in flight at once in this Group."""
 
 
+CORRECTION_LIMITS_NEED_CORRECT = Rule(
+    cel=(
+        "self.driftPolicy == 'Correct' || "
+        "(!has(self.maxCorrections) && !has(self.correctionWindowSeconds))"
+    ),
+    message="maxCorrections and correctionWindowSeconds apply only with driftPolicy Correct",
+    field_path=".maxCorrections",
+)
+#: Corrections of one machine within the window before it is left Failed (None in the spec).
+DEFAULT_MAX_CORRECTIONS = 3
+DEFAULT_CORRECTION_WINDOW_SECONDS = 86_400
+DEFAULT_SCHEDULE = "0 * * * *"
+
+
 class HealthCheckPolicy(ApiModel):
     """The CronJob that checks each machine's BMC and real power state."""
 
+    model_config = ConfigDict(json_schema_extra=rules(CORRECTION_LIMITS_NEED_CORRECT))
+
     enabled: bool = True
     """False creates no health-check CronJob."""
-    schedule: CronSchedule = "*/5 * * * *"
-    """Cron schedule of the check."""
+    schedule: CronSchedule = DEFAULT_SCHEDULE
+    """Cron schedule of the check (hourly by default: a dead BMC is found within the hour,
+    long before the autoscaler needs the machine, without a pod per machine every few minutes)."""
     drift_policy: DriftPolicy = DriftPolicy.REPORT
-    """Report a machine found in the wrong power state, or also correct it."""
+    """What to do with a machine found in the wrong power state: Report (a Drifted condition
+    and a Warning event only), Correct (drive it back to its desiredPowerState, at most
+    maxCorrections times within correctionWindowSeconds, then Failed), or Adopt (set its
+    desiredPowerState to the state it was found in: a machine a person powered on is kept)."""
+    max_corrections: int | None = Field(default=None, ge=1, le=100)
+    """Correct: corrections of one machine within correctionWindowSeconds before it is left
+    Failed instead of fought over (default 3)."""
+    correction_window_seconds: int | None = Field(default=None, ge=60, le=2_592_000)
+    """Correct: the window maxCorrections counts in (default 86400, a day)."""
+
+    @model_validator(mode="after")
+    def _limits_need_correct(self) -> Self:
+        CORRECTION_LIMITS_NEED_CORRECT.check(
+            self.drift_policy is DriftPolicy.CORRECT
+            or (self.max_corrections is None and self.correction_window_seconds is None)
+        )
+        return self
 
 
 class Electricity(ApiModel):

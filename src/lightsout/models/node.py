@@ -291,6 +291,9 @@ class NodeStatus(ApiModel):
     """Attempts made for the current intent."""
     energy: Energy | None = None
     """Energy accounting (checkpointed when the machine's draw changes)."""
+    drift_corrections: list[datetime] | None = Field(default=None, max_length=100)
+    """When a health check's drift was last corrected (driftPolicy Correct), within the
+    Group's correctionWindowSeconds: once maxCorrections are listed the machine is Failed."""
     last_health_check: HealthCheckRecord | None = None
     """The last health check's result."""
     learned: Learned | None = None

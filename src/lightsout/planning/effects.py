@@ -92,6 +92,14 @@ class DeleteCoreNode:
 
 
 @dataclass(frozen=True)
+class SetDesiredPowerState:
+    """Patch the Node resource's `spec.desiredPowerState` (driftPolicy Adopt: the intent
+    follows the power state a person gave the machine)."""
+
+    state: PowerState
+
+
+@dataclass(frozen=True)
 class AcquireLease:
     """Acquire the machine's Lease, or renew it when already held by this operator."""
 
@@ -136,6 +144,7 @@ Effect = (
     | PrepareCoreNode
     | Drain
     | DeleteCoreNode
+    | SetDesiredPowerState
     | AcquireLease
     | ReleaseLease
     | Requeue
@@ -162,6 +171,8 @@ class Decision:
     health_check: Mapping[str, Any] | None = None
     #: `status.learned` to write when this transition taught something, None to leave it.
     learned: Learned | None = None
+    #: `status.driftCorrections` to write, None to leave it.
+    drift_corrections: tuple[datetime, ...] | None = None
 
     @property
     def requeue_after(self) -> float | None:

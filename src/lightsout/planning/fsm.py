@@ -25,6 +25,10 @@ AcquireLease, and every transitional phase renews the Lease on each reconcile):
 | Off | D On | PoweringOn | PowerOnRequested (PrepareCoreNode, StartJob on-action) |
 | any | PrepareCoreNode refused by the API | retry | CoreNodeFailed (no StartJob) |
 | Off | D Off, machine seen running | Off, Draining if Correct | DriftDetected / DriftCorrection |
+| Off, Ready | drift, Correct, maxCorrections used in window | Failed | DriftCorrectionsExhausted |
+| Off, Ready, Failed | drift, Adopt | unchanged | DriftAdopted (SetDesiredPowerState: as seen) |
+| Off | D On after DriftAdopted | Booting (no Job), Ready if core Node Ready | WaitingForNode |
+| Ready | D Off after DriftAdopted | Off (no Job; a clone is deprovisioned) | ObservedOff |
 | PoweringOn | Job pending or running | unchanged | WaitingForJob |
 | PoweringOn | Job not visible yet | unchanged | WaitingForJob (StartJob again, same name) |
 | PoweringOn | D changed, Job not started | unchanged | ActionCancelled (DeleteJob) |
@@ -104,6 +108,7 @@ from lightsout.planning.effects import (
     ReleaseLease,
     Requeue,
     SetCondition,
+    SetDesiredPowerState,
     StartJob,
     Uncordon,
 )
@@ -171,6 +176,8 @@ class Reason(StrEnum):
     DRIFT_DETECTED = "DriftDetected"
     DRIFT_CORRECTION = "DriftCorrection"
     DRIFT_RESOLVED = "DriftResolved"
+    DRIFT_ADOPTED = "DriftAdopted"
+    DRIFT_CORRECTIONS_EXHAUSTED = "DriftCorrectionsExhausted"
     OBSERVED_ON = "ObservedOn"
     OBSERVED_OFF = "ObservedOff"
     RESUMED = "Resumed"
@@ -394,6 +401,8 @@ def _resolve_unknown(machine: MachineState, obs: Observations, now: datetime) ->
 
 def _off(m: MachineState, obs: Observations, now: datetime) -> Decision:
     if m.desired is PowerState.ON:
+        if m.reason == Reason.DRIFT_ADOPTED:
+            return _adopted_on(m, obs)
         return _power_on(m, now, Reason.POWER_ON_REQUESTED, "desired power state is On")
     if _observed_on(m, obs, now):
         if obs.power_state is PowerState.ON and _fresh(m, obs):
@@ -407,6 +416,8 @@ def _off(m: MachineState, obs: Observations, now: datetime) -> Decision:
 
 def _ready(m: MachineState, obs: Observations, now: datetime) -> Decision:
     if m.desired is PowerState.OFF:
+        if m.reason == Reason.DRIFT_ADOPTED:
+            return _adopted_off(m, obs, now)
         return _power_off(m, obs, now, Reason.POWER_OFF_REQUESTED, "desired power state is Off")
     if _observed_off(m, obs):
         message = (
@@ -430,13 +441,28 @@ def _ready(m: MachineState, obs: Observations, now: datetime) -> Decision:
 
 
 def _failed(m: MachineState, obs: Observations, now: datetime) -> Decision:
+    if m.reason == Reason.DRIFT_ADOPTED:
+        if m.desired is PowerState.ON:
+            return _adopted_on(m, obs)
+        return _adopted_off(m, obs, now)
     op = m.operation
     if op is None or m.intent_generation > op.intent_generation:
-        return _act_on_intent(
+        decision = _act_on_intent(
             m, obs, now, f"new intent (generation {m.intent_generation}) after a failure"
         )
+        # Starting over: corrections made before the failure no longer count.
+        return replace(decision, drift_corrections=())
     if m.desired is PowerState.ON and obs.node_exists and obs.node_ready:
         return _registered(m, f"core Node {m.kubernetes_node_name} became Ready; recovered")
+    if m.adopt_drift:
+        # A machine left Failed (corrections exhausted, retries spent) is adopted in the state
+        # a fresh health check finds it in once the Group's policy says Adopt.
+        if m.desired is PowerState.OFF and obs.power_state is PowerState.ON and _fresh(m, obs):
+            message = "the health check found the machine powered On while Failed"
+            return _drift(m, obs, now, message, PowerState.ON)
+        if m.desired is PowerState.ON and _observed_off(m, obs):
+            message = "the health check found the machine powered Off while Failed"
+            return _drift(m, obs, now, message, PowerState.OFF)
     hint = "gave up; any change to the Node's spec starts over"
     return _steady(m, obs, Reason.RETRIES_EXHAUSTED, op.message or hint)
 
@@ -475,16 +501,97 @@ def _drift(
         _condition(ConditionType.DRIFTED, True, Reason.DRIFT_DETECTED, message),
         Event(EventType.WARNING, Reason.DRIFT_DETECTED, message),
     )
+    if m.adopt_drift:
+        # The intent follows the machine: the next pass, seeing the new desiredPowerState with
+        # this reason, takes the machine as it is (no power order; see _adopted_on/_off).
+        text = f"{message}; adopting it (driftPolicy Adopt): desiredPowerState set to {seen}"
+        effects: tuple[Effect, ...] = (
+            *noticed,
+            Event(EventType.NORMAL, Reason.DRIFT_ADOPTED, text),
+            SetDesiredPowerState(seen),
+            *_release_if_held(obs),
+            Requeue(SOON_SECONDS),
+        )
+        return Decision(
+            m.phase, Reason.DRIFT_ADOPTED, text, effects, m.operation, observed_power_state=seen
+        )
     if m.correct_drift:
-        fix = f"{message}; correcting it (driftPolicy Correct)"
+        window = timedelta(seconds=m.correction_window_seconds)
+        recent = tuple(t for t in m.drift_corrections if now - t < window)
+        if len(recent) >= m.max_corrections:
+            # Someone keeps undoing the correction: fighting them in a loop would power the
+            # machine on and off for as long as they keep at it.
+            text = (
+                f"{message}; not corrected again: already corrected {len(recent)} times within "
+                f"{m.correction_window_seconds}s (maxCorrections {m.max_corrections}) and it "
+                f"keeps coming back {seen}; set the Group's driftPolicy to Adopt to keep it "
+                "that way, or edit the Node to start over"
+            )
+            effects = (
+                *noticed,
+                Event(EventType.WARNING, Reason.DRIFT_CORRECTIONS_EXHAUSTED, text),
+                *_release_if_held(obs),
+            )
+            return Decision(
+                Phase.FAILED,
+                Reason.DRIFT_CORRECTIONS_EXHAUSTED,
+                text,
+                effects,
+                m.operation,
+                observed_power_state=seen,
+                drift_corrections=recent,
+            )
+        count = f"correction {len(recent) + 1} of {m.max_corrections}"
+        fix = f"{message}; correcting it (driftPolicy Correct, {count})"
         if m.desired is PowerState.ON:
             decision = _power_on(m, now, Reason.DRIFT_CORRECTION, fix, noticed)
         else:
             decision = _power_off(m, obs, now, Reason.DRIFT_CORRECTION, fix, extra=noticed)
-        return replace(decision, observed_power_state=seen)
+        return replace(decision, observed_power_state=seen, drift_corrections=(*recent, now))
     effects = (*noticed, *_release_if_held(obs))
     return Decision(
         m.phase, Reason.DRIFT_DETECTED, message, effects, m.operation, observed_power_state=seen
+    )
+
+
+def _adopted_on(m: MachineState, obs: Observations) -> Decision:
+    """desiredPowerState was set On because the machine was found On: no power-on is sent;
+    it boots (or is Ready) like a machine found running, with the usual boot timeout."""
+    node = m.kubernetes_node_name
+    if obs.node_exists and obs.node_ready:
+        return _registered(m, f"adopted the machine found On; core Node {node} is Ready")
+    message = f"adopted the machine found On (no power-on sent); waiting for core Node {node}"
+    effects: tuple[Effect, ...] = (
+        AcquireLease(),
+        _condition(ConditionType.DRIFTED, False, Reason.DRIFT_ADOPTED, message),
+        Event(EventType.NORMAL, Reason.WAITING_FOR_NODE, message),
+        Requeue(SOON_SECONDS),
+    )
+    return Decision(Phase.BOOTING, Reason.WAITING_FOR_NODE, message, effects, m.operation)
+
+
+def _adopted_off(m: MachineState, obs: Observations, now: datetime) -> Decision:
+    """desiredPowerState was set Off because the machine was found Off: no power-off is sent
+    (a clone is still deprovisioned: a VM Lights-Out made must not be left behind)."""
+    if m.ephemeral:
+        why = "adopted the clone found Off: deprovisioning it"
+        return _power_off(m, obs, now, Reason.POWER_OFF_REQUESTED, why)
+    message = "adopted the machine found Off (no power-off sent)"
+    delete_node = obs.node_exists and m.node_removal_policy is NodeRemovalPolicy.DELETE
+    effects: tuple[Effect, ...] = (
+        *((DeleteCoreNode(),) if delete_node else ()),
+        _condition(ConditionType.REGISTERED, False, Reason.OBSERVED_OFF, message),
+        _condition(ConditionType.DRIFTED, False, Reason.DRIFT_ADOPTED, message),
+        *_release_if_held(obs),
+        Event(EventType.NORMAL, Reason.OBSERVED_OFF, message),
+    )
+    return Decision(
+        Phase.OFF,
+        Reason.OBSERVED_OFF,
+        message,
+        effects,
+        m.operation,
+        observed_power_state=PowerState.OFF,
     )
 
 
@@ -506,7 +613,12 @@ def _booting(m: MachineState, obs: Observations, now: datetime) -> Decision:
     op = m.operation
     # The boot timeout runs from the confirmed power-on (the Job's end), not the Job's start:
     # a slow BMC or a Proxmox clone must not eat into the time the OS gets to boot.
-    if op is not None and op.result is OperationResult.SUCCEEDED and op.finished is not None:
+    if (
+        op is not None
+        and op.target is PowerState.ON
+        and op.result is OperationResult.SUCCEEDED
+        and op.finished is not None
+    ):
         since = op.finished
     else:
         since = m.phase_since or now

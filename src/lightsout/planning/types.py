@@ -217,9 +217,16 @@ class MachineState:
     #: Proxmox clones: provision on power-on, deprovision on power-off.
     ephemeral: bool = False
     node_removal_policy: NodeRemovalPolicy = NodeRemovalPolicy.DELETE
-    #: Group `healthCheck.driftPolicy == Correct`: drive a drifted machine back to its intent.
+    #: Group `healthCheck.driftPolicy == Correct`: drive a drifted machine back to its intent,
+    #: at most `max_corrections` times within `correction_window_seconds` (then Failed).
     correct_drift: bool = False
     learned: Learned = Learned()
+    max_corrections: int = 3
+    correction_window_seconds: int = 86_400
+    #: `status.driftCorrections`: when the drift of this machine was corrected.
+    drift_corrections: tuple[datetime, ...] = ()
+    #: Group `healthCheck.driftPolicy == Adopt`: the desired power state follows the machine.
+    adopt_drift: bool = False
 
     @property
     def on_action(self) -> Action:
