@@ -98,6 +98,15 @@ def running_job(cluster: Cluster, namespace: str, name: str) -> str | None:
     return job if "Running" in phases else None
 
 
+def post_existing_node(cluster: Cluster, name: str, labels: dict[str, str], *extra: str) -> str:
+    """POST a Node by hand, as a kubelet registering does; it exists, so the API server refuses
+    (after admission, where the core-Node webhook sees the request). Returns the refusal."""
+    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+    done = cluster.kubectl("create", *extra, "-f", "-", input=json.dumps(body), check=False)
+    assert done.returncode != 0 and "AlreadyExists" in done.stderr + done.stdout, done
+    return str(done.stderr)
+
+
 def can(crds: Cluster, account: str, *args: str) -> bool:
     """What the API server's authorizer answers for ServiceAccount `account` (`ns:name`)."""
     answer = crds.kubectl(

@@ -19,7 +19,7 @@ import pytest
 from lightsout_lab import Cluster
 from lightsout_lab.binaries import find_helm
 from tests.e2e.conftest import can
-from tests.harness.wait import wait_for
+from tests.harness.wait import get_json, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "lightsout"
@@ -80,6 +80,33 @@ def test_operator_gets_its_rights_in_watched_namespaces_only(
     assert not can(
         crds, operator, "patch", "nodes.lightsout.dev", "--subresource=status", "-n", "default"
     )
+
+
+def test_webhook_certificate_is_kept_across_upgrades(
+    crds: Cluster, namespace: str, release: str
+) -> None:
+    """Every replica mounts the Secret and the API server checks them with the caBundle: an
+    upgrade must keep the certificate the chart made at install (`lookup`), not make another."""
+
+    def tls() -> tuple[dict[str, str], str]:
+        secret = get_json(crds, "secret", f"{release}-webhook-tls", "-n", release)
+        configuration = get_json(crds, "mutatingwebhookconfiguration", f"{release}-core-nodes")
+        return secret["data"], configuration["webhooks"][0]["clientConfig"]["caBundle"]
+
+    installed, ca_bundle = tls()
+    assert installed["ca.crt"] == ca_bundle
+    upgraded = subprocess.run(
+        [
+            *(str(find_helm()), "--kubeconfig", str(crds.kubeconfig), "--namespace", release),
+            *("upgrade", release, str(CHART), "--reuse-values", "--wait=false"),
+        ],
+        capture_output=True,
+        text=True,
+        env=crds.env(),
+        check=False,
+    )
+    assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
+    assert tls() == (installed, ca_bundle)
 
 
 def test_action_jobs_account_can_do_nothing(crds: Cluster, namespace: str, release: str) -> None:

@@ -6,7 +6,10 @@ in bash against the local control plane, `homelab` replaced by the test's namesp
 lightsout_lab.realnode (the kubelet built with the control plane, containerd, runc): the
 operator runs as the chart's Deployment from the operator image, with in-cluster config and its
 ServiceAccount's token only, and powers a Redfish machine of sushy-tools On and Off with Jobs in
-the runner image. Both operator pods are deleted while the startup Job runs; the Deployment's
+the runner image. The chart's core-Node admission webhook is served by the operator's pods
+behind its Service: a Node POSTed for the machine (as its kubelet registering would) while the
+core Node made before power-on waits, carrying a label of its own, ends with that label merged
+into the core Node. Both operator pods are deleted while the startup Job runs; the Deployment's
 new pods follow that Job to its end. One install, one On/Off cycle: the real node is costly.
 
 The authorizer's answers for the chart's accounts are proven in test_chart_install.py; here they
@@ -25,15 +28,22 @@ from typing import Any
 import pytest
 
 from lightsout.execution.results import parse_job_outcome
-from lightsout.planning.types import JobPhase, PowerState
+from lightsout.planning.types import STARTUP_TAINT_KEY, JobPhase, PowerState
 from lightsout_lab import Cluster
 from lightsout_lab.binaries import find_binaries, find_helm
 from lightsout_lab.machines import MachineSimulator
 from lightsout_lab.realnode import ImageArchive, RealNode, build_images
 from lightsout_lab.sushy import POWER_ON, SushyEmulator
-from tests.e2e.conftest import PATIENCE, can, patch_desired, running_job, wait_phase
+from tests.e2e.conftest import (
+    PATIENCE,
+    can,
+    patch_desired,
+    post_existing_node,
+    running_job,
+    wait_phase,
+)
 from tests.harness import fleet
-from tests.harness.wait import get_json, wait_for
+from tests.harness.wait import events_for, get_json, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -47,6 +57,10 @@ SELECTOR = f"app.kubernetes.io/instance={RELEASE}"
 MAKE_VARIABLES = frozenset({"MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES"})
 #: Where a projected ServiceAccount token would be mounted.
 TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: The webhook's serving certificate, the chart's only Secret mounted in the operator's pods.
+WEBHOOK_TLS = f"{RELEASE}-webhook-tls"
+#: What the machine's kubelet would set itself (--node-labels).
+KUBELET_LABEL = ("example.com/kubelet-says", "hello")
 
 
 def readme_install_block() -> str:
@@ -132,7 +146,8 @@ def replaced(cluster: Cluster, old: set[str]) -> list[dict[str, Any]] | None:
 
 def check_operator_pod(pod: dict[str, Any], node: RealNode, image: str) -> None:
     """A Ready container of the operator image on the real node, whose only credential is the
-    chart's ServiceAccount token (no kubeconfig, no other Secret)."""
+    chart's ServiceAccount token (no kubeconfig; the only Secret its webhook's serving
+    certificate)."""
     spec = pod["spec"]
     assert ready(pod), pod["status"]
     assert spec["nodeName"] == node.node_name
@@ -143,7 +158,8 @@ def check_operator_pod(pod: dict[str, Any], node: RealNode, image: str) -> None:
     assert status["containerID"].startswith("containerd://")
     (container,) = spec["containers"]
     assert "KUBECONFIG" not in {e["name"] for e in container.get("env", [])}
-    assert not [v for v in spec["volumes"] if "secret" in v]
+    secrets = [v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v]
+    assert secrets == [WEBHOOK_TLS]
     (projected,) = [v for v in spec["volumes"] if "projected" in v]
     sources = projected["projected"]["sources"]
     assert any("serviceAccountToken" in s for s in sources)
@@ -177,6 +193,28 @@ def check_action_pod(
     return outcome.power_state
 
 
+def check_webhook_merges_kubelet_labels(cluster: Cluster, namespace: str, name: str) -> None:
+    """The core Node made before power-on (startup taint) is there while the startup Job runs:
+    a Node POSTed for it with a label of its own, as its kubelet would, is refused
+    AlreadyExists after the chart's webhook, in an operator pod, merged the label in."""
+    (configuration,) = [
+        c
+        for c in get_json(cluster, "mutatingwebhookconfigurations")["items"]
+        if c["metadata"]["name"] == f"{RELEASE}-core-nodes"
+    ]
+    service = configuration["webhooks"][0]["clientConfig"]["service"]
+    assert (service["namespace"], service["name"]) == (HOME, f"{RELEASE}-webhook")
+    node = get_json(cluster, "node", name)
+    assert node and STARTUP_TAINT_KEY in str(node["spec"].get("taints")), node
+    assert KUBELET_LABEL[0] not in node["metadata"]["labels"]
+    post_existing_node(cluster, name, dict([KUBELET_LABEL]))
+    # Admission ran before the refusal: the label is there when the POST returns.
+    labels = get_json(cluster, "node", name)["metadata"]["labels"]
+    assert labels.get(KUBELET_LABEL[0]) == KUBELET_LABEL[1], labels
+    reasons = [e["reason"] for e in events_for(cluster, namespace, name)]
+    assert "KubeletMetadataMerged" in reasons, reasons
+
+
 def test_readme_install_runs_the_operator_in_cluster_and_powers_a_machine_on_and_off(
     crds: Cluster,
     namespace: str,
@@ -205,6 +243,7 @@ def test_readme_install_runs_the_operator_in_cluster_and_powers_a_machine_on_and
     # --- On, with every operator pod deleted while the startup Job runs.
     patch_desired(crds, namespace, machine.name, "On")
     job = wait_for(lambda: running_job(crds, namespace, machine.name), PATIENCE, "a running Job")
+    check_webhook_merges_kubelet_labels(crds, namespace, machine.name)
     crds.kubectl("delete", "pod", "-n", HOME, "-l", SELECTOR, timeout=180)
     still_running = (get_json(crds, "job", job, "-n", namespace)["status"].get("active") or 0) > 0
     old = {p["metadata"]["name"] for p in first}

@@ -33,7 +33,7 @@ from lightsout_lab.kubelet import JOB_PLACEMENT_ENV, KubeletAgent
 from lightsout_lab.operator_process import OperatorProcess
 from lightsout_lab.realnode import PAUSE_IMAGE, RealNode
 from lightsout_lab.sushy import POWER_ON, SushyEmulator
-from tests.e2e.conftest import patch_desired, status, wait_phase
+from tests.e2e.conftest import patch_desired, post_existing_node, status, wait_phase
 from tests.harness import fleet
 from tests.harness.wait import events_for, get_json, wait_for
 
@@ -188,14 +188,6 @@ def webhook_operator(
         crds.kubectl("delete", "mutatingwebhookconfiguration", configuration, check=False)
 
 
-def _post_node(crds: Cluster, name: str, labels: dict[str, str], *extra: str) -> str:
-    """POST a Node by hand; it exists, so the API server refuses (after admission)."""
-    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
-    done = crds.kubectl("create", *extra, "-f", "-", input=json.dumps(body), check=False)
-    assert done.returncode != 0 and "AlreadyExists" in done.stderr + done.stdout, done
-    return str(done.stderr)
-
-
 def test_node_is_never_schedulable_before_its_labels_and_taints(
     crds: Cluster,
     namespace: str,
@@ -238,8 +230,10 @@ def test_node_is_never_schedulable_before_its_labels_and_taints(
         )
         # Before the kubelet: a dry run (never acted on) and a client that is not a checked
         # kubelet, with labels a kubelet may not set (not copied) and one it may (copied).
-        _post_node(crds, machine.name, dict([DRY_RUN_LABEL]), "--dry-run=server")
-        _post_node(crds, machine.name, {**FORBIDDEN_LABELS, POSTED_LABEL[0]: POSTED_LABEL[1]})
+        post_existing_node(crds, machine.name, dict([DRY_RUN_LABEL]), "--dry-run=server")
+        post_existing_node(
+            crds, machine.name, {**FORBIDDEN_LABELS, POSTED_LABEL[0]: POSTED_LABEL[1]}
+        )
         kubelet = boot_on_power()
         print(f"\nmachine's kubelet Ready {kubelet.ready_seconds:.1f}s after it started")
         wait_phase(crds, namespace, machine.name, "Ready")

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
+from lightsout.execution import registration
+from lightsout.handlers import admission
 from lightsout_lab.binaries import find_helm
 from tests.harness.permissions import used
 
@@ -177,3 +179,40 @@ def test_prometheus_finds_the_replicas_and_keeps_the_machines_namespace_label() 
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
     assert annotations["prometheus.io/port"] == "8081"
+
+
+def test_core_node_webhook_is_served_behind_a_service_with_the_chart_made_certificate() -> None:
+    docs = render()
+    (configuration,) = of_kind(docs, "MutatingWebhookConfiguration")
+    (webhook,) = configuration["webhooks"]
+    client_config = webhook.pop("clientConfig")
+    # The same webhook the operator writes itself when it runs outside the cluster.
+    expected = registration.mutating_webhook_configuration("lo-core-nodes", {}, timeout_seconds=5)[
+        "webhooks"
+    ][0]
+    expected.pop("clientConfig")
+    assert webhook == expected
+    assert webhook["failurePolicy"] == "Ignore", "it never keeps a kubelet from registering"
+    assert client_config["service"] == {
+        "name": "lo-webhook",
+        "namespace": "lightsout-system",
+        "path": f"/{admission.WEBHOOK_ID}",
+        "port": 443,
+    }
+    (service,) = [d for d in of_kind(docs, "Service") if d["metadata"]["name"] == "lo-webhook"]
+    assert service["spec"]["ports"] == [{"name": "webhook", "port": 443, "targetPort": "webhook"}]
+    (secret,) = of_kind(docs, "Secret")
+    assert secret["data"]["ca.crt"] == client_config["caBundle"]
+    (deployment,) = of_kind(docs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["LIGHTSOUT_WEBHOOK_ADDRESS"] == "0.0.0.0:8443"
+    assert "LIGHTSOUT_WEBHOOK_URL" not in env, "the chart owns the configuration"
+    assert {"name": "webhook", "containerPort": 8443} in container["ports"]
+    assert {"name": "webhook-tls", "secret": {"secretName": "lo-webhook-tls"}} in pod["volumes"]
+
+    off = render("webhook.enabled=false")
+    assert not of_kind(off, "MutatingWebhookConfiguration") and not of_kind(off, "Secret")
+    (container,) = of_kind(off, "Deployment")[0]["spec"]["template"]["spec"]["containers"]
+    assert not [e for e in container["env"] if e["name"].startswith("LIGHTSOUT_WEBHOOK")]

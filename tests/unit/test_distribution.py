@@ -99,6 +99,7 @@ def test_installed_operator_offers_no_lab_command(wheel: Path, tmp_path: Path) -
         "simulate",
         "trace",
         "healthcheck",
+        "logs",
     }
     probe = (
         "import importlib.util, lightsout, pathlib; "

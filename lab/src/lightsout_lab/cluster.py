@@ -225,6 +225,11 @@ class Cluster:
             # Nodes registered by the machine simulator carry their own Ready condition; the
             # not-ready taint this plugin adds would otherwise keep pods off them for ~1 min.
             "--disable-admission-plugins=TaintNodesByCondition",
+            # No kube-proxy here: a Service's cluster IP leads nowhere, so admission webhooks
+            # behind a Service (the chart's core-Node webhook) are called on one of its
+            # endpoints instead (kube-apiserver `buildServiceResolver`: the endpoint resolver
+            # with this flag, the cluster-IP one without). Pods are on the host's bridge.
+            "--enable-aggregator-routing=true",
             "--event-ttl=1h",
         ]
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lightsout.execution.nodeops import metadata_applied, node_cordoned, node_ready
-from lightsout.planning.learning import median
 from lightsout.models.group import DEFAULT_CORRECTION_WINDOW_SECONDS, DEFAULT_MAX_CORRECTIONS
+from lightsout.planning.learning import median
 from lightsout.planning.types import (
     Action,
     DrainStatus,

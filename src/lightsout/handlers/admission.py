@@ -9,7 +9,8 @@ sideEffects NoneOnDryRun). Only a Node named like the core Node of a machine in 
 acted on; a dry run never is, nor a Node created with the startup taint already (the
 operator's own, `actuator.prepare_core_node`). With `LIGHTSOUT_WEBHOOK_URL` set (the dev
 cluster, where the operator runs on the host) the operator writes that configuration itself at
-start-up, with the URL and the caBundle; otherwise the installer owns it. kopf's own managed
+start-up, with the URL and the caBundle; otherwise the installer owns it (the Helm chart:
+deploy/helm/lightsout/templates/webhook.yaml, behind a Service). kopf's own managed
 configurations are not used: they fix timeoutSeconds at 30 s, which a kubelet would wait at
 each registration try while the operator hangs.
 """
