@@ -117,10 +117,10 @@ def test_power_off_wait_fails_with_the_bmc_message(
     records = [json.loads(line) for line in raw.stdout.splitlines() if line.startswith("{")]
     (record,) = [r for r in records if r.get("status") == "failed"]
     assert f"{record['role']} : {record['task']}: {record['msg']}" in failed[0], raw.stdout
-    # It started On: no startup ever ran.
-    none = lightsout(crds, "logs", machine.name, "-n", namespace, "--action", "startup")
+    # A Redfish machine is never provisioned: there is no Job of that action to show.
+    none = lightsout(crds, "logs", machine.name, "-n", namespace, "--action", "provision")
     assert none.returncode == logs_command.ExitCode.NOT_FOUND, none.stdout + none.stderr
-    assert "no startup action Job left" in none.stderr, none.stderr
+    assert "no provision action Job left" in none.stderr, none.stderr
 
 
 def test_power_of_a_missing_node_exits_not_found(crds: Cluster, namespace: str) -> None:
