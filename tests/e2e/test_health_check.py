@@ -250,7 +250,7 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
                 get_json(crds, "cronjob", CRONJOB, "-n", namespace)["spec"]["jobTemplate"]["spec"][
                     "completions"
                 ]
-                == 3
+                == len(names) + 1
             ),
             PATIENCE,
             "the machine whose Secret now exists to join the check",
