@@ -116,14 +116,22 @@ def check_dashboard(prom: Prometheus, start: float, namespace: str, node: str) -
     print("\n".join(f"{r.series:>3} series {r.points:>4} points  {r.title}" for r in results))
     empty = {r.title for r in results if r.points == 0}
     assert not empty, f"dashboard panels without data: {sorted(empty)}"
-    # The power-state timeline shows the machine powering on (1), then off (0).
-    state = prom.api(
-        "query_range",
-        query=f'lightsout_machine_power_state{{namespace="{namespace}", node="{node}"}}',
-        start=f"{start:.3f}",
-        end=f"{time.time():.3f}",
-        step="1",
-    )["result"]
-    values = [float(v) for series in state for _, v in series["values"]]
-    shown = [v for i, v in enumerate(values) if i == 0 or v != values[i - 1]]
-    assert shown[-1] == 0.0 and 1.0 in shown, shown
+    # The power-state timeline shows the machine powering on (1), then off (0). A range
+    # query's last step may fall just before the scrape that saw it Off: ask until it ends Off.
+
+    def timeline() -> list[float]:
+        state = prom.api(
+            "query_range",
+            query=f'lightsout_machine_power_state{{namespace="{namespace}", node="{node}"}}',
+            start=f"{start:.3f}",
+            end=f"{time.time():.3f}",
+            step="1",
+        )["result"]
+        assert len(state) == 1, state  # one series per machine, whatever its phase
+        values = [float(v) for _, v in state[0]["values"]]
+        return [v for i, v in enumerate(values) if i == 0 or v != values[i - 1]]
+
+    shown = wait_for(
+        lambda: (s := timeline()) and s[-1] == 0.0 and s, 30, "the power-state timeline to end Off"
+    )
+    assert 1.0 in shown, shown
