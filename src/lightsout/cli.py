@@ -61,6 +61,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from lightsout.planning.report import as_json, render_text
     from lightsout.state import (
         CONFIGMAPS_KEY,
+        CRONJOBS_KEY,
         DAEMONSETS_KEY,
         GROUPS_KEY,
         MACHINES_KEY,
@@ -79,12 +80,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         GROUPS_KEY: api.list_all_resources("groups", ns),
         PDBS_KEY: api.list_pdbs(ns),
         DAEMONSETS_KEY: api.list_daemonsets(ns),
+        CRONJOBS_KEY: api.list_cronjobs(ns),
         SECRETS_KEY: api.list_key_names("secret", ns),
         CONFIGMAPS_KEY: api.list_key_names("config_map", ns),
     }
     # Every list above is whole, so the snapshot is complete: the same view the operator has.
-    snapshot = snapshot_from(objects, complete=True)
     now = dt.datetime.now(dt.UTC)
+    snapshot = snapshot_from(objects, complete=True, now=now)
     result = plan(snapshot, now)
     if OperatorConfig.from_env().autoscaler_dry_run:
         print("LIGHTSOUT_AUTOSCALER_DRY_RUN is set: the operator applies none of this")

@@ -19,16 +19,18 @@ from lightsout import cli
 from lightsout.models.enums import Phase
 from lightsout.planning.autoscale import plan
 from lightsout.planning.wake import next_wake
-from lightsout.simulate import cron, generate, optimum
-from lightsout.simulate.engine import Options, Policy, Result, Scoring, replay
+from lightsout.simulate import generate, optimum
+from lightsout.simulate.engine import Options, Policy, Result, Scoring, Simulator, replay
 from lightsout.simulate.report import percentile, summarise
 from lightsout.simulate.trace import Durations, Trace, TracePod, load, write
 from lightsout.state import (
+    CRONJOBS_KEY,
     GROUPS_KEY,
     MACHINES_KEY,
     ExpectedPod,
     ObjectKey,
     Snapshot,
+    cron,
     snapshot_from,
 )
 from lightsout.state.parse import scheduling_requirements
@@ -316,6 +318,57 @@ def test_planner_powers_on_for_a_cronjob_run_once_it_is_within_the_boot_time() -
     assert next_wake(later_snapshot, later, START) == START + timedelta(seconds=5)
     # Never learned: the boot timeout (600 s by default) is the lead time.
     assert plan(_planner_snapshot(500), START).power_on
+
+
+def test_the_live_snapshot_announces_cronjob_runs_as_the_simulator_does() -> None:
+    # The operator's handler gives snapshot_from its watched CronJobs and the time; the
+    # replay announces the trace's. Both go through cron.expected_pods: same pods, same times.
+    idx = {**cronjob("*/20 * * * *"), "metadata": {"name": "idx", "namespace": "ops"}}
+    jobs = (cronjob("30 * * * *"), idx)
+    t = trace([], cronjobs=jobs, hours=2)
+    simulator = Simulator(t, Options())
+    simulator.run()
+    for seconds in (0.0, 600.0, 1800.0, 1800.5, 4000.0):
+        simulator.now = seconds
+        now = START + timedelta(seconds=seconds)
+        live = snapshot_from({CRONJOBS_KEY: list(jobs)}, complete=True, now=now)
+        assert live.expected == simulator.snapshot().expected, seconds
+    live = snapshot_from({CRONJOBS_KEY: list(jobs)}, now=START + timedelta(minutes=10))
+    assert [(str(e.key), e.at) for e in live.expected] == [
+        (
+            f"ops/idx-{int((START + timedelta(minutes=20)).timestamp() // 60)}",
+            START + timedelta(minutes=20),
+        ),
+        (
+            f"ops/backup-{int((START + timedelta(minutes=30)).timestamp() // 60)}",
+            START + timedelta(minutes=30),
+        ),
+    ]
+    assert live.expected[0].scheduling == scheduling_requirements(pod_spec())
+    # Without the time nothing is announced; a suspended CronJob never announces; a schedule
+    # the builder cannot read is named among the problems, and the others still count.
+    assert snapshot_from({CRONJOBS_KEY: list(jobs)}).expected == ()
+    suspended = cronjob("30 * * * *", suspend=True)
+    broken = {**cronjob("every day"), "metadata": {"name": "broken", "namespace": "ops"}}
+    other = snapshot_from({CRONJOBS_KEY: [suspended, broken, jobs[1]]}, now=START)
+    assert [e.key.name.split("-")[0] for e in other.expected] == ["idx"]
+    assert any("ops/broken" in problem for problem in other.problems), other.problems
+
+
+def test_a_power_on_for_a_cronjob_run_says_it_is_pre_warming() -> None:
+    objects = {
+        GROUPS_KEY: [group()],
+        MACHINES_KEY: [node("m1")],
+        CRONJOBS_KEY: [cronjob("30 * * * *")],
+    }
+    now = START + timedelta(minutes=29)  # 60 s before the run: inside the 600 s + 15 s lead
+    snapshot = snapshot_from(objects, complete=True, now=now)
+    machine = dataclasses.replace(snapshot.machines[0], phase=Phase.OFF)
+    result = plan(dataclasses.replace(snapshot, machines=(machine,)), now)
+    (action,) = result.actions
+    assert action.machine.name == "m1"
+    assert action.reason.startswith("pre-warming for the CronJob run ops/backup-"), action.reason
+    assert "due at 00:30:00Z (in 60s, lead time 615s" in action.reason, action.reason
 
 
 def test_prewarming_makes_cronjob_runs_start_without_waiting() -> None:

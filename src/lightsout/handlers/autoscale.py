@@ -1,7 +1,10 @@
 """The built-in autoscaler's kopf glue: watch caches, one planner woken by changes, a leader.
 
-Six kopf indexes are the watch caches: pods, core Nodes, Lights-Out Nodes and Groups,
-PodDisruptionBudgets and DaemonSets, each object as the plain dict the API sent; the Node
+Seven kopf indexes are the watch caches: pods, core Nodes, Lights-Out Nodes and Groups,
+PodDisruptionBudgets and DaemonSets, each object as the plain dict the API sent, and CronJobs
+(not the operator's own health checks), reduced to what announces their next run (schedule,
+zone, suspend, the pod template's spec): `snapshot_from(..., now=...)` turns each into the
+pod its next run will create, which the planner pre-warms capacity for. The Node
 reconciler's indexes of Secret and ConfigMap key names (`handlers/node.py`) tell which machines
 have everything their power-on needs. kopf holds
 back every other handler until all indexes have finished their initial listing, so the first
@@ -40,6 +43,7 @@ from lightsout.planning.decisions import Plan
 from lightsout.planning.wake import next_wake
 from lightsout.state import (
     CONFIGMAPS_KEY,
+    CRONJOBS_KEY,
     DAEMONSETS_KEY,
     GROUPS_KEY,
     MACHINES_KEY,
@@ -73,6 +77,7 @@ INDEXES = {
     GROUPS_KEY: "autoscaler_groups",
     PDBS_KEY: "autoscaler_pdbs",
     DAEMONSETS_KEY: "autoscaler_daemonsets",
+    CRONJOBS_KEY: "autoscaler_cronjobs",
 }
 #: Snapshot key → the Node reconciler's index of Secret / ConfigMap key names (never values).
 KEY_NAMES = {SECRETS_KEY: rc.SECRETS, CONFIGMAPS_KEY: rc.CONFIG_MAPS}
@@ -127,6 +132,26 @@ async def autoscaler_pdbs(body: kopf.Body, **_: Any) -> IndexValue:
 @kopf.index("apps", "v1", "daemonsets", id="autoscaler_daemonsets")
 async def autoscaler_daemonsets(body: kopf.Body, **_: Any) -> IndexValue:
     return _cached(body, "apps/v1", "DaemonSet")
+
+
+@kopf.index("batch", "v1", "cronjobs", labels=NOT_OURS, id="autoscaler_cronjobs")
+async def autoscaler_cronjobs(body: kopf.Body, **_: Any) -> IndexValue:
+    # Only what announces the next run: a CronJob's status (its active Jobs, last schedule)
+    # and the Job template's metadata are nothing the planner reads.
+    spec = body.get("spec") or {}
+    pod_spec = (((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}).get(
+        "spec"
+    )
+    kept = {
+        k: spec[k] for k in ("schedule", "timeZone", "suspend", "concurrencyPolicy") if k in spec
+    }
+    slim = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"namespace": body.metadata.namespace, "name": body.metadata.name},
+        "spec": {**kept, "jobTemplate": {"spec": {"template": {"spec": pod_spec or {}}}}},
+    }
+    return {None: slim}
 
 
 @dataclass
@@ -224,7 +249,7 @@ class Planner:
         return wake_in
 
     def _plan(self, objects: Mapping[str, list[Obj]], now: dt.datetime) -> tuple[Snapshot, Plan]:
-        snapshot = snapshot_from(objects, complete=True, unneeded_since=self.unneeded)
+        snapshot = snapshot_from(objects, complete=True, unneeded_since=self.unneeded, now=now)
         return snapshot, plan(snapshot, now)
 
     def release(self) -> None:
@@ -267,6 +292,7 @@ async def stop_autoscaler(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event(API_GROUP, API_VERSION, "groups", id="autoscaler_wake")
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", id="autoscaler_wake")
 @kopf.on.event("apps", "v1", "daemonsets", id="autoscaler_wake")
+@kopf.on.event("batch", "v1", "cronjobs", labels=NOT_OURS, id="autoscaler_wake")
 @kopf.on.event("", "v1", "configmaps", labels=NOT_OURS, id="autoscaler_wake")
 async def autoscaler_wake(memo: kopf.Memo, **_: Any) -> None:
     planner: Planner | None = getattr(memo, "autoscaler", None)

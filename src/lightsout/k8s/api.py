@@ -422,6 +422,17 @@ def list_daemonsets(namespace: str | None = None) -> list[Obj]:
     return _typed_items(data, "apps/v1", "DaemonSet")
 
 
+def list_cronjobs(namespace: str | None = None) -> list[Obj]:
+    """People's CronJobs (not the operator's own health checks, which carry managed-by)."""
+    batch = client.BatchV1Api(api_client())
+    selector = "!app.kubernetes.io/managed-by"
+    if namespace:
+        data = _raw(batch.list_namespaced_cron_job, namespace, label_selector=selector)
+    else:
+        data = _raw(batch.list_cron_job_for_all_namespaces, label_selector=selector)
+    return _typed_items(data, "batch/v1", "CronJob")
+
+
 def list_key_names(kind: str, namespace: str | None = None) -> list[Obj]:
     """Secrets (`kind` "secret") or ConfigMaps ("config_map") as their names and key names:
     `lightsout plan` checks what machines reference; the values are dropped on arrival."""

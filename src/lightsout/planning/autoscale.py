@@ -26,8 +26,9 @@ ever acted on; every other machine still counts as the capacity it is.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from lightsout.models.enums import Autoscaler
 from lightsout.planning.cluster import (
@@ -44,7 +45,7 @@ from lightsout.planning.policy import EnergyModel, describe
 from lightsout.planning.prewarm import due, lead_times
 from lightsout.planning.scaledown import Upcoming, scale_down
 from lightsout.planning.scaleup import Chosen, absorb, choose, eligible_classes, room_of, top_up
-from lightsout.state.types import ObjectKey, Pod, SchedulingRequirements, Snapshot
+from lightsout.state.types import ExpectedPod, ObjectKey, Pod, SchedulingRequirements, Snapshot
 
 WAITING_FOR_SYNC = "waiting for every watch to sync: no decision on a partial view of the cluster"
 
@@ -82,8 +83,9 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
 
     actions: list[ScaleAction] = []
     machine_notes: dict[ObjectKey, list[str]] = defaultdict(list)
+    announced = {e.key: (e, leads[e.key]) for e in snapshot.expected}
     for entry in chosen:
-        actions.append(_power_on(entry, pod_notes))
+        actions.append(_power_on(entry, pod_notes, announced, now))
     for info, reason in minimum:
         assert info.group is not None
         actions.append(PowerOn(info.key, info.group.key, reason, (), info.group.dry_run))
@@ -152,7 +154,12 @@ def _classes(cluster: Cluster, notes: dict[ObjectKey, str]) -> list[PodClass]:
     return classes
 
 
-def _power_on(entry: Chosen, pod_notes: dict[ObjectKey, str]) -> PowerOn:
+def _power_on(
+    entry: Chosen,
+    pod_notes: dict[ObjectKey, str],
+    announced: Mapping[ObjectKey, tuple[ExpectedPod, timedelta]],
+    now: datetime,
+) -> PowerOn:
     info = entry.bin.info
     assert info is not None and info.group is not None
     keys = tuple(pod.key for pod in entry.pods)
@@ -160,6 +167,16 @@ def _power_on(entry: Chosen, pod_notes: dict[ObjectKey, str]) -> PowerOn:
         f" and {len(keys) - 3} more" if len(keys) > 3 else ""
     )
     reason = f"{len(keys)} pending pod(s) need it ({shown}); {describe(entry.fill, len(keys))}"
+    runs = [announced[key] for key in keys if key in announced]
+    if runs:
+        # Say why a machine comes on before any pod exists: a CronJob's run is announced.
+        expected, lead = min(runs, key=lambda run: run[0].at)
+        due_in = (expected.at - now).total_seconds()
+        reason = (
+            f"pre-warming for the CronJob run {expected.key} due at "
+            f"{expected.at.astimezone(UTC):%H:%M:%SZ} (in {due_in:.0f}s, "
+            f"lead time {lead.total_seconds():.0f}s: boot + margin); {reason}"
+        )
     note = f"powering on machine {info.key.name} for it"
     pod_notes.update((key, note) for key in keys)
     return PowerOn(info.key, info.group.key, reason, keys, info.group.dry_run)

@@ -67,7 +67,6 @@ from lightsout.planning.types import (
     PowerState,
 )
 from lightsout.planning.wake import next_wake
-from lightsout.simulate import cron
 from lightsout.simulate.trace import Trace
 from lightsout.state import (
     GROUPS_KEY,
@@ -78,8 +77,8 @@ from lightsout.state import (
     Machine,
     ObjectKey,
     Pod,
-    SchedulingRequirements,
     Snapshot,
+    cron,
     snapshot_from,
 )
 from lightsout.state.parse import scheduling_requirements
@@ -271,8 +270,9 @@ class Simulator:
         self.pods: list[SimPod] = []
         self.pending: dict[ObjectKey, SimPod] = {}
         self.cron_active: dict[str, list[SimPod]] = {}
-        #: Per CronJob: its spec, its pods' requirements and its fire times (seconds).
-        self.cron_runs: list[tuple[cron.CronSpec, SchedulingRequirements, list[float]]] = []
+        #: Per CronJob (by key): its spec and its fire times (seconds since start).
+        self.cron_specs: list[cron.CronSpec] = []
+        self.cron_times: dict[str, list[float]] = {}
         self.groups, machines = self._read_machines()
         self.group_index = {g.key: g for g in self.groups}
         self.machines = {m.template.key: m for m in machines}
@@ -342,8 +342,8 @@ class Simulator:
             times = cron.fire_times(spec, self.start, end_time)
             for moment in times:
                 self._push(self._seconds(moment), _Kind.CRON, (spec, moment))
-            requirements = scheduling_requirements(spec.pod_spec)
-            self.cron_runs.append((spec, requirements, [self._seconds(t) for t in times]))
+            self.cron_specs.append(spec)
+            self.cron_times[spec.key] = [self._seconds(t) for t in times]
         for machine in self.machines.values():
             self._reconcile_soon(machine, 0.0)
         if self.options.policy is Policy.REACTIVE:
@@ -612,17 +612,16 @@ class Simulator:
         )
 
     def _expected(self) -> tuple[ExpectedPod, ...]:
-        """Each CronJob's next run, as the handler would read it from the CronJob."""
+        """Each CronJob's next run, by the code `snapshot_from` uses for a live cluster's."""
         if not self.options.prewarm or self.options.policy is not Policy.LIGHTSOUT:
             return ()
-        out: list[ExpectedPod] = []
-        for spec, requirements, times in self.cron_runs:
-            i = bisect.bisect_right(times, self.now)
-            if i < len(times):
-                at = self._time(times[i])
-                key = ObjectKey(spec.namespace, cron.job_name(spec, at))
-                out.append(ExpectedPod(key, at, requirements))
-        return tuple(sorted(out, key=lambda e: e.at))
+        return cron.expected_pods(self.cron_specs, self._time(self.now), self._next_fire)
+
+    def _next_fire(self, spec: cron.CronSpec, now: datetime) -> datetime | None:
+        """`cron.next_run`, looked up in the trace's expansion (`cron.fire_times`)."""
+        times = self.cron_times[spec.key]
+        i = bisect.bisect_right(times, self._seconds(now))
+        return self._time(times[i]) if i < len(times) else None
 
     def _apply(self, result: Plan, now: datetime) -> None:
         self.unneeded = dict(result.unneeded_since)

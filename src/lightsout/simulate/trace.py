@@ -5,7 +5,7 @@ A trace is a directory (the format is documented in docs/simulator.md):
 - `trace.yaml`: name, start time, length, and what the API objects do not carry: each machine's
   true durations (power-on Job, boot to Ready, shutdown Job) and each CronJob's run time;
 - `machines.yaml`: the managed machines as this API's `Group` and `Node` manifests;
-- `cronjobs.yaml`: `batch/v1` CronJob manifests (their runs are expanded by `simulate.cron`);
+- `cronjobs.yaml`: `batch/v1` CronJob manifests (their runs are expanded by `state.cron`);
 - `pods.jsonl`: every other pod, one JSON object a line: `at` (seconds after the start),
   `runSeconds`, `namespace`, `name`, `owner` (`{kind, name}`, absent for a bare pod) and `spec`
   (a pod spec: containers' requests, nodeSelector, tolerations, affinity).

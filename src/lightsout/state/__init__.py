@@ -1,13 +1,15 @@
 """Frozen snapshots of the cluster for the autoscaling planner, and their builder.
 
 `snapshot_from` turns raw API objects (pods, core Nodes, Lights-Out Nodes and Groups,
-PodDisruptionBudgets, DaemonSets) into a `Snapshot` of frozen values; handlers call it with their
+PodDisruptionBudgets, DaemonSets, CronJobs) into a `Snapshot` of frozen values; handlers call
+it with their
 watch caches and pass the result to `lightsout.planning.autoscale.plan`. Pure: no kopf, no
 Kubernetes client, no I/O.
 """
 
 from lightsout.state.build import (
     CONFIGMAPS_KEY,
+    CRONJOBS_KEY,
     DAEMONSETS_KEY,
     GROUPS_KEY,
     MACHINES_KEY,
@@ -43,6 +45,7 @@ from lightsout.state.types import (
 
 __all__ = [
     "CONFIGMAPS_KEY",
+    "CRONJOBS_KEY",
     "DAEMONSETS_KEY",
     "DO_NOT_DISRUPT",
     "GROUPS_KEY",

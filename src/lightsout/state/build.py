@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from lightsout.models.enums import Phase, PowerState
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import AutoscalingSettings, PowerProfile
-from lightsout.state import references
+from lightsout.state import cron, references
 from lightsout.state.parse import (
     as_str,
     condition,
@@ -40,6 +40,7 @@ from lightsout.state.types import (
     CoreNode,
     DaemonSet,
     DisruptionBudget,
+    ExpectedPod,
     Group,
     Machine,
     ObjectKey,
@@ -60,6 +61,8 @@ DAEMONSETS_KEY = "daemonsets"
 #: Secrets and ConfigMaps as `references.contents_entry` gives them: name and key names only.
 SECRETS_KEY = "secrets"
 CONFIGMAPS_KEY = "configmaps"
+#: batch/v1 CronJobs: their next runs become the snapshot's `expected` pods (needs `now`).
+CRONJOBS_KEY = "cronjobs.batch"
 
 
 def snapshot_from(
@@ -67,12 +70,15 @@ def snapshot_from(
     *,
     complete: bool = False,
     unneeded_since: Mapping[ObjectKey, datetime] | None = None,
+    now: datetime | None = None,
 ) -> Snapshot:
     """A `Snapshot` of `objects` (lists of API objects keyed by `PODS_KEY`, `NODES_KEY`, …).
 
     `complete` must be True only when every watch behind `objects` has synced: the planner will
     not decide otherwise. `unneeded_since` (from the previous `Plan`) wins over the
     `lightsout.dev/unneeded-since` annotation a handler may have persisted on the machines.
+    With `now`, each CronJob under `CRONJOBS_KEY` announces its next run after `now`
+    (`cron.expected_pods`, the simulator's code path too).
     """
     problems: list[str] = []
     groups = _each(objects, GROUPS_KEY, _group, problems)
@@ -87,6 +93,8 @@ def snapshot_from(
         if key is not None and time is not None
     }
     since.update(unneeded_since or {})
+    crons = _each(objects, CRONJOBS_KEY, _cronjob, problems)
+    expected = _expected(crons, now, problems) if now is not None else ()
     return Snapshot(
         pods=_each(objects, PODS_KEY, _pod, problems),
         nodes=_each(objects, NODES_KEY, _core_node, problems),
@@ -94,6 +102,7 @@ def snapshot_from(
         groups=groups,
         disruption_budgets=_each(objects, PDBS_KEY, _pdb, problems),
         daemonsets=_each(objects, DAEMONSETS_KEY, _daemonset, problems),
+        expected=expected,
         complete=complete,
         unneeded_since=since,
         problems=tuple(problems),
@@ -377,6 +386,23 @@ def _daemonset(obj: Mapping[str, Any], _notes: list[str]) -> DaemonSet | None:
     return DaemonSet(key=key, scheduling=scheduling_requirements(template))
 
 
+def _cronjob(obj: Mapping[str, Any], _notes: list[str]) -> cron.CronSpec | None:
+    return cron.read(obj) if _key(obj) is not None else None
+
+
+def _expected(
+    crons: Sequence[cron.CronSpec], now: datetime, problems: list[str]
+) -> tuple[ExpectedPod, ...]:
+    """The CronJobs' next runs; a CronJob whose schedule cannot be read announces nothing."""
+    out: list[ExpectedPod] = []
+    for spec in crons:
+        try:
+            out.extend(cron.expected_pods((spec,), now))
+        except cron.CronError as error:
+            problems.append(f"{CRONJOBS_KEY} {spec.key}: {error}, no run announced")
+    return tuple(sorted(out, key=lambda e: (e.at, e.key)))
+
+
 def _annotated_since(obj: object) -> tuple[ObjectKey | None, datetime | None]:
     if not isinstance(obj, Mapping):
         return None, None
@@ -385,6 +411,7 @@ def _annotated_since(obj: object) -> tuple[ObjectKey | None, datetime | None]:
 
 
 __all__ = [
+    "CRONJOBS_KEY",
     "DAEMONSETS_KEY",
     "GROUPS_KEY",
     "MACHINES_KEY",

@@ -1,5 +1,11 @@
 """CronJob runs: when a `batch/v1` CronJob creates a Job, as kube-controller-manager decides it.
 
+One code path for announced work, live and simulated: `expected_pods(crons, now)` turns
+CronJobs into the `Snapshot.expected` pods the planner pre-warms for (`planning.prewarm`).
+`state.build.snapshot_from` calls it with the CronJobs the autoscaler handler watches, and the
+replay simulator (`lightsout.simulate.engine`) with the trace's CronJobs, looking their next
+run up in its own expansion of the same `fire_times`.
+
 `fire_times` expands `spec.schedule` in `spec.timeZone` (the controller's default is its own
 zone: UTC here) with croniter, and returns nothing for a suspended CronJob. What happens at a
 fire time depends on the runs still active then, which only the replay knows, so
@@ -11,7 +17,7 @@ never down, so no schedule is ever missed) and the Job's retries (simulated pods
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,7 +25,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from lightsout.state.parse import as_str, dig
+from lightsout.state.parse import as_str, dig, scheduling_requirements
+from lightsout.state.types import ExpectedPod, ObjectKey, SchedulingRequirements
 
 ALLOW, FORBID, REPLACE = "Allow", "Forbid", "Replace"
 # kube-controller-manager accepts these macros on top of five-field expressions.
@@ -48,6 +55,8 @@ class CronSpec:
     concurrency_policy: str
     #: The Job template's pod spec.
     pod_spec: Mapping[str, Any]
+    #: Its pods' scheduling requirements, read as the planner reads a pod's.
+    scheduling: SchedulingRequirements
 
     @property
     def key(self) -> str:
@@ -68,13 +77,12 @@ def read(cronjob: Mapping[str, Any]) -> CronSpec:
         suspend=dig(spec, "suspend") is True,
         concurrency_policy=policy,
         pod_spec=template if isinstance(template, Mapping) else {},
+        scheduling=scheduling_requirements(template),
     )
 
 
-def fire_times(cron: CronSpec, start: datetime, end: datetime) -> list[datetime]:
-    """Every scheduled time in [start, end), as aware datetimes; none when suspended."""
-    if cron.suspend:
-        return []
+def _walker(cron: CronSpec, after: datetime) -> croniter:
+    """croniter over the schedule in the CronJob's zone, yielding the times after `after`."""
     expression = _MACROS.get(cron.schedule.strip(), cron.schedule)
     if not croniter.is_valid(expression):
         raise CronError(f"{cron.key}: schedule {cron.schedule!r} is not a cron expression")
@@ -82,9 +90,16 @@ def fire_times(cron: CronSpec, start: datetime, end: datetime) -> list[datetime]
         zone = ZoneInfo(cron.time_zone or "UTC")
     except (ZoneInfoNotFoundError, ValueError) as error:
         raise CronError(f"{cron.key}: unknown timeZone {cron.time_zone!r}") from error
-    # croniter walks wall-clock time in the zone (DST included); start just before `start`
-    # so a run due exactly at `start` is kept.
-    walker = croniter(expression, (start - timedelta(microseconds=1)).astimezone(zone))
+    # croniter walks wall-clock time in the zone (DST included).
+    return croniter(expression, after.astimezone(zone))
+
+
+def fire_times(cron: CronSpec, start: datetime, end: datetime) -> list[datetime]:
+    """Every scheduled time in [start, end), as aware datetimes; none when suspended."""
+    if cron.suspend:
+        return []
+    # Start just before `start` so a run due exactly at `start` is kept.
+    walker = _walker(cron, start - timedelta(microseconds=1))
     times: list[datetime] = []
     while True:
         moment: datetime = walker.get_next(datetime)
@@ -96,3 +111,28 @@ def fire_times(cron: CronSpec, start: datetime, end: datetime) -> list[datetime]
 def job_name(cron: CronSpec, scheduled: datetime) -> str:
     """The controller's Job name: `<cronjob>-<scheduled time in minutes since the epoch>`."""
     return f"{cron.name}-{int(scheduled.timestamp() // 60)}"
+
+
+def next_run(cron: CronSpec, now: datetime) -> datetime | None:
+    """The first scheduled time strictly after `now`; None when suspended."""
+    if cron.suspend:
+        return None
+    moment: datetime = _walker(cron, now).get_next(datetime)
+    return moment
+
+
+def expected_pods(
+    crons: Iterable[CronSpec],
+    now: datetime,
+    next_of: Callable[[CronSpec, datetime], datetime | None] = next_run,
+) -> tuple[ExpectedPod, ...]:
+    """Each CronJob's next run as the pod it will create, soonest first (the planner's
+    `Snapshot.expected`). `next_of` finds the next run; the simulator passes a lookup in its
+    precomputed `fire_times` instead of walking the schedule again on every plan."""
+    out: list[ExpectedPod] = []
+    for cron in crons:
+        at = next_of(cron, now)
+        if at is not None:
+            key = ObjectKey(cron.namespace, job_name(cron, at))
+            out.append(ExpectedPod(key, at, cron.scheduling))
+    return tuple(sorted(out, key=lambda e: (e.at, e.key)))
