@@ -1,0 +1,262 @@
+"""The simulator agrees with reality: one trace, run on the real stack and replayed.
+
+The scenario is the trace in `traces/reality` (three machines of distinct size, draw and boot
+time, 18 pods and one CronJob run over 10 minutes). Live, its Group and Nodes are applied as
+written (the driver pointed at a sushy-tools emulator), the operator plans with its built-in
+autoscaler, every power action is a real Ansible Job, a stand-in machine registers its core
+Node its trace boot time after the emulator says On (kwok keeps it Ready and runs its pods),
+the real kube-controller-manager starts the CronJob's run, and this test plays the pods:
+each is created at its arrival time and deleted (the CronJob's run: its Job) once it has run
+its `runSeconds` on a node. The same trace, moved to the moment the live run started, is then
+replayed by `lightsout.simulate`. The machines must be powered on and off in the same order,
+the batch machine before its CronJob's run with an event that says why (pre-warming), and the
+energy the operator counted in the Nodes' `status.energy` must be within 5% of the replay's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from lightsout.execution.energy import account_from_status
+from lightsout.simulate import trace as traces
+from lightsout.simulate.engine import Result, replay
+from lightsout.state import cron
+from lightsout_lab import Cluster
+from lightsout_lab.machines import MachineSimulator, SimMachine
+from lightsout_lab.operator_process import OperatorProcess
+from lightsout_lab.sushy import FakeSystem, SushyEmulator
+from tests.e2e.autoscaling import diagnosed, reasons
+from tests.e2e.conftest import PATIENCE
+from tests.harness import fleet
+from tests.harness.wait import wait_for
+
+TRACE = Path(__file__).parent / "traces" / "reality"
+GROUP, VERSION = "lightsout.dev", "v1alpha1"
+#: A CronJob's Job names its pods with this label.
+JOB_NAME = "batch.kubernetes.io/job-name"
+#: The trace's boot time counts from the end of the power-on Job, the stand-in machine's from
+#: the moment the BMC says On, which comes this much earlier: the Job's tail (reading the
+#: state back, reporting it), about 10 s measured here.
+JOB_TAIL_SECONDS = 10.0
+
+Transition = tuple[str, str]  # (Lights-Out Node, "on" | "off")
+
+
+def at_start(trace: traces.Trace, start: dt.datetime) -> traces.Trace:
+    """The trace moved to `start`: every pod keeps its offset, and each CronJob's schedule
+    names the minutes its runs fall on after the move (the trace's runs are whole minutes
+    apart from its start, and so is `start`)."""
+    shift = start - trace.start
+    end = trace.start + dt.timedelta(seconds=trace.duration_seconds)
+    moved = []
+    for manifest in trace.cronjobs:
+        runs = cron.fire_times(cron.read(manifest), trace.start, end)
+        assert len(runs) == 1, "one run a CronJob: a schedule naming its minute says it"
+        run = (runs[0] + shift).astimezone(dt.UTC)
+        spec = {**manifest["spec"], "schedule": f"{run.minute} {run.hour} {run.day} {run.month} *"}
+        spec.pop("timeZone", None)
+        moved.append({**manifest, "spec": spec})
+    return dataclasses.replace(trace, start=start, cronjobs=tuple(moved))
+
+
+def transitions(result: Result) -> tuple[list[Transition], dict[str, float]]:
+    """The replay's power transitions in time order, and each machine's energy (Wh)."""
+    moments: list[tuple[float, str, str]] = []
+    for machine in result.machines:
+        before = "Off"
+        for seconds, phase in machine.timeline:
+            moments.extend(_change(seconds, machine.template.key.name, before, phase))
+            before = phase
+    energy = {m.template.key.name: m.ledger.used_wh for m in result.machines}
+    return [(name, what) for _, name, what in sorted(moments)], energy
+
+
+def _change(at: float, name: str, before: str, phase: str) -> list[tuple[float, str, str]]:
+    if before == "Off" and phase != "Off":
+        return [(at, name, "on")]
+    if before != "Off" and phase == "Off":
+        return [(at, name, "off")]
+    return []
+
+
+def live_manifests(trace: traces.Trace, bmc: SushyEmulator, ids: Mapping[str, str]) -> list[Any]:
+    """The trace's Group and Nodes, each Node's driver pointed at its emulated system."""
+    out: list[Any] = []
+    for manifest in trace.machines:
+        if manifest["kind"] != "Node":
+            out.append(manifest)
+            continue
+        redfish = manifest["spec"]["driver"]["redfish"]
+        system = {**redfish, "endpoint": bmc.endpoint, "systemId": ids[_name(manifest)]}
+        out.append({**manifest, "spec": {**manifest["spec"], "driver": {"redfish": system}}})
+    return out
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str(obj["metadata"]["name"])
+
+
+@pytest.fixture
+def scenario() -> traces.Trace:
+    return traces.load(TRACE)
+
+
+@pytest.fixture
+def machines(
+    kube_api: client.ApiClient, cluster: Cluster, scenario: traces.Trace
+) -> Iterator[tuple[SushyEmulator, dict[str, str]]]:
+    """The trace's machines behind one emulated BMC, booting in their trace boot time."""
+    nodes = [m for m in scenario.machines if m["kind"] == "Node"]
+    ids = {_name(n): str(uuid.uuid4()) for n in nodes}
+    with SushyEmulator([FakeSystem(uuid=ids[n], name=n) for n in ids]) as bmc:
+        sims = [
+            SimMachine(
+                node_name=n["spec"]["kubernetesNodeName"],
+                provider_id="",
+                power=bmc.power_reader(ids[_name(n)]),
+                capacity={
+                    "cpu": str(n["spec"]["resources"]["cpu"]),
+                    "memory": n["spec"]["resources"]["memory"],
+                    "pods": "110",
+                },
+                boot_seconds=scenario.durations_of(_name(n)).boot_seconds + JOB_TAIL_SECONDS,
+            )
+            for n in nodes
+        ]
+        simulator = MachineSimulator(api=kube_api, machines=sims).start()
+        try:
+            yield bmc, ids
+        finally:
+            simulator.stop()
+            for sim in sims:
+                cluster.kubectl(
+                    "delete", "node", sim.node_name, "--ignore-not-found", "--wait=false"
+                )
+
+
+class Player:
+    """Plays the trace's workload on the cluster and watches the machines' phases."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, trace: traces.Trace) -> None:
+        self.core = client.CoreV1Api(api)
+        self.batch = client.BatchV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.namespace = namespace
+        self.trace = trace
+        self.waiting = list(trace.pods)  # sorted by arrival
+        self.run_seconds = {p.name: p.run_seconds for p in trace.pods}
+        self.cron_run = dict(trace.cron_run_seconds)
+        self.bound: dict[str, float] = {}
+        self.ended: set[str] = set()
+        self.phases: dict[str, str] = {}
+        self.moments: list[tuple[float, str, str]] = []
+        #: Every phase change seen (seconds, machine, phase), printed for a person comparing.
+        self.timeline: list[tuple[float, str, str]] = []
+
+    def step(self, now: float) -> None:
+        """Create what has arrived, end what has run its time, note phase changes."""
+        while self.waiting and self.waiting[0].at <= now:
+            pod = self.waiting.pop(0)
+            body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod.name}}
+            self.core.create_namespaced_pod(self.namespace, {**body, "spec": dict(pod.spec)})
+        for pod in self.core.list_namespaced_pod(self.namespace).items:
+            self._run(pod, now)
+        machines = self.custom.list_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "nodes"
+        )["items"]
+        for machine in machines:
+            name, phase = _name(machine), (machine.get("status") or {}).get("phase", "Off")
+            self.moments.extend(_change(now, name, self.phases.get(name, "Off"), phase))
+            if phase != self.phases.get(name, "Off"):
+                self.timeline.append((round(now, 1), name, phase))
+            self.phases[name] = phase
+
+    def _run(self, pod: client.V1Pod, now: float) -> None:
+        job = (pod.metadata.labels or {}).get(JOB_NAME, "")
+        cronjob = next((k for k in self.cron_run if job.startswith(k.split("/")[1] + "-")), None)
+        run = self.cron_run[cronjob] if cronjob else self.run_seconds.get(pod.metadata.name)
+        if run is None or not pod.spec.node_name or pod.metadata.name in self.ended:
+            return  # an action Job's pod, or a pod still pending
+        since = self.bound.setdefault(pod.metadata.name, now)
+        if now - since < run:
+            return
+        self.ended.add(pod.metadata.name)
+        if cronjob:
+            self.batch.delete_namespaced_job(job, self.namespace, propagation_policy="Background")
+        else:
+            self.core.delete_namespaced_pod(pod.metadata.name, self.namespace)
+
+    def transitions(self) -> list[Transition]:
+        return [(name, what) for _, name, what in sorted(self.moments)]
+
+
+def used_wh(status: Mapping[str, Any], at: dt.datetime) -> float:
+    account = account_from_status(status.get("energy"))
+    assert account is not None, status
+    return account.at(at).total.used_wh
+
+
+@pytest.mark.timeout(1500)  # the scenario itself lasts 10 minutes
+def test_the_simulator_powers_the_same_machines_in_the_same_order_as_the_cluster(
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    kube_api: client.ApiClient,
+    scenario: traces.Trace,
+    machines: tuple[SushyEmulator, dict[str, str]],
+    tmp_path: Path,
+) -> None:
+    bmc, ids = machines
+    fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), *live_manifests(scenario, bmc, ids)])
+    custom = client.CustomObjectsApi(kube_api)
+
+    def statuses() -> dict[str, dict[str, Any]]:
+        items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "nodes")["items"]
+        return {_name(m): m.get("status") or {} for m in items}
+
+    wait_for(
+        lambda: all(s.get("phase") == "Off" and s.get("energy") for s in statuses().values()),
+        PATIENCE,
+        "every machine Off with its energy counted",
+    )
+    # CronJob schedules are whole minutes: start the scenario on one, as the trace does.
+    now = dt.datetime.now(dt.UTC)
+    start = now.replace(second=0, microsecond=0) + dt.timedelta(minutes=1)
+    live = at_start(scenario, start)
+    traces.write(live, tmp_path / "trace")
+    fleet.apply(crds, namespace, list(live.cronjobs))
+    time.sleep(max(0.0, (start - dt.datetime.now(dt.UTC)).total_seconds()))
+    at_start_wh = {name: used_wh(s, start) for name, s in statuses().items()}
+
+    player = Player(kube_api, namespace, live)
+    with diagnosed(crds, namespace):
+        while (
+            seconds := (dt.datetime.now(dt.UTC) - start).total_seconds()
+        ) < live.duration_seconds:
+            player.step(seconds)
+            time.sleep(0.5)
+        end = start + dt.timedelta(seconds=live.duration_seconds)
+        live_wh = {name: used_wh(s, end) - at_start_wh[name] for name, s in statuses().items()}
+
+        result = replay(traces.load(tmp_path / "trace"))
+        simulated, simulated_wh = transitions(result)
+        print(f"\nlive phases: {player.timeline}")
+        for m in result.machines:
+            print(f"simulated phases of {m.template.key.name}: {m.timeline}")
+        print(f"live:      {player.transitions()}\nsimulated: {simulated}")
+        print(f"energy Wh live {live_wh} simulated {simulated_wh}")
+        assert player.transitions() == simulated
+        total_live, total_simulated = sum(live_wh.values()), sum(simulated_wh.values())
+        assert abs(total_live - total_simulated) < 0.05 * total_simulated, (live_wh, simulated_wh)
+        # The batch machine came on before its CronJob's run, and said why.
+        big = [m for r, m in reasons(crds, namespace, "reality-big") if r == "ScaleUp"]
+        assert any(m.startswith("powering on: pre-warming for the CronJob run") for m in big), big
