@@ -126,5 +126,7 @@ def test_power_off_wait_fails_with_the_bmc_message(
 def test_power_of_a_missing_node_exits_not_found(crds: Cluster, namespace: str) -> None:
     for command in (("power", "on", "no-such-box", "--wait"), ("logs", "no-such-box")):
         missing = lightsout(crds, *command, "-n", namespace)
-        assert missing.returncode == ExitCode.NOT_FOUND == logs_command.ExitCode.NOT_FOUND
+        assert (
+            missing.returncode == ExitCode.NOT_FOUND.value == logs_command.ExitCode.NOT_FOUND.value
+        )
         assert "no-such-box" in missing.stderr and namespace in missing.stderr
