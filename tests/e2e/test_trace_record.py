@@ -200,7 +200,7 @@ def test_a_recorded_workload_is_written_as_a_trace_that_simulate_replays(
         # share saved is the figure that shows the replay powered the small machine on for the
         # workload and left the large one off, as the cluster did.
         energy = report["energy"]
-        assert 0 < energy["alwaysOnKWh"] and energy["usedKWh"] <= energy["alwaysOnKWh"], energy
+        assert energy["alwaysOnKWh"] > 0 and energy["usedKWh"] <= energy["alwaysOnKWh"], energy
         assert 0.3 < energy["savedShare"] < 1, energy
         power_ons = {m["name"]: m["powerOns"] for m in report["machines"]}
         assert power_ons == {small: 1, two.name("large"): 0}, power_ons
