@@ -26,7 +26,7 @@ from kubernetes import client
 
 from lightsout_lab import Cluster
 from lightsout_lab.operator_process import OperatorProcess
-from tests.e2e.autoscaling import Fleet, diagnosed, pod, running
+from tests.e2e.autoscaling import Fleet, diagnosed, lightsout, pod, running
 from tests.e2e.conftest import PATIENCE, wait_phase
 from tests.harness import fleet
 from tests.harness.wait import get_json, wait_for
@@ -84,17 +84,6 @@ def workload() -> list[dict[str, Any]]:
         },
     }
     return [pod("solo", "500m"), deployment, job, cronjob]
-
-
-def lightsout(crds: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lightsout.cli", *args],
-        env=crds.env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
 
 
 def test_a_recorded_workload_is_written_as_a_trace_that_simulate_replays(
