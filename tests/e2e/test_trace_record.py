@@ -5,11 +5,12 @@ Two emulated Redfish servers in a `builtin` Group, the operator as a real proces
 kube-scheduler and kwok running the pods: while `lightsout trace record` runs as a subprocess,
 a small demo-like workload arrives (a bare pod, a two-replica Deployment, a Job, and a CronJob
 with a one-minute schedule whose run is started at once with `kubectl create job --from`), the
-autoscaler powers a machine on for it, and the bare pod is deleted. The recorder is stopped
-with SIGTERM, as a person's Ctrl-C would; then checked is what a user reads in the trace (the
-pods with their requests and origin, the CronJob, the machines with their learned boot time)
-and what `lightsout simulate DIR -o json` reports on it. A second, 2-second recording checks
-that `--duration` ends a recording by itself.
+autoscaler powers a machine on for it; then the bare pod and the Deployment are deleted and
+the machine powers off again. The recorder is stopped with SIGTERM, as a person's Ctrl-C
+would; then checked is what a user reads in the trace (the pods with their requests, run
+times and origin, the CronJob, the machines with the boot and shutdown times the operator
+learned of that power cycle) and what `lightsout simulate DIR -o json` reports on it. A
+second, 2-second recording checks that `--duration` ends a recording by itself.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def test_a_recorded_workload_is_written_as_a_trace_that_simulate_replays(
         group = fleet.group(
             "autoscaled",
             autoscaler="builtin",
-            scaleDown={"unneededSeconds": 600, "stabilizationWindowSeconds": 0},
+            scaleDown={"unneededSeconds": 5, "stabilizationWindowSeconds": 0},
         )
         fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), group, *two.nodes(bmc)])
         for short in SIZES:
@@ -140,7 +141,10 @@ def test_a_recorded_workload_is_written_as_a_trace_that_simulate_replays(
             wait_for(ran, PATIENCE, "the workload running on a powered-on machine")
             # Every pod fits the small machine: it was the one powered on.
             assert get_json(crds, "pod", "solo", "-n", namespace)["spec"]["nodeName"] == small
-            crds.kubectl("delete", "pod", "solo", "-n", namespace)
+            # The workload goes away, and so does the machine: a whole power cycle recorded.
+            crds.kubectl("delete", "pod", "solo", "-n", namespace, "--wait=false")
+            crds.kubectl("delete", "deployment", "web", "-n", namespace)
+            learned = wait_phase(crds, namespace, small, "Off")["learned"]
             recorder.send_signal(signal.SIGTERM)
             stdout, stderr = recorder.communicate(timeout=120)
         finally:
@@ -164,7 +168,8 @@ def test_a_recorded_workload_is_written_as_a_trace_that_simulate_replays(
             for n, line in by_name.items()
         }
         assert requests["solo"] == "500m" and requests[web[0]["name"]] == "250m"
-        assert by_name["solo"]["runSeconds"] > 0  # from its start to its deletion
+        # From their start to their deletion.
+        assert all(by_name[n]["runSeconds"] > 0 for n in ("solo", *(w["name"] for w in web)))
         assert "do-not-record-me" not in "".join(p.read_text() for p in out.iterdir())
 
         meta = yaml.safe_load((out / "trace.yaml").read_text())
@@ -176,8 +181,12 @@ def test_a_recorded_workload_is_written_as_a_trace_that_simulate_replays(
         assert sorted((m["kind"], m["metadata"]["name"]) for m in machines) == sorted(
             [("Group", "autoscaled"), *(("Node", two.name(s)) for s in SIZES)]
         )
-        learned = get_json(crds, "lsn", small, "-n", namespace)["status"]["learned"]
-        assert meta["machines"][small]["bootSeconds"] == learned["bootSeconds"]
+        assert meta["machines"][small] == {
+            "powerOnSeconds": 0,
+            "bootSeconds": learned["bootSeconds"],
+            "shutdownSeconds": learned["shutdownSeconds"],
+        }
+        assert two.name("large") not in meta["machines"]  # never cycled: nothing learned
 
         replayed = lightsout(crds, "simulate", str(out), "-o", "json", "--no-baseline")
         assert replayed.returncode == 0, replayed.stderr
