@@ -296,3 +296,44 @@ def test_what_was_recorded_is_written_and_replayed_by_the_simulator(tmp_path: Pa
     assert sorted(p.key.name for p in result.pods if p.started is not None)[-1] == "web"
     assert sum(1 for p in result.pods if p.started is not None) == 3
     assert result.machines[0].power_ons == 1
+
+
+def test_the_recorder_resumes_its_watch_and_lists_again_when_the_version_expired(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The watch loop against a scripted API (the real watch is the e2e test's): a watch that
+    ends is resumed from the last resourceVersion seen; an expired one (410) is listed again,
+    and a pod missing from the new list is taken as gone then."""
+    from lightsout.commands import record as recorder_module
+    from lightsout.k8s import people
+
+    def versioned(pod: dict[str, Any], version: str) -> dict[str, Any]:
+        return {**pod, "metadata": {**pod["metadata"], "resourceVersion": version}}
+
+    web, db = live_pod("web", finished=None), live_pod("db", finished=None)
+    lists = iter([([versioned(web, "1")], "5"), ([versioned(db, "9")], "9")])
+    watched_from: list[str] = []
+    clock = iter(START + timedelta(seconds=s) for s in range(100))
+    recorder = recorder_module.Recorder(["shop"], warn=lambda _: None, clock=lambda: next(clock))
+
+    def list_objects(kind: str, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+        return next(lists)
+
+    def watch_objects(kind: str, namespace: str | None, version: str, seconds: int) -> Any:
+        watched_from.append(version)
+        if len(watched_from) == 1:  # one event, then the server ends the watch
+            yield "ADDED", versioned(db, "7")
+        elif len(watched_from) == 2:
+            raise people.ExpiredError("too old resource version")
+        else:
+            recorder.stopped.set()
+            yield "BOOKMARK", {"metadata": {"resourceVersion": "10"}}
+
+    monkeypatch.setattr(people, "list_objects", list_objects)
+    monkeypatch.setattr(people, "watch_objects", watch_objects)
+    recorder._follow("pods", "shop", recorder._pod)
+    assert watched_from == ["5", "7", "9"]
+    assert recorder.restarts == 1
+    gone = {s.pod["metadata"]["name"]: s.gone for s in recorder.pods.values()}
+    # web was in the first list, not in the one after the 410: gone by then; db still there.
+    assert gone["db"] is None and gone["web"] is not None
