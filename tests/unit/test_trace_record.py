@@ -337,3 +337,30 @@ def test_the_recorder_resumes_its_watch_and_lists_again_when_the_version_expired
     gone = {s.pod["metadata"]["name"]: s.gone for s in recorder.pods.values()}
     # web was in the first list, not in the one after the 410: gone by then; db still there.
     assert gone["db"] is None and gone["web"] is not None
+
+
+def test_a_cluster_gone_at_the_stop_still_gets_its_trace_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The machines and CronJobs listed at the start are kept when the last listing fails (the
+    demo's cluster torn down before the recording ended), and the failure is said once."""
+    from lightsout.commands import record as recorder_module
+    from lightsout.k8s import api, people
+
+    group, node = _machines()
+    calls = {"n": 0}
+
+    def list_all_resources(plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise ConnectionRefusedError("connection refused")
+        return [dict(group if plural == "groups" else node)]
+
+    monkeypatch.setattr(api, "list_all_resources", list_all_resources)
+    monkeypatch.setattr(people, "list_objects", lambda *_: ([], "1"))
+    said: list[str] = []
+    recorder = recorder_module.Recorder(["shop"], warn=said.append)
+    recorder.inventory = recorder._inventory()
+    observed = recorder.finish()
+    assert [m["kind"] for m in observed.machines] == ["Group", "Node"]
+    assert len(said) == 1 and "connection refused" in said[0], said

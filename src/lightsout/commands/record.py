@@ -4,9 +4,10 @@ For each namespace (or all of them) two watches run, one of pods and one of Jobs
 CronJob's runs from other Jobs' pods), each a list then a Kubernetes watch from the list's
 resourceVersion, resumed from the last resourceVersion seen when the server ends it, and
 listed again when that resourceVersion has expired (410 Gone; a pod that went missing in
-between is taken as gone then). When the duration is over, or on SIGINT/SIGTERM, the machines
-(Lights-Out Groups and Nodes, with what the operator learned of their durations) and the
-CronJobs are listed, and `simulate.record.build` turns it all into the trace that
+between is taken as gone then). The machines (Lights-Out Groups and Nodes, with what the
+operator learned of their durations) and the CronJobs are listed at the start and again when
+the duration is over or on SIGINT/SIGTERM (the first listing is kept if the cluster cannot be
+reached then), and `simulate.record.build` turns it all into the trace that
 `simulate.trace.write` writes. Called by `cli.cmd_trace_record`; the API calls are
 `lightsout.k8s.people`'s (the user's own rights, not the operator's). No Secret is read.
 """
@@ -53,6 +54,9 @@ class Recorder:
         self.pods: dict[str, Seen] = {}
         self.jobs: dict[tuple[str, str], str | None] = {}
         self.restarts = 0
+        #: The last failure said per kind (an outage is reported once, not at every retry).
+        self.said: dict[str, str] = {}
+        self.inventory: tuple[tuple[Obj, ...], tuple[Obj, ...]] = ((), ())
 
     # ------------------------------------------------------------------ collecting
     def _pod(self, event: str, pod: Obj) -> None:
@@ -91,6 +95,7 @@ class Recorder:
             try:
                 if not version:
                     items, version = people.list_objects(kind, namespace)
+                    self.said.pop(kind, None)
                     self._relisted(kind, namespace, items)
                     for item in items:
                         handle("ADDED", item)
@@ -107,11 +112,29 @@ class Recorder:
                 self._pause(kind, exc)
 
     def _pause(self, kind: str, exc: BaseException) -> None:
-        self.warn(f"{kind} watch: {api.error_message(exc)}; retrying")
+        said = f"{kind} watch: {api.error_message(exc)}; retrying every {RETRY_SECONDS:g}s"
+        if self.said.get(kind) != said:  # once per outage, not every retry
+            self.said[kind] = said
+            self.warn(said)
         self.stopped.wait(RETRY_SECONDS)
 
+    def _inventory(self) -> tuple[tuple[Obj, ...], tuple[Obj, ...]]:
+        """The machines (Lights-Out Groups and Nodes) and the CronJobs, listed now."""
+        machines: list[Obj] = []
+        cronjobs: list[Obj] = []
+        for namespace in self.namespaces:
+            for plural, kind in (("groups", "Group"), ("nodes", "Node")):
+                for item in api.list_all_resources(plural, namespace):
+                    item.setdefault("kind", kind)  # list items may come without it
+                    machines.append(item)
+            cronjobs.extend(people.list_objects("cronjobs", namespace)[0])
+        return tuple(machines), tuple(cronjobs)
+
     def begin(self) -> None:
-        """Start the watch threads (daemons: one blocked on the network never holds the exit)."""
+        """List the machines and CronJobs once (an unreachable cluster fails here, not after a
+        week), then start the watch threads (daemons: one blocked on the network never holds
+        the exit)."""
+        self.inventory = self._inventory()
         for namespace in self.namespaces:
             for kind, handle in (("jobs", self._job), ("pods", self._pod)):
                 thread = threading.Thread(
@@ -120,25 +143,27 @@ class Recorder:
                 thread.start()
 
     def finish(self) -> Observed:
-        """Stop watching; list the machines and CronJobs as they are now; return all of it."""
+        """Stop watching; list the machines (with what the operator learned meanwhile) and
+        CronJobs as they are now, or keep the first listing when the cluster cannot be reached
+        any more; return all of it."""
         self.stopped.set()
         end = self.clock()
         with self.lock:
             pods = tuple(self.pods.values())
             jobs = dict(self.jobs)
-        machines: list[Obj] = []
-        cronjobs: list[Obj] = []
-        for namespace in self.namespaces:
-            for plural, kind in (("groups", "Group"), ("nodes", "Node")):
-                for item in api.list_all_resources(plural, namespace):
-                    item.setdefault("kind", kind)  # list items come without it
-                    machines.append(item)
-            cronjobs.extend(people.list_objects("cronjobs", namespace)[0])
+        try:
+            self.inventory = self._inventory()
+        except Exception as exc:  # the cluster went away: what was seen is still worth writing
+            self.warn(
+                f"machines and CronJobs: {api.error_message(exc)}; writing those listed at the "
+                "start (machines' durations learned since then are missing)"
+            )
+        machines, cronjobs = self.inventory
         return Observed(
             start=self.start,
             end=end,
-            machines=tuple(machines),
-            cronjobs=tuple(cronjobs),
+            machines=machines,
+            cronjobs=cronjobs,
             pods=pods,
             cronjobs_of_jobs=jobs,
         )
