@@ -272,9 +272,19 @@ def cmd_trace_record(args: argparse.Namespace) -> int:
     namespaces = None if args.all_namespaces else (args.namespace or [api.current_namespace()])
     where = "all namespaces" if namespaces is None else "namespace(s) " + ", ".join(namespaces)
     print(f"recording {where} for {args.duration} (Ctrl-C to stop early)", flush=True)
-    observed = record(
-        namespaces, seconds, lambda text: print(f"lightsout trace record: {text}", file=sys.stderr)
-    )
+    try:
+        observed = record(
+            namespaces,
+            seconds,
+            lambda text: print(f"lightsout trace record: {text}", file=sys.stderr),
+        )
+    except Exception as exc:  # the first listing failed: unreachable, no rights, no CRDs
+        print(
+            f"lightsout trace record: cannot list the machines, CronJobs, pods or Jobs: "
+            f"{api.error_message(exc)}",
+            file=sys.stderr,
+        )
+        return 1
     out = Path(args.output)
     description = f"Recorded by lightsout trace record from {where}."
     trace = build(out.resolve().name, observed, description)
