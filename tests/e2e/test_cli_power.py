@@ -6,8 +6,6 @@ pod log the API server fetches from the runner node's kubelet API).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -17,19 +15,9 @@ from lightsout_lab import Cluster
 from lightsout_lab.machines import MachineSimulator
 from lightsout_lab.operator_process import OperatorProcess
 from lightsout_lab.sushy import POWER_OFF, POWER_ON, SushyEmulator
+from tests.e2e.autoscaling import lightsout
 from tests.e2e.conftest import PATIENCE
 from tests.harness import fleet
-
-
-def lightsout(crds: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lightsout.cli", *args],
-        env=crds.env(),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=PATIENCE + 60,
-    )
 
 
 def test_power_on_wait_returns_when_ready_and_status_shows_it(
