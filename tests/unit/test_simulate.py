@@ -352,8 +352,9 @@ def test_auto_unneeded_time_learns_the_machine_and_waits_one_break_even_time() -
     # power-on Job start to Ready = 10 + 50 s, shutdown Job = 20 s; break-even 80 s.
     assert set(m1.state.learned.boot_samples) == {60}
     assert set(m1.state.learned.shutdown_samples) == {20}
-    # The first gap (700 s) is waited out at the unlearned 600 s; the 200 s gap before c is
-    # longer than the 80 s break-even, so m1 is powered off and on again for c.
+    # Before its first shutdown is timed, the first gap is waited out for twice the learned
+    # boot (120 s) instead of the flat 600 s; the 200 s gap before c is longer than the 80 s
+    # break-even, so m1 is powered off and on again for b and for c.
     assert m1.power_ons == 3
     fixed = replay(_cycles_trace(), Options(overrides=("spec.scaleDown.unneededSeconds=600",)))
     assert fixed.machines[0].power_ons == 2
