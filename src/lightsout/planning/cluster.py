@@ -297,9 +297,7 @@ def build_cluster(snapshot: Snapshot, now: datetime) -> Cluster:
         info.shape = placer.shape(view) if view is not None else None
         infos.append(info)
         active[group_key] += info.active
-        coming[group_key] += (
-            availability is Availability.COMING and machine.phase not in POWERED_UP
-        )
+        coming[group_key] += availability is Availability.COMING and machine.phase not in POWERED_UP
         going[group_key] += availability is Availability.GOING
 
     by_node = {info.machine.kubernetes_node_name: info for info in infos}

@@ -10,7 +10,8 @@ Called by `lightsout.planning.autoscale.plan` in three steps:
    decreasing with the remaining pods; each Group's selection policy picks its best offer,
    `policy.best` picks among Groups; identical machines that would be filled identically are
    taken in one step. Each Group's room (maxNodes, and scaleUp.maxConcurrentOperations less the
-   power-on operations in flight, booting machines apart) bounds it. Then machines whose pods fit on the others are dropped.
+   power-on operations in flight, booting machines apart) bounds it. Then machines whose pods
+   fit on the others are dropped.
 3. `top_up`: Groups below minNodes get their cheapest machines powered on.
 """
 
