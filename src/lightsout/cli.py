@@ -1,5 +1,5 @@
 """The `lightsout` command: run the operator, print the CRDs, explain the autoscaler's plan,
-show Groups and machines, power a machine on or off, replay a workload trace.
+show Groups and machines, power a machine on or off, replay a workload trace, record one.
 
 The local dev cluster and the demo are the lab's (`lightsout-lab`), not the operator's."""
 
@@ -259,6 +259,49 @@ def cmd_trace_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_trace_record(args: argparse.Namespace) -> int:
+    """Watch the cluster's pods for --duration (or until SIGINT/SIGTERM), then write a trace."""
+    from lightsout.commands.record import record
+    from lightsout.k8s import api
+    from lightsout.simulate.record import build, machines_without_durations, parse_duration
+    from lightsout.simulate.trace import write
+
+    try:
+        seconds = parse_duration(args.duration)
+    except ValueError as error:
+        print(f"lightsout trace record: {error}", file=sys.stderr)
+        return 2
+    namespaces = None if args.all_namespaces else (args.namespace or [api.current_namespace()])
+    where = "all namespaces" if namespaces is None else "namespace(s) " + ", ".join(namespaces)
+    print(f"recording {where} for {args.duration} (Ctrl-C to stop early)", flush=True)
+    try:
+        observed = record(
+            namespaces,
+            seconds,
+            lambda text: print(f"lightsout trace record: {text}", file=sys.stderr),
+        )
+    except Exception as exc:  # the first listing failed: unreachable, no rights, no CRDs
+        print(
+            f"lightsout trace record: cannot list the machines, CronJobs, pods or Jobs: "
+            f"{api.error_message(exc)}",
+            file=sys.stderr,
+        )
+        return 1
+    out = Path(args.output)
+    description = f"Recorded by lightsout trace record from {where}."
+    trace = build(out.resolve().name, observed, description)
+    write(trace, out)
+    nodes = sum(1 for m in trace.machines if m.get("kind") == "Node")
+    print(
+        f"{trace.name}: {trace.duration_seconds:g}s, {len(trace.pods)} pods, "
+        f"{len(trace.cronjobs)} CronJobs, {nodes} machines -> {out}"
+    )
+    unlearned = machines_without_durations(observed)
+    if unlearned:
+        print("no learned durations yet (the format's defaults are used): " + ", ".join(unlearned))
+    return 0
+
+
 def cmd_healthcheck(args: argparse.Namespace) -> int:
     """Run the Group's health check now (a Job from its CronJob) and print each machine."""
     import time
@@ -360,6 +403,23 @@ def _add_simulation_commands(sub: argparse._SubParsersAction[argparse.ArgumentPa
     gen.add_argument("-o", "--output", required=True, help="the trace directory to write")
     gen.add_argument("--seed", type=int, help="another seed than the shipped trace's")
     gen.set_defaults(func=cmd_trace_generate)
+    rec = trace_sub.add_parser(
+        "record",
+        help="watch this cluster's pods, then write what ran as a trace to replay",
+    )
+    rec.add_argument("-o", "--output", required=True, help="the trace directory to write")
+    rec.add_argument(
+        "--duration", default="7d", help="how long to watch: 90s, 5m, 2h, 7d (default 7d)"
+    )
+    where = rec.add_mutually_exclusive_group()
+    where.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        help="watch this namespace, repeatable (default: the context's); include the machines'",
+    )
+    where.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
+    rec.set_defaults(func=cmd_trace_record)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,6 +18,7 @@ from kubernetes import client
 from lightsout_lab import Cluster
 from lightsout_lab.machines import MachineSimulator, SimMachine
 from lightsout_lab.sushy import FakeSystem, SushyEmulator
+from tests.e2e.conftest import PATIENCE
 from tests.harness import fleet
 from tests.harness.wait import events_for, get_json
 
@@ -126,6 +127,18 @@ def unschedulable(crds: Cluster, namespace: str, name: str) -> bool:
         if condition["type"] == "PodScheduled":
             return (condition["status"], condition.get("reason")) == ("False", "Unschedulable")
     return False
+
+
+def lightsout(crds: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """`lightsout ARGS` run as a person would, whatever its exit code."""
+    return subprocess.run(
+        [sys.executable, "-m", "lightsout.cli", *args],
+        env=crds.env(),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=PATIENCE + 60,
+    )
 
 
 def plan_json(crds: Cluster, namespace: str) -> dict[str, Any]:

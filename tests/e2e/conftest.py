@@ -72,7 +72,8 @@ def sim(
 
 def status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
     obj = get_json(cluster, "lsn", name, "-n", namespace)
-    return (obj or {}).get("status") or {}
+    found: dict[str, Any] = (obj or {}).get("status") or {}
+    return found
 
 
 def wait_phase(cluster: Cluster, namespace: str, name: str, phase: str) -> dict[str, Any]:

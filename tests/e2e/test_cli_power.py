@@ -6,8 +6,6 @@ pod log the API server fetches from the runner node's kubelet API).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -17,19 +15,9 @@ from lightsout_lab import Cluster
 from lightsout_lab.machines import MachineSimulator
 from lightsout_lab.operator_process import OperatorProcess
 from lightsout_lab.sushy import POWER_OFF, POWER_ON, SushyEmulator
+from tests.e2e.autoscaling import lightsout
 from tests.e2e.conftest import PATIENCE
 from tests.harness import fleet
-
-
-def lightsout(crds: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lightsout.cli", *args],
-        env=crds.env(),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=PATIENCE + 60,
-    )
 
 
 def test_power_on_wait_returns_when_ready_and_status_shows_it(
@@ -126,5 +114,7 @@ def test_power_off_wait_fails_with_the_bmc_message(
 def test_power_of_a_missing_node_exits_not_found(crds: Cluster, namespace: str) -> None:
     for command in (("power", "on", "no-such-box", "--wait"), ("logs", "no-such-box")):
         missing = lightsout(crds, *command, "-n", namespace)
-        assert missing.returncode == ExitCode.NOT_FOUND == logs_command.ExitCode.NOT_FOUND
+        assert (
+            missing.returncode == ExitCode.NOT_FOUND.value == logs_command.ExitCode.NOT_FOUND.value
+        )
         assert "no-such-box" in missing.stderr and namespace in missing.stderr

@@ -1,5 +1,8 @@
 """An action Job of Lights-Out run by a real kubelet, containerd and runc, in the runner image.
 
+Also a Group's health check of 60 machines run there (one Indexed Job, one pod per machine):
+every machine's own result lands in its status.
+
 The Job is the operator's own (lightsout.execution.jobs.build_action_job: non-root, read-only
 root, no service account token, credentials as a Secret volume, result through the termination
 message) and its result is read the way the operator reads it (execution.results). The node is
@@ -17,11 +20,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from kubernetes import client
 
+from lightsout.execution.health import DEADLINE_SECONDS
 from lightsout.execution.jobs import (
     CREDENTIALS_DIR,
     RUN_AS_USER,
@@ -41,6 +45,7 @@ from lightsout_lab.realnode import (
     build_images,
 )
 from lightsout_lab.sushy import POWER_ON, FakeSystem, SushyEmulator
+from tests.e2e.test_health_check import CRONJOB, GROUP, SCHEDULE, health, run_check, wait_checked
 from tests.harness import fleet
 from tests.harness.wait import events_for, get_json, wait_for
 
@@ -432,6 +437,74 @@ def _secret_gone_before_the_mount(
         f"\nFailedMount: startup attempt Failed {took:.1f}s after the node took the pod: "
         f"{failed['message']}\nthen held: {held['message']}\nReady on attempt 2, 1 power-on"
     )
+
+
+#: Machines in the health-check test: more than a termination message could hold the results
+#: of (4 KiB), all read from one sushy-tools (one process, one port: lean for CI).
+SIXTY = 60
+
+
+def test_health_check_of_sixty_machines_lands_every_result(
+    crds: Cluster, namespace: str, real_node: RealNode, tmp_path: Path
+) -> None:
+    machines = [fleet.MachineDef(name=f"m{i:02d}", uuid=str(uuid.uuid4())) for i in range(SIXTY)]
+    # Every third machine On: each Node must show its own system's state, not a neighbour's.
+    power: dict[str, Literal["On", "Off"]] = {
+        m.name: "On" if i % 3 == 0 else "Off" for i, m in enumerate(machines)
+    }
+    systems = [FakeSystem(uuid=m.uuid, name=m.name, power_state=power[m.name]) for m in machines]
+    operator = OperatorProcess(
+        cluster=crds,
+        namespaces=(namespace,),
+        log_dir=tmp_path,
+        # The health pods reach sushy-tools on 127.0.0.1 from the host network.
+        extra_env={**PLACEMENT_ENV, "LIGHTSOUT_JOB_HOST_NETWORK": "1"},
+    )
+    with SushyEmulator(systems) as bmc:
+        fleet.apply(
+            crds,
+            namespace,
+            [
+                *fleet.bmc_secrets(bmc),
+                fleet.group(GROUP, maxNodes=SIXTY, healthCheck={"schedule": SCHEDULE}),
+                *(fleet.redfish_node(m, bmc) for m in machines),
+            ],
+        )
+        operator.start()
+        try:
+            wait_for(
+                lambda: (
+                    (cron := get_json(crds, "cronjob", CRONJOB, "-n", namespace))
+                    and cron["spec"]["jobTemplate"]["spec"]["completions"] == SIXTY
+                ),
+                120,
+                "the CronJob to cover the 60 machines",
+            )
+            started = time.monotonic()
+            job = run_check(crds, namespace)
+            # Bounded by the Job's own deadline: the pods run 8 at a time on one real node.
+            checked = wait_checked(crds, namespace, list(power), job, DEADLINE_SECONDS)
+            seconds = time.monotonic() - started
+            pods = get_json(crds, "pods", "-n", namespace, "-l", f"job-name={job}")["items"]
+        finally:
+            operator.stop()
+        sizes = [
+            len(c["state"]["terminated"]["message"])
+            for pod in pods
+            for c in pod["status"]["containerStatuses"]
+        ]
+        print(
+            f"\n{SIXTY} machines: every result landed {seconds:.0f}s after the run was created; "
+            f"{len(pods)} pods on {sorted({p['spec']['nodeName'] for p in pods})}, termination "
+            f"messages {min(sizes)}-{max(sizes)} bytes each ({sum(sizes)} in all)"
+        )
+        print(crds.kubectl("get", "lsn", "-n", namespace, "-o", "wide").stdout[:1500])
+        assert {n: s["lastHealthCheck"]["powerState"] for n, s in checked.items()} == power
+        for name, machine in checked.items():
+            assert health(machine) == ("True", "Healthy", power[name]), name
+        assert {p["spec"]["nodeName"] for p in pods} == {real_node.node_name}
+        assert sum(sizes) > 4096  # more than one termination message could have carried
+        assert bmc.power_requests() == []  # a check sends no order
 
 
 def _status(cluster: Cluster, namespace: str, name: str = MACHINE) -> dict[str, Any]:

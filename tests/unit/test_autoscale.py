@@ -173,6 +173,16 @@ def test_max_concurrent_operations_counts_power_ons_in_flight() -> None:
     assert len(one.power_on) == 1
 
 
+def test_a_booting_machine_no_longer_counts_against_max_concurrent_operations() -> None:
+    # Its power-on Job succeeded: the operation is over, the machine boots by itself. Counting
+    # it would hold the next machine of a burst back by a whole boot.
+    machines = [machine(f"m{i}", "4", "8Gi") for i in range(5)]
+    pods = [pod(f"job-{i}", "3", "4Gi") for i in range(5)]
+    booting = [machine(f"b{i}", "1", "1Gi", desired="On", phase="Booting") for i in range(2)]
+    result = run(group(scaleUp={"maxConcurrentOperations": 2}), machines, booting, pods)
+    assert len(result.power_on) == 2
+
+
 def test_max_nodes_caps_a_batch_of_identical_machines() -> None:
     result = run(
         group(maxNodes=3, scaleUp={"maxConcurrentOperations": 10}),

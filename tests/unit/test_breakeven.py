@@ -137,12 +137,15 @@ def test_status_round_trip_keeps_samples_and_writes_the_medians() -> None:
 # --- break-even and unneededSeconds: auto -----------------------------------------------------
 
 
-def test_break_even_is_boot_plus_shutdown_and_needs_both_learned() -> None:
+def test_break_even_is_boot_plus_shutdown_and_needs_the_boot_learned() -> None:
     (m,) = snap(idle_cluster()).machines[:1] or ()
     energy = EnergyModel.of([m], [])
     assert break_even_seconds(m, energy) == 90
     (unlearned,) = snap(idle_cluster(learned=None)).machines
     assert break_even_seconds(unlearned, energy) is None
+    # Booted once, never shut down yet: the shutdown is taken to be as long as the boot.
+    (booted,) = snap(idle_cluster(learned={"bootSeconds": 60})).machines
+    assert break_even_seconds(booted, energy) == 120
     (flat,) = snap(
         group(), machine("flat", learned=LEARNED, watts=(20, 20, 20), phase="Ready")
     ).machines
@@ -166,10 +169,25 @@ def test_auto_waits_one_break_even_time_then_powers_off_and_says_why() -> None:
     assert next_wake(snapshot, plan(snapshot, at(0)), at(0)) == at(10)
 
 
-def test_auto_waits_the_old_600_seconds_until_durations_are_learned() -> None:
+def test_auto_waits_the_old_600_seconds_until_the_boot_is_learned() -> None:
     result = run(idle_cluster(learned=None), unneeded_since={mkey("idle"): at(-500)})
     assert offs(result) == []
-    assert "of 600s (auto: boot and shutdown times not learned yet)" in machine_note(result, "idle")
+    assert "of 600s (auto: boot time not learned yet)" in machine_note(result, "idle")
+
+
+def test_before_its_first_shutdown_auto_counts_the_shutdown_as_long_as_the_boot() -> None:
+    # A machine the operator booted (boot timed: 60 s) but never powered off: the first
+    # power-off waits 60 + 60 s, not the flat 600 s, and the explanation says why.
+    booted = idle_cluster(learned={"bootSeconds": 60})
+    early = run(booted, unneeded_since={mkey("idle"): at(-100)})
+    assert offs(early) == []
+    assert (
+        "only for 100s of 120s (auto: break-even, learned boot 60s + shutdown not timed yet, "
+        "taken as the boot 60s)"
+    ) in machine_note(early, "idle")
+    assert offs(run(booted, unneeded_since={mkey("idle"): at(-121)})) == ["idle"]
+    snapshot = snap(booted, unneeded_since={mkey("idle"): at(-100)})
+    assert next_wake(snapshot, plan(snapshot, at(0)), at(0)) == at(20)
 
 
 def test_a_fixed_unneeded_time_still_wins_over_auto() -> None:

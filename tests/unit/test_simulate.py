@@ -405,12 +405,32 @@ def test_auto_unneeded_time_learns_the_machine_and_waits_one_break_even_time() -
     # power-on Job start to Ready = 10 + 50 s, shutdown Job = 20 s; break-even 80 s.
     assert set(m1.state.learned.boot_samples) == {60}
     assert set(m1.state.learned.shutdown_samples) == {20}
-    # The first gap (700 s) is waited out at the unlearned 600 s; the 200 s gap before c is
-    # longer than the 80 s break-even, so m1 is powered off and on again for c.
+    # Before its first shutdown is timed, the first gap is waited out for twice the learned
+    # boot (120 s) instead of the flat 600 s; the 200 s gap before c is longer than the 80 s
+    # break-even, so m1 is powered off and on again for b and for c.
     assert m1.power_ons == 3
     fixed = replay(_cycles_trace(), Options(overrides=("spec.scaleDown.unneededSeconds=600",)))
     assert fixed.machines[0].power_ons == 2
     assert summarise(auto)["energy"]["usedKWh"] < summarise(fixed)["energy"]["usedKWh"]
+
+
+def test_the_snapshot_reuses_machine_records_until_the_machine_changes() -> None:
+    # The replay caches each machine's planner records (a copy per machine and plan was a fifth
+    # of the replay time): unchanged machines give the same object, every change shows.
+    sim = Simulator(_cycles_trace(), Options())
+    first = sim.snapshot()
+    assert sim.snapshot().machines[0] is first.machines[0]
+    (m1,) = sim.machines.values()
+    m1.state = dataclasses.replace(m1.state, phase=Phase.READY, phase_since=sim.start)
+    m1.node_exists = m1.node_ready = m1.cordoned = True
+    changed = sim.snapshot()
+    assert (changed.machines[0].phase, changed.machines[0].phase_since) == (
+        Phase.READY,
+        sim.start,
+    )
+    assert [(n.name, n.ready, n.unschedulable) for n in changed.nodes] == [("m1", True, True)]
+    m1.cordoned = False
+    assert not sim.snapshot().nodes[0].unschedulable
 
 
 def test_the_wear_limit_caps_power_ons_in_the_simulation_and_the_report_shows_it() -> None:

@@ -75,7 +75,8 @@ class ScaleUpPolicy(ApiModel):
     stabilization_window_seconds: Seconds = 0
     """Pods must have been pending this long before a machine is powered on for them."""
     max_concurrent_operations: Concurrency = 2
-    """Power-ons in flight at once in this Group."""
+    """Power-on operations (the power-on Jobs) in flight at once in this Group. A machine
+    whose power-on succeeded and that is booting no longer counts."""
 
 
 class ScaleDownPolicy(ApiModel):
@@ -86,7 +87,8 @@ class ScaleDownPolicy(ApiModel):
     unneeded_seconds: UnneededSeconds = AUTO
     """A machine must be unneeded this long before it is powered off. `auto`: one break-even
     time of the machine (its learned boot plus shutdown time, over which a power cycle costs
-    what staying on idle would), or 600 s until both are learned."""
+    what staying on idle would; until its first shutdown is timed, the shutdown is taken
+    to be as long as the boot), or 600 s until the boot is learned."""
     utilization_threshold: Fraction = Field(default=0.5, json_schema_extra=rules(THRESHOLD_RANGE))
     """A machine whose requested/allocatable CPU and memory are both below this fraction, and
     whose pods fit elsewhere, is unneeded."""

@@ -210,10 +210,19 @@ class Cluster:
     coming_bins: list[Bin]
     pending: list[Pod]
     placer: Placer
-    #: Per Group: machines on or coming (for min/max), power-ons and power-offs in flight.
+    #: Per Group: machines on or coming (for min/max), power-on operations in flight (for
+    #: scaleUp.maxConcurrentOperations: see `POWERED_UP`) and power-offs in flight.
     active: dict[ObjectKey, int]
     coming: dict[ObjectKey, int]
     going: dict[ObjectKey, int]
+
+
+#: Phases of a machine coming up whose power-on operation is over: the power-on Job succeeded
+#: and the machine boots by itself. scaleUp.maxConcurrentOperations limits power operations
+#: (the Jobs that drive a BMC, a Wake-on-LAN sender, a hypervisor), so these no longer count
+#: against it: counting a boot of minutes would hold the third machine of a burst back by a
+#: whole boot, and its pods would wait two boots.
+POWERED_UP = frozenset({Phase.BOOTING, Phase.READY})
 
 
 def classify(machine: Machine, node: CoreNode | None) -> tuple[Availability, str]:
@@ -283,12 +292,13 @@ def build_cluster(snapshot: Snapshot, now: datetime) -> Cluster:
         node = nodes.get(machine.kubernetes_node_name)
         availability, state = classify(machine, node)
         view = view_of_machine(machine, snapshot.daemonsets, node)
-        info = MachineInfo(machine, groups.get(machine.group_key), availability, state, node, view)
+        group_key = machine.group_key
+        info = MachineInfo(machine, groups.get(group_key), availability, state, node, view)
         info.shape = placer.shape(view) if view is not None else None
         infos.append(info)
-        active[machine.group_key] += info.active
-        coming[machine.group_key] += availability is Availability.COMING
-        going[machine.group_key] += availability is Availability.GOING
+        active[group_key] += info.active
+        coming[group_key] += availability is Availability.COMING and machine.phase not in POWERED_UP
+        going[group_key] += availability is Availability.GOING
 
     by_node = {info.machine.kubernetes_node_name: info for info in infos}
     ready_bins: list[Bin] = []

@@ -117,7 +117,7 @@ class Explainer:
         in_flight = self.cluster.coming.get(key, 0) + planned
         limit = group.scale_up.max_concurrent
         return (
-            f"group {key.name} has {in_flight} power-ons in flight "
+            f"group {key.name} has {in_flight} power-on operations in flight "
             f"(scaleUp.maxConcurrentOperations {limit})"
         )
 

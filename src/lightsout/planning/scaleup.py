@@ -10,7 +10,8 @@ Called by `lightsout.planning.autoscale.plan` in three steps:
    decreasing with the remaining pods; each Group's selection policy picks its best offer,
    `policy.best` picks among Groups; identical machines that would be filled identically are
    taken in one step. Each Group's room (maxNodes, and scaleUp.maxConcurrentOperations less the
-   power-ons in flight) bounds it. Then machines whose pods fit on the others are dropped.
+   power-on operations in flight, booting machines apart) bounds it. Then machines whose pods
+   fit on the others are dropped.
 3. `top_up`: Groups below minNodes get their cheapest machines powered on.
 """
 
@@ -177,7 +178,8 @@ def offers_of(cluster: Cluster, energy: EnergyModel) -> list[Offer]:
 
 def room_of(cluster: Cluster) -> dict[ObjectKey, int]:
     """Power-ons each builtin Group may still start: below maxNodes and within
-    scaleUp.maxConcurrentOperations counting those in flight."""
+    scaleUp.maxConcurrentOperations counting the power-on operations in flight (a machine
+    already booting no longer counts, `cluster.POWERED_UP`)."""
     return {
         key: max(
             0,

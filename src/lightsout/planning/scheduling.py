@@ -221,12 +221,15 @@ def view_of_machine(
         taints=merge_taints(kept, machine.taints),
         allocatable=allocatable,
     )
+    load = daemonset_load(bare, daemonsets)
+    if not load:
+        return bare  # the planner builds this for every machine on every plan: no copy
     return NodeView(
         name=bare.name,
         labels=bare.labels,
         taints=bare.taints,
         allocatable=allocatable,
-        requested=daemonset_load(bare, daemonsets),
+        requested=load,
     )
 
 
@@ -237,7 +240,7 @@ def daemonset_load(view: NodeView, daemonsets: Iterable[DaemonSet]) -> Resources
         if not placement_reasons(daemonset.scheduling, view):
             for name, value in daemonset.scheduling.requests:
                 total[name] = total.get(name, 0) + value
-    return Resources.of(total)
+    return Resources.of(total) if total else Resources()
 
 
 def _transient(taint: Taint) -> bool:

@@ -187,6 +187,10 @@ class SimMachine:
     power_on_times: list[float] = field(default_factory=list)
     #: (seconds since start, phase) at every phase change.
     timeline: list[tuple[float, str]] = field(default_factory=list)
+    #: The planner's `Machine` and `CoreNode` for the current state, and what they were built
+    #: from: rebuilt only when that changes, so a snapshot costs no copy per machine and plan.
+    record: tuple[tuple[Any, ...], Machine] | None = None
+    core_node: tuple[tuple[Any, ...], CoreNode] | None = None
 
     @property
     def name(self) -> str:
@@ -576,31 +580,8 @@ class Simulator:
         pods = [p.pod for p in self.pending.values()]
         for machine in self.machines.values():
             pods.extend(p.pod for p in machine.pods.values())
-        nodes = [
-            CoreNode(
-                name=m.name,
-                labels={HOSTNAME_LABEL: m.name, **m.template.labels},
-                taints=m.template.taints,
-                allocatable=m.allocatable,
-                unschedulable=m.cordoned,
-                ready=m.node_ready,
-                ready_since=m.node_ready_since,
-            )
-            for m in self.machines.values()
-            if m.node_exists
-        ]
-        machines = [
-            replace(
-                m.template,
-                phase=m.state.phase,
-                desired=DesiredPowerState(m.state.desired.value),
-                phase_since=m.state.phase_since,
-                learned_boot_seconds=_float(median(m.state.learned.boot_samples)),
-                learned_shutdown_seconds=_float(median(m.state.learned.shutdown_samples)),
-                power_ons=m.state.learned.power_ons,
-            )
-            for m in self.machines.values()
-        ]
+        nodes = [self._core_node(m) for m in self.machines.values() if m.node_exists]
+        machines = [self._record(m) for m in self.machines.values()]
         return Snapshot(
             pods=tuple(pods),
             nodes=tuple(nodes),
@@ -610,6 +591,42 @@ class Simulator:
             complete=True,
             unneeded_since=dict(self.unneeded),
         )
+
+    @staticmethod
+    def _core_node(m: SimMachine) -> CoreNode:
+        """The machine's core Node as the planner reads it (built again only on a change)."""
+        key = (m.cordoned, m.node_ready, m.node_ready_since)
+        if m.core_node is None or m.core_node[0] != key:
+            node = CoreNode(
+                name=m.name,
+                labels={HOSTNAME_LABEL: m.name, **m.template.labels},
+                taints=m.template.taints,
+                allocatable=m.allocatable,
+                unschedulable=m.cordoned,
+                ready=m.node_ready,
+                ready_since=m.node_ready_since,
+            )
+            m.core_node = (key, node)
+        return m.core_node[1]
+
+    @staticmethod
+    def _record(m: SimMachine) -> Machine:
+        """The machine as `state.build` would read its Node (built again only on a change)."""
+        state = m.state
+        key = (state.phase, state.desired, state.phase_since, state.learned)
+        if m.record is None or m.record[0] != key:
+            learned = state.learned
+            machine = replace(
+                m.template,
+                phase=state.phase,
+                desired=DesiredPowerState(state.desired.value),
+                phase_since=state.phase_since,
+                learned_boot_seconds=_float(median(learned.boot_samples)),
+                learned_shutdown_seconds=_float(median(learned.shutdown_samples)),
+                power_ons=learned.power_ons,
+            )
+            m.record = (key, machine)
+        return m.record[1]
 
     def _expected(self) -> tuple[ExpectedPod, ...]:
         """Each CronJob's next run, by the code `snapshot_from` uses for a live cluster's."""
