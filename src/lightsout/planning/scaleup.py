@@ -90,6 +90,11 @@ class Chosen:
     pods: list[Pod] = field(default_factory=list)
 
 
+#: How a pod's note starts when the pod is counted on a machine already coming up (the
+#: operator tells the pod so with an event: it waits for that machine, not for nothing).
+COMING_NOTE = "will run on machine "
+
+
 def absorb(cluster: Cluster, classes: list[PodClass], notes: dict[ObjectKey, str]) -> None:
     """Place pending pods on Ready nodes the scheduler may not have tried and on machines
     already powering on; note where each placed pod is expected to run."""
@@ -120,7 +125,7 @@ def absorb(cluster: Cluster, classes: list[PodClass], notes: dict[ObjectKey, str
                 target.add(cls, pods)
                 info = target.info
                 state = info.state if info else "powering on"
-                note = f"will run on machine {target.name}, already {state}"
+                note = f"{COMING_NOTE}{target.name}, already {state}"
                 notes.update((pod.key, note) for pod in pods)
 
 
