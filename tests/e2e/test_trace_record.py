@@ -144,6 +144,10 @@ def test_a_recorded_workload_is_written_as_a_trace_that_simulate_replays(
             # The workload goes away, and so does the machine: a whole power cycle recorded.
             crds.kubectl("delete", "pod", "solo", "-n", namespace, "--wait=false")
             crds.kubectl("delete", "deployment", "web", "-n", namespace)
+            # A CronJob due every minute keeps its machine on (pre-warming): suspended, it
+            # announces no further run.
+            body = json.dumps({"spec": {"suspend": True}})
+            crds.kubectl("patch", "cronjob", "nightly", "-n", namespace, "--type=merge", "-p", body)
             learned = wait_phase(crds, namespace, small, "Off")["learned"]
             recorder.send_signal(signal.SIGTERM)
             stdout, stderr = recorder.communicate(timeout=120)
