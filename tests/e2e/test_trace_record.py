@@ -154,6 +154,7 @@ def test_a_recorded_workload_is_written_as_a_trace_that_simulate_replays(
         finally:
             if recorder.poll() is None:
                 recorder.kill()
+                recorder.communicate()  # reaped and its pipes closed, not left to a later test
         assert recorder.returncode == 0, stderr
         assert f"-> {out}" in stdout, stdout
 
