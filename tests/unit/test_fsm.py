@@ -645,6 +645,19 @@ DRIFT_POLICY_ROWS: list[Row] = [
      machine(Phase.FAILED, ON, gen=6, operation=SHUT, reason="DriftAdopted", adopt_drift=True),
      obs(**HEALTH_ON), at(30), Phase.BOOTING, "WaitingForNode",
      [LEASE, "Condition:Drifted=False:DriftAdopted", "Event:Normal:WaitingForNode", "Requeue"]),
+    # The pass right after the DriftAdopted status write may still read the old spec: the
+    # adoption waits for its own patch (sent again) instead of undoing itself.
+    ("failed-adopted-stale-spec-waits",
+     machine(Phase.FAILED, OFF, operation=SHUT, reason="DriftAdopted", adopt_drift=True,
+             adopting=ON),
+     obs(**HEALTH_ON), at(21), Phase.FAILED, "DriftAdopted", ["SetDesired:On", "Requeue"]),
+    ("off-adopted-stale-spec-waits",
+     machine(Phase.OFF, OFF, reason="DriftAdopted", adopt_drift=True, adopting=ON),
+     obs(**HEALTH_ON), at(21), Phase.OFF, "DriftAdopted", ["SetDesired:On", "Requeue"]),
+    ("ready-adopted-stale-spec-waits",
+     machine(Phase.READY, ON, reason="DriftAdopted", adopt_drift=True, adopting=OFF),
+     obs(**HEALTH_OFF, **READY_NODE), at(21), Phase.READY, "DriftAdopted",
+     ["SetDesired:Off", "Requeue"]),
 ]
 
 UNKNOWN_ROWS: list[Row] = [

@@ -54,6 +54,21 @@ def test_any_edit_of_a_failed_machine_is_a_new_intent() -> None:
     assert inputs.machine_state(node(status), None).intent_generation == 3
 
 
+def test_an_adoption_is_pending_until_the_spec_read_is_newer_than_the_decision() -> None:
+    status = {"phase": "Failed", "reason": "DriftAdopted", "observedPowerState": "On"}
+    stale = node({**status, "observedGeneration": 3}, desiredPowerState="Off")
+    assert inputs.machine_state(stale, None).adopting is PowerState.ON
+    patched = node({**status, "observedGeneration": 3}, generation=4, desiredPowerState="On")
+    assert inputs.machine_state(patched, None).adopting is None
+    # A person changing desiredPowerState later is a newer generation: not pending.
+    overridden = node({**status, "observedGeneration": 4}, generation=5, desiredPowerState="Off")
+    assert inputs.machine_state(overridden, None).adopting is None
+    other = node(
+        {**status, "reason": "DriftDetected", "observedGeneration": 3}, desiredPowerState="Off"
+    )
+    assert inputs.machine_state(other, None).adopting is None
+
+
 def test_the_groups_drift_policy_and_the_corrections_made() -> None:
     status = {"driftCorrections": ["2026-11-24T10:00:00Z", "garbage"]}
     group = {"spec": {"healthCheck": {"driftPolicy": "Correct", "maxCorrections": 5}}}

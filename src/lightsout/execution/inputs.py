@@ -15,6 +15,7 @@ from typing import Any
 
 from lightsout.execution.nodeops import metadata_applied, node_cordoned, node_ready
 from lightsout.models.group import DEFAULT_CORRECTION_WINDOW_SECONDS, DEFAULT_MAX_CORRECTIONS
+from lightsout.planning.fsm import Reason
 from lightsout.planning.learning import median
 from lightsout.planning.types import (
     Action,
@@ -221,6 +222,14 @@ def machine_state(node: Obj, group: Obj | None) -> MachineState:
     else:
         intent_generation = generation
     health = ((group or {}).get("spec") or {}).get("healthCheck") or {}
+    adopted = _enum(PowerState, status.get("observedPowerState"), desired)
+    adopting = (
+        adopted
+        if status.get("reason") == Reason.DRIFT_ADOPTED
+        and status.get("observedGeneration") == generation
+        and adopted is not desired
+        else None
+    )
     return MachineState(
         name=meta["name"],
         kubernetes_node_name=spec.get("kubernetesNodeName") or meta["name"],
@@ -253,6 +262,7 @@ def machine_state(node: Obj, group: Obj | None) -> MachineState:
             t for raw in status.get("driftCorrections") or () if (t := parse_time(raw)) is not None
         ),
         adopt_drift=health.get("driftPolicy") == "Adopt",
+        adopting=adopting,
     )
 
 

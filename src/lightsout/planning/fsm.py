@@ -27,6 +27,7 @@ AcquireLease, and every transitional phase renews the Lease on each reconcile):
 | Off | D Off, machine seen running | Off, Draining if Correct | DriftDetected / DriftCorrection |
 | Off, Ready | drift, Correct, maxCorrections used in window | Failed | DriftCorrectionsExhausted |
 | Off, Ready, Failed | drift, Adopt | unchanged | DriftAdopted (SetDesiredPowerState: as seen) |
+| Off, Ready, Failed | DriftAdopted, spec not yet patched | unchanged | DriftAdopted (patch again) |
 | Off | D On after DriftAdopted | Booting (no Job), Ready if core Node Ready | WaitingForNode |
 | Ready | D Off after DriftAdopted | Off (no Job; a clone is deprovisioned) | ObservedOff |
 | PoweringOn | Job pending or running | unchanged | WaitingForJob |
@@ -232,6 +233,8 @@ def decide(machine: MachineState, obs: Observations, now: datetime) -> Decision:
     adopted = _adopt_active_job(machine, obs.job, now)
     if adopted is not None:
         return _finish(machine, adopted, now)
+    if machine.adopting is not None:
+        return _finish(machine, _adoption_pending(machine, machine.adopting), now)
     subject = _resolve_unknown(machine, obs, now) if machine.phase is Phase.UNKNOWN else machine
     decision = _HANDLERS[subject.phase](subject, obs, now)
     decision = _one_job_at_a_time(machine, obs, decision)
@@ -551,6 +554,21 @@ def _drift(
     effects = (*noticed, *_release_if_held(obs))
     return Decision(
         m.phase, Reason.DRIFT_DETECTED, message, effects, m.operation, observed_power_state=seen
+    )
+
+
+def _adoption_pending(m: MachineState, seen: PowerState) -> Decision:
+    """The pass after a DriftAdopted status write can read the spec from before the patch
+    of desiredPowerState that came with it (status and spec are two writes, and the watch
+    delivers them apart): acting on the old desired state would undo the adoption (a Failed
+    machine found On would be called Off). Wait for the patch, sending it again in case it
+    was lost (the same value again changes nothing)."""
+    message = (
+        m.message or f"adopting the machine found {seen}: waiting for desiredPowerState {seen}"
+    )
+    effects: tuple[Effect, ...] = (SetDesiredPowerState(seen), Requeue(SOON_SECONDS))
+    return Decision(
+        m.phase, Reason.DRIFT_ADOPTED, message, effects, m.operation, observed_power_state=seen
     )
 
 

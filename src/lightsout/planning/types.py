@@ -227,6 +227,10 @@ class MachineState:
     drift_corrections: tuple[datetime, ...] = ()
     #: Group `healthCheck.driftPolicy == Adopt`: the desired power state follows the machine.
     adopt_drift: bool = False
+    #: The power state a drift was just adopted into, while the spec read is still the one
+    #: the adoption was decided on (`status.observedGeneration == metadata.generation`): the
+    #: operator's own patch of `desiredPowerState` has not reached its cache yet.
+    adopting: PowerState | None = None
 
     @property
     def on_action(self) -> Action:
