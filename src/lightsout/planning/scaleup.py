@@ -186,20 +186,8 @@ def absorb(
                 target.add(cls, pods)
                 note = f"fits on node {target.name}; the scheduler should place it there"
                 notes.update((pod.key, note) for pod in pods)
-    return _absorb_coming(cluster, classes, notes, room)
-
-
-def _absorb_coming(
-    cluster: Cluster,
-    classes: list[PodClass],
-    notes: dict[ObjectKey, str],
-    room: Mapping[ObjectKey, int],
-) -> dict[ObjectKey, str]:
-    """Count pending pods on machines already coming up the way kube-scheduler will place them:
-    the machine Ready first takes the oldest pods that fit, whatever their class. A class
-    skips a machine Ready later than a fresh power-on of an off machine (plus the margin)."""
-    now = cluster.now
-    fresh: dict[int, FreshPowerOn | None] = {}  # by class id, looked up when first needed
+    # Machines coming up, as kube-scheduler will fill them: the one Ready first takes the oldest
+    # pods that fit, whatever their class.
     timed = sorted(
         (
             (ready_in(target.info, now) if target.info else 0.0, target.name, target)
@@ -207,27 +195,47 @@ def _absorb_coming(
         ),
         key=lambda entry: (entry[0], entry[1]),
     )
+    fresh: dict[int, FreshPowerOn | None] = {}  # by class id, looked up when first needed
     late: dict[ObjectKey, str] = {}
     for seconds, _, target in timed:
-        usable: list[PodClass] = []
-        for cls in classes:
-            if not cls.remaining or not cluster.placer.capacity(cls, target):
-                continue
-            if cls.id not in fresh:
-                fresh[cls.id] = fresh_power_on(cluster, cls, room)
-            quicker = fresh[cls.id]
-            if quicker is not None and seconds > quicker.seconds + COMING_MARGIN_SECONDS:
-                # No running seconds in it: the operator posts a changed note as a new event.
-                note = (
-                    f"not counted on machine {target.name}, already powering on: machine "
-                    f"{quicker.info.key.name} powered on now would be Ready sooner (boot "
-                    f"about {quicker.info.machine.boot_estimate:.0f}s)"
-                )
-                late.update((pod.key, note) for pod in cls.rest() if pod.key not in late)
-                continue
-            usable.append(cls)
-        _fill_oldest_first(cluster, target, usable, notes)
+        allowed = _in_time(
+            cluster, target, seconds=seconds, classes=classes, room=room, fresh=fresh, late=late
+        )
+        _fill_oldest_first(cluster, target, allowed, notes)
     return {key: note for key, note in late.items() if key not in notes}
+
+
+def _in_time(
+    cluster: Cluster,
+    target: Bin,
+    *,
+    seconds: float,
+    classes: list[PodClass],
+    room: Mapping[ObjectKey, int],
+    fresh: dict[int, FreshPowerOn | None],
+    late: dict[ObjectKey, str],
+) -> list[PodClass]:
+    """The classes that fit on `target`, a machine coming up that is Ready in `seconds`, and
+    may count on it: no off machine they could get would be Ready more than
+    `COMING_MARGIN_SECONDS` sooner. The pods of the others get a note in `late`."""
+    usable: list[PodClass] = []
+    for cls in classes:
+        if not cls.remaining or not cluster.placer.capacity(cls, target):
+            continue
+        if cls.id not in fresh:
+            fresh[cls.id] = fresh_power_on(cluster, cls, room)
+        quicker = fresh[cls.id]
+        if quicker is not None and seconds > quicker.seconds + COMING_MARGIN_SECONDS:
+            # No running seconds in it: the operator posts a changed note as a new event.
+            note = (
+                f"not counted on machine {target.name}, already powering on: machine "
+                f"{quicker.info.key.name} powered on now would be Ready sooner (boot "
+                f"about {quicker.info.machine.boot_estimate:.0f}s)"
+            )
+            late.update((pod.key, note) for pod in cls.rest() if pod.key not in late)
+            continue
+        usable.append(cls)
+    return usable
 
 
 def _fill_oldest_first(
