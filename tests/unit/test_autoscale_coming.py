@@ -111,6 +111,16 @@ def test_a_slow_coming_machine_takes_the_pod_when_nothing_quicker_can_be_powered
     assert pod_note(result, "ci-1") == "will run on machine big, already powering on (Booting)"
 
 
+def test_a_coming_machine_whose_boot_is_not_learned_yet_still_takes_the_pod() -> None:
+    # Its only estimate is the 600 s boot timeout, an upper bound: no second power-on on that.
+    unlearned = machine(
+        "big", "16", "32Gi", desired="On", phase="Booting", learned={"powerOns": [ts(at(-10))]}
+    )
+    result = run(group(), unlearned, nuc(), pod("ci-1", "2", "1Gi"))
+    assert result.actions == ()
+    assert pod_note(result, "ci-1") == "will run on machine big, already powering on (Booting)"
+
+
 def test_coming_capacity_goes_to_the_oldest_pods_whatever_their_class() -> None:
     # kube-scheduler binds pending pods oldest first: when "booting" is Ready, small-1 (oldest)
     # and heavy-1 take its 4 CPUs and heavy-2 no longer fits. Counting the heavier class first

@@ -8,8 +8,9 @@ Called by `lightsout.planning.autoscale.plan` in three steps:
    machine coming up takes pods as kube-scheduler will bind them: the one expected Ready first
    (`ready_in`: learned boot less the time since its power-on Job started) takes the oldest
    pods that fit, whatever their class; and a pod is only counted on one that is Ready no later
-   than a fresh power-on of an off machine would be (plus `COMING_MARGIN_SECONDS`), else it is
-   left to `choose` and its explanation says why.
+   than a fresh power-on of an off machine would be (plus `COMING_MARGIN_SECONDS`; a machine
+   whose boot is not learned yet always counts), else it is left to `choose` and its
+   explanation says why.
 2. `choose`: the rest are bin-packed onto a *set* of powered-off machines. Greedy: at each step
    every distinct candidate (identical machines collapse into one offer) is filled first-fit
    decreasing with the remaining pods; each Group's selection policy picks its best offer,
@@ -199,7 +200,15 @@ def absorb(
     late: dict[ObjectKey, str] = {}
     for seconds, _, target in timed:
         allowed = _in_time(
-            cluster, target, seconds=seconds, classes=classes, room=room, fresh=fresh, late=late
+            cluster,
+            target,
+            seconds=seconds,
+            learned=target.info is not None
+            and target.info.machine.learned_boot_seconds is not None,
+            classes=classes,
+            room=room,
+            fresh=fresh,
+            late=late,
         )
         _fill_oldest_first(cluster, target, allowed, notes)
     return {key: note for key, note in late.items() if key not in notes}
@@ -210,6 +219,7 @@ def _in_time(
     target: Bin,
     *,
     seconds: float,
+    learned: bool,
     classes: list[PodClass],
     room: Mapping[ObjectKey, int],
     fresh: dict[int, FreshPowerOn | None],
@@ -217,7 +227,9 @@ def _in_time(
 ) -> list[PodClass]:
     """The classes that fit on `target`, a machine coming up that is Ready in `seconds`, and
     may count on it: no off machine they could get would be Ready more than
-    `COMING_MARGIN_SECONDS` sooner. The pods of the others get a note in `late`."""
+    `COMING_MARGIN_SECONDS` sooner. The pods of the others get a note in `late`. A machine
+    whose boot is not `learned` yet is always counted on: its estimate is the boot timeout, an
+    upper bound, and starting a second machine on it would be a power-on bought on a guess."""
     usable: list[PodClass] = []
     for cls in classes:
         if not cls.remaining or not cluster.placer.capacity(cls, target):
@@ -225,7 +237,7 @@ def _in_time(
         if cls.id not in fresh:
             fresh[cls.id] = fresh_power_on(cluster, cls, room)
         quicker = fresh[cls.id]
-        if quicker is not None and seconds > quicker.seconds + COMING_MARGIN_SECONDS:
+        if quicker is not None and learned and seconds > quicker.seconds + COMING_MARGIN_SECONDS:
             # No running seconds in it: the operator posts a changed note as a new event.
             note = (
                 f"not counted on machine {target.name}, already powering on: machine "
