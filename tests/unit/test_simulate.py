@@ -389,6 +389,25 @@ def test_a_pod_waiting_past_its_machines_boot_is_counted() -> None:
     assert summarise(result)["otherPodsWaitingPastBoot"] == 1
 
 
+def test_a_pod_counted_on_a_slow_machine_that_starts_sooner_elsewhere_is_not_late() -> None:
+    # "slow" boots 210 s and is powered on for "big" (8 CPUs, fits only there); "later" arrives
+    # while it boots and is counted on it (nothing else is off). "fast" frees up first and
+    # takes "later" after about 150 s: longer than fast's 60 s boot, but less than the boot of
+    # the machine it was waiting for, so it did not wait past its machine's boot.
+    slow_truth = Durations(power_on_seconds=10, boot_seconds=200, shutdown_seconds=20)
+    t = trace(
+        [pod(0, 160, "first", cpu="4"), pod(70, 600, "big", cpu="8"), pod(75, 600, "later", "4")],
+        machines=[node("fast", cpu=4, watts=(30, 10, 1)), node("slow", cpu=12)],
+    )
+    t = dataclasses.replace(t, durations={"fast": TRUTH, "slow": slow_truth})
+    result = replay(t)
+    later = next(p for p in result.pods if p.key.name == "later")
+    assert (later.counted_on, later.first_host, later.powered_for) == ("slow", "fast", None)
+    assert later.wait is not None
+    assert TRUTH.power_on_seconds + TRUTH.boot_seconds + 5 < later.wait < 210
+    assert summarise(result)["otherPodsWaitingPastBoot"] == 0
+
+
 def _cycles_trace(**node_autoscaling: Any) -> Trace:
     # a, then (after an idle gap longer than 600 s) b, then after a 200 s gap c: one machine's
     # worth of work each, on m1 alone.

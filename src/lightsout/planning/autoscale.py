@@ -74,9 +74,9 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
 
     classes = _classes(cluster, pod_notes)
     skipped = len(pod_notes)  # DaemonSet pods
-    absorb(cluster, classes, pod_notes)
-    absorbed = len(pod_notes) - skipped
     room = room_of(cluster)
+    late = absorb(cluster, classes, pod_notes, room)
+    absorbed = len(pod_notes) - skipped
     wanting = eligible_classes(cluster, classes)
     chosen = choose(cluster, wanting, room, energy)
     minimum = top_up(cluster, chosen, room, energy)
@@ -126,7 +126,10 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
         explanations=Explanations(
             groups=_group_notes(cluster, actions, explainer, room),
             machines={key: tuple(notes) for key, notes in machine_notes.items()},
-            pods={key: (note,) for key, note in pod_notes.items()},
+            pods={
+                key: (note, late[key]) if key in late else (note,)
+                for key, note in pod_notes.items()
+            },
         ),
         unneeded_since=down.unneeded_since,
         summary=summary,

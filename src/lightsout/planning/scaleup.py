@@ -2,9 +2,15 @@
 
 Called by `lightsout.planning.autoscale.plan` in three steps:
 
-1. `absorb`: capacity that exists or is on its way takes pending pods first — machines already
-   powering on (their pods placed virtually, so a second machine is not started for them), and
-   Ready nodes the scheduler may not have tried yet (see `cluster.SCHEDULER_GRACE`).
+1. `absorb`: capacity that exists or is on its way takes pending pods first — Ready nodes the
+   scheduler may not have tried yet (see `cluster.SCHEDULER_GRACE`), and machines already
+   powering on (their pods placed virtually, so a second machine is not started for them). A
+   machine coming up takes pods as kube-scheduler will bind them: the one expected Ready first
+   (`ready_in`: learned boot less the time since its power-on Job started) takes the oldest
+   pods that fit, whatever their class; and a pod is only counted on one that is Ready no later
+   than a fresh power-on of an off machine would be (plus `COMING_MARGIN_SECONDS`; a machine
+   whose boot is not learned yet always counts), else it is left to `choose` and its
+   explanation says why.
 2. `choose`: the rest are bin-packed onto a *set* of powered-off machines. Greedy: at each step
    every distinct candidate (identical machines collapse into one offer) is filled first-fit
    decreasing with the remaining pods; each Group's selection policy picks its best offer,
@@ -18,10 +24,12 @@ Called by `lightsout.planning.autoscale.plan` in three steps:
 from __future__ import annotations
 
 import bisect
-from collections.abc import Hashable
+import heapq
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
-from lightsout.models.enums import Autoscaler, SelectionPolicy
+from lightsout.models.enums import Autoscaler, Phase, SelectionPolicy
 from lightsout.planning.cluster import (
     SCHEDULER_GRACE,
     Availability,
@@ -94,10 +102,73 @@ class Chosen:
 #: operator tells the pod so with an event: it waits for that machine, not for nothing).
 COMING_NOTE = "will run on machine "
 
+#: How much later than a fresh power-on of an off machine a machine already coming up may be
+#: Ready and still be counted on for a pending pod. Beyond it the pod is left to `choose`: a
+#: CI pod should not wait four minutes for a big server when a NUC boots in fifty seconds.
+#: Small, so a second machine is only started when it really saves its boot's worth of wait.
+COMING_MARGIN_SECONDS = 10.0
 
-def absorb(cluster: Cluster, classes: list[PodClass], notes: dict[ObjectKey, str]) -> None:
+
+def ready_in(info: MachineInfo, now: datetime) -> float:
+    """Expected seconds until a machine coming up is Ready: its boot estimate (learned, else
+    the boot timeout) less the time already spent since its power-on Job started (the last
+    `status.learned.powerOns` entry; the phase's start when none is recorded)."""
+    machine = info.machine
+    if machine.phase is Phase.READY:
+        return 0.0  # Ready, only its startup taint left
+    if machine.phase in (None, Phase.OFF):
+        return machine.boot_estimate  # the power-on Job has not started yet
+    started = machine.power_ons[-1] if machine.power_ons else machine.phase_since
+    if started is None:
+        return machine.boot_estimate
+    return max(0.0, machine.boot_estimate - (now - started).total_seconds())
+
+
+@dataclass(frozen=True)
+class FreshPowerOn:
+    """The quickest powered-off machine a class of pods could get, and when it would be Ready."""
+
+    info: MachineInfo
+    seconds: float
+
+
+def fresh_power_on(
+    cluster: Cluster, cls: PodClass, room: Mapping[ObjectKey, int]
+) -> FreshPowerOn | None:
+    """The off machine that would be Ready soonest for `cls`'s oldest remaining pod if powered
+    on now: its Group has room, the pod may run on it, one pod fits on it empty, and its
+    Group's scale-up window (which the pod must wait out first) is counted in."""
+    if not cls.remaining:
+        return None
+    age = since_verdict(cls.pods[cls.lo], cluster.now)
+    found: FreshPowerOn | None = None
+    for info in cluster.infos:
+        group, view = info.group, info.view
+        if info.availability is not Availability.OFF or not info.managed:
+            continue
+        if view is None or group is None or room.get(group.key, 0) <= 0:
+            continue
+        if cluster.placer.reasons(cls, info.shape, view):
+            continue
+        if not count_fit(cls.demand, view.free.as_dict()):
+            continue
+        window = max(0.0, group.scale_up.stabilization_seconds - age)
+        seconds = window + info.machine.boot_estimate
+        if found is None or seconds < found.seconds:
+            found = FreshPowerOn(info, seconds)
+    return found
+
+
+def absorb(
+    cluster: Cluster,
+    classes: list[PodClass],
+    notes: dict[ObjectKey, str],
+    room: Mapping[ObjectKey, int],
+) -> dict[ObjectKey, str]:
     """Place pending pods on Ready nodes the scheduler may not have tried and on machines
-    already powering on; note where each placed pod is expected to run."""
+    already powering on; note where each placed pod is expected to run. Returns, for pods left
+    over that fit on a machine already coming up, why they were not counted on it (that
+    machine is Ready too late: see `COMING_MARGIN_SECONDS`)."""
     now, grace = cluster.now, SCHEDULER_GRACE.total_seconds()
     for cls in classes:
         ages = [-since_verdict(pod, now) for pod in cls.pods]  # ascending: oldest first
@@ -116,17 +187,102 @@ def absorb(cluster: Cluster, classes: list[PodClass], notes: dict[ObjectKey, str
                 target.add(cls, pods)
                 note = f"fits on node {target.name}; the scheduler should place it there"
                 notes.update((pod.key, note) for pod in pods)
-        for target in cluster.coming_bins:
-            if not cls.remaining:
-                break
-            count = min(cls.remaining, cluster.placer.capacity(cls, target))
-            if count:
-                pods = cls.take_back(count)
-                target.add(cls, pods)
-                info = target.info
-                state = info.state if info else "powering on"
-                note = f"{COMING_NOTE}{target.name}, already {state}"
-                notes.update((pod.key, note) for pod in pods)
+    # Machines coming up, as kube-scheduler will fill them: the one Ready first takes the oldest
+    # pods that fit, whatever their class.
+    timed = sorted(
+        (
+            (ready_in(target.info, now) if target.info else 0.0, target.name, target)
+            for target in cluster.coming_bins
+        ),
+        key=lambda entry: (entry[0], entry[1]),
+    )
+    fresh: dict[int, FreshPowerOn | None] = {}  # by class id, looked up when first needed
+    late: dict[ObjectKey, str] = {}
+    for seconds, _, target in timed:
+        allowed = _in_time(
+            cluster,
+            target,
+            seconds=seconds,
+            learned=target.info is not None
+            and target.info.machine.learned_boot_seconds is not None,
+            classes=classes,
+            room=room,
+            fresh=fresh,
+            late=late,
+        )
+        _fill_oldest_first(cluster, target, allowed, notes)
+    return {key: note for key, note in late.items() if key not in notes}
+
+
+def _in_time(
+    cluster: Cluster,
+    target: Bin,
+    *,
+    seconds: float,
+    learned: bool,
+    classes: list[PodClass],
+    room: Mapping[ObjectKey, int],
+    fresh: dict[int, FreshPowerOn | None],
+    late: dict[ObjectKey, str],
+) -> list[PodClass]:
+    """The classes that fit on `target`, a machine coming up that is Ready in `seconds`, and
+    may count on it: no off machine they could get would be Ready more than
+    `COMING_MARGIN_SECONDS` sooner. The pods of the others get a note in `late`. A machine
+    whose boot is not `learned` yet is always counted on: its estimate is the boot timeout, an
+    upper bound, and starting a second machine on it would be a power-on bought on a guess."""
+    usable: list[PodClass] = []
+    for cls in classes:
+        if not cls.remaining or not cluster.placer.capacity(cls, target):
+            continue
+        if cls.id not in fresh:
+            fresh[cls.id] = fresh_power_on(cluster, cls, room)
+        quicker = fresh[cls.id]
+        if quicker is not None and learned and seconds > quicker.seconds + COMING_MARGIN_SECONDS:
+            # No running seconds in it: the operator posts a changed note as a new event.
+            note = (
+                f"not counted on machine {target.name}, already powering on: machine "
+                f"{quicker.info.key.name} powered on now would be Ready sooner (boot "
+                f"about {quicker.info.machine.boot_estimate:.0f}s)"
+            )
+            late.update((pod.key, note) for pod in cls.rest() if pod.key not in late)
+            continue
+        usable.append(cls)
+    return usable
+
+
+def _fill_oldest_first(
+    cluster: Cluster, target: Bin, classes: list[PodClass], notes: dict[ObjectKey, str]
+) -> None:
+    """Place the oldest pods of `classes` on `target` while they fit, as the scheduler binds
+    pending pods oldest first: a class whose next pod does not fit drops out (its other pods
+    ask the same), the others go on."""
+    now = cluster.now
+    heap = [(-since_verdict(cls.pods[cls.lo], now), cls.pods[cls.lo].key, cls) for cls in classes]
+    heapq.heapify(heap)
+    info = target.info
+    note = f"{COMING_NOTE}{target.name}, already {info.state if info else 'powering on'}"
+    while heap:
+        _, _, cls = heapq.heappop(heap)
+        fits = cluster.placer.capacity(cls, target)
+        if not fits:
+            continue
+        # Take this class's pods up to the next class's oldest pod in one step.
+        count = 1
+        if heap:
+            rival = heap[0][0]
+            while (
+                count < min(fits, cls.remaining)
+                and -since_verdict(cls.pods[cls.lo + count], now) <= rival
+            ):
+                count += 1
+        else:
+            count = min(fits, cls.remaining)
+        pods = cls.take_front(count)
+        target.add(cls, pods)
+        notes.update((pod.key, note) for pod in pods)
+        if cls.remaining:
+            nxt = cls.pods[cls.lo]
+            heapq.heappush(heap, (-since_verdict(nxt, now), nxt.key, cls))
 
 
 def eligible_classes(cluster: Cluster, classes: list[PodClass]) -> list[PodClass]:

@@ -17,9 +17,11 @@ from lightsout.planning.energy import cost
 from lightsout.simulate.engine import Result, SimPod
 
 #: A pod that waited longer than its machine's power-on and boot plus this is reported. "Its
-#: machine" is the one it ran on, or the one the planner powered on for it when that one is
-#: slower (a pod waiting for a machine that is booting may start earlier elsewhere as room
-#: frees up: it waited less than the boot it was promised).
+#: machine" is the one it first ran on or, when slower, the one the planner powered on for it
+#: or counted it on while that one was coming up (a pod waiting for a machine that is booting
+#: may start earlier elsewhere as room frees up: it waited less than the boot it was promised).
+#: The planner only counts a pod on a coming machine Ready no later than a fresh power-on
+#: would be (`scaleup.COMING_MARGIN_SECONDS`), so that machine is the pod's quickest one.
 BOOT_SLACK_SECONDS = 5.0
 
 
@@ -96,9 +98,10 @@ def summarise(result: Result) -> dict[str, Any]:
         p
         for p in other
         if p.wait is not None
-        and p.host is not None
+        and p.first_host is not None
         and p.wait
-        > max(boot_of.get(p.host, 0.0), boot_of.get(p.powered_for or "", 0.0)) + BOOT_SLACK_SECONDS
+        > max(boot_of.get(name or "", 0.0) for name in (p.first_host, p.powered_for, p.counted_on))
+        + BOOT_SLACK_SECONDS
     ]
     return {
         "trace": result.trace.name,
