@@ -10,6 +10,7 @@ answers) and fakepve as a Proxmox VE host. A run is started from the CronJob at 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import uuid
 from collections.abc import Iterator, Mapping
@@ -86,7 +87,28 @@ def wol_and_proxmox(
 
 
 def run_check(cluster: Cluster, namespace: str) -> str:
-    """Start one run of the Group's health check now; returns its Job's name."""
+    """Start one run of the Group's health check now; returns its Job's name.
+
+    A check only counts against a machine's phase if it started after the phase did, and both
+    times are whole seconds (a container's startedAt, status.phaseSince): a check started in
+    the second a machine went Off waits for the next run, as it would in a user's cluster. The
+    run is started in a later second than every machine's phase, so the run the test waits for
+    is the one that is judged."""
+    latest = max(
+        (
+            dt.datetime.fromisoformat(since)
+            for item in (get_json(cluster, "lsn", "-n", namespace) or {}).get("items") or []
+            if (since := (item.get("status") or {}).get("phaseSince"))
+        ),
+        default=None,
+    )
+    if latest is not None:
+        wait_for(
+            lambda: dt.datetime.now(dt.UTC).replace(microsecond=0) > latest,
+            PATIENCE,
+            f"a second later than the last phase change ({latest:%H:%M:%S})",
+            interval=0.1,
+        )
     job = f"check-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "job", job, f"--from=cronjob/{CRONJOB}", "-n", namespace)
     return job
