@@ -22,6 +22,7 @@ from tests.unit.test_autoscale_objects import (
     group,
     machine,
     ons,
+    pkey,
     pod,
     pod_note,
     run,
@@ -154,6 +155,8 @@ def test_the_machine_ready_first_takes_the_oldest_pod(slow: str, quick: str) -> 
     assert result.actions == ()
     assert pod_note(result, "old") == f"will run on machine {quick}, already powering on (Booting)"
     assert pod_note(result, "young") == f"will run on machine {slow}, already powering on (Booting)"
+    # The same, as data: what the operator's WaitingForScaleUp event and the simulator read.
+    assert result.explanations.coming == {pkey("old"): quick, pkey("young"): slow}
 
 
 def _info(phase: Phase | None = None, **fields: Any) -> MachineInfo:

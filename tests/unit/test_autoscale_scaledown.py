@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from lightsout.state import DO_NOT_DISRUPT
+from lightsout.state import DO_NOT_DISRUPT, SAFE_TO_EVICT
 from tests.unit.test_autoscale_objects import (
     at,
     core_node,
@@ -96,10 +96,18 @@ def test_a_pdb_allowing_no_disruption_blocks_and_one_allowing_some_does_not() ->
     assert offs(allowed) == ["idle"]
 
 
-def test_do_not_disrupt_blocks() -> None:
-    result = run(cluster(annotations={DO_NOT_DISRUPT: "true"}), unneeded_since=LONG_AGO)
+@pytest.mark.parametrize(
+    ("annotation", "value"), [(DO_NOT_DISRUPT, "true"), (SAFE_TO_EVICT, "False")]
+)
+def test_do_not_disrupt_blocks(annotation: str, value: str) -> None:
+    result = run(cluster(annotations={annotation: value}), unneeded_since=LONG_AGO)
     assert result.actions == ()
-    assert f"pod apps/web-1 has {DO_NOT_DISRUPT}=true" in machine_note(result, "idle")
+    assert f"pod apps/web-1 has {annotation}={value.lower()}" in machine_note(result, "idle")
+
+
+def test_safe_to_evict_true_does_not_block() -> None:
+    result = run(cluster(annotations={SAFE_TO_EVICT: "true"}), unneeded_since=LONG_AGO)
+    assert offs(result) == ["idle"]
 
 
 def test_a_bare_pod_blocks_because_it_would_not_come_back() -> None:

@@ -145,7 +145,8 @@ def test_a_pending_unschedulable_pod_and_its_facts() -> None:
     assert p.unschedulable_since == at(-30)
     assert p.created == at(-3600)
     assert p.owner_kind == "ReplicaSet"
-    assert p.do_not_disrupt and not p.mirror and not p.daemonset
+    assert p.do_not_disrupt == "lightsout.dev/do-not-disrupt=true"
+    assert not p.mirror and not p.daemonset
     assert p.scheduling.node_selector == (("disk", "ssd"),)
     assert [t.key for t in p.scheduling.tolerations] == ["a"]  # the bogus operator is dropped
     assert p.scheduling.affinity is not None

@@ -13,7 +13,6 @@ from lightsout.planning.types import STARTUP_TAINT_KEY
 
 Obj = Mapping[str, Any]
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-DO_NOT_DISRUPT = "lightsout.dev/do-not-disrupt"
 
 
 def node_ready(node: Obj | None) -> bool:

@@ -34,7 +34,6 @@ from lightsout.k8s import api
 from lightsout.metrics.families import AUTOSCALER_DECISIONS, PENDING_OLDEST, PENDING_PODS
 from lightsout.models.enums import Autoscaler
 from lightsout.planning.decisions import Plan, PowerOn, ScaleAction
-from lightsout.planning.scaleup import COMING_NOTE
 from lightsout.planning.types import LeaseState
 from lightsout.state import UNNEEDED_SINCE, ObjectKey, Snapshot
 
@@ -197,9 +196,8 @@ class PlanApplier:
                 continue
             if text.startswith(_NO_MACHINE):
                 self._event(pod, "Warning", "NotTriggerScaleUp", text)
-            elif text.startswith(COMING_NOTE):
+            elif (machine := plan.explanations.coming.get(key)) is not None:
                 # One event per pod and machine, not one per phase the machine passes through.
-                machine = text.removeprefix(COMING_NOTE).split(",", 1)[0]
                 message = f"waiting for machine {machine}, which is already coming up"
                 self._event(pod, "Normal", "WaitingForScaleUp", message)
 

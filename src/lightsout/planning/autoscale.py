@@ -75,7 +75,8 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
     classes = _classes(cluster, pod_notes)
     skipped = len(pod_notes)  # DaemonSet pods
     room = room_of(cluster)
-    late = absorb(cluster, classes, pod_notes, room)
+    coming: dict[ObjectKey, str] = {}
+    late = absorb(cluster, classes, pod_notes, room, coming)
     absorbed = len(pod_notes) - skipped
     wanting = eligible_classes(cluster, classes)
     chosen = choose(cluster, wanting, room, energy)
@@ -130,6 +131,7 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
                 key: (note, late[key]) if key in late else (note,)
                 for key, note in pod_notes.items()
             },
+            coming=coming,
         ),
         unneeded_since=down.unneeded_since,
         summary=summary,

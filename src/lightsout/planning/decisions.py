@@ -43,6 +43,9 @@ class Explanations:
     groups: Mapping[ObjectKey, tuple[str, ...]] = field(default_factory=dict)
     machines: Mapping[ObjectKey, tuple[str, ...]] = field(default_factory=dict)
     pods: Mapping[ObjectKey, tuple[str, ...]] = field(default_factory=dict)
+    #: Pending pods counted on a machine already coming up, and that machine's name: the
+    #: operator tells such a pod what it waits for, the simulator judges its wait by it.
+    coming: Mapping[ObjectKey, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

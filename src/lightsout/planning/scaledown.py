@@ -7,7 +7,8 @@ pods already placed on them). A Ready machine of a builtin Group with autoscalin
 - no pending pod is expected to run on it (a machine powered on for a pod keeps it);
 - its utilisation (requests of pods other than DaemonSet and mirror pods over allocatable, the
   larger of cpu and memory) is under the Group's scaleDown.utilizationThreshold;
-- none of its pods carries `lightsout.dev/do-not-disrupt: "true"`, lacks a controller (it would
+- none of its pods carries `lightsout.dev/do-not-disrupt: "true"` (or cluster-autoscaler's
+  `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`), lacks a controller (it would
   not come back after eviction), or is selected by a PodDisruptionBudget allowing no disruption;
 - every such pod fits on the other Ready nodes. Machines are considered one by one and the
   space their pods would take is reserved, so two machines never count on the same free space,
@@ -44,7 +45,7 @@ from lightsout.planning.decisions import PowerOff
 from lightsout.planning.policy import EnergyModel, power_off_rank
 from lightsout.planning.scheduling import fits, placement_reasons, selector_matches
 from lightsout.state.resources import CPU, MEMORY
-from lightsout.state.types import DO_NOT_DISRUPT, DisruptionBudget, ExpectedPod, ObjectKey, Pod
+from lightsout.state.types import DisruptionBudget, ExpectedPod, ObjectKey, Pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +178,7 @@ def _needed(
         return f"utilisation {utilisation:.0%} is not under the threshold {threshold:.0%}"
     for pod in movable:
         if pod.do_not_disrupt:
-            return f"pod {pod.key} has {DO_NOT_DISRUPT}=true"
+            return f"pod {pod.key} has {pod.do_not_disrupt}"
         if pod.owner_kind is None:
             return f"pod {pod.key} has no controller and would not come back after eviction"
         for budget in budgets:

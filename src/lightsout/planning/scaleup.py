@@ -98,10 +98,6 @@ class Chosen:
     pods: list[Pod] = field(default_factory=list)
 
 
-#: How a pod's note starts when the pod is counted on a machine already coming up (the
-#: operator tells the pod so with an event: it waits for that machine, not for nothing).
-COMING_NOTE = "will run on machine "
-
 #: How much later than a fresh power-on of an off machine a machine already coming up may be
 #: Ready and still be counted on for a pending pod. Beyond it the pod is left to `choose`: a
 #: CI pod should not wait four minutes for a big server when a NUC boots in fifty seconds.
@@ -164,11 +160,13 @@ def absorb(
     classes: list[PodClass],
     notes: dict[ObjectKey, str],
     room: Mapping[ObjectKey, int],
+    coming: dict[ObjectKey, str],
 ) -> dict[ObjectKey, str]:
     """Place pending pods on Ready nodes the scheduler may not have tried and on machines
-    already powering on; note where each placed pod is expected to run. Returns, for pods left
-    over that fit on a machine already coming up, why they were not counted on it (that
-    machine is Ready too late: see `COMING_MARGIN_SECONDS`)."""
+    already powering on; note where each placed pod is expected to run, and in `coming` the
+    machine coming up each pod counted on there waits for. Returns, for pods left over that
+    fit on a machine already coming up, why they were not counted on it (that machine is Ready
+    too late: see `COMING_MARGIN_SECONDS`)."""
     now, grace = cluster.now, SCHEDULER_GRACE.total_seconds()
     for cls in classes:
         ages = [-since_verdict(pod, now) for pod in cls.pods]  # ascending: oldest first
@@ -210,7 +208,8 @@ def absorb(
             fresh=fresh,
             late=late,
         )
-        _fill_oldest_first(cluster, target, allowed, notes)
+        for key in _fill_oldest_first(cluster, target, allowed, notes):
+            coming[key] = target.name
     return {key: note for key, note in late.items() if key not in notes}
 
 
@@ -252,15 +251,16 @@ def _in_time(
 
 def _fill_oldest_first(
     cluster: Cluster, target: Bin, classes: list[PodClass], notes: dict[ObjectKey, str]
-) -> None:
+) -> list[ObjectKey]:
     """Place the oldest pods of `classes` on `target` while they fit, as the scheduler binds
     pending pods oldest first: a class whose next pod does not fit drops out (its other pods
-    ask the same), the others go on."""
+    ask the same), the others go on. Returns the pods placed."""
     now = cluster.now
     heap = [(-since_verdict(cls.pods[cls.lo], now), cls.pods[cls.lo].key, cls) for cls in classes]
     heapq.heapify(heap)
     info = target.info
-    note = f"{COMING_NOTE}{target.name}, already {info.state if info else 'powering on'}"
+    note = f"will run on machine {target.name}, already {info.state if info else 'powering on'}"
+    placed: list[ObjectKey] = []
     while heap:
         _, _, cls = heapq.heappop(heap)
         fits = cluster.placer.capacity(cls, target)
@@ -280,9 +280,11 @@ def _fill_oldest_first(
         pods = cls.take_front(count)
         target.add(cls, pods)
         notes.update((pod.key, note) for pod in pods)
+        placed.extend(pod.key for pod in pods)
         if cls.remaining:
             nxt = cls.pods[cls.lo]
             heapq.heappush(heap, (-since_verdict(nxt, now), nxt.key, cls))
+    return placed
 
 
 def eligible_classes(cluster: Cluster, classes: list[PodClass]) -> list[PodClass]:

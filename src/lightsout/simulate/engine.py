@@ -54,7 +54,6 @@ from lightsout.planning.effects import (
 from lightsout.planning.energy import Draw, Ledger, is_powered
 from lightsout.planning.fsm import decide
 from lightsout.planning.learning import median
-from lightsout.planning.scaleup import COMING_NOTE
 from lightsout.planning.scheduling import HOSTNAME_LABEL, NodeView, fits
 from lightsout.planning.types import (
     Action,
@@ -149,7 +148,7 @@ class SimPod:
     #: The node it first ran on (its wait ends there; an evicted pod may end up elsewhere).
     first_host: str | None = None
     #: The node of the machine already coming up that the last plan before its start counted
-    #: it on (`scaleup.COMING_NOTE`), if any: the machine it was waiting for.
+    #: it on (`Explanations.coming`), if any: the machine it was waiting for.
     counted_on: str | None = None
     started: float | None = None
     #: Wait before the first start (an evicted pod's restart does not count again).
@@ -649,10 +648,10 @@ class Simulator:
 
     def _apply(self, result: Plan, now: datetime) -> None:
         self.unneeded = dict(result.unneeded_since)
-        for key, notes in result.explanations.pods.items():
+        for key, coming in result.explanations.coming.items():
             waiting = self.pending.get(key)
-            if waiting is not None and waiting.wait is None and notes[0].startswith(COMING_NOTE):
-                waiting.counted_on = notes[0].removeprefix(COMING_NOTE).split(",", 1)[0]
+            if waiting is not None and waiting.wait is None:
+                waiting.counted_on = coming
         for action in result.actions:
             machine = self.machines.get(action.machine)
             group = self.group_index.get(action.group)

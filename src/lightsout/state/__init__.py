@@ -23,6 +23,7 @@ from lightsout.state.resources import Resources, format_amount, parse_amount, pa
 from lightsout.state.types import (
     DO_NOT_DISRUPT,
     MIRROR_POD,
+    SAFE_TO_EVICT,
     UNNEEDED_SINCE,
     CoreNode,
     DaemonSet,
@@ -54,6 +55,7 @@ __all__ = [
     "NODES_KEY",
     "PDBS_KEY",
     "PODS_KEY",
+    "SAFE_TO_EVICT",
     "SECRETS_KEY",
     "UNNEEDED_SINCE",
     "CoreNode",

@@ -36,6 +36,7 @@ from lightsout.state.resources import CPU, MEMORY, PODS, Resources, parse_amount
 from lightsout.state.types import (
     DO_NOT_DISRUPT,
     MIRROR_POD,
+    SAFE_TO_EVICT,
     UNNEEDED_SINCE,
     CoreNode,
     DaemonSet,
@@ -190,11 +191,19 @@ def _pod(obj: Mapping[str, Any], _notes: list[str]) -> Pod | None:
         labels=str_map(dig(metadata, "labels")),
         owner_kind=controller_kind(metadata),
         mirror=MIRROR_POD in annotations,
-        do_not_disrupt=annotations.get(DO_NOT_DISRUPT, "").strip().lower() == "true",
+        do_not_disrupt=_do_not_disrupt(annotations),
         unschedulable_since=unschedulable_since,
         created=created,
         deleting=dig(metadata, "deletionTimestamp") is not None,
     )
+
+
+def _do_not_disrupt(annotations: Mapping[str, str]) -> str:
+    """Which annotation, if any, asks that the pod not be evicted to power its node off."""
+    for name, value in ((DO_NOT_DISRUPT, "true"), (SAFE_TO_EVICT, "false")):
+        if annotations.get(name, "").strip().lower() == value:
+            return f"{name}={value}"
+    return ""
 
 
 def _core_node(obj: Mapping[str, Any], _notes: list[str]) -> CoreNode | None:

@@ -20,6 +20,9 @@ from lightsout.state.resources import Resources
 
 #: Pod annotation that keeps the autoscaler from draining the pod's node.
 DO_NOT_DISRUPT = "lightsout.dev/do-not-disrupt"
+#: cluster-autoscaler's way of saying the same ("false"): honoured too, so a workload marked
+#: for cluster-autoscaler is safe under Lights-Out without a second annotation.
+SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 #: Pod annotation the kubelet puts on mirror pods of static pods.
 MIRROR_POD = "kubernetes.io/config.mirror"
 #: Machine annotation where a handler may persist `Plan.unneeded_since` (RFC 3339).
@@ -116,7 +119,9 @@ class Pod:
     #: Kind of the controlling owner (`ReplicaSet`, `DaemonSet`, …), None for a bare pod.
     owner_kind: str | None = None
     mirror: bool = False
-    do_not_disrupt: bool = False
+    #: The annotation that keeps the planner from evicting it (`lightsout.dev/do-not-disrupt=true`
+    #: or `cluster-autoscaler.kubernetes.io/safe-to-evict=false`), empty when none does.
+    do_not_disrupt: str = ""
     #: When the scheduler declared it Unschedulable (PodScheduled=False, reason Unschedulable).
     unschedulable_since: datetime | None = None
     created: datetime | None = None
