@@ -9,6 +9,7 @@ import pytest
 
 from lightsout.execution import extravars, inputs, nodeops
 from lightsout.planning.types import Action, Operation, OperationResult, Phase, PowerState
+from lightsout.state import MIRROR_POD
 
 pytestmark = pytest.mark.unit
 
@@ -265,7 +266,7 @@ def test_drain_leaves_daemonset_mirror_and_finished_pods() -> None:
     pods = [
         pod("web"),
         pod("ds", ownerReferences=[{"kind": "DaemonSet", "name": "x"}]),
-        pod("mirror", annotations={nodeops.MIRROR_ANNOTATION: "x"}),
+        pod("mirror", annotations={MIRROR_POD: "x"}),
         pod("done", phase="Succeeded"),
         pod("rs", ownerReferences=[{"kind": "ReplicaSet", "name": "y"}]),
     ]

@@ -10,9 +10,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from lightsout.planning.types import STARTUP_TAINT_KEY
+from lightsout.state.types import MIRROR_POD
 
 Obj = Mapping[str, Any]
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
 def node_ready(node: Obj | None) -> bool:
@@ -109,7 +109,7 @@ def _owned_by_daemonset(pod: Obj) -> bool:
 def evictable(pod: Obj) -> bool:
     """Pods a drain must move: not DaemonSet-owned, not mirror pods, not already finished."""
     meta = pod.get("metadata") or {}
-    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+    if MIRROR_POD in (meta.get("annotations") or {}):
         return False
     if _owned_by_daemonset(pod):
         return False
