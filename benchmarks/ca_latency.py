@@ -27,9 +27,9 @@ from kubernetes import client
 
 from benchmarks.lab_objects import GROUP, PASSWORD, bmc_secret, redfish_machine
 from benchmarks.scaleup_latency import NAMESPACE, Observer, _until
-from lightsout_lab.cluster import free_port
 from lightsout_lab.cluster_autoscaler import ClusterAutoscaler, find_cluster_autoscaler
 from lightsout_lab.lab import Lab
+from lightsout_lab.process import free_port
 from lightsout_lab.sushy import POWER_ON
 
 VIA = "bench.lightsout.dev/via"

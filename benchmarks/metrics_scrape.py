@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
-import socket
 import statistics
 import sys
 import time
@@ -34,6 +33,7 @@ from lightsout.execution import energy
 from lightsout.metrics.energy import MachineCollector
 from lightsout.metrics.machines import MachineTracker, PhaseCollector
 from lightsout.models.enums import Phase
+from lightsout_lab.process import free_port
 
 NOW = dt.datetime.now(dt.UTC)
 GROUP_SIZE = 100
@@ -68,12 +68,6 @@ def node(index: int, job_state: str) -> dict[str, Any]:
     account = energy.checkpoint(body, GROUP, phase, 0.25, NOW - dt.timedelta(hours=5))
     body["status"]["energy"] = account
     return body
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def scrape(url: str, encoding: str) -> tuple[float, bytes]:

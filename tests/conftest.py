@@ -18,6 +18,7 @@ from kubernetes import client
 from lightsout_lab import Cluster
 from lightsout_lab.kubelet import JOB_PLACEMENT_ENV, KubeletAgent, runner_image_env
 from lightsout_lab.operator_process import OperatorProcess
+from tests.harness import tiers
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD_NAMES = ("groups.lightsout.dev", "nodes.lightsout.dev")
@@ -25,12 +26,33 @@ CRD_NAMES = ("groups.lightsout.dev", "nodes.lightsout.dev")
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Every test carries its tier marker, so `-m unit` / `-m e2e` select whole directories.
+    """Every test in exactly one tier (tests/harness/tiers.py): its folder's marker is added
+    here, so `-m unit` / `-m e2e` / `-m molecule` select whole folders; a test outside a tier
+    folder, or marked with another tier than its folder's, fails the collection. The tests of
+    the real node are grouped on one worker, and the longest tests go first."""
+    wrong: list[str] = []
     for item in items:
         parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
-        tier = parts[0] if len(parts) > 1 else ""
-        if tier in {"unit", "e2e", "molecule"} and tier not in item.keywords:
-            item.add_marker(getattr(pytest.mark, tier))
+        folder = parts[0] if len(parts) > 1 else ""
+        # Markers, not keywords: the folder's name is a keyword of every test in it.
+        marked = {m.name for m in item.iter_markers() if m.name in tiers.TIERS}
+        problem = tiers.tier_problem(folder, marked)
+        if problem:
+            wrong.append(f"{item.nodeid}: {problem}")
+        elif folder not in marked:
+            item.add_marker(getattr(pytest.mark, folder))
+        if tiers.REAL_NODE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group(tiers.REAL_NODE_GROUP))
+    if wrong:
+        raise pytest.UsageError("tests without exactly one tier:\n" + "\n".join(wrong))
+    # Stable: within a weight, the files' own order (module fixtures are set up once).
+    items.sort(
+        key=lambda item: tiers.weight(_tier(item), bool(item.get_closest_marker("xdist_group")))
+    )
+
+
+def _tier(item: pytest.Item) -> str:
+    return next((m.name for m in item.iter_markers() if m.name in tiers.TIERS), "")
 
 
 @pytest.fixture(scope="session")

@@ -15,11 +15,11 @@ import pytest
 from kubernetes import client
 
 from lightsout_lab import Cluster
-from lightsout_lab.cluster import free_port
 from lightsout_lab.cluster_autoscaler import service_account_kubeconfig
 from lightsout_lab.kubelet import KubeletAgent
 from lightsout_lab.machines import MachineSimulator
 from lightsout_lab.operator_process import OperatorProcess
+from lightsout_lab.process import free_port
 from lightsout_lab.sushy import FakeSystem, SushyEmulator
 from lightsout_lab.wol import WolListener
 from tests.e2e import ca_support

@@ -28,9 +28,9 @@ from kubernetes import client, watch
 
 from lightsout.planning.types import STARTUP_TAINT_KEY
 from lightsout_lab import Cluster
-from lightsout_lab.cluster import free_port
 from lightsout_lab.kubelet import JOB_PLACEMENT_ENV, KubeletAgent
 from lightsout_lab.operator_process import OperatorProcess
+from lightsout_lab.process import free_port
 from lightsout_lab.realnode import PAUSE_IMAGE, RealNode
 from lightsout_lab.sushy import POWER_ON, SushyEmulator
 from tests.e2e.conftest import patch_desired, post_existing_node, status, wait_phase

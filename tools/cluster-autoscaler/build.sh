@@ -12,8 +12,11 @@ CA_VERSION=1.34.5
 cache=${LIGHTSOUT_CACHE:-$HOME/.cache/lightsout}
 bin="$cache/bin/cluster-autoscaler-$CA_VERSION"
 out="$bin/cluster-autoscaler"
-if [ -x "$out" ]; then echo "$out"; exit 0; fi
 mkdir -p "$bin"
+# One build at a time per cache: parallel test workers may all ask for the binaries at once.
+exec 9>"$bin/.build.lock"
+flock 9
+if [ -x "$out" ]; then echo "$out"; exit 0; fi
 command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"
 command -v go >/dev/null || { echo "Go >= 1.24 is needed to build cluster-autoscaler" >&2; exit 1; }
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod

@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # Builds the local control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-# kubectl, kwok) and the real node's kubelet from the consumer Go modules beside this script. Binaries are cached by version
-# outside the work tree, so a warm run only checks that they exist. Prints the directory.
+# kubectl, kwok) and the real node's kubelet from the consumer Go modules beside this script.
+# Binaries are cached outside the work tree by version and a hash of the modules, so a warm run
+# only checks that they exist. Prints the directory.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 K8S_VERSION=v1.34.9
 ETCD_VERSION=v3.6.16
 KWOK_VERSION=v0.7.0
 cache=${LIGHTSOUT_CACHE:-$HOME/.cache/lightsout}
-bin="$cache/bin/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION"
+# Keyed by the versions and a hash of the modules' go.mod/go.sum: a changed dependency builds
+# anew, an unchanged one never.
+inputs=$(cat "$here"/{etcd,kwok,k8s}/go.{mod,sum} | sha256sum | cut -c1-12)
+bin="$cache/bin/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-$inputs"
 mkdir -p "$bin"
+# One build at a time per cache: parallel test workers may all ask for the binaries at once.
+exec 9>"$bin/.build.lock"
+flock 9
 # Go may be installed outside a non-login shell's PATH.
 command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"
 command -v go >/dev/null || { echo "Go >= 1.24 is needed to build the control plane" >&2; exit 1; }

@@ -7,10 +7,13 @@ version=$(awk '$1 == "helm.sh/helm/v3" {print $2; exit} $2 == "helm.sh/helm/v3" 
 [ -n "$version" ] || { echo "no helm.sh/helm/v3 requirement in $here/go.mod" >&2; exit 1; }
 cache=${LIGHTSOUT_CACHE:-$HOME/.cache/lightsout}
 out="$cache/bin/helm-$version/helm"
+# One build at a time per cache: parallel test workers may all ask for the binaries at once.
+mkdir -p "$(dirname "$out")"
+exec 9>"$(dirname "$out")/.build.lock"
+flock 9
 if [ ! -x "$out" ]; then
   command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"
   export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
-  mkdir -p "$(dirname "$out")"
   t0=$SECONDS
   # Helm's own Makefile stamps its version and the Kubernetes version it defaults to (from the
   # client-go it was built with); unstamped, `helm template` assumes Kubernetes 1.20.

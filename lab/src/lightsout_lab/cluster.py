@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -39,14 +38,6 @@ KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 
 class ClusterError(RuntimeError):
     """The control plane could not be started; the message carries the failing log's tail."""
-
-
-def free_port() -> int:
-    """Ask the kernel for a free loopback TCP port."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -78,14 +69,28 @@ class Cluster:
         return self.directory / "cluster.json"
 
     # ----------------------------------------------------------------- lifecycle
-    def start(self, timeout: float = 180.0) -> Cluster:
-        """Lay out the directory, start every component and wait until the cluster serves."""
+    def start(self, timeout: float = 180.0, attempts: int = 3) -> Cluster:
+        """Lay out the directory, start every component and wait until the cluster serves.
+
+        The ports are reserved outside the kernel's ephemeral range (``process.free_port``);
+        should a component still find its port taken, the whole start is tried again on new
+        ports (``attempts`` in all)."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._start_once(timeout)
+            except ClusterError as exc:
+                if "address already in use" not in str(exc) or attempt == attempts:
+                    raise
+                shutil.rmtree(self.directory / "etcd", ignore_errors=True)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _start_once(self, timeout: float) -> Cluster:
         bins = find_binaries()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
         pki = create_pki(self.directory / "pki")
         self.ports = {
-            name: free_port()
+            name: process.free_port()
             for name in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler")
         }
         self._write_kubeconfig(pki)

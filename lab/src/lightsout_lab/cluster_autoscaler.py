@@ -21,8 +21,8 @@ from typing import Self
 
 from lightsout.planning.types import STARTUP_TAINT_KEY
 from lightsout_lab.binaries import repo_root
-from lightsout_lab.cluster import Cluster, free_port
-from lightsout_lab.process import read_log, terminate
+from lightsout_lab.cluster import Cluster
+from lightsout_lab.process import free_port, read_log, terminate
 
 
 class ClusterAutoscalerMissingError(RuntimeError):

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from lightsout_lab.binaries import repo_root
-from lightsout_lab.cluster import free_port
 from lightsout_lab.demo import NAMESPACE, Narrator, Scenario, _credentials, _samples
 from lightsout_lab.lab import Lab
+from lightsout_lab.process import free_port
 
 SCRAPE_SECONDS = 2
 RATE_INTERVAL = "30s"

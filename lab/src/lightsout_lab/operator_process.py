@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lightsout_lab import Cluster
-from lightsout_lab.cluster import free_port
+from lightsout_lab.process import free_port
 
 
 @dataclass

@@ -11,6 +11,9 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+import random
 import shutil
 import socket
 import subprocess
@@ -82,12 +85,77 @@ class WorkdirService(Service):
             self._workdir = None
 
 
-def free_port(host: str, kind: socket.SocketKind = socket.SOCK_STREAM) -> int:
-    """A port nobody listens on right now (TCP, or UDP with ``kind=SOCK_DGRAM``)."""
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for port-0 binds and outgoing connections' source ports."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _lab_ports() -> range:
+    """Where the lab's servers listen: outside the ephemeral range, so no connection made
+    meanwhile (whose source port the kernel picks there) can take a port between the moment
+    it is chosen and the moment its server binds it."""
+    low, high = _ephemeral_range()
+    if low - 1024 >= 4096:
+        return range(max(1024, low - 12288), low)
+    return range(high + 1, 65536)
+
+
+#: Ports this process handed out lately: port -> (fd of its lock file, when). Another process
+#: of the lab (a parallel test worker) skips a port whose lock file is locked.
+_RESERVED: dict[int, tuple[int, float]] = {}
+#: How long a handed-out port stays reserved: longer than any server takes to bind it.
+RESERVATION_SECONDS = 600.0
+
+
+def _release_old_reservations(now: float) -> None:
+    for port, (fd, since) in list(_RESERVED.items()):
+        if now - since > RESERVATION_SECONDS:
+            os.close(fd)  # the lock goes with the descriptor
+            del _RESERVED[port]
+
+
+def _bindable(host: str, port: int, kind: socket.SocketKind) -> bool:
     with socket.socket(socket.AF_INET, kind) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1", kind: socket.SocketKind = socket.SOCK_STREAM) -> int:
+    """A port nobody listens on (TCP, or UDP with ``kind=SOCK_DGRAM``), reserved for a while.
+
+    Not a port-0 probe (bind, read, close, hand on): the kernel may give that port to another
+    socket before the server binds it, which failed lab starts with `address already in use`.
+    These ports lie outside the kernel's ephemeral range, and each is locked (a lock file under
+    the temp dir) so that the lab's other processes do not hand it out too.
+    """
+    now = time.monotonic()
+    _release_old_reservations(now)
+    locks = Path(tempfile.gettempdir()) / "lightsout-ports"
+    locks.mkdir(mode=0o777, exist_ok=True)
+    ports = _lab_ports()
+    for _ in range(500):
+        port = random.choice(ports)  # noqa: S311 - spreads the lab's processes, no secret
+        if port in _RESERVED:
+            continue
+        fd = os.open(locks / str(port), os.O_CREAT | os.O_RDWR, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)  # another lab process holds it
+            continue
+        if not _bindable(host, port, kind):
+            os.close(fd)
+            continue
+        _RESERVED[port] = (fd, now)
         return port
+    raise OSError(f"no free port on {host} in {ports.start}-{ports.stop - 1} after 500 tries")
 
 
 def start_on_free_port(
