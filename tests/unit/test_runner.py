@@ -318,3 +318,10 @@ def test_render_result_drops_values_that_cannot_fit() -> None:
     assert doc["values"] == {"truncated": True}
     assert doc["message"] == "fine"
     assert len(render_result(result).encode()) <= RESULT_LIMIT
+
+
+def test_render_result_keeps_whose_result_it_is_when_values_cannot_fit() -> None:
+    node = "n" * 253
+    values = {"node": node, "power_state": "On", "inventory": "v" * 10000}
+    doc = json.loads(render_result(RunResult("Succeeded", None, "fine", values)))
+    assert doc["values"] == {"node": node, "power_state": "On", "truncated": True}
