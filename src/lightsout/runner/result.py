@@ -20,10 +20,11 @@ RESULT_LIMIT = 4096
 #: A message longer than this is cut even when the whole result would fit.
 MESSAGE_LIMIT = 2048
 ELLIPSIS = "…"
-#: Values kept when the others cannot fit: the machine a health-check pod checked (without it
-#: the operator cannot tell whose result it is, and the machine's check never lands) and the
-#: power state read. Kept only as short strings (a machine's name has at most 253 characters).
-KEPT_VALUES = ("node", "power_state")
+#: Values kept when the others cannot fit, the ones the operator reads: the machine a
+#: health-check pod checked (without it no one can tell whose result it is, and the machine's
+#: check never lands), the power state read, and a clone's vmid and host (without them a clone
+#: goes unrecorded). Kept only as numbers or short strings (a name has at most 253 characters).
+KEPT_VALUES = ("node", "power_state", "vmid", "host")
 _KEPT_MAX = 253
 
 Outcome = Literal["Succeeded", "Failed"]
@@ -170,7 +171,8 @@ def render_result(result: RunResult, limit: int = RESULT_LIMIT) -> str:
         kept = {
             key: value
             for key in KEPT_VALUES
-            if isinstance(value := result.values.get(key), str) and len(value) <= _KEPT_MAX
+            if isinstance(value := result.values.get(key), int)
+            or (isinstance(value, str) and len(value) <= _KEPT_MAX)
         }
         doc["values"] = {**kept, "truncated": True}
         doc["message"] = _cut(result.message, MESSAGE_LIMIT)
