@@ -122,10 +122,13 @@ def cli_job(output: str) -> str:
 def wait_checked(
     cluster: Cluster, namespace: str, names: list[str], job: str, timeout: float = PATIENCE
 ) -> dict[str, dict[str, Any]]:
-    """Every machine's status once the run `job` has landed in it."""
+    """Every machine's status once the run `job` has landed in it (one list per poll, not a
+    `kubectl get` per machine: those would compete with the check's own pods for the CPU)."""
 
     def landed() -> dict[str, dict[str, Any]] | None:
-        found = {name: status(cluster, namespace, name) for name in names}
+        items = (get_json(cluster, "lsn", "-n", namespace) or {}).get("items") or []
+        every = {i["metadata"]["name"]: i.get("status") or {} for i in items}
+        found = {name: every.get(name, {}) for name in names}
         done = all((s.get("lastHealthCheck") or {}).get("job") == job for s in found.values())
         return found if done else None
 

@@ -1,7 +1,7 @@
 """An action Job of Lights-Out run by a real kubelet, containerd and runc, in the runner image.
 
-Also a Group's health check of 60 machines run there (one Indexed Job, one pod per machine):
-every machine's own result lands in its status.
+Also a Group's health check of a few more machines than its Job runs at once (one Indexed Job,
+one pod per machine, in more than one wave): every machine's own result lands in its status.
 
 The Job is the operator's own (lightsout.execution.jobs.build_action_job: non-root, read-only
 root, no service account token, credentials as a Secret volume, result through the termination
@@ -25,7 +25,7 @@ from typing import Any, Literal
 import pytest
 from kubernetes import client
 
-from lightsout.execution.health import DEADLINE_SECONDS
+from lightsout.execution.health import DEADLINE_SECONDS, PARALLELISM
 from lightsout.execution.jobs import (
     CREDENTIALS_DIR,
     RUN_AS_USER,
@@ -33,7 +33,7 @@ from lightsout.execution.jobs import (
     build_action_job,
     build_extravars_configmap,
 )
-from lightsout.execution.results import parse_job_outcome
+from lightsout.execution.results import TERMINATION_MESSAGE_LIMIT, parse_job_outcome
 from lightsout.planning.types import Action, JobPhase, PowerState
 from lightsout_lab import Cluster
 from lightsout_lab.operator_process import OperatorProcess
@@ -439,15 +439,18 @@ def _secret_gone_before_the_mount(
     )
 
 
-#: Machines in the health-check test: more than a termination message could hold the results
-#: of (4 KiB), all read from one sushy-tools (one process, one port: lean for CI).
-SIXTY = 60
+#: Machines in the health-check test: a few more than its Job runs at once, so the pods run in
+#: more than one wave; all read from one sushy-tools (one process, one port: lean for CI). What
+#: only a whole fleet's size could break (60 and 100 machines: one completion each, the worst
+#: termination message, results no single message could carry) is proven without a cluster in
+#: tests/unit/test_health_scale.py.
+MACHINES = PARALLELISM + 4
 
 
-def test_health_check_of_sixty_machines_lands_every_result(
+def test_health_check_in_more_than_one_wave_lands_every_result(
     crds: Cluster, namespace: str, real_node: RealNode, tmp_path: Path
 ) -> None:
-    machines = [fleet.MachineDef(name=f"m{i:02d}", uuid=str(uuid.uuid4())) for i in range(SIXTY)]
+    machines = [fleet.MachineDef(name=f"m{i:02d}", uuid=str(uuid.uuid4())) for i in range(MACHINES)]
     # Every third machine On: each Node must show its own system's state, not a neighbour's.
     power: dict[str, Literal["On", "Off"]] = {
         m.name: "On" if i % 3 == 0 else "Off" for i, m in enumerate(machines)
@@ -466,20 +469,22 @@ def test_health_check_of_sixty_machines_lands_every_result(
             namespace,
             [
                 *fleet.bmc_secrets(bmc),
-                fleet.group(GROUP, maxNodes=SIXTY, healthCheck={"schedule": SCHEDULE}),
+                fleet.group(GROUP, maxNodes=MACHINES, healthCheck={"schedule": SCHEDULE}),
                 *(fleet.redfish_node(m, bmc) for m in machines),
             ],
         )
         operator.start()
         try:
-            wait_for(
+            cron = wait_for(
                 lambda: (
                     (cron := get_json(crds, "cronjob", CRONJOB, "-n", namespace))
-                    and cron["spec"]["jobTemplate"]["spec"]["completions"] == SIXTY
+                    and cron["spec"]["jobTemplate"]["spec"]["completions"] == MACHINES
+                    and cron
                 ),
                 120,
-                "the CronJob to cover the 60 machines",
+                f"the CronJob to cover the {MACHINES} machines",
             )
+            assert cron["spec"]["jobTemplate"]["spec"]["parallelism"] == PARALLELISM
             started = time.monotonic()
             job = run_check(crds, namespace)
             # Bounded by the Job's own deadline: the pods run 8 at a time on one real node.
@@ -488,22 +493,31 @@ def test_health_check_of_sixty_machines_lands_every_result(
             pods = get_json(crds, "pods", "-n", namespace, "-l", f"job-name={job}")["items"]
         finally:
             operator.stop()
-        sizes = [
-            len(c["state"]["terminated"]["message"])
+        ran = [
+            c["state"]["terminated"]
             for pod in pods
             for c in pod["status"]["containerStatuses"]
+            if c["state"].get("terminated")
         ]
+        sizes = [len(t["message"].encode()) for t in ran]
         print(
-            f"\n{SIXTY} machines: every result landed {seconds:.0f}s after the run was created; "
-            f"{len(pods)} pods on {sorted({p['spec']['nodeName'] for p in pods})}, termination "
-            f"messages {min(sizes)}-{max(sizes)} bytes each ({sum(sizes)} in all)"
+            f"\n{MACHINES} machines: every result landed {seconds:.0f}s after the run was "
+            f"created; {len(pods)} pods on {sorted({p['spec']['nodeName'] for p in pods})}, "
+            f"termination messages {min(sizes)}-{max(sizes)} bytes each"
         )
         print(crds.kubectl("get", "lsn", "-n", namespace, "-o", "wide").stdout[:1500])
         assert {n: s["lastHealthCheck"]["powerState"] for n, s in checked.items()} == power
         for name, machine in checked.items():
             assert health(machine) == ("True", "Healthy", power[name]), name
         assert {p["spec"]["nodeName"] for p in pods} == {real_node.node_name}
-        assert sum(sizes) > 4096  # more than one termination message could have carried
+        indexes = {
+            p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] for p in pods
+        }
+        assert indexes == {str(i) for i in range(MACHINES)}  # a pod per machine
+        # More than one wave: a pod of the Job started only once another had finished (both in
+        # whole seconds; at most PARALLELISM run at once).
+        assert max(t["startedAt"] for t in ran) >= min(t["finishedAt"] for t in ran)
+        assert max(sizes) <= TERMINATION_MESSAGE_LIMIT
         assert bmc.power_requests() == []  # a check sends no order
 
 

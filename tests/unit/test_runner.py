@@ -318,3 +318,16 @@ def test_render_result_drops_values_that_cannot_fit() -> None:
     assert doc["values"] == {"truncated": True}
     assert doc["message"] == "fine"
     assert len(render_result(result).encode()) <= RESULT_LIMIT
+
+
+def test_render_result_keeps_the_values_the_operator_reads_when_the_rest_cannot_fit() -> None:
+    node = "n" * 253
+    values = {"node": node, "power_state": "On", "inventory": "v" * 10000}
+    doc = json.loads(render_result(RunResult("Succeeded", None, "fine", values)))
+    assert doc["values"] == {"node": node, "power_state": "On", "truncated": True}
+    clone = {"vmid": 7003, "host": "pve2", "power_state": "On", "log": "v" * 10000}
+    doc = json.loads(render_result(RunResult("Failed", "t", "half-way", clone)))
+    assert doc["values"] == {"vmid": 7003, "host": "pve2", "power_state": "On", "truncated": True}
+    too_long = {"node": "n" * 5000, "inventory": "v" * 10000}
+    doc = json.loads(render_result(RunResult("Succeeded", None, "fine", too_long)))
+    assert doc["values"] == {"truncated": True}

@@ -20,6 +20,12 @@ RESULT_LIMIT = 4096
 #: A message longer than this is cut even when the whole result would fit.
 MESSAGE_LIMIT = 2048
 ELLIPSIS = "…"
+#: Values kept when the others cannot fit, the ones the operator reads: the machine a
+#: health-check pod checked (without it no one can tell whose result it is, and the machine's
+#: check never lands), the power state read, and a clone's vmid and host (without them a clone
+#: goes unrecorded). Kept only as numbers or short strings (a name has at most 253 characters).
+KEPT_VALUES = ("node", "power_state", "vmid", "host")
+_KEPT_MAX = 253
 
 Outcome = Literal["Succeeded", "Failed"]
 
@@ -153,7 +159,8 @@ def render_result(result: RunResult, limit: int = RESULT_LIMIT) -> str:
     """Serialise `result` as one JSON object of at most `limit` bytes.
 
     The message is cut first (JSON escaping can make it cost more than its UTF-8 length, so
-    this loops); values too large to fit are replaced by `{"truncated": true}`.
+    this loops); values too large to fit are replaced by `{"truncated": true}` and the
+    `KEPT_VALUES` among them.
     """
     doc = result.to_dict()
     doc["message"] = _cut(result.message, MESSAGE_LIMIT)
@@ -161,7 +168,13 @@ def render_result(result: RunResult, limit: int = RESULT_LIMIT) -> str:
         doc["failedTask"] = _cut(result.failed_task, 256)
     _shrink_message(doc, limit)
     if len(_dump(doc)) > limit:
-        doc["values"] = {"truncated": True}
+        kept = {
+            key: value
+            for key in KEPT_VALUES
+            if isinstance(value := result.values.get(key), int)
+            or (isinstance(value, str) and len(value) <= _KEPT_MAX)
+        }
+        doc["values"] = {**kept, "truncated": True}
         doc["message"] = _cut(result.message, MESSAGE_LIMIT)
         _shrink_message(doc, limit)
     return _dump(doc).decode()
