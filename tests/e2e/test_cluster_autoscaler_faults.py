@@ -38,6 +38,11 @@ MIXED = {
     "gpu": {"cpu": "4", "memory": "8Gi", "watts": 200, "gpu": "1"},
 }
 
+#: The never-registering machine's boot timeout, which cluster-autoscaler counts from its
+#: scale-up: long enough for the power-on Job to send its order first (the operator cancels a
+#: Job that has not started), short enough not to be waited out for long.
+BOOT_TIMEOUT = 25
+
 
 @pytest.fixture
 def mixed(namespace: str) -> Fleet:
@@ -111,7 +116,7 @@ def test_a_machine_that_never_registers_is_deleted_by_cluster_autoscaler(
     # No simulator: the machine powers on at its BMC, but no core Node ever registers.
     with SushyEmulator(ghost.systems()) as bmc:
         (node,) = ghost.nodes(bmc, "ca")
-        node["spec"]["power"] = {"onWatts": 50, "bootTimeoutSeconds": 45}
+        node["spec"]["power"] = {"onWatts": 50, "bootTimeoutSeconds": BOOT_TIMEOUT}
         node["spec"]["maxRetries"] = 0
         fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), ca_group(), node])
         name = ghost.name("ghost")
@@ -130,8 +135,8 @@ def test_a_machine_that_never_registers_is_deleted_by_cluster_autoscaler(
                     PATIENCE,
                     "the power-on at the BMC",
                 )
-                # Boot timeout (45 s) = cluster-autoscaler's max-node-provision-time for the
-                # group: the instance is removed through DeleteNodes.
+                # Boot timeout = cluster-autoscaler's max-node-provision-time for the group:
+                # the instance is removed through DeleteNodes.
                 wait_for(lambda: desired(crds, namespace, name) == "Off", 300, f"{name} wanted Off")
                 wait_for(
                     lambda: bmc.count_power_requests(bmc_uuid(ghost), reset_types=POWER_OFF),
