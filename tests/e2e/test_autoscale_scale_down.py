@@ -10,6 +10,7 @@ the other machine, and with the workload deleted the last machine stays on for m
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from collections.abc import Iterator
@@ -23,14 +24,17 @@ from lightsout_lab.sushy import POWER_OFF, SushyEmulator
 from tests.e2e.autoscaling import UNNEEDED, Fleet, desired, plan_text, reasons, running
 from tests.e2e.conftest import PATIENCE, wait_phase
 from tests.harness import fleet
-from tests.harness.wait import get_json, wait_for
+from tests.harness.wait import get_json, holds, wait_for
 from tests.harness.workload import web_deployment, web_pdb
 
 PAIR = {
     "one": {"cpu": "4", "memory": "8Gi", "watts": 40},
     "two": {"cpu": "4", "memory": "8Gi", "watts": 60},
 }
-UNNEEDED_SECONDS = 5
+UNNEEDED_SECONDS = 2
+#: How late after its deadline a wrong scale-down would be seen: the planner's pass (it wakes
+#: 0.05 s after the deadline), its patch of the machine and one poll of ours, on a busy host.
+SLACK_SECONDS = 3
 
 
 @pytest.fixture
@@ -111,12 +115,31 @@ def test_a_pdb_holds_a_machine_on_and_min_nodes_holds_the_last(
         "lightsout plan to name the budget",
     )
     assert f"{namespace}/web allows no disruption" in explained, explained
-    time.sleep(UNNEEDED_SECONDS * 2)  # longer than the unneeded time: nothing may happen
-    for name in names:
-        assert desired(crds, namespace, name) == "On"
-        machine = get_json(crds, "lsn", name, "-n", namespace)
-        assert UNNEEDED not in (machine["metadata"].get("annotations") or {}), machine
-    assert pair_bmc.count_power_requests(reset_types=POWER_OFF) == 0
+    # The operator has seen scale-down enabled (the Group's status follows its generation; the
+    # planner woke on that same change). A planner ignoring the budget would have marked a
+    # machine unneeded in that pass and powered it off one unneeded time later: watch both
+    # machines until then.
+    wait_for(
+        lambda: (
+            (g := get_json(crds, "lsg", "autoscaled", "-n", namespace))
+            and (g.get("status") or {}).get("observedGeneration") == g["metadata"]["generation"]
+        ),
+        PATIENCE,
+        "the operator to see scale-down enabled",
+    )
+
+    def both_kept() -> bool:
+        for name in names:
+            machine = get_json(crds, "lsn", name, "-n", namespace)
+            assert machine["spec"]["desiredPowerState"] == "On", machine
+            assert UNNEEDED not in (machine["metadata"].get("annotations") or {}), machine
+        return pair_bmc.count_power_requests(reset_types=POWER_OFF) == 0
+
+    holds(
+        both_kept,
+        time.monotonic() + UNNEEDED_SECONDS + SLACK_SECONDS,
+        "both machines on, neither unneeded, no power-off",
+    )
 
     # The budget now allows one eviction: one machine becomes unneeded, is drained (its pod
     # moves to the other) and powered off after its unneeded time.
@@ -146,15 +169,22 @@ def test_a_pdb_holds_a_machine_on_and_min_nodes_holds_the_last(
         "lightsout plan to say minNodes holds the last machine",
     )
     assert kept in held, held
-    wait_for(
+    since = wait_for(
         lambda: (
-            UNNEEDED
-            in (get_json(crds, "lsn", kept, "-n", namespace)["metadata"].get("annotations") or {})
-        ),
+            get_json(crds, "lsn", kept, "-n", namespace)["metadata"].get("annotations") or {}
+        ).get(UNNEEDED),
         PATIENCE,
         "the operator to record the last machine as unneeded",
     )
-    time.sleep(UNNEEDED_SECONDS * 2)  # past its unneeded time: still on
-    assert desired(crds, namespace, kept) == "On"
+    # Past the unneeded time the operator itself recorded (in whole seconds, so up to one
+    # second early) plus its reaction: still on.
+    deadline = dt.datetime.fromisoformat(since.replace("Z", "+00:00")) + dt.timedelta(
+        seconds=1 + UNNEEDED_SECONDS + SLACK_SECONDS
+    )
+    holds(
+        lambda: desired(crds, namespace, kept) == "On",
+        time.monotonic() + (deadline - dt.datetime.now(dt.UTC)).total_seconds(),
+        f"{kept} wanted On past its unneeded time",
+    )
     assert wait_phase(crds, namespace, kept, "Ready")
     assert pair_bmc.count_power_requests(reset_types=POWER_OFF) == 1

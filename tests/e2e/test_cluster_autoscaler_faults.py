@@ -8,9 +8,11 @@ Ansible Jobs and sushy-tools:
   operator is SIGKILLed right after IncreaseSize and restarted: the intent survives, the GPU
   machine gets exactly one power-on, cluster-autoscaler asks for it exactly once, the small
   machine is never touched;
-- a machine that powers on but whose core Node never registers: after its boot timeout (which
-  the Group hands to cluster-autoscaler as max-node-provision-time) cluster-autoscaler deletes
-  the instance and Lights-Out powers the machine off.
+- a machine that powers on but whose core Node never registers: cluster-autoscaler's scale-up
+  times out after the boot timeout (which the Group hands it as max-node-provision-time), the
+  operator fails the machine after the same time counted from its power-on, cluster-autoscaler
+  sees that instance error on its next node-instances cache refresh (every 2 minutes, fixed in
+  cluster-autoscaler) and deletes the instance, and Lights-Out powers the machine off.
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ MIXED = {
     "small": {"cpu": "2", "memory": "4Gi", "watts": 30},
     "gpu": {"cpu": "4", "memory": "8Gi", "watts": 200, "gpu": "1"},
 }
+
+#: The never-registering machine's boot timeout: long enough for the power-on Job to send its
+#: order before cluster-autoscaler gives up (the operator cancels a Job that has not started),
+#: short enough for the machine to be Failed well before cluster-autoscaler's first refresh of
+#: its node-instances cache, 2 minutes after it starts (missing it costs 2 more minutes).
+BOOT_TIMEOUT = 25
 
 
 @pytest.fixture
@@ -111,7 +119,7 @@ def test_a_machine_that_never_registers_is_deleted_by_cluster_autoscaler(
     # No simulator: the machine powers on at its BMC, but no core Node ever registers.
     with SushyEmulator(ghost.systems()) as bmc:
         (node,) = ghost.nodes(bmc, "ca")
-        node["spec"]["power"] = {"onWatts": 50, "bootTimeoutSeconds": 45}
+        node["spec"]["power"] = {"onWatts": 50, "bootTimeoutSeconds": BOOT_TIMEOUT}
         node["spec"]["maxRetries"] = 0
         fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), ca_group(), node])
         name = ghost.name("ghost")
@@ -130,8 +138,8 @@ def test_a_machine_that_never_registers_is_deleted_by_cluster_autoscaler(
                     PATIENCE,
                     "the power-on at the BMC",
                 )
-                # Boot timeout (45 s) = cluster-autoscaler's max-node-provision-time for the
-                # group: the instance is removed through DeleteNodes.
+                # The machine Failed after its boot timeout: cluster-autoscaler removes the
+                # instance through DeleteNodes once its instances cache shows the error.
                 wait_for(lambda: desired(crds, namespace, name) == "Off", 300, f"{name} wanted Off")
                 wait_for(
                     lambda: bmc.count_power_requests(bmc_uuid(ghost), reset_types=POWER_OFF),

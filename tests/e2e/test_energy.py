@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +81,11 @@ def rate_change(
     return changed
 
 
+def later(moment: dt.datetime, what: str) -> None:
+    """Wait until the clock is a second past `moment`."""
+    wait_for(lambda: now() >= moment + dt.timedelta(seconds=1), 5, what, interval=0.1)
+
+
 def bound_pod(name: str, node: str, cpu: str) -> dict[str, Any]:
     """A pod placed on `node` directly (no scheduler, no kubelet: it stays Pending there, and
     its request counts as the scheduler would count it)."""
@@ -133,7 +137,10 @@ def test_a_power_cycle_is_counted_the_same_in_status_metrics_and_the_cli(
         lambda: fleet.apply(crds, namespace, [bound_pod("load", name, "2")]),
     )
     segments.append(Segment(busy, WITH_POD_W))
-    time.sleep(5)  # long enough to weigh in the totals
+    # The pod goes once the busy rate has been counted a whole second (the operator counts in
+    # whole seconds): counted at the wrong rate, it would be 20 W x 1 s = 0.0056 Wh off, far
+    # past the 1e-4 Wh the totals are checked to.
+    later(busy, "the busy rate to be counted a whole second")
     idle = rate_change(
         crds,
         namespace,
@@ -145,10 +152,12 @@ def test_a_power_cycle_is_counted_the_same_in_status_metrics_and_the_cli(
     )
     segments.append(Segment(idle, IDLE_W))
 
-    # The operator is killed while the machine runs and is away a few seconds: its successor
+    # The operator is killed while the machine runs and is away a while: its successor
     # counts the gap at the rate status recorded (no write needed: nothing changed).
     operator.kill()
-    time.sleep(5)
+    # Away a second at least: a gap its successor failed to count (or counted at another
+    # rate) would be 40 W x 1 s = 0.011 Wh off.
+    later(now(), "the operator to be away a second")
     operator.start()
 
     off = rate_change(

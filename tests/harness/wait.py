@@ -25,6 +25,22 @@ def wait_for[T](
         time.sleep(interval)
 
 
+def holds[T](probe: Callable[[], T | None], until: float, what: str, interval: float = 0.5) -> T:
+    """Call probe until `time.monotonic()` passes `until`, failing as soon as it returns
+    something falsy (naming `what` and that value); return its last value.
+
+    For "nothing happens" checks: `until` is the moment by which the wrong thing would have
+    happened (a deadline the operator itself recorded, plus its reaction time), not a guess.
+    """
+    while True:
+        last = probe()
+        if not last:
+            raise AssertionError(f"{what} stopped holding; last: {last!r}")
+        if time.monotonic() > until:
+            return last
+        time.sleep(interval)
+
+
 def get_json(cluster: Cluster, *args: str) -> Any:
     """`kubectl get ARGS -o json` parsed; None when the object does not exist."""
     proc = cluster.kubectl("get", *args, "-o", "json", check=False)
