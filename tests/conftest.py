@@ -24,6 +24,13 @@ ROOT = Path(__file__).resolve().parents[1]
 CRD_NAMES = ("groups.lightsout.dev", "nodes.lightsout.dev")
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    # The real node's tests on one worker. Here, as each test is collected: pytest-xdist reads
+    # the group marker in its own pytest_collection_modifyitems, which can run before ours.
+    if tiers.REAL_NODE_FIXTURES & set(getattr(item, "fixturenames", ())):
+        item.add_marker(pytest.mark.xdist_group(tiers.REAL_NODE_GROUP))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test in exactly one tier (tests/harness/tiers.py): its folder's marker is added
@@ -41,14 +48,31 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             wrong.append(f"{item.nodeid}: {problem}")
         elif folder not in marked:
             item.add_marker(getattr(pytest.mark, folder))
-        if tiers.REAL_NODE_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group(tiers.REAL_NODE_GROUP))
     if wrong:
         raise pytest.UsageError("tests without exactly one tier:\n" + "\n".join(wrong))
     # Stable: within a weight, the files' own order (module fixtures are set up once).
     items.sort(
         key=lambda item: tiers.weight(_tier(item), bool(item.get_closest_marker("xdist_group")))
     )
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # In a pytest-xdist worker with `--dist loadgroup`, a grouped test's id carries its group
+    # (`…@real-node`): that is how the scheduler keeps the group on one worker. Say so loudly
+    # when it does not (a pytest that pytest-xdist cannot add the group to), rather than let
+    # every worker start its own real node and wait on the host's lock.
+    if not session.config.getvalue("loadgroup"):
+        return
+    lost = [
+        item.nodeid
+        for item in session.items
+        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid
+    ]
+    if lost:
+        raise pytest.UsageError(
+            "pytest-xdist did not add the group to these tests' ids (pytest "
+            f"{pytest.__version__}; see pyproject.toml): {', '.join(lost[:3])}"
+        )
 
 
 def _tier(item: pytest.Item) -> str:
