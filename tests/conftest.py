@@ -61,7 +61,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # (`…@real-node`): that is how the scheduler keeps the group on one worker. Say so loudly
     # when it does not (a pytest that pytest-xdist cannot add the group to), rather than let
     # every worker start its own real node and wait on the host's lock.
-    if not session.config.getvalue("loadgroup"):
+    if not session.config.getoption("loadgroup", default=False):
         return
     lost = [
         item.nodeid

@@ -31,19 +31,22 @@ def group(**check: Any) -> dict[str, Any]:
     }
 
 
-def redfish(name: str, secret: str) -> dict[str, Any]:
+def redfish(
+    name: str, secret: str, *, endpoint: str = "https://10.0.0.1", ca: str = "ca", **spec: Any
+) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "namespace": "ns"},
         "spec": {
             "group": "lab",
             "driver": {
                 "redfish": {
-                    "endpoint": "https://10.0.0.1",
+                    "endpoint": endpoint,
                     "systemId": name,
                     "credentialsSecretRef": {"name": secret},
-                    "tls": {"caSecretRef": {"name": "ca"}},
+                    "tls": {"caSecretRef": {"name": ca}},
                 }
             },
+            **spec,
         },
     }
 

@@ -26,6 +26,7 @@ from lightsout.execution.jobs import CONTAINER_NAME
 from lightsout.execution.results import TERMINATION_MESSAGE_LIMIT
 from lightsout.planning.types import LeaseState
 from lightsout.runner import main as runner_main
+from tests.unit.test_health import redfish
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = OperatorConfig(identity="me", runner_image="runner:1")
@@ -50,21 +51,7 @@ def group() -> dict[str, Any]:
 
 
 def machine(name: str, endpoint: str = "https://10.0.0.1", **spec: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": "ns"},
-        "spec": {
-            "group": "lab",
-            "driver": {
-                "redfish": {
-                    "endpoint": endpoint,
-                    "systemId": name,
-                    "credentialsSecretRef": {"name": "bmc"},
-                    "tls": {"caSecretRef": {"name": "bmc-ca"}},
-                }
-            },
-            **spec,
-        },
-    }
+    return redfish(name, "bmc", endpoint=endpoint, ca="bmc-ca", **spec)
 
 
 def job_spec(objects: health.HealthObjects) -> dict[str, Any]:
