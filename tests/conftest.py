@@ -25,8 +25,8 @@ CRD_NAMES = ("groups.lightsout.dev", "nodes.lightsout.dev")
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    # The real node's tests on one worker. Here, as each test is collected: pytest-xdist reads
-    # the group marker in its own pytest_collection_modifyitems, which can run before ours.
+    # The real node's tests on one worker: the group is marked as each test is collected, so
+    # it is there whatever order the collection hooks (pytest-xdist's reads it) run in.
     if tiers.REAL_NODE_FIXTURES & set(getattr(item, "fixturenames", ())):
         item.add_marker(pytest.mark.xdist_group(tiers.REAL_NODE_GROUP))
 
@@ -35,12 +35,11 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test in exactly one tier (tests/harness/tiers.py): its folder's marker is added
     here, so `-m unit` / `-m e2e` / `-m molecule` select whole folders; a test outside a tier
-    folder, or marked with another tier than its folder's, fails the collection. The tests of
-    the real node are grouped on one worker, and the longest tests go first."""
+    folder, or marked with another tier than its folder's, fails the collection. The longest
+    tests go first (`tiers.weight`)."""
     wrong: list[str] = []
     for item in items:
-        parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
-        folder = parts[0] if len(parts) > 1 else ""
+        folder = _folder(item)
         # Markers, not keywords: the folder's name is a keyword of every test in it.
         marked = {m.name for m in item.iter_markers() if m.name in tiers.TIERS}
         problem = tiers.tier_problem(folder, marked)
@@ -52,7 +51,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         raise pytest.UsageError("tests without exactly one tier:\n" + "\n".join(wrong))
     # Stable: within a weight, the files' own order (module fixtures are set up once).
     items.sort(
-        key=lambda item: tiers.weight(_tier(item), bool(item.get_closest_marker("xdist_group")))
+        key=lambda item: tiers.weight(_folder(item), bool(item.get_closest_marker("xdist_group")))
     )
 
 
@@ -75,8 +74,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         )
 
 
-def _tier(item: pytest.Item) -> str:
-    return next((m.name for m in item.iter_markers() if m.name in tiers.TIERS), "")
+def _folder(item: pytest.Item) -> str:
+    """The test's folder under tests/ (its tier when the collection passed)."""
+    parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
+    return parts[0] if len(parts) > 1 else ""
 
 
 @pytest.fixture(scope="session")

@@ -75,14 +75,14 @@ class Cluster:
         The ports are reserved outside the kernel's ephemeral range (``process.free_port``);
         should a component still find its port taken, the whole start is tried again on new
         ports (``attempts`` in all)."""
-        for attempt in range(1, attempts + 1):
+        for _ in range(attempts - 1):
             try:
                 return self._start_once(timeout)
             except ClusterError as exc:
-                if "address already in use" not in str(exc) or attempt == attempts:
+                if "address already in use" not in str(exc):
                     raise
                 shutil.rmtree(self.directory / "etcd", ignore_errors=True)
-        raise AssertionError("unreachable")  # the loop returns or raises
+        return self._start_once(timeout)
 
     def _start_once(self, timeout: float) -> Cluster:
         bins = find_binaries()
