@@ -28,6 +28,7 @@ from kubernetes import client
 from lightsout.execution.health import DEADLINE_SECONDS, PARALLELISM
 from lightsout.execution.jobs import (
     CREDENTIALS_DIR,
+    LABEL_NODE,
     RUN_AS_USER,
     JobRequest,
     build_action_job,
@@ -47,7 +48,8 @@ from lightsout_lab.realnode import (
 from lightsout_lab.sushy import POWER_ON, FakeSystem, SushyEmulator
 from tests.e2e.test_health_check import CRONJOB, GROUP, SCHEDULE, health, run_check, wait_checked
 from tests.harness import fleet
-from tests.harness.wait import events_for, get_json, wait_for
+from tests.harness.wait import events_for, get_json, holds, wait_for
+from tests.harness.watching import Recorder
 
 pytestmark = pytest.mark.e2e
 
@@ -437,6 +439,125 @@ def _secret_gone_before_the_mount(
         f"\nFailedMount: startup attempt Failed {took:.1f}s after the node took the pod: "
         f"{failed['message']}\nthen held: {held['message']}\nReady on attempt 2, 1 power-on"
     )
+
+
+#: The cluster-wide rows: the credentials Secret, or the CA Secret, named by the Node does
+#: not exist. A cluster-wide operator lists no Secrets, so only the kubelet finds out.
+MISSING = {"nosecret": "credentials", "noca": "ca"}
+#: Attempts of each row: maxRetries 1.
+ATTEMPTS = 2
+#: How long a Failed machine is watched for a Job or a phase change after it gave up (the
+#: flap of issue 31 re-created the Job within a second).
+STAYS_FAILED = 20.0
+
+
+def test_cluster_wide_missing_secret_ends_failed_after_its_attempts_and_starts_nothing_more(
+    crds: Cluster,
+    namespace: str,
+    real_node: RealNode,
+    runner_image: tuple[str, Path],
+    kube_api: client.ApiClient,
+    tmp_path: Path,
+) -> None:
+    """Issue 31: `lightsout run` without `-n` (no Secret pre-check), a Node whose credentials
+    Secret does not exist and one whose CA Secret does not exist. The real kubelet cannot
+    mount either (FailedMount): each attempt fails naming the Secret, its Job is deleted, and
+    after the last attempt the machine stays Failed: exactly maxRetries + 1 Jobs created in
+    all, none after Failed, no power order, one RetriesExhausted event, and no core Node left
+    of a machine that never booted."""
+    boxes = {
+        row: fleet.MachineDef(name=f"{row}-{namespace}", uuid=str(uuid.uuid4())) for row in MISSING
+    }
+    operator = OperatorProcess(
+        cluster=crds,
+        namespaces=(),
+        log_dir=tmp_path,
+        identity="operator-wide",
+        extra_env={
+            **PLACEMENT_ENV,
+            "LIGHTSOUT_RUNNER_IMAGE": runner_image[0],
+            "LIGHTSOUT_JOB_HOST_NETWORK": "true",
+        },
+    )
+    systems = [
+        FakeSystem(uuid=box.uuid, name=box.name, power_state="Off") for box in boxes.values()
+    ]
+    jobs = client.BatchV1Api(kube_api).list_namespaced_job
+    with SushyEmulator(systems) as bmc, Recorder(jobs, namespace=namespace) as created:
+        credentials, _ = fleet.bmc_secrets(bmc, "bmc-noca")
+        _, ca = fleet.bmc_secrets(bmc, "bmc-nosecret")
+        present = [fleet.group("lab"), credentials, ca]  # absent: bmc-nosecret, bmc-noca-ca
+        machines = [
+            fleet.redfish_node(
+                box,
+                bmc,
+                group_name="lab",
+                secret_name=f"bmc-{row}",
+                desired="On",
+                maxRetries=ATTEMPTS - 1,
+                power={"onWatts": 60, "bootTimeoutSeconds": 3000},
+            )
+            for row, box in boxes.items()
+        ]
+        operator.start()
+        try:
+            fleet.apply(crds, namespace, [*present, *machines])
+            failed = {row: _gives_up(crds, namespace, box.name) for row, box in boxes.items()}
+            gave_up = time.monotonic()
+            counts: dict[str, int] = {}
+            holds(
+                lambda: all(
+                    _status(crds, namespace, box.name).get("phase") == "Failed"
+                    for box in boxes.values()
+                ),
+                gave_up + STAYS_FAILED,
+                "every machine to stay Failed",
+            )
+            for row, box in boxes.items():
+                status = failed[row]
+                secret = f"bmc-{row}" if MISSING[row] == "credentials" else f"bmc-{row}-ca"
+                assert status["reason"] == "RetriesExhausted", status
+                assert f'secret "{secret}" not found' in status["message"], status["message"]
+                assert status["message"].endswith(f"(gave up after {ATTEMPTS} attempts)")
+                assert status["lastOperation"]["attempt"] == ATTEMPTS
+                mine = [
+                    obj
+                    for _, _, obj in created.events
+                    if obj["metadata"]["labels"].get(LABEL_NODE) == box.name
+                ]
+                made = {obj["metadata"]["uid"]: obj["metadata"]["name"] for obj in mine}
+                counts[row] = len(made)
+                assert len(made) == ATTEMPTS, sorted(made.values())
+                after = [
+                    t
+                    for t, kind, obj in created.events
+                    if kind == "ADDED"
+                    and t > gave_up
+                    and obj["metadata"]["labels"].get(LABEL_NODE) == box.name
+                ]
+                assert after == []
+                exhausted = [
+                    e
+                    for e in events_for(crds, namespace, box.name)
+                    if e["reason"] == "RetriesExhausted"
+                ]
+                assert len(exhausted) == 1 and exhausted[0].get("count", 1) == 1, exhausted
+                assert bmc.power_requests(box.uuid) == []
+                # Made before power-on, never registered by a kubelet: gone with the failure.
+                assert get_json(crds, "node", box.name) is None
+                assert "no kubelet registered" in status["message"]
+        finally:
+            operator.stop()
+    for row in MISSING:
+        print(f"\n{row}: {counts[row]} Jobs, Failed: {failed[row]['message']}")
+
+
+def _gives_up(crds: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    def failed() -> dict[str, Any] | None:
+        found = _status(crds, namespace, name)
+        return found if found.get("phase") == "Failed" else None
+
+    return wait_for(failed, 240, f"{name} to give up after {ATTEMPTS} attempts")
 
 
 #: Machines in the health-check test: a few more than its Job runs at once, so the pods run in

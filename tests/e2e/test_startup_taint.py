@@ -17,14 +17,12 @@ must never have been told to power on.
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, watch
+from kubernetes import client
 
 from lightsout.planning.types import STARTUP_TAINT_KEY
 from lightsout_lab import Cluster
@@ -36,6 +34,7 @@ from lightsout_lab.sushy import POWER_ON, SushyEmulator
 from tests.e2e.conftest import patch_desired, post_existing_node, status, wait_phase
 from tests.harness import fleet
 from tests.harness.wait import events_for, get_json, wait_for
+from tests.harness.watching import Recorder
 
 pytestmark = pytest.mark.e2e
 
@@ -50,48 +49,6 @@ KUBELET_TAINT = {"key": "example.com/kubelet-taint", "value": "yes", "effect": "
 POSTED_LABEL = ("example.com/posted", "yes")
 FORBIDDEN_LABELS = {"node-restriction.kubernetes.io/x": "1", "node-role.kubernetes.io/evil": ""}
 DRY_RUN_LABEL = ("example.com/dry-run", "yes")
-
-
-class Recorder:
-    """Every watch event of one object (by name), from before the change under test."""
-
-    def __init__(self, call: Callable[..., Any], name: str, **kwargs: Any) -> None:
-        self.events: list[tuple[float, str, dict[str, Any]]] = []
-        self._call, self._kwargs = call, {**kwargs, "field_selector": f"metadata.name={name}"}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Recorder:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=15)
-
-    def _run(self) -> None:
-        version = None
-        while not self._stop.is_set():
-            stream = watch.Watch()
-            try:
-                for event in stream.stream(
-                    self._call,
-                    resource_version=version,
-                    timeout_seconds=5,
-                    _preload_content=False,
-                    **self._kwargs,
-                ):
-                    obj = event["raw_object"]
-                    version = obj["metadata"]["resourceVersion"]
-                    self.events.append((time.monotonic(), event["type"], obj))
-                    if self._stop.is_set():
-                        break
-            except Exception:  # a 410 Gone or a dropped stream: list again from scratch
-                version = None
-                self._stop.wait(0.2)
-
-    def objects(self) -> list[dict[str, Any]]:
-        return [obj for _, kind, obj in self.events if kind != "DELETED"]
 
 
 def _labels(node: dict[str, Any]) -> dict[str, str]:

@@ -18,6 +18,7 @@ import pytest
 from lightsout.planning.effects import (
     AcquireLease,
     Decision,
+    DeleteCoreNode,
     DeleteJob,
     Effect,
     Event,
@@ -588,6 +589,89 @@ FAILED_ROWS: list[Row] = [
      obs(**READY_NODE), at(60), Phase.READY, "NodeRegistered", REGISTERED),
 ]
 
+#: The last attempt's pod could not start: its Job was deleted (foreground, so it lingers).
+STUCK_OP = op(attempt=4, result=FAILED, message="startup Job (attempt 4) failed: FailedMount")
+GAVE_UP = machine(Phase.FAILED, ON, reason="RetriesExhausted", operation=STUCK_OP)
+RETRY_DUE = machine(Phase.POWERING_ON, ON, reason="RetryScheduled", operation=op(result=FAILED))
+
+# Every way the cache can show the Job of an attempt that has ended: being deleted, with or
+# without its pod (pending or running); not yet marked deleted but podless; an earlier attempt.
+# None of them is adopted, and a Failed machine starts nothing.
+DYING_JOB_ROWS: list[Row] = [
+    ("failed-ignores-its-last-job-being-deleted-podless", GAVE_UP,
+     obs(job=job(attempt=4, state=JobPhase.PENDING, deleting=True)), at(60),
+     Phase.FAILED, "RetriesExhausted", []),
+    ("failed-ignores-its-last-job-being-deleted-pod-running", GAVE_UP,
+     obs(job=job(attempt=4, state=JobPhase.RUNNING, deleting=True)), at(60),
+     Phase.FAILED, "RetriesExhausted", []),
+    ("failed-ignores-its-last-job-before-the-deletion-shows", GAVE_UP,
+     obs(job=job(attempt=4, state=JobPhase.PENDING)), at(60),
+     Phase.FAILED, "RetriesExhausted", []),
+    ("failed-ignores-an-earlier-attempts-job", GAVE_UP,
+     obs(job=job(attempt=2, state=JobPhase.PENDING)), at(60),
+     Phase.FAILED, "RetriesExhausted", []),
+    ("failed-ignores-an-earlier-intents-job",
+     replace(GAVE_UP, operation=replace(STUCK_OP, intent_generation=6), intent_generation=6),
+     obs(job=job(SHUTDOWN, gen=5, state=JobPhase.RUNNING)), at(60),
+     Phase.FAILED, "RetriesExhausted", []),
+    ("failed-and-job-gone-starts-nothing", GAVE_UP, obs(), at(60),
+     Phase.FAILED, "RetriesExhausted", []),
+    ("failed-still-follows-a-newer-intents-job", GAVE_UP,
+     obs(job=job(SHUTDOWN, gen=6, state=JobPhase.RUNNING)), at(60),
+     Phase.POWERING_OFF, "JobAdopted", [LEASE, "Event:Normal:JobAdopted", "Requeue"]),
+    ("retry-waits-for-the-failed-attempts-job-to-go",
+     RETRY_DUE, obs(job=job(state=JobPhase.PENDING, deleting=True)), at(45),
+     Phase.POWERING_ON, "WaitingForJob", WAIT_JOB),
+    ("deleted-running-attempt-fails-and-is-not-recreated",
+     machine(Phase.POWERING_ON, ON, operation=op()),
+     obs(job=job(state=JobPhase.RUNNING, deleting=True)), at(30),
+     Phase.POWERING_ON, "RetryScheduled", retry("JobLost")),
+    ("deleted-last-attempt-gives-up",
+     machine(Phase.POWERING_ON, ON, operation=op(attempt=4)),
+     obs(job=job(attempt=4, state=JobPhase.PENDING, deleting=True)), at(30),
+     Phase.FAILED, "RetriesExhausted", exhausted("JobLost")),
+    ("deleted-attempt-with-a-new-intent-is-cancelled",
+     machine(Phase.POWERING_ON, OFF, gen=6, operation=op()),
+     obs(job=job(state=JobPhase.PENDING, deleting=True)), at(30),
+     Phase.POWERING_ON, "ActionCancelled", cancel("startup")),
+    ("finished-job-being-deleted-still-counts",
+     machine(Phase.POWERING_ON, ON, operation=op()),
+     obs(job=job(state=JobPhase.SUCCEEDED, power_state=ON, deleting=True)), at(30),
+     Phase.BOOTING, "JobSucceeded",
+     [LEASE, "Condition:PowerActionSucceeded=True:JobSucceeded", "Event:Normal:JobSucceeded",
+      "Requeue"]),
+]
+
+UNREGISTERED = {"node_exists": True, "node_unregistered": True}
+REMOVED = ["DeleteCoreNode", "Event:Normal:CoreNodeRemoved"]
+
+# A core Node made before power-on that no kubelet registered goes when the machine ends
+# Failed or Off, and only then.
+UNREGISTERED_NODE_ROWS: list[Row] = [
+    ("last-attempt-stuck-fails-and-removes-the-node",
+     machine(Phase.POWERING_ON, ON, operation=op(attempt=4)),
+     obs(job=job(attempt=4, state=JobPhase.STUCK, message="FailedMount"), **UNREGISTERED),
+     at(30), Phase.FAILED, "RetriesExhausted",
+     exhausted("PodStartFailed", extra=("DeleteJob:startup:g5:a4",)) + REMOVED),
+    ("failed-removes-a-leftover-node", GAVE_UP, obs(**UNREGISTERED), at(60),
+     Phase.FAILED, "RetriesExhausted", REMOVED),
+    ("off-removes-a-leftover-node", machine(Phase.OFF, OFF, reason="ObservedOff"),
+     obs(**UNREGISTERED), at(60), Phase.OFF, "ObservedOff", REMOVED),
+    ("cancelled-power-on-powered-off-removes-the-node",
+     machine(Phase.POWERING_OFF, OFF, gen=6, operation=op(SHUTDOWN, gen=6),
+             node_removal_policy=NodeRemovalPolicy.KEEP),
+     obs(job=job(SHUTDOWN, gen=6, state=JobPhase.SUCCEEDED, power_state=OFF), **UNREGISTERED),
+     at(60), Phase.OFF, "JobSucceeded", [*POWERED_OFF, *REMOVED]),
+    ("powering-on-keeps-the-node", machine(Phase.OFF, ON, reason="ObservedOff"),
+     obs(**UNREGISTERED), at(60), Phase.POWERING_ON, "PowerOnRequested", START_ON),
+    ("booting-keeps-the-node", machine(Phase.BOOTING, ON, operation=op(result=SUCCEEDED)),
+     obs(**UNREGISTERED), at(100), Phase.BOOTING, "WaitingForNode",
+     [LEASE, "Condition:Registered=False:NodeNotReady", "Requeue"]),
+    ("retry-pending-keeps-the-node", RETRY_DUE, obs(**UNREGISTERED), at(10),
+     Phase.POWERING_ON, "RetryScheduled", [LEASE, "Requeue"]),
+]
+
+
 HEALTH_ON = {"power_state": ON, "power_state_observed_at": at(10)}
 HEALTH_OFF = {"power_state": OFF, "power_state_observed_at": at(10)}
 NOTICED = ["Condition:Drifted=True:DriftDetected", "Event:Warning:DriftDetected"]
@@ -778,6 +862,57 @@ def test_adopted_booting_times_out_from_adoption_not_from_the_old_power_off() ->
 @pytest.mark.parametrize(("m", "o", "now", "phase", "reason", "effects"), rows(FAILED_ROWS))
 def test_failed(m: Any, o: Any, now: Any, phase: Any, reason: Any, effects: Any) -> None:
     check(m, o, now, phase, reason, effects)
+
+
+@pytest.mark.parametrize(("m", "o", "now", "phase", "reason", "effects"), rows(DYING_JOB_ROWS))
+def test_dying_job(m: Any, o: Any, now: Any, phase: Any, reason: Any, effects: Any) -> None:
+    check(m, o, now, phase, reason, effects)
+
+
+@pytest.mark.parametrize(
+    ("m", "o", "now", "phase", "reason", "effects"), rows(UNREGISTERED_NODE_ROWS)
+)
+def test_unregistered_node(m: Any, o: Any, now: Any, phase: Any, reason: Any, effects: Any) -> None:
+    check(m, o, now, phase, reason, effects)
+
+
+def test_last_attempt_that_cannot_start_is_never_started_again() -> None:
+    """The flap of issue 31 replayed: the last attempt's pod cannot mount its Secret; its Job
+    is deleted and lingers in the cache (deleting, podless, then not yet marked) and is then
+    gone. Each pass is fed the previous pass's status: Failed throughout, no Job started."""
+    m = machine(Phase.POWERING_ON, ON, operation=op(attempt=4))
+    caches = [
+        job(attempt=4, state=JobPhase.STUCK, message="FailedMount: secret not found"),
+        job(attempt=4, state=JobPhase.PENDING, deleting=True),
+        job(attempt=4, state=JobPhase.PENDING),
+        None,
+        None,
+    ]
+    phases, started = [], []
+    for seconds, seen in enumerate(caches):
+        decision = decide(m, obs(job=seen), at(30 + seconds))
+        phases.append(decision.phase)
+        started += [e for e in decision.effects if isinstance(e, StartJob)]
+        m = replace(
+            m,
+            phase=decision.phase,
+            reason=decision.reason,
+            message=decision.message,
+            operation=decision.operation,
+            phase_since=decision.phase_since,
+        )
+    assert phases == [Phase.FAILED] * len(caches)
+    assert started == []
+    assert m.operation is not None and m.operation.result is FAILED
+
+
+def test_failed_message_says_the_unregistered_node_was_removed_and_ends_with_the_failure() -> None:
+    m = machine(Phase.POWERING_ON, ON, operation=op(attempt=4))
+    seen = obs(job=job(attempt=4, state=JobPhase.STUCK, message="FailedMount"), **UNREGISTERED)
+    decision = decide(m, seen, at(30))
+    assert decision.message.startswith("removed core Node worker-1, which Lights-Out made")
+    assert decision.message.endswith("(gave up after 4 attempts)")
+    assert any(isinstance(e, DeleteCoreNode) and e.unregistered_only for e in decision.effects)
 
 
 @pytest.mark.parametrize(("m", "o", "now", "phase", "reason", "effects"), rows(UNKNOWN_ROWS))

@@ -30,6 +30,7 @@ from lightsout.execution.nodeops import (
     blocking_pdb,
     has_startup_taint,
     metadata_patch,
+    node_unregistered,
     pods_to_drain,
 )
 from lightsout.k8s import api
@@ -269,6 +270,19 @@ def prepare_core_node(ctx: MachineContext) -> None:
     _on_fresh_node(ctx, step)
 
 
+def delete_unregistered_node(ctx: MachineContext) -> None:
+    """Delete the core Node if no kubelet has registered it, as of a fresh read: a kubelet
+    registering meanwhile changes it, and the conditional delete then leaves it alone."""
+
+    def step(node: Obj | None) -> None:
+        if node_unregistered(node):
+            api.delete_node(
+                ctx.core_name, resource_version=(node or {})["metadata"].get("resourceVersion")
+            )
+
+    _on_fresh_node(ctx, step)
+
+
 def kubelet_registering(
     ctx: MachineContext, kubelet: Obj
 ) -> tuple[dict[str, str], list[dict[str, str]]] | None:
@@ -367,7 +381,10 @@ def apply_effect(ctx: MachineContext, effect: Effect) -> DrainStatus | None:
     elif isinstance(effect, Drain):
         return drain(ctx)
     elif isinstance(effect, DeleteCoreNode):
-        api.delete_node(ctx.core_name)
+        if effect.unregistered_only:
+            delete_unregistered_node(ctx)
+        else:
+            api.delete_node(ctx.core_name)
     elif isinstance(effect, SetDesiredPowerState):
         patch = {"spec": {"desiredPowerState": str(effect.state)}}
         api.patch_resource(ctx.namespace, "nodes", ctx.name, patch)

@@ -55,6 +55,7 @@ from lightsout.planning.types import (
     PowerState,
 )
 from lightsout.state.references import ReferenceReason, Unresolved
+from lightsout.text import clip_middle
 
 COMPONENT = "healthcheck"
 LABEL_GROUP = "lightsout.dev/group"
@@ -451,7 +452,7 @@ def assess(
         )
         skipped = {**base, "result": "Skipped", "reason": ACTION_IN_PROGRESS, "message": message}
         return Assessment(skipped, None, *_usable(last), None)
-    message = str(record.get("message") or "")[:1024]
+    message = clip_middle(str(record.get("message") or ""))
     if record.get("result") == OperationResult.SUCCEEDED:
         power = parse_power_state(record.get("powerState")) or PowerState.UNKNOWN
         text = f"the controller answered: power {power}"

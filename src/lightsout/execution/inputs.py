@@ -13,7 +13,12 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lightsout.execution.nodeops import metadata_applied, node_cordoned, node_ready
+from lightsout.execution.nodeops import (
+    metadata_applied,
+    node_cordoned,
+    node_ready,
+    node_unregistered,
+)
 from lightsout.models.group import DEFAULT_CORRECTION_WINDOW_SECONDS, DEFAULT_MAX_CORRECTIONS
 from lightsout.planning.fsm import Reason
 from lightsout.planning.learning import median
@@ -32,9 +37,13 @@ from lightsout.planning.types import (
     PowerState,
 )
 from lightsout.state.references import Unresolved
+from lightsout.text import clip_middle
 
 Obj = Mapping[str, Any]
 GENERATION_LABEL = "lightsout.dev/generation"
+#: `status.lastOperation.message` keeps the runner's whole message (at most 2048 bytes) and
+#: what the state machine says around it; `status.message` and conditions keep 1024.
+OPERATION_MESSAGE_LIMIT = 4096
 ATTEMPT_LABEL = "lightsout.dev/attempt"
 ACTION_LABEL = "lightsout.dev/action"
 
@@ -102,7 +111,7 @@ def operation_to_status(op: Operation | None, job_name: str | None) -> dict[str,
         "finished": format_time(op.finished),
         "result": str(op.result),
         "failedTask": op.failed_task,
-        "message": op.message[:2048],
+        "message": clip_middle(op.message, OPERATION_MESSAGE_LIMIT),
         "job": job_name,
     }
     values = dict(op.values)
@@ -303,6 +312,7 @@ def observations(
         node_ready=node_ready(core_node),
         node_cordoned=node_cordoned(core_node),
         node_metadata_applied=metadata_applied(core_node, labels, taints),
+        node_unregistered=node_unregistered(core_node),
         drain=drain,
         lease=lease,
         power_state=power_state,

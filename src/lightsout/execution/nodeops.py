@@ -24,6 +24,17 @@ def node_ready(node: Obj | None) -> bool:
     return False
 
 
+def node_unregistered(node: Obj | None) -> bool:
+    """The Node carries the startup taint and no kubelet ever reported on it: Lights-Out made
+    it before a power-on. A kubelet fills `status.nodeInfo` when it registers (its first
+    POST, or its first status update of a Node that already existed); the node lifecycle
+    controller may add conditions (Unknown, `NodeStatusNeverUpdated`) but never nodeInfo."""
+    if not node or not has_startup_taint(node):
+        return False
+    info = (node.get("status") or {}).get("nodeInfo") or {}
+    return not info.get("kubeletVersion")
+
+
 def node_cordoned(node: Obj | None) -> bool:
     return bool(node and (node.get("spec") or {}).get("unschedulable"))
 

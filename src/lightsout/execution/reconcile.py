@@ -58,6 +58,7 @@ from lightsout.planning.types import (
 )
 from lightsout.state import references
 from lightsout.state.references import Unresolved
+from lightsout.text import clip_middle
 
 log = logging.getLogger(__name__)
 
@@ -453,7 +454,7 @@ def _merge_conditions(
             "type": str(effect.type),
             "status": str(effect.status),
             "reason": effect.reason,
-            "message": effect.message[:1024],
+            "message": clip_middle(effect.message),
             "observedGeneration": generation,
             "lastTransitionTime": stamp
             if changed or old is None
@@ -462,7 +463,7 @@ def _merge_conditions(
     return [by_type[k] for k in sorted(by_type, key=str)]
 
 
-def write_status(
+def wanted_status(
     ctx: actuator.MachineContext,
     desired: PowerState,
     intent_generation: int,
@@ -470,7 +471,9 @@ def write_status(
     now: dt.datetime,
     *,
     cpu_utilisation: float = 0.0,
-) -> None:
+) -> dict[str, Any]:
+    """The machine's status after `decision`, as `write_status` patches it (messages clipped
+    in the middle, so the end, which says what to do, always survives)."""
     status = ctx.node.get("status") or {}
     generation = int(ctx.node["metadata"].get("generation") or 1)
     op = decision.operation
@@ -479,7 +482,7 @@ def write_status(
         "phase": str(decision.phase),
         "phaseSince": inputs.format_time(decision.phase_since or now),
         "reason": decision.reason,
-        "message": decision.message[:1024],
+        "message": clip_middle(decision.message),
         "observedGeneration": generation,
         "intent": {"desired": str(desired), "generation": intent_generation},
         "attempts": decision.attempts,
@@ -507,6 +510,22 @@ def write_status(
         new["driftCorrections"] = [
             inputs.format_time(t) for t in decision.drift_corrections
         ] or None
+    return new
+
+
+def write_status(
+    ctx: actuator.MachineContext,
+    desired: PowerState,
+    intent_generation: int,
+    decision: Decision,
+    now: dt.datetime,
+    *,
+    cpu_utilisation: float = 0.0,
+) -> None:
+    status = ctx.node.get("status") or {}
+    new = wanted_status(
+        ctx, desired, intent_generation, decision, now, cpu_utilisation=cpu_utilisation
+    )
     changed = inputs.status_patch(status, new)
     if not changed:
         return

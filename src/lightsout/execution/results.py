@@ -25,6 +25,7 @@ from lightsout.execution.jobs import (
     LABEL_GENERATION,
 )
 from lightsout.planning.types import Action, JobPhase, ObservedJob, OperationResult, PowerState
+from lightsout.text import clip_middle
 
 #: Kubernetes keeps at most this many bytes of a container's termination message.
 TERMINATION_MESSAGE_LIMIT = 4096
@@ -191,6 +192,7 @@ def observe_job(
         message=outcome.message,
         power_state=outcome.power_state,
         values=outcome.values,
+        deleting=_mapping(job.get("metadata")).get("deletionTimestamp") is not None,
     )
 
 
@@ -364,7 +366,7 @@ def _excerpt(text: str) -> str:
 
 
 def _clip(text: str) -> str:
-    return text if len(text) <= MESSAGE_LIMIT else text[: MESSAGE_LIMIT - 1] + "…"
+    return clip_middle(text, MESSAGE_LIMIT)
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

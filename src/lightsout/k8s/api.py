@@ -22,6 +22,7 @@ from kubernetes.client import ApiException
 
 from lightsout import API_GROUP, API_VERSION
 from lightsout.state.references import contents_entry, key_names
+from lightsout.text import clip_middle
 
 Obj = dict[str, Any]
 
@@ -252,10 +253,18 @@ def patch_node(name: str, patch: Mapping[str, Any]) -> Obj:
     return _raw(core().patch_node, name, dict(patch))
 
 
-def delete_node(name: str) -> None:
+def delete_node(name: str, resource_version: str | None = None) -> None:
+    """Delete the Node (gone already is fine); with `resource_version`, only if it has not
+    changed since that read (a 409 Conflict otherwise, raised as `ConflictError`)."""
+    options = None
+    if resource_version is not None:
+        preconditions = client.V1Preconditions(resource_version=resource_version)
+        options = client.V1DeleteOptions(preconditions=preconditions)
     try:
-        core().delete_node(name)
+        core().delete_node(name, body=options)
     except ApiException as exc:
+        if exc.status == 409:
+            raise ConflictError(f"Node {name} changed since it was read") from exc
         if exc.status != 404:
             raise
 
@@ -345,7 +354,7 @@ def post_event(
         },
         "type": event_type,
         "reason": reason,
-        "message": message[:1024],
+        "message": clip_middle(message),
         "source": {"component": component},
         "firstTimestamp": now,
         "lastTimestamp": now,

@@ -88,7 +88,11 @@ class Drain:
 
 @dataclass(frozen=True)
 class DeleteCoreNode:
-    """Delete the core `v1/Node` object."""
+    """Delete the core `v1/Node` object; with `unregistered_only`, only while no kubelet has
+    registered it (read again just before, and deleted on that read's resourceVersion), so a
+    kubelet that registers in the meantime keeps its Node."""
+
+    unregistered_only: bool = False
 
 
 @dataclass(frozen=True)

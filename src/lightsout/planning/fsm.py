@@ -17,6 +17,7 @@ AcquireLease, and every transitional phase renews the Lease on each reconcile):
 |---|---|---|---|
 | any | Lease held by another holder | unchanged | LeaseHeldElsewhere (Requeue only) |
 | any | active Job not described by status | its action's phase | JobAdopted (no StartJob) |
+| any | active Job being deleted, or of an attempt that has ended | as decided | not adopted |
 | any | a StartJob while any power Job is active | unchanged | WaitingForJob (held back) |
 | any | a StartJob whose Group/Secret/ConfigMap is missing | unchanged | GroupNotFound, ... |
 | Unknown | operation Running in status | its action's phase | as that phase decides |
@@ -24,6 +25,7 @@ AcquireLease, and every transitional phase renews the Lease on each reconcile):
 | Unknown | no evidence | Off | ObservedOff, then as Off |
 | Off | D On | PoweringOn | PowerOnRequested (PrepareCoreNode, StartJob on-action) |
 | any | PrepareCoreNode refused by the API | retry | CoreNodeFailed (no StartJob) |
+| any | ends Failed/Off, core Node never registered | as decided | DeleteCoreNode, CoreNodeRemoved |
 | Off | D Off, machine seen running | Off, Draining if Correct | DriftDetected / DriftCorrection |
 | Off, Ready | drift, Correct, maxCorrections used in window | Failed | DriftCorrectionsExhausted |
 | Off, Ready, Failed | drift, Adopt | unchanged | DriftAdopted (SetDesiredPowerState: as seen) |
@@ -40,6 +42,7 @@ AcquireLease, and every transitional phase renews the Lease on each reconcile):
 | PoweringOn | Job failed | retry | JobFailed (quotes the failed task) |
 | Provisioning | Group's address pool exhausted | retry | AddressPoolExhausted (no StartJob) |
 | PoweringOn | Job's pod cannot start | retry | PodStartFailed (DeleteJob; names the cause) |
+| PoweringOn | Job deleted by anyone before it finished | retry | JobLost (not re-created) |
 | PoweringOn | Job gone past the action timeout | retry | JobLost |
 | PoweringOn | retry backoff over | unchanged | Retrying (StartJob attempt+1) |
 | Booting | core Node Ready | Ready | NodeRegistered (labels/taints, startup taint off, Uncordon) |
@@ -174,6 +177,7 @@ class Reason(StrEnum):
     ACTION_CANCELLED = "ActionCancelled"
     LEASE_HELD_ELSEWHERE = "LeaseHeldElsewhere"
     CORE_NODE_FAILED = "CoreNodeFailed"
+    CORE_NODE_REMOVED = "CoreNodeRemoved"
     DRIFT_DETECTED = "DriftDetected"
     DRIFT_CORRECTION = "DriftCorrection"
     DRIFT_RESOLVED = "DriftResolved"
@@ -238,7 +242,8 @@ def decide(machine: MachineState, obs: Observations, now: datetime) -> Decision:
     subject = _resolve_unknown(machine, obs, now) if machine.phase is Phase.UNKNOWN else machine
     decision = _HANDLERS[subject.phase](subject, obs, now)
     decision = _one_job_at_a_time(machine, obs, decision)
-    return _finish(machine, _prepare_core_node(_references(subject, obs, decision)), now)
+    decision = _finish(machine, _prepare_core_node(_references(subject, obs, decision)), now)
+    return _forget_unregistered_node(machine, obs, decision)
 
 
 def _references(m: MachineState, obs: Observations, decision: Decision) -> Decision:
@@ -317,6 +322,35 @@ def address_pool_exhausted(
     return _finish(machine, outcome, now)
 
 
+def _forget_unregistered_node(
+    machine: MachineState, obs: Observations, decision: Decision
+) -> Decision:
+    """A machine that ends Failed or Off leaves no core Node that only Lights-Out made.
+
+    Every power-on creates the core Node first (with the startup taint); when the machine never
+    boots, the node lifecycle controller marks that Node Unknown and unreachable, and it would
+    sit in `kubectl get nodes` for a machine that is not there. Whatever `nodeRemovalPolicy`
+    says (it is about Nodes a kubelet registered), such a Node goes, and the message and an
+    event say so. A kubelet that registers later creates its Node again.
+    """
+    if decision.phase not in (Phase.FAILED, Phase.OFF) or not obs.node_unregistered:
+        return decision
+    if any(isinstance(e, (DeleteCoreNode, PrepareCoreNode)) for e in decision.effects):
+        return decision
+    note = (
+        f"removed core Node {machine.kubernetes_node_name}, which Lights-Out made before "
+        "power-on and no kubelet registered"
+    )
+    # Before the rest: a message ends with what to do about a failure.
+    message = decision.message if note in decision.message else f"{note}. {decision.message}"
+    effects: tuple[Effect, ...] = (
+        *decision.effects,
+        DeleteCoreNode(unregistered_only=True),
+        Event(EventType.NORMAL, Reason.CORE_NODE_REMOVED, note),
+    )
+    return replace(decision, message=message, effects=effects)
+
+
 def _one_job_at_a_time(machine: MachineState, obs: Observations, decision: Decision) -> Decision:
     """Hold back a new power Job while any power Job of this machine is still active.
 
@@ -361,8 +395,16 @@ def _adopt_active_job(
     Either the status does not name the Job (lost status, a crash, a Job created by someone
     else) or it names it but sits in another phase; in both cases the Job's action decides the
     phase until it finishes.
+
+    Never a Job that is going away (foreground deletion keeps it active, with no pod, until
+    its pods are gone) nor the Job of an attempt whose end the status records: adopting
+    either would bring a machine that has given up back into the action, and the next pass,
+    finding the Job gone, would create it again for an attempt that has ended. Such a Job
+    still holds back a new power Job (`_one_job_at_a_time`).
     """
-    if job is None or not job.active or job.action.target is None:
+    if job is None or not job.active or job.action.target is None or job.deleting:
+        return None
+    if _attempt_ended(machine.operation, job):
         return None
     phase = ACTION_PHASE[job.action]
     known = machine.operation is not None and machine.operation.matches(job)
@@ -382,6 +424,21 @@ def _adopt_active_job(
         Requeue(JOB_POLL_SECONDS),
     )
     return Decision(phase, Reason.JOB_ADOPTED, message, effects, operation)
+
+
+def _attempt_ended(op: Operation | None, job: ObservedJob) -> bool:
+    """Whether the status records that `job`'s attempt is over: it is the recorded operation's
+    Job and that has a result, or an earlier attempt of the same action and intent, or a Job of
+    an earlier intent."""
+    if op is None:
+        return False
+    if job.generation != op.intent_generation:
+        return job.generation < op.intent_generation
+    if job.action is not op.action:
+        return False
+    return job.attempt < op.attempt or (
+        job.attempt == op.attempt and op.result is not OperationResult.RUNNING
+    )
 
 
 def _resolve_unknown(machine: MachineState, obs: Observations, now: datetime) -> MachineState:
@@ -787,6 +844,16 @@ def _running(m: MachineState, obs: Observations, now: datetime, op: Operation) -
             Requeue(JOB_POLL_SECONDS),
         )
         return Decision(m.phase, Reason.WAITING_FOR_JOB, f"waiting for {what}", effects, op)
+    if job.deleting and job.active:
+        # Someone deleted the Job of the attempt in flight (kubectl, a namespace going away):
+        # the attempt is over, whatever its pod did. Waiting for it to vanish would read as
+        # "not visible yet" and create it again; the retry is a new attempt, held back until
+        # this Job is gone.
+        if intent_changed:
+            return _cancel(m, now, op, "while its Job was being deleted")
+        message = f"{what} was deleted before it finished ({job.state.lower()})"
+        failed = op.finish(OperationResult.FAILED, now, message)
+        return _attempt_failed(m, failed, Reason.JOB_LOST, message)
     if job.state is JobPhase.PENDING and intent_changed:
         return _cancel(m, now, op, "before its pod started")
     if job.state is JobPhase.STUCK:

@@ -168,6 +168,9 @@ class ObservedJob:
     message: str = ""
     power_state: PowerState | None = None
     values: Mapping[str, Any] = field(default_factory=dict)
+    #: The Job is being deleted (`deletionTimestamp` set): foreground deletion keeps it, active,
+    #: until its pods are gone. It still holds back a new power Job, but is never adopted.
+    deleting: bool = False
 
     @property
     def active(self) -> bool:
@@ -254,6 +257,9 @@ class Observations:
     node_ready: bool = False
     node_cordoned: bool = False
     node_metadata_applied: bool = False
+    #: The core Node exists with the startup taint and no kubelet has ever registered it: the
+    #: one Lights-Out created before a power-on that has not booted (yet, or at all).
+    node_unregistered: bool = False
     drain: DrainStatus | None = None
     lease: LeaseState = LeaseState.FREE
     #: Last power state reported by a health check, and when; used for Unknown and drift.

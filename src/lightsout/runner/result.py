@@ -15,11 +15,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from lightsout.text import MARK, clip_middle
+
 #: Kubernetes keeps at most this many bytes of a termination message.
 RESULT_LIMIT = 4096
 #: A message longer than this is cut even when the whole result would fit.
 MESSAGE_LIMIT = 2048
-ELLIPSIS = "…"
 #: Values kept when the others cannot fit, the ones the operator reads: the machine a
 #: health-check pod checked (without it no one can tell whose result it is, and the machine's
 #: check never lands), the power state read, and a clone's vmid and host (without them a clone
@@ -147,12 +148,9 @@ def _dump(doc: Mapping[str, Any]) -> bytes:
 
 
 def _cut(text: str, max_bytes: int) -> str:
-    """`text` shortened to at most `max_bytes` UTF-8 bytes, ending with an ellipsis if cut."""
-    raw = text.encode()
-    if len(raw) <= max_bytes:
-        return text
-    keep = max(0, max_bytes - len(ELLIPSIS.encode()))
-    return raw[:keep].decode(errors="ignore") + ELLIPSIS
+    """`text` in at most `max_bytes` UTF-8 bytes, its middle cut if it must be: a failed task's
+    message ends with what to do about it."""
+    return clip_middle(text, max_bytes)
 
 
 def render_result(result: RunResult, limit: int = RESULT_LIMIT) -> str:
@@ -185,6 +183,6 @@ def _shrink_message(doc: dict[str, Any], limit: int) -> None:
     while doc["message"] and (excess := len(_dump(doc)) - limit) > 0:
         raw = len(doc["message"].encode())
         escaped = len(_dump({"m": doc["message"]})) - len(_dump({"m": ""}))
-        room = int(raw * (escaped - excess) / escaped) - len(ELLIPSIS.encode()) - 1
-        new = _cut(doc["message"], room) if room > len(ELLIPSIS.encode()) else ""
+        room = int(raw * (escaped - excess) / escaped) - len(MARK.encode()) - 1
+        new = _cut(doc["message"], room) if room > len(MARK.encode()) else ""
         doc["message"] = new if len(new.encode()) < raw else ""
