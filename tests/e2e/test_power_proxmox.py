@@ -21,7 +21,7 @@ from lightsout_lab.fakepve import CLONE, DESTROY, SHUTDOWN, START, FakePveCluste
 from lightsout_lab.operator_process import OperatorProcess
 from tests.harness import fleet
 from tests.harness.cycle import patch_and_wait, report, wait_phase
-from tests.harness.wait import events_for, get_json
+from tests.harness.wait import events_for, get_json, wait_for
 
 TEMPLATE = 9000
 PERSISTENT_VMID = 100
@@ -155,3 +155,33 @@ def test_ephemeral_vm_is_cloned_on_power_on_and_destroyed_on_power_off(
         resource = get_json(crds, "lsn", name, "-n", namespace)
         assert resource is not None and resource["spec"]["desiredPowerState"] == "Off"
         assert get_json(crds, "node", name) is None, "the clone's core Node is gone"
+
+
+def test_vm_that_fails_to_start_ends_failed_without_a_core_node(
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+) -> None:
+    """A start task that fails (QEMU exits) on the last attempt: the machine is Failed with
+    Proxmox's words, and the core Node made before power-on (never registered: the VM never
+    booted) is gone, so `kubectl get nodes` shows no Unknown Node for it (issue 31)."""
+    broken = Guest(PERSISTENT_VMID, "db", node="pve1", status="stopped", start_error="QEMU exited")
+    name = f"broken-{namespace}"
+    with FakePveCluster([broken]) as pve:
+        node = fleet.proxmox_node(
+            name,
+            pve.endpoint,
+            proxmox={"mode": "Persistent", "vmid": PERSISTENT_VMID},
+            maxRetries=0,
+        )
+        fleet.apply(crds, namespace, pve_objects(pve, node))
+        wait_phase(crds, namespace, name, "Off")
+        failed, _ = patch_and_wait(crds, namespace, name, "On", "Failed")
+        assert pve.count(START, vmid=PERSISTENT_VMID) == 1
+        assert pve.status(PERSISTENT_VMID) == "stopped"
+    assert failed["reason"] == "RetriesExhausted"
+    assert "QEMU exited" in failed["message"], failed["message"]
+    assert failed["message"].startswith(f"removed core Node {name}"), failed["message"]
+    wait_for(lambda: get_json(crds, "node", name) is None, 60, f"core Node {name} to be removed")
+    reasons = [e["reason"] for e in events_for(crds, namespace, name)]
+    assert "CoreNodeCreated" in reasons and "CoreNodeRemoved" in reasons, reasons
