@@ -49,6 +49,22 @@ def tcp_probe(host: str, port: int, timeout: float = 1.0) -> Callable[[], str]:
     return read
 
 
+#: What a kubelet reports about itself, in its first POST of the Node already (so a Node this
+#: simulator made never reads as one no kubelet registered).
+NODE_INFO = {
+    "architecture": "amd64",
+    "operatingSystem": "linux",
+    "kubeletVersion": "v1.34.9",
+    "bootID": "",
+    "containerRuntimeVersion": "",
+    "kernelVersion": "",
+    "kubeProxyVersion": "",
+    "machineID": "",
+    "osImage": "",
+    "systemUUID": "",
+}
+
+
 @dataclass
 class SimMachine:
     """One emulated machine and the core Node it registers as."""
@@ -145,7 +161,7 @@ class MachineSimulator:
             # Capacity in the create request, as a kubelet registers: a Node created bare gets
             # kwok's default allocatable (1k cpu, 1Ti) until patched, and kube-scheduler would
             # bind pods that fit nowhere onto it in between.
-            "status": {"capacity": resources, "allocatable": resources},
+            "status": {"capacity": resources, "allocatable": resources, "nodeInfo": NODE_INFO},
         }
         try:
             core.create_node(body)
@@ -159,18 +175,7 @@ class MachineSimulator:
                 "status": {
                     "capacity": resources,
                     "allocatable": resources,
-                    "nodeInfo": {
-                        "architecture": "amd64",
-                        "operatingSystem": "linux",
-                        "kubeletVersion": "v1.34.9",
-                        "bootID": "",
-                        "containerRuntimeVersion": "",
-                        "kernelVersion": "",
-                        "kubeProxyVersion": "",
-                        "machineID": "",
-                        "osImage": "",
-                        "systemUUID": "",
-                    },
+                    "nodeInfo": NODE_INFO,
                 }
             },
         )
