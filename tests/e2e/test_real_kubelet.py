@@ -46,6 +46,7 @@ from lightsout_lab.realnode import (
     build_images,
 )
 from lightsout_lab.sushy import POWER_ON, FakeSystem, SushyEmulator
+from tests.e2e.mount_support import SECRET, secret_gone_before_the_mount
 from tests.e2e.test_health_check import CRONJOB, GROUP, SCHEDULE, health, run_check, wait_checked
 from tests.harness import fleet
 from tests.harness.wait import events_for, get_json, holds, wait_for
@@ -347,97 +348,38 @@ def _secret_gone_before_the_mount(
     kube_api: client.ApiClient,
     tmp_path: Path,
 ) -> None:
-    """The Job is created while its credentials Secret exists (the reference check passes); the
-    real node is cordoned until the Secret is deleted, so the kubelet meets a missing Secret."""
-    box = fleet.MachineDef(name="box-2", uuid=str(uuid.uuid4()))
-    operator = OperatorProcess(
-        cluster=crds,
-        namespaces=(namespace,),
-        log_dir=tmp_path,
-        identity="operator-b",
-        extra_env={
-            **PLACEMENT_ENV,
-            "LIGHTSOUT_RUNNER_IMAGE": image,
-            "LIGHTSOUT_JOB_HOST_NETWORK": "true",  # sushy-tools listens on the host's 127.0.0.1
-        },
-    )
-    system = FakeSystem(uuid=box.uuid, name=box.name, power_state="Off")
-    node_filter = f"lightsout.dev/node={box.name}"
-    with (
-        SushyEmulator([system]) as bmc,
-        fleet.simulated(crds, kube_api, namespace, box.name, bmc.power_reader(box.uuid)),
-    ):
-        credentials, ca = fleet.bmc_secrets(bmc, "bmc-2")
-        machine = fleet.redfish_node(
-            box,
-            bmc,
-            group_name="lab",
-            secret_name="bmc-2",
-            maxRetries=1,
-            power={"onWatts": 60, "bootTimeoutSeconds": 3000},
+    """The failed first attempt of tests/e2e/mount_support.py on the real node, then the
+    retry: held back by the reference check until the Secret exists again, then Ready."""
+    env = {
+        **PLACEMENT_ENV,
+        "LIGHTSOUT_RUNNER_IMAGE": image,
+        "LIGHTSOUT_JOB_HOST_NETWORK": "true",  # sushy-tools listens on the host's 127.0.0.1
+    }
+    with secret_gone_before_the_mount(
+        crds, namespace, kube_api, tmp_path, real_node.node_name, env
+    ) as gone:
+        box, bmc = gone.box, gone.bmc
+        # The retry (after the 30 s backoff) is held back by the reference check, not spent.
+        held = wait_for(
+            lambda: (
+                (s := _status(crds, namespace, box.name)).get("reason") == "SecretNotFound" and s
+            ),
+            150,
+            "the retry to wait for the Secret",
         )
-        fleet.apply(crds, namespace, [credentials, ca, machine])
-        operator.start()
-        crds.kubectl("cordon", real_node.node_name)
-        try:
-            patch = json.dumps({"spec": {"desiredPowerState": "On"}})
-            crds.kubectl("patch", "lsn", box.name, "-n", namespace, "--type=merge", "-p", patch)
-            job = wait_for(
-                lambda: get_json(crds, "jobs", "-n", namespace, "-l", node_filter)["items"],
-                120,
-                "the startup Job (its references all resolved)",
-            )[0]
-            crds.kubectl("delete", "secret", "bmc-2", "-n", namespace)
-        finally:
-            crds.kubectl("uncordon", real_node.node_name)
-        try:
-            started = time.monotonic()
-            failed = wait_for(
-                lambda: (
-                    (op := _status(crds, namespace, box.name).get("lastOperation") or {}).get(
-                        "result"
-                    )
-                    == "Failed"
-                    and op
-                ),
-                180,
-                "the attempt whose Secret volume is missing to fail",
-            )
-            took = time.monotonic() - started
-            assert failed["attempt"] == 1 and failed["job"] == job["metadata"]["name"]
-            assert "its pod cannot start: FailedMount: " in failed["message"], failed["message"]
-            assert 'secret "bmc-2" not found' in failed["message"], failed["message"]
-            wait_for(
-                lambda: get_json(crds, "job", failed["job"], "-n", namespace) is None,
-                120,
-                f"the Job {failed['job']} to be deleted",
-            )
-            assert "PodStartFailed" in [e["reason"] for e in events_for(crds, namespace, box.name)]
-            assert bmc.power_requests(box.uuid) == []
-            # The retry (after the 30 s backoff) is held back by the reference check, not spent.
-            held = wait_for(
-                lambda: (
-                    (s := _status(crds, namespace, box.name)).get("reason") == "SecretNotFound"
-                    and s
-                ),
-                150,
-                "the retry to wait for the Secret",
-            )
-            assert f"credentials Secret {namespace}/bmc-2 not found" in held["message"]
-            fleet.apply(crds, namespace, [credentials])
-            ready = wait_for(
-                lambda: (s := _status(crds, namespace, box.name)).get("phase") == "Ready" and s,
-                240,
-                "the machine to reach Ready once its Secret exists again",
-            )
-            assert ready["lastOperation"]["attempt"] == 2
-            assert bmc.count_power_requests(box.uuid, reset_types=POWER_ON) == 1
-            assert bmc.count_power_requests(box.uuid) == 1
-        finally:
-            operator.stop()
+        assert f"credentials Secret {namespace}/{SECRET} not found" in held["message"]
+        fleet.apply(crds, namespace, [gone.credentials])
+        ready = wait_for(
+            lambda: (s := _status(crds, namespace, box.name)).get("phase") == "Ready" and s,
+            240,
+            "the machine to reach Ready once its Secret exists again",
+        )
+        assert ready["lastOperation"]["attempt"] == 2
+        assert bmc.count_power_requests(box.uuid, reset_types=POWER_ON) == 1
+        assert bmc.count_power_requests(box.uuid) == 1
     print(
-        f"\nFailedMount: startup attempt Failed {took:.1f}s after the node took the pod: "
-        f"{failed['message']}\nthen held: {held['message']}\nReady on attempt 2, 1 power-on"
+        f"\nFailedMount: startup attempt Failed {gone.took:.1f}s after the node took the pod: "
+        f"{gone.failed['message']}\nthen held: {held['message']}\nReady on attempt 2, 1 power-on"
     )
 
 

@@ -3,10 +3,18 @@
 There is no container runtime on the machines this project is developed on, yet every hardware
 action is a Kubernetes Job. This agent registers a Node (labelled and tainted so that only
 Lights-Out's action Jobs land there), keeps it Ready, and runs each pod bound to it as a local
-subprocess: ConfigMap, Secret and emptyDir volumes are written to a temporary directory, env
-values and arguments that start with a mount path are rewritten to it, the image's environment
-is emulated by `image_env`, and the container's exit code and termination message are reported
-through the pod's status, exactly where the operator reads them. Pods being deleted are killed
+subprocess: ConfigMap, Secret, emptyDir and projected (Secret and ConfigMap sources) volumes are
+written to a temporary directory (`lightsout_lab.kubelet_volumes`), env values and arguments
+that start with a mount path are rewritten to it, the image's environment is emulated by
+`image_env`, and the container's exit code and termination message are reported through the
+pod's status, exactly where the operator reads them.
+
+A volume whose Secret or ConfigMap (or a key its `items` name) does not exist is handled as a
+real kubelet does: unless the source is `optional`, the pod stays Pending with its container
+waiting in `ContainerCreating`, a `FailedMount` Warning event on the pod says why in the
+kubelet's words (`MountVolume.SetUp failed for volume "credentials" : secret "bmc" not found`,
+posted and counted up by `lightsout_lab.kubelet_events`), and the mount is retried with backoff
+until the object exists (then the pod runs) or the pod is deleted. Pods being deleted are killed
 and force-removed. Each pod's output stays in a file that the agent's kubelet API
 (`lightsout_lab.kubelet_api`) serves to the API server, so `kubectl logs` and `lightsout logs`
 work for its pods. Used by the end-to-end tests and by `lightsout-lab demo`.
@@ -33,7 +41,18 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client import ApiException
 
+from lightsout_lab import kubelet_status as pod_status
 from lightsout_lab.kubelet_api import KubeletApi
+from lightsout_lab.kubelet_events import EventRecorder
+from lightsout_lab.kubelet_status import now
+from lightsout_lab.kubelet_volumes import (
+    SECRET,
+    Fetch,
+    VolumeError,
+    Volumes,
+    pod_volumes,
+    write_volumes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +63,16 @@ JOB_PLACEMENT_ENV = {
     "LIGHTSOUT_JOB_NODE_SELECTOR": f"{RUNNER_LABEL}=true",
     "LIGHTSOUT_JOB_TOLERATIONS": RUNNER_LABEL,
 }
+#: The kubelet's event reason. Written here, not taken from the operator's code: the stand-in
+#: plays Kubernetes, so an operator that reads the wrong reason must fail the tests.
+MOUNT_FAILED = "FailedMount"
+#: How long a pod waits before its volumes are mounted again. A real kubelet waits 500 ms after
+#: a failed mount, doubling up to 2 min 2 s; here the wait starts at 1 s but stops doubling at
+#: 16 s, so a pod runs within seconds of its missing Secret being created (a test or the demo
+#: is not kept waiting minutes), while a pod left waiting costs the API server a few reads a
+#: minute.
+MOUNT_RETRY_FIRST = 1.0
+MOUNT_RETRY_CAP = 16.0
 
 
 def runner_image_env(repo: Path) -> dict[str, str]:
@@ -53,10 +82,6 @@ def runner_image_env(repo: Path) -> dict[str, str]:
         "LIGHTSOUT_PLAYBOOK_DIR": str(repo / "playbooks"),
         "LIGHTSOUT_ROLES_DIR": str(repo / "roles"),
     }
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _micro_now() -> str:
@@ -83,7 +108,14 @@ class KubeletAgent:
     _seen: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _kubelet_api: KubeletApi | None = None
+    #: Pods waiting for their volumes → what wakes them (their deletion, stop()).
+    _mount_waits: dict[str, threading.Event] = field(default_factory=dict)
+    _pod_threads: list[threading.Thread] = field(default_factory=list)
+    _events: EventRecorder = field(init=False)
     runs: int = 0
+
+    def __post_init__(self) -> None:
+        self._events = EventRecorder(self.api, self.node_name)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> KubeletAgent:
@@ -103,20 +135,29 @@ class KubeletAgent:
         """Where the pod's container output goes (None before start())."""
         return self.log_dir / f"{namespace}_{name}.log" if self.log_dir else None
 
+    def waiting_for_volumes(self) -> set[str]:
+        """Pods (`namespace/name`) kept from starting because a volume cannot be mounted."""
+        with self._lock:
+            return set(self._mount_waits)
+
     def stop(self) -> None:
-        self._stop.set()
+        with self._lock:  # a pod's thread checks _stop under the lock before it waits
+            self._stop.set()
+            running = list(self._running.values())
+            waits = list(self._mount_waits.values())
+            threads = [*self._threads, *self._pod_threads]
         if self._kubelet_api is not None:
             self._kubelet_api.stop()
-        with self._lock:
-            running = list(self._running.values())
+        for wait in waits:
+            wait.set()
         for run in running:
             _terminate(run.proc)
-        for thread in self._threads:
+        for thread in threads:
             thread.join(timeout=10)
 
     # ------------------------------------------------------------------ node
     def _node_status(self) -> dict[str, Any]:
-        now = _now()
+        stamp = now()
         return {
             "capacity": {"cpu": "8", "memory": "16Gi", "pods": "110"},
             "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"},
@@ -126,8 +167,8 @@ class KubeletAgent:
                     "status": "True",
                     "reason": "KubeletReady",
                     "message": "lightsout dev kubelet agent is posting ready status",
-                    "lastHeartbeatTime": now,
-                    "lastTransitionTime": now,
+                    "lastHeartbeatTime": stamp,
+                    "lastTransitionTime": stamp,
                 }
             ],
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
@@ -219,7 +260,7 @@ class KubeletAgent:
 
     def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
-        key = f"{meta['namespace']}/{meta['name']}"
+        key = _key(pod)
         if kind == "DELETED":
             self._kill(key)
             return
@@ -228,15 +269,21 @@ class KubeletAgent:
             self._force_delete(meta["namespace"], meta["name"])
             return
         phase = (pod.get("status") or {}).get("phase", "Pending")
+        thread = threading.Thread(target=self._run_pod, args=(pod,), daemon=True)
         with self._lock:
-            if key in self._seen or phase != "Pending":
+            if key in self._seen or phase != "Pending" or self._stop.is_set():
                 return
             self._seen.add(key)
-        threading.Thread(target=self._run_pod, args=(pod,), daemon=True).start()
+            self._pod_threads = [t for t in self._pod_threads if t.is_alive()]
+            self._pod_threads.append(thread)
+        thread.start()
 
     def _kill(self, key: str) -> None:
         with self._lock:
             run = self._running.get(key)
+            wait = self._mount_waits.get(key)
+        if wait is not None:
+            wait.set()
         if run is not None:
             _terminate(run.proc)
 
@@ -251,12 +298,15 @@ class KubeletAgent:
 
     def _run_pod(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
-        key = f"{meta['namespace']}/{meta['name']}"
+        key = _key(pod)
         container = pod["spec"]["containers"][0]
-        workdir = Path(tempfile.mkdtemp(prefix=f"pod-{meta['name']}-"))
-        started = _now()
+        started = now()
         try:
-            mounts = self._materialise_volumes(pod, container, workdir)
+            volumes = self._mount(pod, container, started)
+            if volumes is None:
+                return  # deleted while it waited, or the agent stops
+            workdir = Path(tempfile.mkdtemp(prefix=f"pod-{meta['name']}-"))
+            mounts = write_volumes(container, volumes, workdir)
             termination_path = container.get("terminationMessagePath", "/dev/termination-log")
             local_termination = workdir / "termination-log"
             local_termination.touch()
@@ -269,7 +319,7 @@ class KubeletAgent:
             env.update(self._container_env(pod, container, mounts))
             if argv and argv[0] in {"python", "python3"}:
                 env["PATH"] = self.image_env.get("PATH", env.get("PATH", ""))
-        except Exception as exc:
+        except Exception as exc:  # what this stand-in cannot emulate (a volume kind, ...)
             log.exception("cannot prepare pod %s", key)
             self._report(pod, started, 128, "ContainerCannotRun", str(exc))
             return
@@ -297,43 +347,70 @@ class KubeletAgent:
             self._report(pod, started, code, "Completed" if code == 0 else "Error", message)
         shutil.rmtree(workdir, ignore_errors=True)
 
-    def _materialise_volumes(
-        self, pod: dict[str, Any], container: dict[str, Any], workdir: Path
-    ) -> dict[str, str]:
-        """Write each mounted volume under workdir; return mountPath → local path."""
-        namespace = pod["metadata"]["namespace"]
+    def _mount(
+        self, pod: dict[str, Any], container: dict[str, Any], started: str
+    ) -> Volumes | None:
+        """The container's volumes once every one can be mounted; None when the pod is deleted
+        or the agent stops first. Until then, as a real kubelet: the pod Pending with its
+        container in ContainerCreating, a FailedMount event per volume that cannot be mounted
+        (counted up on each retry), and the mount retried with backoff."""
+        key = _key(pod)
+        fetch = self._fetch(pod["metadata"]["namespace"])
+        woken = threading.Event()
+        delay = MOUNT_RETRY_FIRST
+        try:
+            volumes = pod_volumes(pod, container, fetch)
+            if volumes.failures:
+                self._report_creating(pod, started)
+            while volumes.failures:
+                with self._lock:
+                    if self._stop.is_set():
+                        return None
+                    self._mount_waits[key] = woken
+                for message in volumes.failures:
+                    self._events.warning(pod, MOUNT_FAILED, message)
+                # The pod's deletion wakes the wait; a deletion the watch missed (it restarts
+                # every few seconds) is found by asking.
+                if woken.wait(delay) or not self._exists(pod):
+                    return None
+                delay = min(delay * 2, MOUNT_RETRY_CAP)
+                volumes = pod_volumes(pod, container, fetch)
+            return volumes
+        finally:
+            with self._lock:
+                self._mount_waits.pop(key, None)
+            self._events.forget(pod)
+
+    def _fetch(self, namespace: str) -> Fetch:
+        """Reads the namespace's Secrets and ConfigMaps for `pod_volumes`."""
         core = client.CoreV1Api(self.api)
-        volumes = {v["name"]: v for v in pod["spec"].get("volumes", [])}
-        mounts: dict[str, str] = {}
-        for index, mount in enumerate(container.get("volumeMounts", [])):
-            volume = volumes[mount["name"]]
-            local = workdir / "volumes" / f"{index}-{mount['name']}"
-            local.mkdir(parents=True)
-            files: dict[str, bytes] = {}
-            if "configMap" in volume:
-                cm = core.read_namespaced_config_map(volume["configMap"]["name"], namespace)
-                files = {k: v.encode() for k, v in (cm.data or {}).items()}
-                items = volume["configMap"].get("items")
-            elif "secret" in volume:
-                secret = core.read_namespaced_secret(volume["secret"]["secretName"], namespace)
-                files = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
-                items = volume["secret"].get("items")
-            elif "emptyDir" in volume or "projected" in volume:
-                # Projected service-account tokens are not emulated; action Jobs disable them.
-                items = None
-            else:
-                raise RuntimeError(
-                    f"volume {mount['name']}: only configMap/secret/emptyDir/projected"
-                )
-            if items:
-                files = {item["path"]: files[item["key"]] for item in items}
-            for rel, data in files.items():
-                target = local / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
-            sub = mount.get("subPath")
-            mounts[mount["mountPath"]] = str(local / sub) if sub else str(local)
-        return mounts
+
+        def fetch(kind: str, name: str) -> dict[str, bytes] | None:
+            try:
+                if kind == SECRET:
+                    secret = core.read_namespaced_secret(name, namespace)
+                    return {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+                cm = core.read_namespaced_config_map(name, namespace)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                # Retried like any mount failure; not "not found", so not taken as final.
+                raise VolumeError(f'failed to get {kind} "{name}": {exc.reason}') from exc
+            return {
+                **{k: v.encode() for k, v in (cm.data or {}).items()},
+                **{k: base64.b64decode(v) for k, v in (cm.binary_data or {}).items()},
+            }
+
+        return fetch
+
+    def _exists(self, pod: dict[str, Any]) -> bool:
+        meta = pod["metadata"]
+        try:
+            found = client.CoreV1Api(self.api).read_namespaced_pod(meta["name"], meta["namespace"])
+        except ApiException as exc:
+            return bool(exc.status != 404)  # when it cannot tell, the next retry asks again
+        current = found.metadata
+        return bool(current and current.uid == meta.get("uid") and not current.deletion_timestamp)
 
     def _container_env(
         self, pod: dict[str, Any], container: dict[str, Any], mounts: Mapping[str, str]
@@ -347,18 +424,6 @@ class KubeletAgent:
         return env
 
     # ------------------------------------------------------------------ status
-    def _container_status(self, pod: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
-        container = pod["spec"]["containers"][0]
-        return {
-            "name": container["name"],
-            "image": container.get("image", ""),
-            "imageID": "",
-            "ready": "running" in state,
-            "restartCount": 0,
-            "started": "running" in state,
-            "state": state,
-        }
-
     def _patch_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
         meta = pod["metadata"]
         try:
@@ -369,40 +434,20 @@ class KubeletAgent:
             if exc.status != 404:
                 log.warning("status of %s/%s: %s", meta["namespace"], meta["name"], exc.reason)
 
+    def _report_creating(self, pod: dict[str, Any], started: str) -> None:
+        self._patch_status(pod, pod_status.creating(pod, started))
+
     def _report_running(self, pod: dict[str, Any], started: str) -> None:
-        self._patch_status(
-            pod,
-            {
-                "phase": "Running",
-                "startTime": started,
-                "hostIP": "127.0.0.1",
-                "podIP": "127.0.0.1",
-                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": started}],
-                "containerStatuses": [
-                    self._container_status(pod, {"running": {"startedAt": started}})
-                ],
-            },
-        )
+        self._patch_status(pod, pod_status.running(pod, started))
 
     def _report(
         self, pod: dict[str, Any], started: str, code: int, reason: str, message: str
     ) -> None:
-        terminated = {
-            "exitCode": code,
-            "reason": reason,
-            "message": message,
-            "startedAt": started,
-            "finishedAt": _now(),
-        }
-        self._patch_status(
-            pod,
-            {
-                "phase": "Succeeded" if code == 0 else "Failed",
-                "startTime": started,
-                "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": _now()}],
-                "containerStatuses": [self._container_status(pod, {"terminated": terminated})],
-            },
-        )
+        self._patch_status(pod, pod_status.terminated(pod, started, code, reason, message))
+
+
+def _key(pod: Mapping[str, Any]) -> str:
+    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
 
 
 def _field(pod: Mapping[str, Any], path: str) -> str:
