@@ -71,11 +71,13 @@ def test_a_missing_object_or_key_is_a_failed_mount_in_the_kubelets_words(
     assert volume["name"] not in found.files
 
 
-def test_the_operator_reads_a_missing_object_from_the_event_and_leaves_a_missing_key() -> None:
+def test_the_operator_reads_a_missing_object_or_key_from_the_event() -> None:
     (gone,) = mounted(secret("bmc-2")).failures
     assert MISSING_VOLUME_SOURCE.search(gone)
     (keyless,) = mounted(secret("bmc", items=[{"key": "token", "path": "t"}])).failures
-    assert not MISSING_VOLUME_SOURCE.search(keyless)
+    assert MISSING_VOLUME_SOURCE.search(keyless)
+    (no_config_key,) = mounted(config_map("site", items=[{"key": "a", "path": "a"}])).failures
+    assert MISSING_VOLUME_SOURCE.search(no_config_key)
 
 
 def test_optional_sources_mount_empty_and_leave_out_missing_keys() -> None:

@@ -52,7 +52,12 @@ NEVER_STARTS = frozenset(
 #: (`MountVolume.SetUp failed for volume "credentials" : secret "bmc" not found`). Other mount
 #: failures (a slow secret cache, a CSI hiccup) often pass by themselves and are left to the
 #: deadline.
-MISSING_VOLUME_SOURCE = re.compile(r'\b(secret|configmap) "([^"]+)" not found', re.I)
+#: A kubelet's FailedMount for a Secret or ConfigMap that does not exist, or lacks a key the
+#: volume's `items` name (`references non-existent secret key: password`): either way the pod
+#: waits in ContainerCreating until the Job's deadline unless the operator reads the event.
+MISSING_VOLUME_SOURCE = re.compile(
+    r'\b(secret|configmap) "[^"]+" not found|references non-existent (secret|config) key: ', re.I
+)
 MOUNT_FAILED = "FailedMount"
 
 
