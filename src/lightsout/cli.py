@@ -71,6 +71,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         SECRETS_KEY,
         snapshot_from,
     )
+    from lightsout.state.references import contents_entry
 
     ns = args.namespace
     objects = {
@@ -81,8 +82,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         PDBS_KEY: api.list_pdbs(ns),
         DAEMONSETS_KEY: api.list_daemonsets(ns),
         CRONJOBS_KEY: api.list_cronjobs(ns),
-        SECRETS_KEY: api.list_key_names("secret", ns),
-        CONFIGMAPS_KEY: api.list_key_names("config_map", ns),
+        SECRETS_KEY: [contents_entry(*found) for found in api.list_key_names("secret", ns)],
+        CONFIGMAPS_KEY: [contents_entry(*found) for found in api.list_key_names("config_map", ns)],
     }
     # Every list above is whole, so the snapshot is complete: the same view the operator has.
     now = dt.datetime.now(dt.UTC)

@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from lightsout.execution.energy import account_from_status
+from lightsout.planning.energystatus import account_from_status
 from lightsout.simulate import trace as traces
 from lightsout.simulate.engine import Result, replay
 from lightsout.simulate.record import learned_durations

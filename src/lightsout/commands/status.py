@@ -16,8 +16,8 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-from lightsout.execution.energy import account_from_status
 from lightsout.planning.energy import Amounts
+from lightsout.planning.energystatus import account_from_status
 
 Obj = dict[str, Any]
 _MESSAGE_WIDTH = 60

@@ -1,34 +1,29 @@
-"""Energy accounting kept in status: `planning.energy` accounts as `status.energy` dicts.
+"""Energy accounting kept in status: when a machine's or a Group's `status.energy` is rewritten.
 
 Called by the reconcile pass (`execution.reconcile`), which checkpoints a machine's
-`status.energy` whenever its rate changes (phase, requested cpu, declared watts, price); by the
-Group recount (`handlers.group`), which writes the sum of its machines'; and read by
-`lightsout status` and the metrics, which count an account on to the present with
-`Account.at` — no write is needed for the figures to move. Pure: dicts in, dicts out.
+`status.energy` whenever its rate changes (phase, requested cpu, declared watts, price), and by
+the Group recount (`handlers.group`), which writes the sum of its machines'. `lightsout status`
+and the metrics read what they wrote and count an account on to the present with `Account.at`
+— no write is needed for the figures to move. How an account is written in status and read
+back lives in `planning.energystatus`, which those readers share. Pure: dicts in, dicts out.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import astuple, replace
 from typing import Any
 
-from lightsout.planning.energy import Account, Amounts, Draw, Period, Rate, combine, is_powered
+from lightsout.planning.energy import Account, Draw, Rate, combine, is_powered
+from lightsout.planning.energystatus import account_from_status, account_to_status, rounded_rate
 from lightsout.planning.types import Phase
 from lightsout.state import parse_resources
-from lightsout.state.parse import parse_time
 
 Obj = Mapping[str, Any]
 #: Key of a pod's cpu request (millicores) in the operator's cache of pods bound to core Nodes.
 CPU_REQUEST = "cpuRequestMillis"
 _TERMINAL = {"Succeeded", "Failed"}
-#: Rates in status are rounded to this many decimals (µW): plenty, and readable.
-_DECIMALS = 6
-#: Amounts keep more: a checkpoint adds its rounding error to them for good, and a lab's costs
-#: are fractions of a cent.
-_AMOUNT_DECIMALS = 9
 #: A Group's account is rewritten only when its machines' sum moved by more than this (Wh):
 #: otherwise every recount would write, and every write would bring a recount.
 _GROUP_TOLERANCE_WH = 1e-3
@@ -80,93 +75,7 @@ def rate(node: Obj, group: Obj | None, phase: Phase | str | None, utilisation: f
         current = Phase(str(phase)) if phase is not None else None
     except ValueError:
         current = None
-    return _rounded(Rate.of(draw(node), is_powered(current), utilisation, price(group)[0]))
-
-
-def _rounded(in_force: Rate) -> Rate:
-    # What status can hold: a rate read back from status must compare equal to the one that
-    # was written, or every pass would checkpoint again (and every write bring another pass).
-    return Rate(*(round(v, _DECIMALS) for v in _rate_fields(in_force)))
-
-
-def _amounts(raw: Obj) -> Amounts:
-    return Amounts(
-        float(raw.get("usedWattHours") or 0.0),
-        float(raw.get("savedWattHours") or 0.0),
-        float(raw.get("usedCost") or 0.0),
-        float(raw.get("savedCost") or 0.0),
-    )
-
-
-def _period(raw: Any, fallback: dt.datetime) -> Period:
-    if not isinstance(raw, Mapping):
-        return Period(fallback)
-    start = parse_time(raw.get("start"))
-    return Period(start, _amounts(raw)) if start else Period(fallback)
-
-
-def account_from_status(raw: Any) -> Account | None:
-    """The account a status.energy holds; None when absent or unreadable (a person's edit, an
-    older version's `wattHours`): accounting then starts afresh."""
-    if not isinstance(raw, Mapping):
-        return None
-    counted_to, since = parse_time(raw.get("countedTo")), parse_time(raw.get("since"))
-    if counted_to is None or since is None:
-        return None
-    try:
-        in_force = Rate(
-            float(raw.get("watts") or 0.0),
-            float(raw.get("savingWatts") or 0.0),
-            float(raw.get("pricePerKWh") or 0.0),
-        )
-        total = _amounts(raw)
-        # A period that does not parse counts as long gone: `at` starts the current one.
-        today = _period(raw.get("today"), dt.datetime.min.replace(tzinfo=dt.UTC))
-        month = _period(raw.get("month"), dt.datetime.min.replace(tzinfo=dt.UTC))
-    except (TypeError, ValueError):
-        return None
-    if not all(math.isfinite(v) for v in (*_fields(total), *_rate_fields(in_force))):
-        return None
-    return Account(counted_to, in_force, since, total, today, month)
-
-
-def _fields(amounts: Amounts) -> tuple[float, float, float, float]:
-    return amounts.used_wh, amounts.saved_wh, amounts.used_cost, amounts.saved_cost
-
-
-def _rate_fields(in_force: Rate) -> tuple[float, float, float]:
-    return in_force.watts, in_force.saving_watts, in_force.price_per_kwh
-
-
-def _time(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _amounts_to_status(amounts: Amounts) -> dict[str, float]:
-    used, saved, used_cost, saved_cost = (round(v, _AMOUNT_DECIMALS) for v in _fields(amounts))
-    return {
-        "usedWattHours": used,
-        "savedWattHours": saved,
-        "usedCost": used_cost,
-        "savedCost": saved_cost,
-    }
-
-
-def account_to_status(account: Account, currency: str | None) -> dict[str, Any]:
-    watts, saving, per_kwh = (round(v, _DECIMALS) for v in _rate_fields(account.rate))
-    out: dict[str, Any] = {
-        "countedTo": _time(account.counted_to),
-        "since": _time(account.since),
-        "watts": watts,
-        "savingWatts": saving,
-        "pricePerKWh": per_kwh,
-        **_amounts_to_status(account.total),
-        "today": {"start": _time(account.today.start), **_amounts_to_status(account.today.amounts)},
-        "month": {"start": _time(account.month.start), **_amounts_to_status(account.month.amounts)},
-    }
-    if currency:
-        out["currency"] = currency
-    return out
+    return rounded_rate(Rate.of(draw(node), is_powered(current), utilisation, price(group)[0]))
 
 
 def whole_second(now: dt.datetime) -> dt.datetime:
@@ -206,7 +115,7 @@ def group_energy(group: Obj, machines: Iterable[Obj], now: dt.datetime) -> dict[
     now = whole_second(now)
     per_kwh, currency = price(group)
     summed = combine(machine_accounts(machines), now, per_kwh)
-    summed = replace(summed, rate=_rounded(summed.rate))
+    summed = replace(summed, rate=rounded_rate(summed.rate))
     held = account_from_status((group.get("status") or {}).get("energy"))
     if held is not None and _same(held.at(now), summed):
         return None
@@ -224,5 +133,5 @@ def _same(a: Account, b: Account) -> bool:
     return all(
         abs(x - y) <= _GROUP_TOLERANCE_WH
         for left, right in pairs
-        for x, y in zip(_fields(left), _fields(right), strict=True)
+        for x, y in zip(astuple(left), astuple(right), strict=True)
     )

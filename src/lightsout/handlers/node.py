@@ -45,9 +45,9 @@ from lightsout.execution.leases import ANNOTATION_MACHINE, LEASE_PREFIX
 from lightsout.execution.results import MOUNT_FAILED
 from lightsout.execution.workqueue import Workers, WorkQueue
 from lightsout.handlers import group as groups
+from lightsout.k8s.api import key_names
 from lightsout.planning.types import Phase
 from lightsout.state.parse import pod_requests
-from lightsout.state.references import key_names
 from lightsout.state.resources import CPU
 
 Key = tuple[str, str, str]

@@ -21,7 +21,6 @@ from kubernetes import client, config
 from kubernetes.client import ApiException
 
 from lightsout import API_GROUP, API_VERSION
-from lightsout.state.references import contents_entry, key_names
 from lightsout.text import clip_middle
 
 Obj = dict[str, Any]
@@ -442,8 +441,17 @@ def list_cronjobs(namespace: str | None = None) -> list[Obj]:
     return _typed_items(data, "batch/v1", "CronJob")
 
 
-def list_key_names(kind: str, namespace: str | None = None) -> list[Obj]:
-    """Secrets (`kind` "secret") or ConfigMaps ("config_map") as their names and key names:
+def key_names(obj: Mapping[str, Any]) -> frozenset[str]:
+    """The key names of a Secret or ConfigMap object (its values are not looked at)."""
+    return frozenset(
+        str(key) for part in ("data", "binaryData", "stringData") for key in obj.get(part) or {}
+    )
+
+
+def list_key_names(
+    kind: str, namespace: str | None = None
+) -> list[tuple[str, str, frozenset[str]]]:
+    """Secrets (`kind` "secret") or ConfigMaps ("config_map") as (namespace, name, key names):
     `lightsout plan` checks what machines reference; the values are dropped on arrival."""
     core = client.CoreV1Api(api_client())
     calls = {
@@ -453,7 +461,7 @@ def list_key_names(kind: str, namespace: str | None = None) -> list[Obj]:
     namespaced, everywhere = calls[kind]
     data = _raw(namespaced, namespace) if namespace else _raw(everywhere)
     return [
-        contents_entry(
+        (
             str(item["metadata"].get("namespace") or ""),
             str(item["metadata"]["name"]),
             key_names(item),

@@ -25,10 +25,10 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from lightsout.execution.energy import account_from_status
 from lightsout.metrics.families import ACTION_DURATION, ACTIONS, TRANSITION_DURATION
 from lightsout.models.enums import Action, DriverKind, Phase
 from lightsout.planning.energy import Account
+from lightsout.planning.energystatus import account_from_status
 
 _FINISHED = {"Succeeded": "succeeded", "Failed": "failed"}
 _POWER_ACTIONS = (Action.STARTUP, Action.SHUTDOWN)

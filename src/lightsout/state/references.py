@@ -170,13 +170,6 @@ def contents_entry(namespace: str, name: str, keys: Iterable[str]) -> dict[str, 
     return {"metadata": {"namespace": namespace, "name": name}, "keys": sorted(keys)}
 
 
-def key_names(obj: Mapping[str, Any]) -> frozenset[str]:
-    """The key names of a Secret or ConfigMap object (its values are not looked at)."""
-    return frozenset(
-        str(key) for part in ("data", "binaryData", "stringData") for key in obj.get(part) or {}
-    )
-
-
 def contents_index(
     entries: Iterable[Mapping[str, Any]],
 ) -> dict[tuple[str, str], frozenset[str]]:

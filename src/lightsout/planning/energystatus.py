@@ -1,0 +1,112 @@
+"""`status.energy` as an `Account` and back: how a Node's and a Group's energy is written.
+
+`execution.energy` writes accounts with `account_to_status` (the reconcile pass's checkpoints,
+the Group recount's sums) and reads them back before it writes again; `lightsout status`
+(`commands.status`) and the metrics (`metrics.machines`) read them too. Reader and writer sit
+together here, under both the operator and the metrics, so neither has to import the other.
+Pure: dicts in, dicts out.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from lightsout.planning.energy import Account, Amounts, Period, Rate
+from lightsout.state.parse import parse_time
+
+Obj = Mapping[str, Any]
+#: Rates in status are rounded to this many decimals (µW): plenty, and readable.
+_DECIMALS = 6
+#: Amounts keep more: a checkpoint adds its rounding error to them for good, and a lab's costs
+#: are fractions of a cent.
+_AMOUNT_DECIMALS = 9
+
+
+def rounded_rate(in_force: Rate) -> Rate:
+    """The rate as status holds it."""
+    # A rate read back from status must compare equal to the one that was written, or every
+    # pass would checkpoint again (and every write bring another pass).
+    return Rate(*(round(v, _DECIMALS) for v in _rate_fields(in_force)))
+
+
+def _amounts(raw: Obj) -> Amounts:
+    return Amounts(
+        float(raw.get("usedWattHours") or 0.0),
+        float(raw.get("savedWattHours") or 0.0),
+        float(raw.get("usedCost") or 0.0),
+        float(raw.get("savedCost") or 0.0),
+    )
+
+
+def _period(raw: Any, fallback: dt.datetime) -> Period:
+    if not isinstance(raw, Mapping):
+        return Period(fallback)
+    start = parse_time(raw.get("start"))
+    return Period(start, _amounts(raw)) if start else Period(fallback)
+
+
+def account_from_status(raw: Any) -> Account | None:
+    """The account a status.energy holds; None when absent or unreadable (a person's edit, an
+    older version's `wattHours`): accounting then starts afresh."""
+    if not isinstance(raw, Mapping):
+        return None
+    counted_to, since = parse_time(raw.get("countedTo")), parse_time(raw.get("since"))
+    if counted_to is None or since is None:
+        return None
+    try:
+        in_force = Rate(
+            float(raw.get("watts") or 0.0),
+            float(raw.get("savingWatts") or 0.0),
+            float(raw.get("pricePerKWh") or 0.0),
+        )
+        total = _amounts(raw)
+        # A period that does not parse counts as long gone: `at` starts the current one.
+        today = _period(raw.get("today"), dt.datetime.min.replace(tzinfo=dt.UTC))
+        month = _period(raw.get("month"), dt.datetime.min.replace(tzinfo=dt.UTC))
+    except (TypeError, ValueError):
+        return None
+    if not all(math.isfinite(v) for v in (*_fields(total), *_rate_fields(in_force))):
+        return None
+    return Account(counted_to, in_force, since, total, today, month)
+
+
+def _fields(amounts: Amounts) -> tuple[float, float, float, float]:
+    return amounts.used_wh, amounts.saved_wh, amounts.used_cost, amounts.saved_cost
+
+
+def _rate_fields(in_force: Rate) -> tuple[float, float, float]:
+    return in_force.watts, in_force.saving_watts, in_force.price_per_kwh
+
+
+def _time(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _amounts_to_status(amounts: Amounts) -> dict[str, float]:
+    used, saved, used_cost, saved_cost = (round(v, _AMOUNT_DECIMALS) for v in _fields(amounts))
+    return {
+        "usedWattHours": used,
+        "savedWattHours": saved,
+        "usedCost": used_cost,
+        "savedCost": saved_cost,
+    }
+
+
+def account_to_status(account: Account, currency: str | None) -> dict[str, Any]:
+    watts, saving, per_kwh = (round(v, _DECIMALS) for v in _rate_fields(account.rate))
+    out: dict[str, Any] = {
+        "countedTo": _time(account.counted_to),
+        "since": _time(account.since),
+        "watts": watts,
+        "savingWatts": saving,
+        "pricePerKWh": per_kwh,
+        **_amounts_to_status(account.total),
+        "today": {"start": _time(account.today.start), **_amounts_to_status(account.today.amounts)},
+        "month": {"start": _time(account.month.start), **_amounts_to_status(account.month.amounts)},
+    }
+    if currency:
+        out["currency"] = currency
+    return out
