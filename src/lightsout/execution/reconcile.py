@@ -378,7 +378,7 @@ class Reconciler:
                 decision = fsm.core_node_failed(machine, decision, api.error_message(exc), now)
         previous_phase = (ctx.node.get("status") or {}).get("phase")
         try:
-            write_status(
+            wanted = wanted_status(
                 ctx,
                 machine.desired,
                 machine.intent_generation,
@@ -386,6 +386,7 @@ class Reconciler:
                 now,
                 cpu_utilisation=cpu_utilisation,
             )
+            write_status(ctx, wanted, decision.reason)
         except api.ConflictError:
             # The Node changed since the cache gave it to this pass (a new intent, another
             # writer, our own last write not seen yet): decide again from the newer object.
@@ -513,19 +514,10 @@ def wanted_status(
     return new
 
 
-def write_status(
-    ctx: actuator.MachineContext,
-    desired: PowerState,
-    intent_generation: int,
-    decision: Decision,
-    now: dt.datetime,
-    *,
-    cpu_utilisation: float = 0.0,
-) -> None:
+def write_status(ctx: actuator.MachineContext, new: Mapping[str, Any], reason: str) -> None:
+    """Patch what changed from the Node's status to `new` (`wanted_status`), conditional on
+    the Node's resourceVersion (a `ConflictError` when it changed since the read)."""
     status = ctx.node.get("status") or {}
-    new = wanted_status(
-        ctx, desired, intent_generation, decision, now, cpu_utilisation=cpu_utilisation
-    )
     changed = inputs.status_patch(status, new)
     if not changed:
         return
@@ -540,5 +532,5 @@ def write_status(
             ctx.name,
             status.get("phase"),
             new["phase"],
-            decision.reason,
+            reason,
         )
