@@ -19,6 +19,9 @@ In order:
 4. Unneeded Ready machines are found and, past their timers (`auto`: one break-even time), powered
    off unless a wear limit or announced demand soon enough keeps them on (`scaledown`).
 
+Each step returns what it decided and changes none of its inputs: `plan` hands the cluster with
+the pods placed so far, the pods still unplaced and the room left to the next step.
+
 Only machines of Groups whose `autoscaler` is `builtin`, with `spec.autoscaling.enabled`, are
 ever acted on; every other machine still counts as the capacity it is.
 """
@@ -26,7 +29,7 @@ ever acted on; every other machine still counts as the capacity it is.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -70,24 +73,25 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
         snapshot = replace(snapshot, pods=(*snapshot.pods, *expected))
     cluster = build_cluster(snapshot, now)
     energy = EnergyModel.of(snapshot.machines, snapshot.groups)
-    pod_notes: dict[ObjectKey, str] = {}
 
-    classes = _classes(cluster, pod_notes)
-    skipped = len(pod_notes)  # DaemonSet pods
-    room = room_of(cluster)
-    coming: dict[ObjectKey, str] = {}
-    late = absorb(cluster, classes, pod_notes, room, coming)
-    absorbed = len(pod_notes) - skipped
-    wanting = eligible_classes(cluster, classes)
-    chosen = choose(cluster, wanting, room, energy)
-    minimum = top_up(cluster, chosen, room, energy)
+    classes, pod_notes = _classes(cluster)
+    room: Mapping[ObjectKey, int] = room_of(cluster)
+    absorbed = absorb(cluster, classes, room)
+    cluster = absorbed.cluster
+    pod_notes.update(absorbed.notes)
+    choice = choose(cluster, eligible_classes(cluster, absorbed.classes), room, energy)
+    minimum = top_up(cluster, choice.chosen, choice.room, energy)
+    room = minimum.room  # what this plan's power-ons leave
 
     actions: list[ScaleAction] = []
     machine_notes: dict[ObjectKey, list[str]] = defaultdict(list)
     announced = {e.key: (e, leads[e.key]) for e in snapshot.expected}
-    for entry in chosen:
-        actions.append(_power_on(entry, pod_notes, announced, now))
-    for info, reason in minimum:
+    for entry in choice.chosen:
+        power_on = _power_on(entry, announced, now)
+        actions.append(power_on)
+        note = f"powering on machine {power_on.machine.name} for it"
+        pod_notes.update((key, note) for key in power_on.pods)
+    for info, reason in minimum.machines:
         assert info.group is not None
         actions.append(PowerOn(info.key, info.group.key, reason, (), info.group.dry_run))
     for action in actions:
@@ -96,31 +100,32 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
     planned = {action.machine: action.group for action in actions}
     explainer = Explainer(cluster, room, planned)
     blocked = 0
-    for cls in wanting:
-        if cls.remaining:
+    for cls in choice.classes:
+        if cls.pods:
             text = explainer.why_not(cls)
-            blocked += cls.remaining
-            pod_notes.update((pod.key, text) for pod in cls.rest())
+            blocked += len(cls.pods)
+            pod_notes.update((pod.key, text) for pod in cls.pods)
 
     scaling_up = set(planned.values())
     down = scale_down(
         cluster,
         energy,
         snapshot.disruption_budgets,
-        dict(snapshot.unneeded_since),
+        snapshot.unneeded_since,
         scaling_up,
         upcoming=upcoming,
     )
     actions.extend(down.actions)
     for key, note in down.notes.items():
         machine_notes[key].append(note)
-    _machine_states(cluster, machine_notes, explainer, room)
+    for key, note in _machine_states(cluster, machine_notes.keys(), explainer, room).items():
+        machine_notes[key].append(note)
 
-    placed = sum(len(entry.pods) for entry in chosen)
+    placed = sum(len(entry.pods) for entry in choice.chosen)
     summary = (
         f"{len(actions) - len(down.actions)} power-on(s), {len(down.actions)} power-off(s); "
-        f"{len(cluster.pending)} pending pod(s): {absorbed} expected on existing or incoming "
-        f"capacity, {placed} on machines being powered on, {blocked} without capacity"
+        f"{len(cluster.pending)} pending pod(s): {len(absorbed.notes)} expected on existing or "
+        f"incoming capacity, {placed} on machines being powered on, {blocked} without capacity"
     )
     return Plan(
         actions=tuple(actions),
@@ -128,40 +133,42 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
             groups=_group_notes(cluster, actions, explainer, room),
             machines={key: tuple(notes) for key, notes in machine_notes.items()},
             pods={
-                key: (note, late[key]) if key in late else (note,)
+                key: (note, absorbed.late[key]) if key in absorbed.late else (note,)
                 for key, note in pod_notes.items()
             },
-            coming=coming,
+            coming=absorbed.coming,
         ),
         unneeded_since=down.unneeded_since,
         summary=summary,
     )
 
 
-def _classes(cluster: Cluster, notes: dict[ObjectKey, str]) -> list[PodClass]:
+def _classes(cluster: Cluster) -> tuple[list[PodClass], dict[ObjectKey, str]]:
     """Pending pods grouped by scheduling requirements, oldest verdict first within a class,
-    heaviest class first."""
+    heaviest class first; and a note for each pending DaemonSet pod, left out of them."""
     by_req: dict[SchedulingRequirements, list[Pod]] = {}
+    notes: dict[ObjectKey, str] = {}
     for pod in cluster.pending:
         if pod.daemonset:
             notes[pod.key] = "a DaemonSet pod targets one node; it never calls for a new machine"
             continue
         by_req.setdefault(pod.scheduling, []).append(pod)
     now = cluster.now
-    classes = [
-        PodClass(i, req, sorted(pods, key=lambda p: (-since_verdict(p, now), p.key)))
-        for i, (req, pods) in enumerate(by_req.items())
-    ]
     capacities = [b.view.allocatable.as_dict() for b in cluster.ready_bins]
     capacities += [i.view.allocatable.as_dict() for i in cluster.infos if i.view is not None]
-    pod_weights(classes, capacities)
+    classes = pod_weights(
+        (
+            PodClass(i, req, tuple(sorted(pods, key=lambda p: (-since_verdict(p, now), p.key))))
+            for i, (req, pods) in enumerate(by_req.items())
+        ),
+        capacities,
+    )
     classes.sort(key=lambda c: (-c.weight, c.pods[0].key))
-    return classes
+    return classes, notes
 
 
 def _power_on(
     entry: Chosen,
-    pod_notes: dict[ObjectKey, str],
     announced: Mapping[ObjectKey, tuple[ExpectedPod, timedelta]],
     now: datetime,
 ) -> PowerOn:
@@ -182,45 +189,45 @@ def _power_on(
             f"{expected.at.astimezone(UTC):%H:%M:%SZ} (in {due_in:.0f}s, "
             f"lead time {lead.total_seconds():.0f}s: boot + margin); {reason}"
         )
-    note = f"powering on machine {info.key.name} for it"
-    pod_notes.update((key, note) for key in keys)
     return PowerOn(info.key, info.group.key, reason, keys, info.group.dry_run)
 
 
 def _machine_states(
     cluster: Cluster,
-    notes: dict[ObjectKey, list[str]],
+    mentioned: Collection[ObjectKey],
     explainer: Explainer,
-    room: dict[ObjectKey, int],
-) -> None:
+    room: Mapping[ObjectKey, int],
+) -> dict[ObjectKey, str]:
     """A line for every machine the plan does not otherwise mention."""
+    notes: dict[ObjectKey, str] = {}
     for info in cluster.infos:
-        if notes.get(info.key):
+        if info.key in mentioned:
             continue
         group = info.group
         if info.machine.unresolved and info.availability is Availability.UNAVAILABLE:
-            notes[info.key].append(info.state)  # names the missing Group, Secret, ...
+            notes[info.key] = info.state  # names the missing Group, Secret, ...
         elif group is None:
-            notes[info.key].append(f"group {info.machine.group} not found: not autoscaled")
+            notes[info.key] = f"group {info.machine.group} not found: not autoscaled"
         elif group.autoscaler is not Autoscaler.BUILTIN:
-            notes[info.key].append(f"group {group.key.name} is sized by {group.autoscaler}")
+            notes[info.key] = f"group {group.key.name} is sized by {group.autoscaler}"
         elif not info.machine.autoscaling_enabled:
-            notes[info.key].append(f"pinned (autoscaling.enabled=false): {info.state}")
+            notes[info.key] = f"pinned (autoscaling.enabled=false): {info.state}"
         elif info.view is None:
-            notes[info.key].append("capacity unknown: set spec.resources to autoscale it")
+            notes[info.key] = "capacity unknown: set spec.resources to autoscale it"
         elif info.availability is not Availability.OFF:
-            notes[info.key].append(info.state)
+            notes[info.key] = info.state
         elif room.get(group.key, 0) <= 0:
-            notes[info.key].append(f"off: {explainer.group_limit(group.key)}")
+            notes[info.key] = f"off: {explainer.group_limit(group.key)}"
         else:
-            notes[info.key].append("off: no pending pod needs it")
+            notes[info.key] = "off: no pending pod needs it"
+    return notes
 
 
 def _group_notes(
     cluster: Cluster,
-    actions: list[ScaleAction],
+    actions: Sequence[ScaleAction],
     explainer: Explainer,
-    room: dict[ObjectKey, int],
+    room: Mapping[ObjectKey, int],
 ) -> dict[ObjectKey, tuple[str, ...]]:
     counts: dict[ObjectKey, dict[Availability, int]] = defaultdict(lambda: defaultdict(int))
     for info in cluster.infos:

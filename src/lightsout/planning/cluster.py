@@ -2,9 +2,11 @@
 pods grouped into classes of identical scheduling requirements.
 
 `lightsout.planning.autoscale.plan` builds a `Cluster` once per call and hands it to the scale-up
-(`planning.scaleup`) and scale-down (`planning.scaledown`) passes, which place pods into its bins.
-Bins and classes are deliberately mutable scratch space local to one `plan` call; nothing here
-outlives it, so `plan` stays a pure function of (snapshot, now).
+(`planning.scaleup`) and scale-down (`planning.scaledown`) passes. `Cluster`, `MachineInfo`,
+`PodClass` and `Bin` are frozen: a pass never changes what it is given, it returns what it
+decided (a `Cluster` whose bins hold the pods it placed, the classes of the pods still unplaced).
+Inside one pass, `Waiting` (the pods of a class not placed yet) and `Filling` (a bin's room as
+pods go onto it) are the scratch space it fills and then freezes into its result.
 
 Speed comes from two ideas: pods with equal `SchedulingRequirements` form one `PodClass` placed
 by count (how many fit = the minimum over resources of free // request), and nodes are reduced
@@ -14,10 +16,11 @@ to a `shape` (labels, taints, cordon) so each (class, shape) placement check run
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import cached_property
 
 from lightsout.models.enums import Autoscaler, Phase, PowerState
 from lightsout.planning.scheduling import (
@@ -55,7 +58,7 @@ class Availability(StrEnum):
     UNAVAILABLE = "Unavailable"  # on paper, but not usable (phase Unknown, core Node NotReady)
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class MachineInfo:
     machine: Machine
     group: Group | None
@@ -87,68 +90,107 @@ class MachineInfo:
         )
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class PodClass:
-    """Pending pods with identical scheduling requirements, oldest verdict first. Pods are taken
-    from the back (youngest) for capacity that already exists and from the front (oldest) for
-    new machines, so the pods that have waited longest are the ones new machines are for."""
+    """Pending pods with identical scheduling requirements, oldest verdict first."""
 
     id: int
     req: SchedulingRequirements
-    pods: list[Pod]
+    pods: tuple[Pod, ...]
     weight: float = 0.0
     #: Groups whose scale-up window these pods are past (set for the scale-up pass).
     eligible: frozenset[ObjectKey] = frozenset()
-    lo: int = 0
-    hi: int = -1
 
-    def __post_init__(self) -> None:
-        self.demand = tuple((k, v) for k, v in self.req.requests if v > 0)
-        self.static_key = (self.req.node_selector, self.req.affinity, self.req.tolerations)
-        if self.hi < 0:
-            self.hi = len(self.pods)
+    @cached_property
+    def demand(self) -> tuple[tuple[str, int], ...]:
+        return tuple((k, v) for k, v in self.req.requests if v > 0)
+
+    @cached_property
+    def static_key(self) -> Hashable:
+        return (self.req.node_selector, self.req.affinity, self.req.tolerations)
+
+
+class Waiting:
+    """Scratch of one pass: the pods of `cls` it has not placed yet, `cls.pods[lo:hi]`. Pods are
+    taken from the back (youngest) for capacity that already exists and from the front (oldest)
+    for new machines, so the pods that have waited longest are the ones new machines are for."""
+
+    __slots__ = ("cls", "hi", "lo")
+
+    def __init__(self, cls: PodClass) -> None:
+        self.cls = cls
+        self.lo = 0
+        self.hi = len(cls.pods)
 
     @property
     def remaining(self) -> int:
         return self.hi - self.lo
 
-    def rest(self) -> list[Pod]:
-        return self.pods[self.lo : self.hi]
+    def rest(self) -> tuple[Pod, ...]:
+        return self.cls.pods[self.lo : self.hi]
 
-    def take_front(self, count: int) -> list[Pod]:
-        taken = self.pods[self.lo : self.lo + count]
+    def take_front(self, count: int) -> tuple[Pod, ...]:
+        taken = self.cls.pods[self.lo : self.lo + count]
         self.lo += count
         return taken
 
-    def take_back(self, count: int) -> list[Pod]:
-        taken = self.pods[self.hi - count : self.hi]
+    def take_back(self, count: int) -> tuple[Pod, ...]:
+        taken = self.cls.pods[self.hi - count : self.hi]
         self.hi -= count
         return taken
 
+    def unplaced(self) -> PodClass:
+        """The class of the pods not placed."""
+        return replace(self.cls, pods=self.rest())
 
-@dataclass(eq=False)
+
+@dataclass(frozen=True, eq=False)
 class Bin:
     """Free capacity of one node (real or simulated) during a `plan` call."""
 
     name: str
     view: NodeView
     shape: Hashable
-    free: dict[str, int]
+    free: Mapping[str, int]
     info: MachineInfo | None = None
     ready_since: datetime | None = None
     #: Pending pods simulated onto this bin, by class id.
-    placed: dict[int, list[Pod]] = field(default_factory=dict)
+    placed: Mapping[int, tuple[Pod, ...]] = field(default_factory=dict)
 
     @property
     def group_key(self) -> ObjectKey | None:
-        return self.info.group.key if self.info and self.info.group else None
+        return _group_key(self.info)
 
-    def add(self, cls: PodClass, pods: list[Pod]) -> None:
+
+class Filling:
+    """Scratch of one pass: a `Bin` as the pass places pods on it (or takes them off)."""
+
+    __slots__ = ("bin", "changed", "free", "info", "name", "placed", "shape", "view")
+
+    def __init__(self, target: Bin) -> None:
+        self.bin = target
+        self.name, self.view, self.shape, self.info = (
+            target.name,
+            target.view,
+            target.shape,
+            target.info,
+        )
+        self.free = dict(target.free)
+        self.placed = {cls_id: list(pods) for cls_id, pods in target.placed.items()}
+        self.changed = False
+
+    @property
+    def group_key(self) -> ObjectKey | None:
+        return _group_key(self.info)
+
+    def add(self, cls: PodClass, pods: Sequence[Pod]) -> None:
+        self.changed = True
         for name, value in cls.demand:
             self.free[name] = self.free.get(name, 0) - value * len(pods)
         self.placed.setdefault(cls.id, []).extend(pods)
 
     def remove(self, cls: PodClass, count: int) -> list[Pod]:
+        self.changed = True
         pods = self.placed[cls.id]
         moved, self.placed[cls.id] = pods[len(pods) - count :], pods[: len(pods) - count]
         if not self.placed[cls.id]:
@@ -156,6 +198,18 @@ class Bin:
         for name, value in cls.demand:
             self.free[name] = self.free.get(name, 0) + value * count
         return moved
+
+    def frozen(self) -> Bin:
+        """The bin with the pods placed so far."""
+        if not self.changed:
+            return self.bin  # most bins of a pass take no pod: no copy for them
+        b = self.bin
+        placed = {cls_id: tuple(pods) for cls_id, pods in self.placed.items()}
+        return Bin(b.name, b.view, b.shape, dict(self.free), b.info, b.ready_since, placed)
+
+
+def _group_key(info: MachineInfo | None) -> ObjectKey | None:
+    return info.group.key if info and info.group else None
 
 
 def count_fit(demand: Iterable[tuple[str, int]], free: Mapping[str, int]) -> int:
@@ -194,27 +248,28 @@ class Placer:
             found = self._cache[key] = tuple(placement_reasons(cls.req, view))
         return found
 
-    def capacity(self, cls: PodClass, target: Bin) -> int:
+    def capacity(self, cls: PodClass, target: Bin | Filling) -> int:
         if self.reasons(cls, target.shape, target.view):
             return 0
         return count_fit(cls.demand, target.free)
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class Cluster:
     now: datetime
-    infos: list[MachineInfo]
-    groups: dict[ObjectKey, Group]
-    pods_by_node: dict[str, list[Pod]]
-    ready_bins: list[Bin]
-    coming_bins: list[Bin]
-    pending: list[Pod]
+    infos: tuple[MachineInfo, ...]
+    groups: Mapping[ObjectKey, Group]
+    pods_by_node: Mapping[str, Sequence[Pod]]
+    ready_bins: tuple[Bin, ...]
+    coming_bins: tuple[Bin, ...]
+    pending: tuple[Pod, ...]
+    #: Caches its placement checks; it answers every call the same way.
     placer: Placer
     #: Per Group: machines on or coming (for min/max), power-on operations in flight (for
     #: scaleUp.maxConcurrentOperations: see `POWERED_UP`) and power-offs in flight.
-    active: dict[ObjectKey, int]
-    coming: dict[ObjectKey, int]
-    going: dict[ObjectKey, int]
+    active: Mapping[ObjectKey, int]
+    coming: Mapping[ObjectKey, int]
+    going: Mapping[ObjectKey, int]
 
 
 #: Phases of a machine coming up whose power-on operation is over: the power-on Job succeeded
@@ -293,8 +348,8 @@ def build_cluster(snapshot: Snapshot, now: datetime) -> Cluster:
         availability, state = classify(machine, node)
         view = view_of_machine(machine, snapshot.daemonsets, node)
         group_key = machine.group_key
-        info = MachineInfo(machine, groups.get(group_key), availability, state, node, view)
-        info.shape = placer.shape(view) if view is not None else None
+        shape = placer.shape(view) if view is not None else None
+        info = MachineInfo(machine, groups.get(group_key), availability, state, node, view, shape)
         infos.append(info)
         active[group_key] += info.active
         coming[group_key] += availability is Availability.COMING and machine.phase not in POWERED_UP
@@ -333,12 +388,12 @@ def build_cluster(snapshot: Snapshot, now: datetime) -> Cluster:
 
     return Cluster(
         now=now,
-        infos=infos,
+        infos=tuple(infos),
         groups=groups,
         pods_by_node=dict(pods_by_node),
-        ready_bins=ready_bins,
-        coming_bins=coming_bins,
-        pending=pending,
+        ready_bins=tuple(ready_bins),
+        coming_bins=tuple(coming_bins),
+        pending=tuple(pending),
         placer=placer,
         active=dict(active),
         coming=dict(coming),
@@ -346,18 +401,26 @@ def build_cluster(snapshot: Snapshot, now: datetime) -> Cluster:
     )
 
 
-def pod_weights(classes: Iterable[PodClass], capacities: Iterable[Mapping[str, int]]) -> None:
-    """Set each class's weight: its largest request as a share of the largest capacity of that
-    resource anywhere. Sorting by it is the "decreasing" of first-fit decreasing, and it is
-    the unit of demand the selection policies compare machines by."""
+def pod_weights(
+    classes: Iterable[PodClass], capacities: Iterable[Mapping[str, int]]
+) -> list[PodClass]:
+    """The classes with their weights: each class's largest request as a share of the largest
+    capacity of that resource anywhere. Sorting by it is the "decreasing" of first-fit
+    decreasing, and it is the unit of demand the selection policies compare machines by."""
     reference: dict[str, int] = {}
     for capacity in capacities:
         for name, value in capacity.items():
             reference[name] = max(reference.get(name, 0), value)
-    for cls in classes:
-        shares = [v / reference[k] for k, v in cls.demand if reference.get(k, 0) > 0]
-        floor = 1 / reference[PODS] if reference.get(PODS) else 0.001
-        cls.weight = max([floor, *shares])
+    floor = 1 / reference[PODS] if reference.get(PODS) else 0.001
+    return [
+        replace(
+            cls,
+            weight=max(
+                [floor, *(v / reference[k] for k, v in cls.demand if reference.get(k, 0) > 0)]
+            ),
+        )
+        for cls in classes
+    ]
 
 
 def since_verdict(pod: Pod, now: datetime) -> float:

@@ -10,7 +10,7 @@ needs to go and fix the pod or the machines. Machines sharing a reason are liste
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 
 from lightsout.models.enums import Autoscaler
 from lightsout.planning.cluster import Availability, Bin, Cluster, MachineInfo, PodClass, count_fit
@@ -27,8 +27,8 @@ class Explainer:
     def __init__(
         self,
         cluster: Cluster,
-        room: dict[ObjectKey, int],
-        chosen: dict[ObjectKey, ObjectKey],
+        room: Mapping[ObjectKey, int],
+        chosen: Mapping[ObjectKey, ObjectKey],
     ) -> None:
         """`chosen` maps each machine this plan powers on to its Group."""
         self.cluster = cluster

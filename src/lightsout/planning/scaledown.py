@@ -27,7 +27,7 @@ which is one break-even time plus the lead's margin.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -67,36 +67,19 @@ def scale_down(
     cluster: Cluster,
     energy: EnergyModel,
     budgets: Sequence[DisruptionBudget],
-    previous: dict[ObjectKey, datetime],
-    scaling_up: set[ObjectKey],
+    previous: Mapping[ObjectKey, datetime],
+    scaling_up: Set[ObjectKey],
     *,
     upcoming: Sequence[Upcoming] = (),
 ) -> ScaleDown:
-    result = ScaleDown()
+    candidates, notes = _candidates(cluster, energy)
+    result = ScaleDown(notes=notes)
     bins = {b.name: b for b in cluster.ready_bins}
-    candidates: list[tuple[tuple[float, ...], MachineInfo, float]] = []
-    for info in cluster.infos:
-        group = info.group
-        if info.availability is not Availability.READY or group is None:
-            continue
-        if group.autoscaler is not Autoscaler.BUILTIN:
-            continue
-        if not info.machine.autoscaling_enabled:
-            result.notes[info.key] = (
-                "pinned (autoscaling.enabled=false): never powered off by the autoscaler"
-            )
-            continue
-        if not group.scale_down.enabled:
-            result.notes[info.key] = f"group {group.key.name} has scaleDown.enabled=false"
-            continue
-        utilisation = _utilisation(cluster, info)
-        order = power_off_rank(group.selection_policy, info.machine, group, energy)
-        candidates.append(((*order, utilisation), info, utilisation))
-    candidates.sort(key=lambda item: (item[0], item[1].key))
-
+    # Each Ready node's free room less what the pods of unneeded machines would take there.
+    free: dict[str, Mapping[str, int]] = {b.name: b.free for b in cluster.ready_bins}
     removed: set[str] = set()
     unneeded: list[tuple[MachineInfo, float, int]] = []
-    for _, info, utilisation in candidates:
+    for info, utilisation in candidates:
         assert info.group is not None
         threshold = info.group.scale_down.utilization_threshold
         target = bins.get(info.machine.kubernetes_node_name)
@@ -107,7 +90,11 @@ def scale_down(
         ]
         why = _needed(target, utilisation, threshold, movable, budgets)
         if why is None:
-            why = _reschedule(cluster, info, movable, removed)
+            moved = _reschedule(cluster, info, movable, removed, free)
+            if isinstance(moved, str):
+                why = moved
+            else:
+                free.update(moved)
         if why is not None:
             result.notes[info.key] = f"needed: {why}"
             continue
@@ -125,7 +112,7 @@ def scale_down(
         why = (
             (f"only for {elapsed}s of {wait:.0f}s ({source})" if elapsed < wait else None)
             or _held_back(cluster, info, planned.get(group.key, 0), scaling_up)
-            or _announced(cluster, info, upcoming, removed)
+            or _announced(cluster, info, upcoming, removed, free)
             or _worn(info, cluster.now)
         )
         if why is not None:
@@ -142,6 +129,34 @@ def scale_down(
         result.actions.append(PowerOff(info.key, group.key, reason, group.dry_run))
         result.notes[info.key] = f"powering off: {reason}"
     return result
+
+
+def _candidates(
+    cluster: Cluster, energy: EnergyModel
+) -> tuple[list[tuple[MachineInfo, float]], dict[ObjectKey, str]]:
+    """The Ready machines scale-down may power off, with their utilisation, in the order they
+    are considered; and why each other Ready machine of a builtin Group never is."""
+    notes: dict[ObjectKey, str] = {}
+    candidates: list[tuple[tuple[float, ...], MachineInfo, float]] = []
+    for info in cluster.infos:
+        group = info.group
+        if info.availability is not Availability.READY or group is None:
+            continue
+        if group.autoscaler is not Autoscaler.BUILTIN:
+            continue
+        if not info.machine.autoscaling_enabled:
+            notes[info.key] = (
+                "pinned (autoscaling.enabled=false): never powered off by the autoscaler"
+            )
+            continue
+        if not group.scale_down.enabled:
+            notes[info.key] = f"group {group.key.name} has scaleDown.enabled=false"
+            continue
+        utilisation = _utilisation(cluster, info)
+        order = power_off_rank(group.selection_policy, info.machine, group, energy)
+        candidates.append(((*order, utilisation), info, utilisation))
+    candidates.sort(key=lambda item: (item[0], item[1].key))
+    return [(info, utilisation) for _, info, utilisation in candidates], notes
 
 
 def _utilisation(cluster: Cluster, info: MachineInfo) -> float:
@@ -165,7 +180,7 @@ def _needed(
     target: Bin | None,
     utilisation: float,
     threshold: float,
-    movable: list[Pod],
+    movable: Sequence[Pod],
     budgets: Sequence[DisruptionBudget],
 ) -> str | None:
     """Why the machine is needed whatever the other nodes offer, or None."""
@@ -194,49 +209,48 @@ def _needed(
 def _reschedule(
     cluster: Cluster,
     info: MachineInfo,
-    movable: list[Pod],
-    removed: set[str],
-) -> str | None:
-    """Reserve room on the other Ready nodes for the machine's pods; None when all fit (the
-    room stays reserved), else why not (nothing reserved)."""
+    movable: Sequence[Pod],
+    removed: Set[str],
+    free: Mapping[str, Mapping[str, int]],
+) -> dict[str, dict[str, int]] | str:
+    """Room on the other Ready nodes (`free`) for the machine's pods: the free room left on the
+    nodes they would move to when all fit, else why not. Pods that would move are not pending
+    pods, so `Bin.placed` does not list them."""
     own = info.machine.kubernetes_node_name
     by_req: dict[object, list[Pod]] = {}
     for pod in movable:
         by_req.setdefault(pod.scheduling, []).append(pod)
-    classes = [PodClass(i, pods[0].scheduling, pods) for i, pods in enumerate(by_req.values())]
+    classes = [
+        PodClass(i, pods[0].scheduling, tuple(pods)) for i, pods in enumerate(by_req.values())
+    ]
     classes.sort(key=lambda c: (-c.req.requests.get(CPU), -c.req.requests.get(MEMORY)))
     placer = cluster.placer
-    reserved: list[tuple[Bin, PodClass, int]] = []
+    reserved: dict[str, dict[str, int]] = {}
     for cls in classes:
+        left = len(cls.pods)
         for target in cluster.ready_bins:
-            if not cls.remaining:
+            if not left:
                 break
             if target.name == own or target.name in removed:
                 continue
-            count = min(cls.remaining, placer.capacity(cls, target))
+            if placer.reasons(cls, target.shape, target.view):
+                continue
+            room = reserved[target.name] if target.name in reserved else free[target.name]
+            count = min(left, count_fit(cls.demand, room))
             if count:
-                cls.take_front(count)
-                _reserve(target, cls, count)
-                reserved.append((target, cls, count))
-        if cls.remaining:
-            for target, other, count in reserved:
-                _reserve(target, other, -count)
-            return f"pod {cls.rest()[0].key} would not fit on any other Ready node"
-    return None
-
-
-def _reserve(target: Bin, cls: PodClass, count: int) -> None:
-    """Take (or, with a negative count, give back) room for `count` pods of `cls`. Pods that
-    would move here are not pending pods, so `Bin.placed` does not list them."""
-    for name, value in cls.demand:
-        target.free[name] = target.free.get(name, 0) - value * count
+                taken = {name: room.get(name, 0) - value * count for name, value in cls.demand}
+                reserved[target.name] = {**room, **taken}
+                left -= count
+        if left:
+            return f"pod {cls.pods[-left].key} would not fit on any other Ready node"
+    return reserved
 
 
 def _held_back(
     cluster: Cluster,
     info: MachineInfo,
     planned: int,
-    scaling_up: set[ObjectKey],
+    scaling_up: Set[ObjectKey],
 ) -> str | None:
     group = info.group
     assert group is not None
@@ -268,7 +282,11 @@ def _worn(info: MachineInfo, now: datetime) -> str | None:
 
 
 def _announced(
-    cluster: Cluster, info: MachineInfo, upcoming: Sequence[Upcoming], removed: set[str]
+    cluster: Cluster,
+    info: MachineInfo,
+    upcoming: Sequence[Upcoming],
+    removed: Set[str],
+    free: Mapping[str, Mapping[str, int]],
 ) -> str | None:
     """An announced pod this machine would serve, due before a power cycle would pay."""
     view = info.view
@@ -288,7 +306,7 @@ def _announced(
             b.name not in removed
             and b.name != info.machine.kubernetes_node_name
             and not placement_reasons(req, b.view)
-            and count_fit(demand, b.free)
+            and count_fit(demand, free[b.name])
             for b in cluster.ready_bins
         ):
             continue

@@ -19,14 +19,17 @@ Called by `lightsout.planning.autoscale.plan` in three steps:
    power-on operations in flight, booting machines apart) bounds it. Then machines whose pods
    fit on the others are dropped.
 3. `top_up`: Groups below minNodes get their cheapest machines powered on.
+
+Each step returns what it decided (`Absorbed`, `Choice`, `TopUp`) and changes nothing it is
+given; `plan` hands each result to the next step.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from lightsout.models.enums import Autoscaler, Phase, SelectionPolicy
@@ -35,8 +38,10 @@ from lightsout.planning.cluster import (
     Availability,
     Bin,
     Cluster,
+    Filling,
     MachineInfo,
     PodClass,
+    Waiting,
     count_fit,
     since_verdict,
 )
@@ -51,9 +56,9 @@ class Offer:
 
     group: Group
     machines: list[MachineInfo]
-    allocatable: dict[str, int]
+    allocatable: Mapping[str, int]
     #: Room on an empty machine: allocatable less its DaemonSet pods.
-    empty: dict[str, int]
+    empty: Mapping[str, int]
     taken: int = 0
     #: The last simulated fill, reused until `_Simulated.stale`.
     cached: _Simulated | None = None
@@ -76,7 +81,9 @@ class _Simulated:
     """One empty machine of an offer filled first-fit decreasing with the remaining pods."""
 
     #: (class, pods placed, the class's remaining count when simulated)
-    placed: list[tuple[PodClass, int, int]]
+    placed: list[tuple[Waiting, int, int]]
+    #: The machine's free room once they are.
+    free: Mapping[str, int]
     fill: Fill
     rank: tuple[float, ...]
 
@@ -84,18 +91,18 @@ class _Simulated:
         """Whether filling again could differ. A class that was capped by room gives the same
         count while it still has that many pods; one that ran out must not have changed."""
         return any(
-            cls.remaining != before and (before == count or cls.remaining < count)
-            for cls, count, before in self.placed
+            left.remaining != before and (before == count or left.remaining < count)
+            for left, count, before in self.placed
         )
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class Chosen:
     """A machine the plan powers on, with the pods placed on it."""
 
     bin: Bin
     fill: Fill
-    pods: list[Pod] = field(default_factory=list)
+    pods: tuple[Pod, ...]
 
 
 #: How much later than a fresh power-on of an off machine a machine already coming up may be
@@ -129,14 +136,12 @@ class FreshPowerOn:
 
 
 def fresh_power_on(
-    cluster: Cluster, cls: PodClass, room: Mapping[ObjectKey, int]
+    cluster: Cluster, cls: PodClass, oldest: Pod, room: Mapping[ObjectKey, int]
 ) -> FreshPowerOn | None:
-    """The off machine that would be Ready soonest for `cls`'s oldest remaining pod if powered
-    on now: its Group has room, the pod may run on it, one pod fits on it empty, and its
-    Group's scale-up window (which the pod must wait out first) is counted in."""
-    if not cls.remaining:
-        return None
-    age = since_verdict(cls.pods[cls.lo], cluster.now)
+    """The off machine that would be Ready soonest for `oldest`, a pod of `cls`, if powered on
+    now: its Group has room, the pod may run on it, one pod fits on it empty, and its Group's
+    scale-up window (which the pod must wait out first) is counted in."""
+    age = since_verdict(oldest, cluster.now)
     found: FreshPowerOn | None = None
     for info in cluster.infos:
         group, view = info.group, info.view
@@ -155,33 +160,45 @@ def fresh_power_on(
     return found
 
 
+@dataclass(frozen=True)
+class Absorbed:
+    """What `absorb` decided."""
+
+    #: The cluster with the pods placed on its Ready and coming bins.
+    cluster: Cluster
+    #: The pods left over, per class (in the order given; a class may be left empty).
+    classes: tuple[PodClass, ...]
+    #: Where each placed pod is expected to run.
+    notes: Mapping[ObjectKey, str]
+    #: For each pod counted on a machine coming up, that machine.
+    coming: Mapping[ObjectKey, str]
+    #: For pods left over that fit on a machine already coming up, why they were not counted on
+    #: it (that machine is Ready too late: see `COMING_MARGIN_SECONDS`).
+    late: Mapping[ObjectKey, str]
+
+
 def absorb(
-    cluster: Cluster,
-    classes: list[PodClass],
-    notes: dict[ObjectKey, str],
-    room: Mapping[ObjectKey, int],
-    coming: dict[ObjectKey, str],
-) -> dict[ObjectKey, str]:
+    cluster: Cluster, classes: Sequence[PodClass], room: Mapping[ObjectKey, int]
+) -> Absorbed:
     """Place pending pods on Ready nodes the scheduler may not have tried and on machines
-    already powering on; note where each placed pod is expected to run, and in `coming` the
-    machine coming up each pod counted on there waits for. Returns, for pods left over that
-    fit on a machine already coming up, why they were not counted on it (that machine is Ready
-    too late: see `COMING_MARGIN_SECONDS`)."""
+    already powering on."""
     now, grace = cluster.now, SCHEDULER_GRACE.total_seconds()
-    for cls in classes:
+    waiting = [Waiting(cls) for cls in classes]
+    ready = [Filling(target) for target in cluster.ready_bins]
+    notes: dict[ObjectKey, str] = {}
+    for left in waiting:
+        cls = left.cls
         ages = [-since_verdict(pod, now) for pod in cls.pods]  # ascending: oldest first
         fresh_from = bisect.bisect_right(ages, -grace)
-        for target in cluster.ready_bins:
-            if not cls.remaining:
+        for target in ready:
+            if not left.remaining:
                 break
-            node_fresh = (
-                target.ready_since is not None
-                and (now - target.ready_since).total_seconds() < grace
-            )
-            usable = cls.remaining if node_fresh else cls.hi - max(cls.lo, fresh_from)
+            since = target.bin.ready_since
+            node_fresh = since is not None and (now - since).total_seconds() < grace
+            usable = left.remaining if node_fresh else left.hi - max(left.lo, fresh_from)
             count = min(usable, cluster.placer.capacity(cls, target)) if usable > 0 else 0
             if count:
-                pods = cls.take_back(count)
+                pods = left.take_back(count)
                 target.add(cls, pods)
                 note = f"fits on node {target.name}; the scheduler should place it there"
                 notes.update((pod.key, note) for pod in pods)
@@ -189,28 +206,59 @@ def absorb(
     # pods that fit, whatever their class.
     timed = sorted(
         (
-            (ready_in(target.info, now) if target.info else 0.0, target.name, target)
-            for target in cluster.coming_bins
+            (ready_in(target.info, now) if target.info else 0.0, target.name, index)
+            for index, target in enumerate(cluster.coming_bins)
         ),
         key=lambda entry: (entry[0], entry[1]),
     )
+    coming_bins = list(cluster.coming_bins)
     fresh: dict[int, FreshPowerOn | None] = {}  # by class id, looked up when first needed
     late: dict[ObjectKey, str] = {}
-    for seconds, _, target in timed:
-        allowed = _in_time(
+    coming: dict[ObjectKey, str] = {}
+    for seconds, _, index in timed:
+        arriving = coming_bins[index]
+        verdict = _in_time(
             cluster,
-            target,
+            arriving,
             seconds=seconds,
-            learned=target.info is not None
-            and target.info.machine.learned_boot_seconds is not None,
-            classes=classes,
+            learned=arriving.info is not None
+            and arriving.info.machine.learned_boot_seconds is not None,
+            waiting=waiting,
             room=room,
             fresh=fresh,
-            late=late,
         )
-        for key in _fill_oldest_first(cluster, target, allowed, notes):
-            coming[key] = target.name
-    return {key: note for key, note in late.items() if key not in notes}
+        fresh.update(verdict.fresh)
+        for key, note in verdict.late.items():
+            late.setdefault(key, note)  # the first machine found too late is the one named
+        state = arriving.info.state if arriving.info else "powering on"
+        note = f"will run on machine {arriving.name}, already {state}"
+        coming_bins[index], takes = _fill_oldest_first(cluster, arriving, verdict.usable)
+        for left, count in takes:
+            pods = left.take_front(count)
+            notes.update((pod.key, note) for pod in pods)
+            coming.update((pod.key, arriving.name) for pod in pods)
+    return Absorbed(
+        cluster=replace(
+            cluster,
+            ready_bins=tuple(target.frozen() for target in ready),
+            coming_bins=tuple(coming_bins),
+        ),
+        classes=tuple(left.unplaced() for left in waiting),
+        notes=notes,
+        coming=coming,
+        late={key: note for key, note in late.items() if key not in notes},
+    )
+
+
+@dataclass(frozen=True)
+class _InTime:
+    """What `_in_time` found for one machine coming up."""
+
+    usable: tuple[Waiting, ...]
+    #: Why the pods of the other classes that fit were not counted on it.
+    late: Mapping[ObjectKey, str]
+    #: The quickest fresh power-ons it looked up, by class id.
+    fresh: Mapping[int, FreshPowerOn | None]
 
 
 def _in_time(
@@ -219,23 +267,26 @@ def _in_time(
     *,
     seconds: float,
     learned: bool,
-    classes: list[PodClass],
+    waiting: Sequence[Waiting],
     room: Mapping[ObjectKey, int],
-    fresh: dict[int, FreshPowerOn | None],
-    late: dict[ObjectKey, str],
-) -> list[PodClass]:
-    """The classes that fit on `target`, a machine coming up that is Ready in `seconds`, and
-    may count on it: no off machine they could get would be Ready more than
-    `COMING_MARGIN_SECONDS` sooner. The pods of the others get a note in `late`. A machine
-    whose boot is not `learned` yet is always counted on: its estimate is the boot timeout, an
-    upper bound, and starting a second machine on it would be a power-on bought on a guess."""
-    usable: list[PodClass] = []
-    for cls in classes:
-        if not cls.remaining or not cluster.placer.capacity(cls, target):
+    fresh: Mapping[int, FreshPowerOn | None],
+) -> _InTime:
+    """The classes with pods left (`waiting`) that fit on `target`, a machine coming up that is
+    Ready in `seconds`, and may count on it: no off machine they could get would be Ready more
+    than `COMING_MARGIN_SECONDS` sooner (`fresh`: those looked up before). A machine whose boot
+    is not `learned` yet is always counted on: its estimate is the boot timeout, an upper
+    bound, and starting a second machine on it would be a power-on bought on a guess."""
+    usable: list[Waiting] = []
+    late: dict[ObjectKey, str] = {}
+    found: dict[int, FreshPowerOn | None] = {}
+    for left in waiting:
+        cls = left.cls
+        if not left.remaining or not cluster.placer.capacity(cls, target):
             continue
-        if cls.id not in fresh:
-            fresh[cls.id] = fresh_power_on(cluster, cls, room)
-        quicker = fresh[cls.id]
+        if cls.id in fresh:
+            quicker = fresh[cls.id]
+        else:
+            quicker = found[cls.id] = fresh_power_on(cluster, cls, cls.pods[left.lo], room)
         if quicker is not None and learned and seconds > quicker.seconds + COMING_MARGIN_SECONDS:
             # No running seconds in it: the operator posts a changed note as a new event.
             note = (
@@ -243,53 +294,55 @@ def _in_time(
                 f"{quicker.info.key.name} powered on now would be Ready sooner (boot "
                 f"about {quicker.info.machine.boot_estimate:.0f}s)"
             )
-            late.update((pod.key, note) for pod in cls.rest() if pod.key not in late)
+            late.update((pod.key, note) for pod in left.rest())
             continue
-        usable.append(cls)
-    return usable
+        usable.append(left)
+    return _InTime(tuple(usable), late, found)
 
 
 def _fill_oldest_first(
-    cluster: Cluster, target: Bin, classes: list[PodClass], notes: dict[ObjectKey, str]
-) -> list[ObjectKey]:
-    """Place the oldest pods of `classes` on `target` while they fit, as the scheduler binds
-    pending pods oldest first: a class whose next pod does not fit drops out (its other pods
-    ask the same), the others go on. Returns the pods placed."""
+    cluster: Cluster, target: Bin, waiting: Sequence[Waiting]
+) -> tuple[Bin, list[tuple[Waiting, int]]]:
+    """`target` with the oldest pods of the classes in `waiting` placed on it while they fit,
+    as the scheduler binds pending pods oldest first: a class whose next pod does not fit drops
+    out (its other pods ask the same), the others go on. With it, how many pods of which class
+    it took, in the order taken (the front of each class: `Waiting.take_front`)."""
     now = cluster.now
-    heap = [(-since_verdict(cls.pods[cls.lo], now), cls.pods[cls.lo].key, cls) for cls in classes]
+    # (age of the class's next pod, its key, the class, the index of that pod)
+    heap = [(-since_verdict(w.cls.pods[w.lo], now), w.cls.pods[w.lo].key, w, w.lo) for w in waiting]
     heapq.heapify(heap)
-    info = target.info
-    note = f"will run on machine {target.name}, already {info.state if info else 'powering on'}"
-    placed: list[ObjectKey] = []
+    filling = Filling(target)
+    takes: list[tuple[Waiting, int]] = []
     while heap:
-        _, _, cls = heapq.heappop(heap)
-        fits = cluster.placer.capacity(cls, target)
+        _, _, left, lo = heapq.heappop(heap)
+        cls = left.cls
+        fits = cluster.placer.capacity(cls, filling)
         if not fits:
             continue
+        remaining = left.hi - lo
         # Take this class's pods up to the next class's oldest pod in one step.
         count = 1
         if heap:
             rival = heap[0][0]
             while (
-                count < min(fits, cls.remaining)
-                and -since_verdict(cls.pods[cls.lo + count], now) <= rival
+                count < min(fits, remaining) and -since_verdict(cls.pods[lo + count], now) <= rival
             ):
                 count += 1
         else:
-            count = min(fits, cls.remaining)
-        pods = cls.take_front(count)
-        target.add(cls, pods)
-        notes.update((pod.key, note) for pod in pods)
-        placed.extend(pod.key for pod in pods)
-        if cls.remaining:
-            nxt = cls.pods[cls.lo]
-            heapq.heappush(heap, (-since_verdict(nxt, now), nxt.key, cls))
-    return placed
+            count = min(fits, remaining)
+        filling.add(cls, cls.pods[lo : lo + count])
+        takes.append((left, count))
+        lo += count
+        if lo < left.hi:
+            nxt = cls.pods[lo]
+            heapq.heappush(heap, (-since_verdict(nxt, now), nxt.key, left, lo))
+    return filling.frozen(), takes
 
 
-def eligible_classes(cluster: Cluster, classes: list[PodClass]) -> list[PodClass]:
-    """The pods left after `absorb`, regrouped by the Groups whose scale-up window they are past
-    (scaleUp.stabilizationWindowSeconds: how long a pod must wait before a machine is started)."""
+def eligible_classes(cluster: Cluster, classes: Sequence[PodClass]) -> tuple[PodClass, ...]:
+    """The pods left after `absorb` (`Absorbed.classes`), regrouped by the Groups whose scale-up
+    window they are past (scaleUp.stabilizationWindowSeconds: how long a pod must wait before a
+    machine is started)."""
     windows = {
         key: group.scale_up.stabilization_seconds
         for key, group in cluster.groups.items()
@@ -301,14 +354,14 @@ def eligible_classes(cluster: Cluster, classes: list[PodClass]) -> list[PodClass
     out: list[PodClass] = []
     for cls in classes:
         buckets: dict[frozenset[ObjectKey], list[Pod]] = {}
-        for pod in cls.rest():
+        for pod in cls.pods:
             passed = bisect.bisect_right(levels, since_verdict(pod, cluster.now))
             eligible = by_level[passed - 1] if passed else frozenset()
             buckets.setdefault(eligible, []).append(pod)
         for eligible, pods in buckets.items():
-            out.append(PodClass(len(out), cls.req, pods, cls.weight, eligible))
+            out.append(PodClass(len(out), cls.req, tuple(pods), cls.weight, eligible))
     out.sort(key=lambda c: (-c.weight, c.pods[0].key))
-    return out
+    return tuple(out)
 
 
 def offers_of(cluster: Cluster, energy: EnergyModel) -> list[Offer]:
@@ -356,29 +409,43 @@ def room_of(cluster: Cluster) -> dict[ObjectKey, int]:
     }
 
 
+@dataclass(frozen=True)
+class Choice:
+    """What `choose` decided."""
+
+    chosen: tuple[Chosen, ...]
+    #: Power-ons each Group may still start after these.
+    room: Mapping[ObjectKey, int]
+    #: The pods no machine was chosen for, per class (in the order given; a class may be left
+    #: empty).
+    classes: tuple[PodClass, ...]
+
+
 def choose(
     cluster: Cluster,
-    classes: list[PodClass],
-    room: dict[ObjectKey, int],
+    classes: Sequence[PodClass],
+    room: Mapping[ObjectKey, int],
     energy: EnergyModel,
-) -> list[Chosen]:
-    """Pick machines to power on for `classes`; pods placed on them leave the classes."""
+) -> Choice:
+    """Pick machines to power on for `classes` within each Group's `room`."""
+    room_left = dict(room)
+    waiting = [Waiting(cls) for cls in classes]
     offers = offers_of(cluster, energy)
     users: dict[int, set[Offer]] = {}  # class id -> offers whose cached fill uses it
-    chosen: list[Chosen] = []
-    while any(cls.remaining for cls in classes):
+    picked: list[tuple[Bin, Fill]] = []
+    while any(left.remaining for left in waiting):
         per_group: dict[ObjectKey, tuple[tuple[tuple[float, ...], ObjectKey], Offer]] = {}
         for offer in offers:
             group = offer.group
-            if offer.spent or not offer.left or room.get(group.key, 0) <= 0:
+            if offer.spent or not offer.left or room_left.get(group.key, 0) <= 0:
                 continue
             if offer.dirty and (offer.cached is None or offer.cached.stale()):
-                offer.cached = _simulate(cluster, offer, classes, energy)
+                offer.cached = _simulate(cluster, offer, waiting, energy)
                 if offer.cached is None:
                     offer.spent = True
                     continue
-                for cls, _, _ in offer.cached.placed:
-                    users.setdefault(cls.id, set()).add(offer)
+                for left, _, _ in offer.cached.placed:
+                    users.setdefault(left.cls.id, set()).add(offer)
             offer.dirty = False
             assert offer.cached is not None
             key = (offer.cached.rank, offer.first.key)
@@ -389,54 +456,60 @@ def choose(
         winner = best([o.cached.fill for _, o in per_group.values() if o.cached is not None])
         offer = per_group[winner.group.key][1]
         assert offer.cached is not None
-        placed = [(cls, count) for cls, count, _ in offer.cached.placed]
+        placed = [(left, count) for left, count, _ in offer.cached.placed]
         # Identical machines filled identically: take as many as the pods and limits allow.
         copies = min(
             offer.left,
-            room[offer.group.key],
-            *(cls.remaining // count for cls, count in placed),
+            room_left[offer.group.key],
+            *(left.remaining // count for left, count in placed),
         )
         for _ in range(copies):
             info = offer.first
             offer.taken += 1
             assert info.view is not None
-            target = Bin(info.view.name, info.view, info.shape, dict(offer.empty), info)
-            for cls, count in placed:
-                target.add(cls, cls.take_front(count))
-            chosen.append(Chosen(target, offer.cached.fill))
-        room[offer.group.key] -= copies
-        for cls, _ in placed:
-            for user in users.get(cls.id, ()):
+            # Every copy is filled as simulated, so its room left is the simulation's.
+            free = dict(offer.cached.free)
+            taken = {left.cls.id: left.take_front(count) for left, count in placed}
+            target = Bin(info.view.name, info.view, info.shape, free, info, placed=taken)
+            picked.append((target, offer.cached.fill))
+        room_left[offer.group.key] -= copies
+        for left, _ in placed:
+            for user in users.get(left.cls.id, ()):
                 user.dirty = True
-    drop_redundant(cluster.placer, [c.bin for c in chosen], {cls.id: cls for cls in classes})
-    kept = [entry for entry in chosen if entry.bin.placed]
-    for entry in chosen:
-        if not entry.bin.placed and entry.bin.group_key is not None:
-            room[entry.bin.group_key] += 1
-    for entry in kept:
-        entry.pods = [pod for pods in entry.bin.placed.values() for pod in pods]
-    return kept
+    packed = drop_redundant(
+        cluster.placer, [target for target, _ in picked], {c.id: c for c in classes}
+    )
+    chosen: list[Chosen] = []
+    for machine, (_, fill) in zip(packed, picked, strict=True):
+        if machine.placed:
+            pods = tuple(pod for pods in machine.placed.values() for pod in pods)
+            chosen.append(Chosen(machine, fill, pods))
+        elif machine.group_key is not None:
+            room_left[machine.group_key] += 1
+    return Choice(tuple(chosen), room_left, tuple(left.unplaced() for left in waiting))
 
 
 def _simulate(
-    cluster: Cluster, offer: Offer, classes: list[PodClass], energy: EnergyModel
+    cluster: Cluster, offer: Offer, waiting: Sequence[Waiting], energy: EnergyModel
 ) -> _Simulated | None:
-    """Fill an empty machine of `offer` first-fit decreasing (`classes` are heaviest first)."""
+    """Fill an empty machine of `offer` first-fit decreasing with the pods left of `waiting`
+    (its classes are heaviest first)."""
     info, group = offer.first, offer.group
     assert info.view is not None
     free = dict(offer.empty)
-    placed: list[tuple[PodClass, int, int]] = []
+    placed: list[tuple[Waiting, int, int]] = []
     value = 0.0
-    for cls in classes:
-        if not cls.remaining or group.key not in cls.eligible:
+    for left in waiting:
+        cls = left.cls
+        if not left.remaining or group.key not in cls.eligible:
             continue
         if cluster.placer.reasons(cls, info.shape, info.view):
             continue
-        count = min(cls.remaining, count_fit(cls.demand, free))
+        count = min(left.remaining, count_fit(cls.demand, free))
         if count:
             for name, amount in cls.demand:
                 free[name] -= amount * count
-            placed.append((cls, count, cls.remaining))
+            placed.append((left, count, left.remaining))
             value += cls.weight * count
     if not placed:
         return None
@@ -448,16 +521,27 @@ def _simulate(
         free_after=free,
         value=value,
     )
-    return _Simulated(placed, fill, rank(group.selection_policy, fill))
+    return _Simulated(placed, free, fill, rank(group.selection_policy, fill))
+
+
+@dataclass(frozen=True)
+class TopUp:
+    """What `top_up` decided."""
+
+    #: Each machine to power on, with why.
+    machines: tuple[tuple[MachineInfo, str], ...]
+    #: Power-ons each Group may still start after these.
+    room: Mapping[ObjectKey, int]
 
 
 def top_up(
     cluster: Cluster,
-    chosen: list[Chosen],
-    room: dict[ObjectKey, int],
+    chosen: Sequence[Chosen],
+    room: Mapping[ObjectKey, int],
     energy: EnergyModel,
-) -> list[tuple[MachineInfo, str]]:
-    """Machines to power on because their Group is below minNodes."""
+) -> TopUp:
+    """Machines to power on because their Group is below minNodes, besides `chosen`."""
+    room_left = dict(room)
     taken = {entry.bin.info.key for entry in chosen if entry.bin.info}
     planned: dict[ObjectKey, int] = {}
     for entry in chosen:
@@ -468,7 +552,7 @@ def top_up(
         if group.autoscaler is not Autoscaler.BUILTIN:
             continue
         have = cluster.active.get(key, 0) + planned.get(key, 0)
-        deficit = min(group.min_nodes - have, room.get(key, 0))
+        deficit = min(group.min_nodes - have, room_left.get(key, 0))
         if deficit <= 0:
             continue
         candidates = [
@@ -493,5 +577,5 @@ def top_up(
         )
         for info in candidates[:deficit]:
             out.append((info, f"group {key.name} is below minNodes ({have} of {group.min_nodes})"))
-            room[key] -= 1
-    return out
+            room_left[key] -= 1
+    return TopUp(tuple(out), room_left)
