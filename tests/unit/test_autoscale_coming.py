@@ -1,5 +1,5 @@
 """Table tests of how the planner counts pending pods on machines already coming up
-(`scaleup.absorb`): only on a machine Ready no later than a fresh power-on would be, and in
+(`absorb.absorb`): only on a machine Ready no later than a fresh power-on would be, and in
 the order kube-scheduler binds them (the machine Ready first takes the oldest pods).
 
 Same style as `test_autoscale`: raw API objects through `snapshot_from` and `plan`.
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from lightsout.models.enums import Phase, PowerState
+from lightsout.planning.absorb import COMING_MARGIN_SECONDS, ready_in
 from lightsout.planning.cluster import Availability, MachineInfo
-from lightsout.planning.scaleup import COMING_MARGIN_SECONDS, ready_in
 from lightsout.state import Machine
 from lightsout.state.types import ObjectKey
 from tests.unit.test_autoscale_objects import (

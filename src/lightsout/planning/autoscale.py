@@ -13,7 +13,7 @@ In order:
    (`prewarm.due`), so their capacity is powered on before they exist.
 2. Pending Unschedulable pods (DaemonSet pods aside: they target one node) are grouped by their
    scheduling requirements and placed on capacity that exists or is coming
-   (`scaleup.absorb`), then on a set of powered-off machines (`scaleup.choose`); what is left
+   (`absorb.absorb`), then on a set of powered-off machines (`scaleup.choose`); what is left
    gets an explanation naming each machine's reason (`explain.Explainer`).
 3. Groups below minNodes are topped up with their cheapest machines (`scaleup.top_up`).
 4. Unneeded Ready machines are found and, past their timers (`auto`: one break-even time), powered
@@ -34,6 +34,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from lightsout.models.enums import Autoscaler
+from lightsout.planning.absorb import absorb
 from lightsout.planning.cluster import (
     Availability,
     Cluster,
@@ -47,7 +48,7 @@ from lightsout.planning.explain import Explainer
 from lightsout.planning.policy import EnergyModel, describe
 from lightsout.planning.prewarm import due, lead_times
 from lightsout.planning.scaledown import Upcoming, scale_down
-from lightsout.planning.scaleup import Chosen, absorb, choose, eligible_classes, room_of, top_up
+from lightsout.planning.scaleup import Chosen, choose, eligible_classes, room_of, top_up
 from lightsout.state.types import ExpectedPod, ObjectKey, Pod, SchedulingRequirements, Snapshot
 
 WAITING_FOR_SYNC = "waiting for every watch to sync: no decision on a partial view of the cluster"

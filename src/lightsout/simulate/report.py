@@ -21,7 +21,7 @@ from lightsout.simulate.engine import Result, SimPod
 #: or counted it on while that one was coming up (a pod waiting for a machine that is booting
 #: may start earlier elsewhere as room frees up: it waited less than the boot it was promised).
 #: The planner only counts a pod on a coming machine Ready no later than a fresh power-on
-#: would be (`scaleup.COMING_MARGIN_SECONDS`), so that machine is the pod's quickest one.
+#: would be (`absorb.COMING_MARGIN_SECONDS`), so that machine is the pod's quickest one.
 BOOT_SLACK_SECONDS = 5.0
 
 
