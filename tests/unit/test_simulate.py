@@ -247,6 +247,22 @@ def test_always_on_saves_nothing_and_the_reactive_baseline_runs_the_same_placeme
     assert reactive["waits"]["other"]["maxSeconds"] >= 60
 
 
+def test_a_machine_pinned_on_is_replayed_on_all_week_and_its_energy_counted() -> None:
+    """`desiredPowerState: On` with autoscaling off: the operator powers it on and never off,
+    so the replay does too (it used to start every machine Off and leave this one there)."""
+    pinned = node("m1")
+    pinned["spec"] |= {"desiredPowerState": "On", "autoscaling": {"enabled": False}}
+    result = replay(trace([], machines=[pinned, node("m2")], hours=24))
+    assert phases(result, "m1") == ["Off", "PoweringOn", "Booting", "Ready"]
+    assert phases(result, "m2") == ["Off"]
+    summary = summarise(result)
+    used = {m["name"]: m for m in summary["machines"]}
+    print(summary["energy"], used["m1"])
+    # Idle (40 W) for the day but the boot: about 0.96 kWh, far above m2's 5 W off.
+    assert summary["energy"]["usedKWh"] == pytest.approx(0.96 + 0.12, abs=0.02)
+    assert used["m1"]["powerOns"] == 1
+
+
 def test_percentile_is_nearest_rank() -> None:
     assert percentile([], 0.5) is None
     assert percentile([3.0, 1.0, 2.0, 4.0], 0.5) == 2.0

@@ -308,7 +308,9 @@ class Simulator:
         start = self.start
         for template in snapshot.machines:
             truth = self.trace.durations_of(template.key.name)
-            on = self.options.policy is Policy.ALWAYS_ON
+            # As the operator starts: from the spec's desired power state (a machine pinned On
+            # with autoscaling off stays On all week), or On for every machine always-on.
+            on = self.options.policy is Policy.ALWAYS_ON or template.desired is DesiredPowerState.ON
             state = MachineState(
                 name=template.key.name,
                 kubernetes_node_name=template.kubernetes_node_name,
