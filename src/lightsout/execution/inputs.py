@@ -19,6 +19,7 @@ from lightsout.execution.nodeops import (
     node_ready,
     node_unregistered,
 )
+from lightsout.models.enums import DriftPolicy, ProxmoxMode
 from lightsout.models.group import DEFAULT_CORRECTION_WINDOW_SECONDS, DEFAULT_MAX_CORRECTIONS
 from lightsout.planning.fsm import Reason
 from lightsout.planning.learning import median
@@ -253,7 +254,7 @@ def machine_state(node: Obj, group: Obj | None) -> MachineState:
         boot_timeout_seconds=int(power.get("bootTimeoutSeconds", 600)),
         shutdown_timeout_seconds=int(power.get("shutdownTimeoutSeconds", 300)),
         drain_timeout_seconds=int(power.get("drainTimeoutSeconds", 900)),
-        ephemeral=proxmox.get("mode") == "Ephemeral",
+        ephemeral=proxmox.get("mode") == ProxmoxMode.EPHEMERAL,
         # The machine's own choice, else its Group's, else Delete.
         node_removal_policy=_enum(
             NodeRemovalPolicy,
@@ -261,7 +262,7 @@ def machine_state(node: Obj, group: Obj | None) -> MachineState:
             or ((group or {}).get("spec") or {}).get("nodeRemovalPolicy"),
             NodeRemovalPolicy.DELETE,
         ),
-        correct_drift=health.get("driftPolicy") == "Correct",
+        correct_drift=health.get("driftPolicy") == DriftPolicy.CORRECT,
         learned=learned_from_status(status.get("learned")),
         max_corrections=int(health.get("maxCorrections") or DEFAULT_MAX_CORRECTIONS),
         correction_window_seconds=int(
@@ -270,7 +271,7 @@ def machine_state(node: Obj, group: Obj | None) -> MachineState:
         drift_corrections=tuple(
             t for raw in status.get("driftCorrections") or () if (t := parse_time(raw)) is not None
         ),
-        adopt_drift=health.get("driftPolicy") == "Adopt",
+        adopt_drift=health.get("driftPolicy") == DriftPolicy.ADOPT,
         adopting=adopting,
     )
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from lightsout.execution.naming import dns_label, label_value
 from lightsout.k8s import api
+from lightsout.models.enums import ProxmoxMode
 from lightsout.planning.types import Phase
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ def wanted(node: Obj) -> Mapping[str, Any] | None:
     """The machine's `join` block, when it is an Ephemeral Proxmox clone that has one."""
     proxmox = ((node.get("spec") or {}).get("driver") or {}).get("proxmox") or {}
     join = proxmox.get("join")
-    if proxmox.get("mode") == "Ephemeral" and isinstance(join, Mapping):
+    if proxmox.get("mode") == ProxmoxMode.EPHEMERAL and isinstance(join, Mapping):
         return join
     return None
 

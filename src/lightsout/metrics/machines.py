@@ -26,7 +26,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from lightsout.metrics.families import ACTION_DURATION, ACTIONS, TRANSITION_DURATION
-from lightsout.models.enums import Action, DriverKind, Phase
+from lightsout.models.enums import Action, DriverKind, Phase, ProxmoxMode
 from lightsout.planning.energy import Account
 from lightsout.planning.energystatus import account_from_status
 
@@ -68,7 +68,7 @@ def _zero_actions(spec: Mapping[str, Any]) -> None:
     """Create the machine's action series (its driver, the actions it runs) at zero."""
     driver = _driver(spec)
     proxmox = (spec.get("driver") or {}).get("proxmox") or {}
-    ephemeral = proxmox.get("mode") == "Ephemeral"
+    ephemeral = proxmox.get("mode") == ProxmoxMode.EPHEMERAL
     actions = (Action.PROVISION, Action.DEPROVISION) if ephemeral else _POWER_ACTIONS
     for action in actions:
         ACTION_DURATION.labels(driver=driver, action=action.value)

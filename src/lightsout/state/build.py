@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from lightsout.models.enums import Phase, PowerState
+from lightsout.models.enums import Phase, PowerState, ProxmoxMode
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import AutoscalingSettings, PowerProfile
 from lightsout.state import cron, references
@@ -276,7 +276,7 @@ def _reference_check(
             return None
         spec = obj.get("spec")
         group = groups.get(ObjectKey(key.namespace, as_str(dig(spec, "group"))))
-        ephemeral = dig(spec, "driver", "proxmox", "mode") == "Ephemeral"
+        ephemeral = dig(spec, "driver", "proxmox", "mode") == ProxmoxMode.EPHEMERAL
         problem = references.unresolved(
             obj,
             group,
