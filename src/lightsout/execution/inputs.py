@@ -21,6 +21,11 @@ from lightsout.execution.nodeops import (
 )
 from lightsout.models.enums import DriftPolicy, ProxmoxMode
 from lightsout.models.group import DEFAULT_CORRECTION_WINDOW_SECONDS, DEFAULT_MAX_CORRECTIONS
+from lightsout.models.node import (
+    DEFAULT_BOOT_TIMEOUT_SECONDS,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_SHUTDOWN_TIMEOUT_SECONDS,
+)
 from lightsout.planning.fsm import Reason
 from lightsout.planning.learning import median
 from lightsout.planning.types import (
@@ -250,9 +255,11 @@ def machine_state(node: Obj, group: Obj | None) -> MachineState:
         reason=status.get("reason"),
         message=str(status.get("message") or ""),
         operation=operation_from_status(status.get("lastOperation")),
-        max_retries=int(spec.get("maxRetries", 3)),
-        boot_timeout_seconds=int(power.get("bootTimeoutSeconds", 600)),
-        shutdown_timeout_seconds=int(power.get("shutdownTimeoutSeconds", 300)),
+        max_retries=int(spec.get("maxRetries", DEFAULT_MAX_RETRIES)),
+        boot_timeout_seconds=int(power.get("bootTimeoutSeconds", DEFAULT_BOOT_TIMEOUT_SECONDS)),
+        shutdown_timeout_seconds=int(
+            power.get("shutdownTimeoutSeconds", DEFAULT_SHUTDOWN_TIMEOUT_SECONDS)
+        ),
         drain_timeout_seconds=int(power.get("drainTimeoutSeconds", 900)),
         ephemeral=proxmox.get("mode") == ProxmoxMode.EPHEMERAL,
         # The machine's own choice, else its Group's, else Delete.

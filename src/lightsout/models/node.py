@@ -42,6 +42,11 @@ ExtendedResourceName = Annotated[str, StringConstraints(max_length=317)]
 #: Durations kept per kind in `status.learned` (the learned figure is their median, so one
 #: slow boot among them does not move it).
 MAX_SAMPLES = 9
+#: Defaults of a Node's spec, in one place: the schema, the state machine's `MachineState` and
+#: the reading of a Node resource take them from here.
+DEFAULT_MAX_RETRIES = 3
+DEFAULT_BOOT_TIMEOUT_SECONDS = 600
+DEFAULT_SHUTDOWN_TIMEOUT_SECONDS = 300
 #: Power-on times kept for the wear limit (also the highest maxPowerCyclesPerDay).
 MAX_POWER_ONS_KEPT = 96
 
@@ -100,9 +105,11 @@ class PowerProfile(ApiModel):
     """Draw when on and idle."""
     off_watts: Watts | None = None
     """Draw when off (BMC, standby)."""
-    boot_timeout_seconds: int = Field(default=600, ge=10, le=86_400)
+    boot_timeout_seconds: int = Field(default=DEFAULT_BOOT_TIMEOUT_SECONDS, ge=10, le=86_400)
     """From power-on until the core Node is Ready; after it the attempt fails."""
-    shutdown_timeout_seconds: int = Field(default=300, ge=10, le=86_400)
+    shutdown_timeout_seconds: int = Field(
+        default=DEFAULT_SHUTDOWN_TIMEOUT_SECONDS, ge=10, le=86_400
+    )
     """From the shutdown request until the machine is observed off."""
 
     @model_validator(mode="after")
@@ -176,7 +183,7 @@ class NodeSpec(ApiModel):
     """Per-action playbook overrides."""
     node_removal_policy: NodeRemovalPolicy | None = None
     """Delete or keep the core Node object after power-off; unset: the Group's choice."""
-    max_retries: int = Field(default=3, ge=0, le=20)
+    max_retries: int = Field(default=DEFAULT_MAX_RETRIES, ge=0, le=20)
     """Failed attempts of one intent before the Node goes Failed."""
 
 

@@ -17,7 +17,6 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-# Re-exported: the API's own enums are the state machine's vocabulary (one definition).
 from lightsout.models.enums import (
     Action,
     ConditionStatus,
@@ -27,6 +26,13 @@ from lightsout.models.enums import (
     Phase,
 )
 from lightsout.models.enums import ObservedPowerState as PowerState
+
+# Re-exported: the API's own enums are the state machine's vocabulary (one definition).
+from lightsout.models.node import (
+    DEFAULT_BOOT_TIMEOUT_SECONDS,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_SHUTDOWN_TIMEOUT_SECONDS,
+)
 from lightsout.state.references import Unresolved
 
 __all__ = [
@@ -213,9 +219,9 @@ class MachineState:
     reason: str | None = None
     message: str = ""
     operation: Operation | None = None
-    max_retries: int = 3
-    boot_timeout_seconds: int = 600
-    shutdown_timeout_seconds: int = 300
+    max_retries: int = DEFAULT_MAX_RETRIES
+    boot_timeout_seconds: int = DEFAULT_BOOT_TIMEOUT_SECONDS
+    shutdown_timeout_seconds: int = DEFAULT_SHUTDOWN_TIMEOUT_SECONDS
     drain_timeout_seconds: int = 900
     #: Proxmox clones: provision on power-on, deprovision on power-off.
     ephemeral: bool = False
