@@ -1,7 +1,8 @@
 """Proxmox VMs powered on and off by the operator, persistent and ephemeral.
 
 kubectl patch → Job → Ansible (proxmox_vm role, community.proxmox) → fakepve over TLS on
-127.0.0.1 (lightsout_lab/fakepve.py). A Persistent VM is started and stopped. An Ephemeral
+127.0.0.1 (lightsout_lab/fakepve.py). A Persistent VM is started and stopped (its OS ignores
+the ACPI shutdown, so Proxmox stops it hard, and the Node says so). An Ephemeral
 machine has no VM while it is off: power-on runs provision.yml (clone the template, start the
 clone), power-off runs deprovision.yml (shut the clone down, destroy it); the Lights-Out Node
 resource stays, and `status.clone` names the clone while it exists. The machine simulator
@@ -31,7 +32,9 @@ PERSISTENT_VMID = 100
 def pve() -> Iterator[FakePveCluster]:
     guests = [
         Guest(TEMPLATE, "debian-template", node="pve1", template=True),
-        Guest(PERSISTENT_VMID, "db", node="pve1", status="stopped"),
+        # Its OS ignores the ACPI power button: Proxmox stops it hard after the graceful
+        # timeout (120 s, which pass at once at fakepve's time_scale 0).
+        Guest(PERSISTENT_VMID, "db", node="pve1", status="stopped", acpi=False),
     ]
     with FakePveCluster(guests, nodes=("pve2",)) as cluster:
         yield cluster
@@ -80,6 +83,22 @@ def test_persistent_vm_is_started_and_stopped(
             "shutdown",
             "Succeeded",
         )
+        # Off as asked, but not cleanly: the Node says the OS was cut off, and warns.
+        hard = "the OS did not shut down within 120 s and the machine was powered off hard"
+        assert off["reason"] == "JobSucceeded"
+        assert hard in off["message"], off["message"]
+        assert off["lastOperation"]["values"]["forced_after_seconds"] == 120
+        # Events are posted right after the status is written.
+        forced = wait_for(
+            lambda: [
+                (e["type"], e["message"])
+                for e in events_for(crds, namespace, name)
+                if e["reason"] == "ForcedPowerOff"
+            ],
+            30,
+            "a ForcedPowerOff event",
+        )
+        assert forced == [("Warning", f"shutdown: {hard}")]
 
 
 def test_ephemeral_vm_is_cloned_on_power_on_and_destroyed_on_power_off(
@@ -151,6 +170,9 @@ def test_ephemeral_vm_is_cloned_on_power_on_and_destroyed_on_power_off(
             "Off",
         )
         assert "clone" not in off
+        # The clone's OS shut down by itself: nothing forced, nothing said of it.
+        assert "forced_after_seconds" not in op["values"]
+        assert "hard" not in off["message"], off["message"]
         # The machine is still declared: powering it on again would clone anew.
         resource = get_json(crds, "lsn", name, "-n", namespace)
         assert resource is not None and resource["spec"]["desiredPowerState"] == "Off"

@@ -86,9 +86,22 @@ def test_shutdown_forces_the_power_off_when_the_os_ignores_it(tmp_path: Path) ->
     with IpmiSim(machine("On", soft_shutdown="ignore")) as sim:
         run = run_runner(tmp_path, sim.bmc, "shutdown", graceful_seconds=2)
         assert run.returncode == 0, run.explain()
-        assert run.result["values"]["power_state"] == "Off"
+        assert run.result["values"] == {
+            "power_state": "Off",
+            "driver": "ipmi",
+            "changed": True,
+            "forced_after_seconds": 2,  # the OS had the soft-off's 2 s
+        }
         assert sim.bmc.power_state() == "Off"
         assert [str(c) for c in sim.bmc.power_commands()] == ["shutdown 1", "power 0"]
+
+        # Without a soft-off the OS is given no time at all.
+        sim.bmc.set_power_state("On")
+        sim.bmc.clear_commands()
+        at_once = run_runner(tmp_path, sim.bmc, "shutdown", graceful_seconds=0)
+        assert at_once.returncode == 0, at_once.explain()
+        assert at_once.result["values"]["forced_after_seconds"] == 0
+        assert [str(c) for c in sim.bmc.power_commands()] == ["power 0"]
 
 
 def test_healthcheck_reads_the_state_and_sends_no_order(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from lightsout_lab.fakepve import CLONE, DESTROY, SHUTDOWN, START, FakePveCluster, Guest
+from lightsout_lab.fakepve import CLONE, DESTROY, SHUTDOWN, START, STOP, FakePveCluster, Guest
 from tests.harness import runner
 from tests.harness.runner import RunnerRun
 
@@ -171,6 +171,62 @@ def test_ephemeral_vm_is_cloned_spread_and_destroyed(tmp_path: Path) -> None:
         print("fakepve before:", before)
         print("fakepve after provision:", after_provision)
         print("fakepve after deprovision:", pve.summary())
+
+
+#: Guests whose OS ignores the ACPI shutdown: still running after gracefulShutdownSeconds
+#: (fakepve's time passes at once at time_scale 0, so the test waits for none of it).
+HUNG_SECS = 600
+GRACEFUL = 3
+
+
+def test_a_guest_that_ignores_the_shutdown_is_stopped_hard_and_said_so(tmp_path: Path) -> None:
+    guests = [
+        Guest(100, "vm-1", status="running", shutdown_secs=HUNG_SECS),
+        Guest(101, "vm-2", status="running", shutdown_secs=GRACEFUL - 1),
+    ]
+    with FakePveCluster(guests) as pve:
+        hung = run_runner(
+            tmp_path, pve, "shutdown", persistent(100, gracefulShutdownSeconds=GRACEFUL)
+        )
+        assert hung.returncode == 0, hung.explain()
+        assert hung.values == {
+            "power_state": "Off",
+            "driver": "proxmox",
+            "changed": True,
+            "forced_after_seconds": GRACEFUL,
+        }
+        assert pve.status(100) == "stopped"
+        # Proxmox's own shutdown task stopped it (forceStop), no second order was sent.
+        [task] = pve.tasks(SHUTDOWN, vmid=100)
+        assert any("terminating now" in line for line in task["log"]), task
+        assert pve.count(STOP) == 0
+
+        clean = run_runner(
+            tmp_path, pve, "shutdown", persistent(101, gracefulShutdownSeconds=GRACEFUL)
+        )
+        assert clean.returncode == 0, clean.explain()
+        assert clean.values == {"power_state": "Off", "driver": "proxmox", "changed": True}
+
+
+def test_deprovision_of_a_hung_clone_says_it_was_stopped_hard(tmp_path: Path) -> None:
+    clone = Guest(
+        300,
+        "vm-1",
+        node="pve2",
+        status="running",
+        tags=("lightsout", "lightsout-node.homelab.vm-1"),
+        shutdown_secs=HUNG_SECS,
+    )
+    with cluster_with_template(clone) as pve:
+        run = run_runner(tmp_path, pve, "deprovision", ephemeral(gracefulShutdownSeconds=GRACEFUL))
+        assert run.returncode == 0, run.explain()
+        assert run.values == {
+            "power_state": "Off",
+            "driver": "proxmox",
+            "changed": True,
+            "forced_after_seconds": GRACEFUL,
+        }
+        assert not pve.exists(300)
 
 
 @dataclass(frozen=True)

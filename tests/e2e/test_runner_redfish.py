@@ -29,6 +29,7 @@ def run_runner(
     driver: str = "redfish",
     overlay: dict[str, str] | None = None,
     validate_certs: bool = True,
+    graceful_timeout: int = 20,
 ) -> RunnerRun:
     """Run the runner once against the emulated BMC's system_id."""
     credentials = {
@@ -45,7 +46,7 @@ def run_runner(
             "system_id": system_id,
             "validate_certs": validate_certs,
             "boot_override": "None",
-            "graceful_timeout": 20,
+            "graceful_timeout": graceful_timeout,
             "transition_timeout": 30,
             "poll_interval": 1,
         },
@@ -87,6 +88,27 @@ def test_shutdown_powers_off_and_confirms(tmp_path: Path) -> None:
         # Graceful first; sushy lands it within the graceful timeout, so no forced power-off.
         orders = [r.reset_type for r in bmc.power_requests(system.uuid)]
         assert orders == ["GracefulShutdown"]
+        assert "forced_after_seconds" not in run.result["values"]
+
+
+def test_shutdown_forces_the_power_off_when_the_os_ignores_it_and_says_so(
+    tmp_path: Path,
+) -> None:
+    system = FakeSystem(
+        uuid=str(uuid.uuid4()), name="box-1", power_state="On", graceful_shutdown="ignore"
+    )
+    with SushyEmulator([system]) as bmc:
+        run = run_runner(tmp_path, bmc, system.uuid, "shutdown", graceful_timeout=2)
+        assert run.returncode == 0, run.explain()
+        assert run.result["values"] == {
+            "power_state": "Off",
+            "driver": "redfish",
+            "changed": True,
+            "forced_after_seconds": 2,
+        }
+        assert bmc.power_state(system.uuid) == "Off"
+        orders = [r.reset_type for r in bmc.power_requests(system.uuid)]
+        assert orders == ["GracefulShutdown", "ForceOff"]
 
 
 def test_healthcheck_reads_the_state_and_sends_no_order(tmp_path: Path) -> None:

@@ -331,6 +331,9 @@ def test_render_result_keeps_the_values_the_operator_reads_when_the_rest_cannot_
     clone = {"vmid": 7003, "host": "pve2", "power_state": "On", "log": "v" * 10000}
     doc = json.loads(render_result(RunResult("Failed", "t", "half-way", clone)))
     assert doc["values"] == {"vmid": 7003, "host": "pve2", "power_state": "On", "truncated": True}
+    forced = {"power_state": "Off", "forced_after_seconds": 120, "log": "v" * 10000}
+    doc = json.loads(render_result(RunResult("Succeeded", None, "fine", forced)))
+    assert doc["values"] == {"power_state": "Off", "forced_after_seconds": 120, "truncated": True}
     too_long = {"node": "n" * 5000, "inventory": "v" * 10000}
     doc = json.loads(render_result(RunResult("Succeeded", None, "fine", too_long)))
     assert doc["values"] == {"truncated": True}

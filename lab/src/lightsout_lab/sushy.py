@@ -9,7 +9,9 @@ What it gives you:
   ``sushy-emulator`` (fake driver, no libvirt) in a subprocess on a free loopback port, over
   HTTPS with a fresh self-signed certificate for 127.0.0.1 (``ca_path``), HTTP basic auth with a
   bcrypt htpasswd file (``username``/``password``), and a fresh state directory. Optional
-  ``disable_power_off=True`` makes the BMC refuse power-off with HTTP 400.
+  ``disable_power_off=True`` makes the BMC refuse power-off with HTTP 400, and
+  ``FakeSystem(..., graceful_shutdown="ignore")`` is a machine whose OS ignores a
+  ``GracefulShutdown`` (the BMC accepts it, the machine stays On until a ``ForceOff``).
 - ``power_state(uuid)`` / ``wait_power_state(uuid, "On")`` — read a system's PowerState.
 - ``power_requests(...)`` / ``count_power_requests(...)`` — every
   ``POST /redfish/v1/Systems/<id>/Actions/ComputerSystem.Reset`` that reached the emulator,
@@ -50,6 +52,7 @@ from typing import Any, Literal, Self
 from lightsout_lab import process
 
 PowerState = Literal["On", "Off"]
+GracefulShutdown = Literal["obey", "ignore"]
 
 #: ResetType values that turn a machine on / off (for ``count_power_requests``).
 POWER_ON: frozenset[str] = frozenset({"On", "ForceOn"})
@@ -57,6 +60,9 @@ POWER_OFF: frozenset[str] = frozenset({"ForceOff", "GracefulShutdown"})
 
 #: Header the harness adds to its own requests so they are not counted as the client's.
 HARNESS_HEADER = "X-Lightsout-Harness"
+
+#: Setting in the emulator's config: the uuids of the systems whose OS ignores GracefulShutdown.
+IGNORES_GRACEFUL_SHUTDOWN = "LIGHTSOUT_IGNORES_GRACEFUL_SHUTDOWN"
 
 _RESET_SUFFIX = "/Actions/ComputerSystem.Reset"
 _SYSTEMS_PREFIX = "/redfish/v1/Systems/"
@@ -68,12 +74,16 @@ class FakeSystem:
 
     ``uuid`` is what Redfish clients must use as the system id (``resource_id``); ``name`` is
     only an alias. ``mac`` defaults to one derived from the uuid (sushy requires a NIC).
+    ``graceful_shutdown="ignore"``: the machine's OS ignores the ACPI power button. Redfish's
+    ``GracefulShutdown`` asks the OS to shut down and power off; a BMC accepts the order
+    (HTTP 204) and the system stays ``On`` until ``ForceOff`` cuts the power.
     """
 
     uuid: str
     name: str
     power_state: PowerState = "Off"
     mac: str | None = None
+    graceful_shutdown: GracefulShutdown = "obey"
 
     def to_sushy(self) -> dict[str, Any]:
         """The dict sushy's fake driver expects in SUSHY_EMULATOR_FAKE_SYSTEMS."""
@@ -405,6 +415,10 @@ class SushyEmulator(process.WorkdirService):
             "SUSHY_EMULATOR_FAKE_SYSTEMS": [s.to_sushy() for s in self.systems],
             "SUSHY_EMULATOR_AUTH_FILE": str(self.workdir / "htpasswd"),
             "SUSHY_EMULATOR_DISABLE_POWER_OFF": self.disable_power_off,
+            # Ours, not sushy's: read by _serve.
+            IGNORES_GRACEFUL_SHUTDOWN: [
+                s.uuid for s in self.systems if s.graceful_shutdown == "ignore"
+            ],
         }
         lines = [f"{key} = {value!r}" for key, value in settings.items()]
         (self.workdir / "config.py").write_text("\n".join(lines) + "\n")
@@ -511,14 +525,38 @@ class _Recorder:
             handle.write(json.dumps(record) + "\n")
 
 
+def _ignoring_graceful_shutdown(driver: type[Any], uuids: Iterable[str]) -> type[Any]:
+    """sushy's fake systems driver, except that the systems `uuids` ignore GracefulShutdown.
+
+    The order is accepted as before (the route answers 204), but nothing changes: the OS never
+    acts on the power button, so the machine stays On. Other orders behave as sushy's.
+    """
+    ignoring = frozenset(uuids)
+
+    class OsIgnoresGracefulShutdown(driver):  # type: ignore[misc]
+        def set_power_state(self, identity: str, state: str) -> None:
+            if state == "GracefulShutdown" and self.uuid(identity) in ignoring:
+                return
+            super().set_power_state(identity, state)
+
+    return OsIgnoresGracefulShutdown
+
+
 def _serve(config_path: str, record_path: str) -> int:
     """Run sushy's Flask app like ``sushy-emulator --config``, with the recorder outermost."""
     import ssl
 
     from sushy_tools.emulator import main as emulator  # type: ignore[import-untyped]
+    from sushy_tools.emulator.resources.systems import (  # type: ignore[import-untyped]
+        fakedriver,
+    )
 
     app = emulator.app
     app.configure(config_file=config_path)  # wraps the auth middleware first
+    # The app makes its systems driver from this module attribute on first use.
+    fakedriver.FakeDriver = _ignoring_graceful_shutdown(
+        fakedriver.FakeDriver, app.config.get(IGNORES_GRACEFUL_SHUTDOWN, ())
+    )
     app.wsgi_app = _Recorder(app.wsgi_app, Path(record_path))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(

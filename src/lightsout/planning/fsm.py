@@ -60,6 +60,7 @@ AcquireLease, and every transitional phase renews the Lease on each reconcile):
 | Draining | drained, or core Node gone | PoweringOff | Drained (StartJob off-action) |
 | Draining | D On | Ready | DrainCancelled (Uncordon) |
 | PoweringOff | Job succeeded, power Off | Off | JobSucceeded (DeleteCoreNode per policy) |
+| PoweringOff | same, Job reports forced_after_seconds | as above | same + Warning ForcedPowerOff |
 | PoweringOff | Job succeeded, power On/unreported | retry | PowerStateMismatch (Drifted=True) |
 | PoweringOff | Job failed/lost, retry due, D changed | as PoweringOn | |
 | Failed | new generation (any spec edit) | per D, attempt 1 | PowerOnRequested/PowerOffRequested |
@@ -189,6 +190,7 @@ class Reason(StrEnum):
     REFERENCES_RESOLVED = "ReferencesResolved"
     POD_START_FAILED = "PodStartFailed"
     ADDRESS_POOL_EXHAUSTED = "AddressPoolExhausted"
+    FORCED_POWER_OFF = "ForcedPowerOff"
 
 
 #: Reasons that describe a passing wait rather than the machine; a steady phase replaces them.
@@ -907,6 +909,15 @@ def _succeeded(
     message = f"{op.action} Job (attempt {op.attempt}) succeeded"
     if job.message:
         message += f": {job.message}"
+    forced = _forced_power_off(job) if target is PowerState.OFF else None
+    if forced:
+        message += f"; {forced}"
+    # The machine is off as asked, but its OS may not have shut down cleanly: worth a warning.
+    warn_forced: tuple[Effect, ...] = (
+        (Event(EventType.WARNING, Reason.FORCED_POWER_OFF, f"{op.action}: {forced}"),)
+        if forced
+        else ()
+    )
     done = op.finish(
         OperationResult.SUCCEEDED, now, message, power_state=reported, values=job.values
     )
@@ -938,10 +949,13 @@ def _succeeded(
             f"core Node {m.kubernetes_node_name} did not become Ready within "
             f"{m.boot_timeout_seconds}s of power-on; the clone was deprovisioned"
         )
+        if forced:
+            text += f"; {forced}"
         failed_for_good: tuple[Effect, ...] = (
             *((DeleteCoreNode(),) if obs.node_exists else ()),
             ReleaseLease(),
             Event(EventType.WARNING, Reason.RETRIES_EXHAUSTED, text),
+            *warn_forced,
         )
         return Decision(
             Phase.FAILED,
@@ -958,11 +972,23 @@ def _succeeded(
         _condition(ConditionType.DRIFTED, False, Reason.JOB_SUCCEEDED, "power-off confirmed"),
         ReleaseLease(),
         Event(EventType.NORMAL, Reason.JOB_SUCCEEDED, message),
+        *warn_forced,
         *soon,
     )
     return Decision(
         Phase.OFF, Reason.JOB_SUCCEEDED, message, effects, done, observed_power_state=PowerState.OFF
     )
+
+
+def _forced_power_off(job: ObservedJob) -> str | None:
+    """What a power-off Job's `forced_after_seconds` value (the seconds the OS was given before
+    the power was forced off; absent after a clean shutdown) means, for messages."""
+    seconds = job.values.get("forced_after_seconds")
+    if not isinstance(seconds, int) or isinstance(seconds, bool):
+        return None
+    if seconds <= 0:
+        return "the machine was powered off hard (no graceful shutdown possible)"
+    return f"the OS did not shut down within {seconds} s and the machine was powered off hard"
 
 
 def _retry_pending(m: MachineState, obs: Observations, now: datetime, op: Operation) -> Decision:

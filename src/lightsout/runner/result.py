@@ -23,9 +23,10 @@ RESULT_LIMIT = 4096
 MESSAGE_LIMIT = 2048
 #: Values kept when the others cannot fit, the ones the operator reads: the machine a
 #: health-check pod checked (without it no one can tell whose result it is, and the machine's
-#: check never lands), the power state read, and a clone's vmid and host (without them a clone
-#: goes unrecorded). Kept only as numbers or short strings (a name has at most 253 characters).
-KEPT_VALUES = ("node", "power_state", "vmid", "host")
+#: check never lands), the power state read, a clone's vmid and host (without them a clone
+#: goes unrecorded) and how long the OS had before a forced power-off (the operator warns of
+#: it). Kept only as numbers or short strings (a name has at most 253 characters).
+KEPT_VALUES = ("node", "power_state", "vmid", "host", "forced_after_seconds")
 _KEPT_MAX = 253
 
 Outcome = Literal["Succeeded", "Failed"]
