@@ -39,16 +39,21 @@ def test_ports_lie_outside_the_kernels_ephemeral_range() -> None:
     assert len(set(ports)) == 20  # reserved: none is handed out twice
 
 
+#: Ports scripted after the one a test makes unusable: the lab's other processes (tests run in
+#: parallel) may take one of them between this test's check and `free_port`'s.
+SPARE = 5
+
+
 def test_a_port_another_process_reserved_is_skipped(scripted: list[int]) -> None:
-    taken, free = unreserved(2)
+    taken, *spare = unreserved(1 + SPARE)
     locks = Path(tempfile.gettempdir()) / "lightsout-ports"
     locks.mkdir(exist_ok=True)
     # Another open file description holds the lock, as another worker's process would.
     fd = os.open(locks / str(taken), os.O_CREAT | os.O_RDWR, 0o666)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        scripted.extend([taken, free])
-        assert process.free_port() == free
+        scripted.extend([taken, *spare])
+        assert process.free_port() in spare  # tried first, skipped
     finally:
         os.close(fd)
 
@@ -73,8 +78,8 @@ def unreserved(count: int) -> list[int]:
 def test_a_port_something_listens_on_is_skipped(
     scripted: list[int], kind: socket.SocketKind
 ) -> None:
-    busy, other = unreserved(2)
+    busy, *spare = unreserved(1 + SPARE)
     with socket.socket(type=kind) as listener:
         listener.bind(("127.0.0.1", busy))
-        scripted.extend([busy, other])
-        assert process.free_port(kind=kind) == other
+        scripted.extend([busy, *spare])
+        assert process.free_port(kind=kind) in spare  # tried first, skipped
