@@ -208,15 +208,20 @@ def test_a_guest_that_ignores_the_shutdown_is_stopped_hard_and_said_so(tmp_path:
         assert clean.values == {"power_state": "Off", "driver": "proxmox", "changed": True}
 
 
-def test_deprovision_of_a_hung_clone_says_it_was_stopped_hard(tmp_path: Path) -> None:
-    clone = Guest(
+def running_clone(**faults: Any) -> Guest:
+    """The running clone of Node homelab/vm-1 (Lights-Out's tags), with `faults`."""
+    return Guest(
         300,
         "vm-1",
         node="pve2",
         status="running",
         tags=("lightsout", "lightsout-node.homelab.vm-1"),
-        shutdown_secs=HUNG_SECS,
+        **faults,
     )
+
+
+def test_deprovision_of_a_hung_clone_says_it_was_stopped_hard(tmp_path: Path) -> None:
+    clone = running_clone(shutdown_secs=HUNG_SECS)
     with cluster_with_template(clone) as pve:
         run = run_runner(tmp_path, pve, "deprovision", ephemeral(gracefulShutdownSeconds=GRACEFUL))
         assert run.returncode == 0, run.explain()
@@ -313,13 +318,7 @@ def test_hung_task_fails_at_the_task_timeout(tmp_path: Path) -> None:
 
 
 def test_failed_destroy_task_is_reported_and_the_clone_kept(tmp_path: Path) -> None:
-    clone = Guest(
-        300,
-        "vm-1",
-        node="pve2",
-        status="running",
-        tags=("lightsout", "lightsout-node.homelab.vm-1"),
-    )
+    clone = running_clone()
     with cluster_with_template(clone) as pve:
         pve.pve.fail("DELETE", "/nodes/pve2/qemu/300", error="failed_remove_config_file")
         run = run_runner(tmp_path, pve, "deprovision", ephemeral(taskTimeoutSeconds=HANG_TIMEOUT))
