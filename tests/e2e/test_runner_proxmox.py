@@ -177,6 +177,13 @@ def test_ephemeral_vm_is_cloned_spread_and_destroyed(tmp_path: Path) -> None:
 #: (fakepve's time passes at once at time_scale 0, so the test waits for none of it).
 HUNG_SECS = 600
 GRACEFUL = 3
+#: What a power-off reports when Proxmox stopped the guest hard after GRACEFUL seconds.
+FORCED_OFF = {
+    "power_state": "Off",
+    "driver": "proxmox",
+    "changed": True,
+    "forced_after_seconds": GRACEFUL,
+}
 
 
 def test_a_guest_that_ignores_the_shutdown_is_stopped_hard_and_said_so(tmp_path: Path) -> None:
@@ -189,12 +196,7 @@ def test_a_guest_that_ignores_the_shutdown_is_stopped_hard_and_said_so(tmp_path:
             tmp_path, pve, "shutdown", persistent(100, gracefulShutdownSeconds=GRACEFUL)
         )
         assert hung.returncode == 0, hung.explain()
-        assert hung.values == {
-            "power_state": "Off",
-            "driver": "proxmox",
-            "changed": True,
-            "forced_after_seconds": GRACEFUL,
-        }
+        assert hung.values == FORCED_OFF
         assert pve.status(100) == "stopped"
         # Proxmox's own shutdown task stopped it (forceStop), no second order was sent.
         [task] = pve.tasks(SHUTDOWN, vmid=100)
@@ -225,12 +227,7 @@ def test_deprovision_of_a_hung_clone_says_it_was_stopped_hard(tmp_path: Path) ->
     with cluster_with_template(clone) as pve:
         run = run_runner(tmp_path, pve, "deprovision", ephemeral(gracefulShutdownSeconds=GRACEFUL))
         assert run.returncode == 0, run.explain()
-        assert run.values == {
-            "power_state": "Off",
-            "driver": "proxmox",
-            "changed": True,
-            "forced_after_seconds": GRACEFUL,
-        }
+        assert run.values == FORCED_OFF
         assert not pve.exists(300)
 
 

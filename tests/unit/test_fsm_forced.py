@@ -15,7 +15,7 @@ import pytest
 
 from lightsout.planning.effects import Decision, Event
 from lightsout.planning.fsm import Reason, decide
-from lightsout.planning.types import EventType, JobPhase, Phase
+from lightsout.planning.types import Action, EventType, JobPhase, Observations, Phase, PowerState
 from tests.unit.test_fsm import (
     DEPROVISION,
     OFF,
@@ -38,6 +38,15 @@ HARD = "the OS did not shut down within 120 s and the machine was powered off ha
 
 def values(**more: Any) -> dict[str, Any]:
     return {"power_state": "Off", "driver": "proxmox", "changed": True, **more}
+
+
+def seen_done(
+    action: Action, power: PowerState, reported: dict[str, Any], gen: int = 5
+) -> Observations:
+    """Observations of a finished `action` Job that reported `power` and these values."""
+    return obs(
+        job=job(action, gen=gen, state=JobPhase.SUCCEEDED, power_state=power, values=reported)
+    )
 
 
 def shutdown_succeeded(reported: dict[str, Any]) -> Decision:
@@ -97,15 +106,7 @@ def test_a_clean_or_unreadable_report_warns_of_nothing(reported: dict[str, Any])
 def test_a_forced_deprovision_of_a_clone_says_so() -> None:
     decision = decide(
         machine(Phase.DEPROVISIONING, OFF, gen=6, ephemeral=True, operation=op(DEPROVISION, gen=6)),
-        obs(
-            job=job(
-                DEPROVISION,
-                gen=6,
-                state=JobPhase.SUCCEEDED,
-                power_state=OFF,
-                values=values(forced_after_seconds=120),
-            )
-        ),
+        seen_done(DEPROVISION, OFF, values(forced_after_seconds=120), gen=6),
         at(60),
     )
     assert (decision.phase, decision.reason) == (Phase.OFF, Reason.JOB_SUCCEEDED)
@@ -116,14 +117,7 @@ def test_a_forced_deprovision_of_a_clone_says_so() -> None:
 def test_a_never_joined_clone_stopped_hard_is_failed_and_says_both() -> None:
     decision = decide(
         machine(Phase.DEPROVISIONING, ON, ephemeral=True, operation=op(DEPROVISION)),
-        obs(
-            job=job(
-                DEPROVISION,
-                state=JobPhase.SUCCEEDED,
-                power_state=OFF,
-                values=values(forced_after_seconds=120),
-            )
-        ),
+        seen_done(DEPROVISION, OFF, values(forced_after_seconds=120)),
         at(620),
     )
     assert (decision.phase, decision.reason) == (Phase.FAILED, Reason.REGISTRATION_TIMEOUT)
@@ -139,14 +133,7 @@ def test_a_never_joined_clone_stopped_hard_is_failed_and_says_both() -> None:
 def test_a_power_on_job_is_never_said_to_have_forced_anything() -> None:
     decision = decide(
         machine(Phase.PROVISIONING, ON, ephemeral=True, operation=op(PROVISION)),
-        obs(
-            job=job(
-                PROVISION,
-                state=JobPhase.SUCCEEDED,
-                power_state=ON,
-                values=values(power_state="On", forced_after_seconds=120),
-            )
-        ),
+        seen_done(PROVISION, ON, values(power_state="On", forced_after_seconds=120)),
         at(60),
     )
     assert decision.phase is Phase.BOOTING
