@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from lightsout.actuation.pool import PoolExhaustedError
 from lightsout.execution import addresses
 from lightsout.k8s import api
 
@@ -63,7 +64,7 @@ def test_allocation_skips_a_lost_race_reuses_its_own_lease_and_exhausts(leases: 
     assert addresses.allocate(clone("a"), GROUP) == "10.77.0.11"
     assert addresses.allocate(clone("a"), GROUP) == "10.77.0.11"  # its own lease, found again
     assert addresses.allocate(clone("b"), GROUP) == "10.77.0.12"
-    with pytest.raises(addresses.PoolExhaustedError, match="all 3 addresses"):
+    with pytest.raises(PoolExhaustedError, match="all 3 addresses"):
         addresses.allocate(clone("c"), GROUP)
 
 

@@ -16,9 +16,8 @@ import uuid
 import pytest
 
 from lightsout.config import OperatorConfig
-from lightsout.execution.actuator import MachineContext
+from lightsout.execution.actuator import KubeMachine, wanted_status
 from lightsout.execution.jobs import CONTAINER_NAME
-from lightsout.execution.reconcile import wanted_status
 from lightsout.execution.results import observe_job
 from lightsout.planning.effects import Event
 from lightsout.planning.fsm import decide
@@ -81,13 +80,13 @@ def failed_job(termination: str) -> tuple[dict[str, object], list[dict[str, obje
     return job, [pod]
 
 
-def context() -> MachineContext:
+def context() -> KubeMachine:
     node = {
         "metadata": {"name": "box", "namespace": "lab", "generation": 3},
         "spec": {"group": "lab", "desiredPowerState": "On"},
         "status": {},
     }
-    return MachineContext(node, None, OperatorConfig(identity="test"), {}, [])
+    return KubeMachine(node, None, OperatorConfig(identity="test"), {}, [])
 
 
 @pytest.mark.parametrize("count", [7, 40])

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from lightsout import API_GROUP, API_VERSION
+from lightsout.actuation.pool import PoolExhaustedError
 from lightsout.config import OperatorConfig
-from lightsout.execution import addresses, join, leases, providerid, registration
+from lightsout.execution import addresses, energy, inputs, join, leases, providerid, registration
 from lightsout.execution.extravars import action_extravars, credentials_secret
 from lightsout.execution.jobs import (
     JobRequest,
@@ -36,33 +37,42 @@ from lightsout.execution.nodeops import (
 from lightsout.k8s import api
 from lightsout.metrics.families import LEASE_CONFLICTS
 from lightsout.models.enums import Action
+from lightsout.models.enums import PowerState as Desired
 from lightsout.planning.effects import (
-    ApplyNodeMetadata,
-    Cordon,
-    DeleteCoreNode,
+    Decision,
     DeleteJob,
-    Drain,
-    Effect,
     Event,
-    SetDesiredPowerState,
+    SetCondition,
     StartJob,
-    Uncordon,
 )
-from lightsout.planning.types import STARTUP_TAINT_KEY, DrainStatus, EventType, LeaseState
+from lightsout.planning.types import (
+    STARTUP_TAINT_KEY,
+    DrainStatus,
+    EventType,
+    LeaseState,
+    MachineState,
+    PowerState,
+)
+from lightsout.text import clip_middle
 
 log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
+#: Tries of a conditional patch of a core Node's taints that lost a race with another writer.
+NODE_PATCH_TRIES = 3
 
 
 @dataclass
-class MachineContext:
-    """Everything the actuator needs to know about one machine for one reconcile pass."""
+class KubeMachine:
+    """One machine during one reconcile pass, through the Kubernetes API: the `MachinePort`
+    the effect interpreter (`actuation.interpreter`) carries its decision out through."""
 
     node: Obj
     group: Obj | None
     config: OperatorConfig
     labels: Mapping[str, str]
     taints: list[dict[str, str]]
+    #: The share of its cpu the pods on it request (its energy draw, written with the status).
+    cpu_utilisation: float = 0.0
 
     @property
     def name(self) -> str:
@@ -84,310 +94,436 @@ class MachineContext:
     def lease_name(self) -> str:
         return leases.lease_name(self.namespace, self.name)
 
+    # ---------------------------------------------------------------- Lease
+    def read_lease_state(self, now: dt.datetime) -> LeaseState:
+        lease = api.get_lease(self.lease_namespace, self.lease_name)
+        return leases.lease_state(lease, self.config.identity, now)
 
-# ---------------------------------------------------------------- Lease
-def read_lease_state(ctx: MachineContext, now: dt.datetime) -> LeaseState:
-    lease = api.get_lease(ctx.lease_namespace, ctx.lease_name)
-    return leases.lease_state(lease, ctx.config.identity, now)
-
-
-def acquire_lease(ctx: MachineContext, now: dt.datetime) -> bool:
-    """Take or renew the machine's Lease; False when another holder has it (or won a race)."""
-    current = api.get_lease(ctx.lease_namespace, ctx.lease_name)
-    try:
-        if current is None:
-            body = leases.build_lease(
-                ctx.lease_name,
-                ctx.lease_namespace,
-                ctx.config.identity,
-                ctx.config.lease_seconds,
-                now,
-            )
-            api.create_lease(ctx.lease_namespace, body)
+    def acquire_lease(self, now: dt.datetime) -> bool:
+        """Take or renew the machine's Lease; False when another holder has it (or won a race)."""
+        current = api.get_lease(self.lease_namespace, self.lease_name)
+        try:
+            if current is None:
+                body = leases.build_lease(
+                    self.lease_name,
+                    self.lease_namespace,
+                    self.config.identity,
+                    self.config.lease_seconds,
+                    now,
+                )
+                api.create_lease(self.lease_namespace, body)
+                return True
+            patched = leases.acquire(current, self.config.identity, self.config.lease_seconds, now)
+            if patched is None:
+                LEASE_CONFLICTS.inc()
+                return False
+            api.replace_lease(self.lease_namespace, self.lease_name, patched)
             return True
-        patched = leases.acquire(current, ctx.config.identity, ctx.config.lease_seconds, now)
-        if patched is None:
+        except api.ConflictError:
             LEASE_CONFLICTS.inc()
             return False
-        api.replace_lease(ctx.lease_namespace, ctx.lease_name, patched)
-        return True
-    except api.ConflictError:
-        LEASE_CONFLICTS.inc()
-        return False
 
-
-def release_lease(ctx: MachineContext, now: dt.datetime) -> None:
-    current = api.get_lease(ctx.lease_namespace, ctx.lease_name)
-    if current is None:
-        return
-    released = leases.release(current, ctx.config.identity, now)
-    if released is not None:
-        try:
-            api.replace_lease(ctx.lease_namespace, ctx.lease_name, released)
-        except api.ConflictError:
-            log.info("lease %s changed while releasing; leaving it", ctx.lease_name)
-
-
-# ---------------------------------------------------------------- Jobs
-def job_request(
-    ctx: MachineContext, effect: StartJob | DeleteJob, address: str | None = None
-) -> JobRequest:
-    """The Job of `effect`; `address` is the clone's static address (execution/addresses)."""
-    spec = ctx.node.get("spec") or {}
-    power = spec.get("power") or {}
-    playbooks = spec.get("playbooks") or {}
-    group_playbooks = ((ctx.group or {}).get("spec") or {}).get("playbooks") or {}
-    action = str(effect.action)
-    timeout = (
-        power.get("shutdownTimeoutSeconds", 300)
-        if action in ("shutdown", "deprovision")
-        else power.get("bootTimeoutSeconds", 600)
-    )
-    secret, ca_secret = credentials_secret(spec)
-    joining = action == "provision" and join.wanted(ctx.node) is not None
-    network = addresses.network(ctx.node, ctx.group, address)
-    return JobRequest(
-        node_name=ctx.name,
-        namespace=ctx.namespace,
-        node_uid=str(ctx.node["metadata"].get("uid", "")),
-        generation=effect.generation,
-        attempt=effect.attempt,
-        action=effect.action,
-        extravars={
-            **action_extravars(ctx.node, action),
-            **(join.job_extravars(ctx.node, ctx.labels, ctx.taints, network) if joining else {}),
-        },
-        credentials_secret=secret,
-        ca_secret=ca_secret,
-        join_secret=join.join_secret_name(ctx.name) if joining else None,
-        join_sources=join.join_sources(ctx.node) if joining else (),
-        overlay_configmap=playbooks.get("configMapName") or group_playbooks.get("configMapName"),
-        playbook=playbooks.get(action),
-        image=ctx.config.runner_image,
-        deadline_seconds=int(timeout) + 120,
-        ttl_seconds=ctx.config.job_ttl_seconds,
-        service_account_name=ctx.config.job_service_account,
-        node_selector=dict(ctx.config.job_node_selector),
-        tolerations=tuple({"key": key, "operator": "Exists"} for key in ctx.config.job_tolerations),
-        # A magic packet is a broadcast on the node's own network.
-        host_network=ctx.config.job_host_network or "wol" in (spec.get("driver") or {}),
-    )
-
-
-def start_job(ctx: MachineContext, effect: StartJob) -> str:
-    """Create the action Job unless it exists (then it is adopted). Returns its name."""
-    name = job_name(ctx.name, str(effect.action), effect.generation, effect.attempt)
-    if api.get_job(ctx.namespace, name) is not None:
-        log.info("adopting existing job %s", name)
-        return name
-    # The reconcile pass leased it before writing this provision's status; this finds that lease.
-    address = addresses.allocate(ctx.node, ctx.group) if effect.action is Action.PROVISION else None
-    request = job_request(ctx, effect, address)
-    api.apply_configmap(ctx.namespace, build_extravars_configmap(request))
-    if request.join_secret:
-        # Fresh credentials for every attempt: the previous attempt's token is revoked.
-        join.issue(ctx.node, dt.datetime.now(dt.UTC))
-    try:
-        api.create_job(ctx.namespace, build_action_job(request))
-    except api.ConflictError:
-        log.info("job %s already exists; adopted", name)
-    return name
-
-
-# ---------------------------------------------------------------- core Node
-def cordon(ctx: MachineContext, unschedulable: bool) -> None:
-    if api.get_node(ctx.core_name) is not None:
-        api.patch_node(ctx.core_name, {"spec": {"unschedulable": unschedulable or None}})
-
-
-#: Tries of a conditional patch of a core Node's taints that lost a race with another writer.
-NODE_PATCH_TRIES = 3
-
-
-def _on_fresh_node(ctx: MachineContext, step: Callable[[Obj | None], None]) -> None:
-    """Run `step` on a fresh read of the core Node, again when it loses a race (409: the Node
-    changed since the read, or was created meanwhile), at most NODE_PATCH_TRIES times."""
-    for _ in range(NODE_PATCH_TRIES):
-        try:
-            step(api.get_node(ctx.core_name))
-        except api.ConflictError:
-            continue
-        return
-    raise api.ConflictError(f"core Node {ctx.core_name} kept changing while patching it")
-
-
-def apply_metadata(ctx: MachineContext) -> None:
-    """The wanted labels and taints on the core Node, the startup taint removed (an event)."""
-
-    def step(node: Obj | None) -> None:
-        patch = node and metadata_patch(node, ctx.labels, ctx.taints, drop=(STARTUP_TAINT_KEY,))
-        if not patch:
+    def release_lease(self, now: dt.datetime) -> None:
+        current = api.get_lease(self.lease_namespace, self.lease_name)
+        if current is None:
             return
-        api.patch_node(ctx.core_name, patch)
-        if has_startup_taint(node):
-            message = (
-                f"core Node {ctx.core_name} is Ready with its labels and taints: removed the "
-                f"startup taint {STARTUP_TAINT_KEY}:NoSchedule"
-            )
-            post_event(ctx, Event(EventType.NORMAL, "StartupTaintRemoved", message))
+        released = leases.release(current, self.config.identity, now)
+        if released is not None:
+            try:
+                api.replace_lease(self.lease_namespace, self.lease_name, released)
+            except api.ConflictError:
+                log.info("lease %s changed while releasing; leaving it", self.lease_name)
 
-    _on_fresh_node(ctx, step)
-
-
-def prepare_core_node(ctx: MachineContext) -> None:
-    """Before power-on: the core Node exists with the wanted labels and taints and the startup
-    taint. Creates it (with the machine's providerID) when absent, else patches it; an event
-    says which. Raises the API's error when it cannot: the caller then does not power on."""
-    taints = [*ctx.taints, dict(STARTUP_TAINT)]
-
-    def step(node: Obj | None) -> None:
-        if node is None:
-            body = {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": ctx.core_name, "labels": dict(ctx.labels)},
-                "spec": {"taints": taints, "providerID": providerid.wanted(ctx.node)},
-            }
-            # AlreadyExists (its kubelet was first) is a 409 too: the next try patches that one.
-            api.create_node(body)
-            message = (
-                f"created core Node {ctx.core_name} before power-on with {len(ctx.labels)} "
-                f"label(s), {len(ctx.taints)} taint(s) and the startup taint "
-                f"{STARTUP_TAINT_KEY}:NoSchedule"
-            )
-            post_event(ctx, Event(EventType.NORMAL, "CoreNodeCreated", message))
-            return
-        patch = metadata_patch(node, ctx.labels, taints)
-        if not patch:
-            return
-        api.patch_node(ctx.core_name, patch)
-        message = (
-            f"core Node {ctx.core_name} exists: gave it its labels and taints and the startup "
-            f"taint {STARTUP_TAINT_KEY}:NoSchedule before power-on"
+    # ---------------------------------------------------------------- Jobs
+    def job_request(self, effect: StartJob | DeleteJob, address: str | None = None) -> JobRequest:
+        """The Job of `effect`; `address` is the clone's static address (execution/addresses)."""
+        spec = self.node.get("spec") or {}
+        power = spec.get("power") or {}
+        playbooks = spec.get("playbooks") or {}
+        group_playbooks = ((self.group or {}).get("spec") or {}).get("playbooks") or {}
+        action = str(effect.action)
+        timeout = (
+            power.get("shutdownTimeoutSeconds", 300)
+            if action in ("shutdown", "deprovision")
+            else power.get("bootTimeoutSeconds", 600)
         )
-        post_event(ctx, Event(EventType.NORMAL, "CoreNodeTainted", message))
-
-    _on_fresh_node(ctx, step)
-
-
-def delete_unregistered_node(ctx: MachineContext) -> None:
-    """Delete the core Node if no kubelet has registered it, as of a fresh read: a kubelet
-    registering meanwhile changes it, and the conditional delete then leaves it alone."""
-
-    def step(node: Obj | None) -> None:
-        if node_unregistered(node):
-            api.delete_node(
-                ctx.core_name, resource_version=(node or {})["metadata"].get("resourceVersion")
-            )
-
-    _on_fresh_node(ctx, step)
-
-
-def kubelet_registering(
-    ctx: MachineContext, kubelet: Obj
-) -> tuple[dict[str, str], list[dict[str, str]]] | None:
-    """The machine's kubelet POSTs its Node (the admission webhook calls this; never for a dry
-    run). The Node exists and still carries the startup taint: the kubelet's own labels and
-    taints are merged into it (an event says which, and which labels a kubelet may not set
-    were left out); returns None. No Node yet: returns the labels and taints the kubelet's
-    object must be created with (the wanted ones and the startup taint over its own)."""
-    outcome: list[tuple[dict[str, str], list[dict[str, str]]]] = []
-
-    def step(node: Obj | None) -> None:
-        outcome.clear()
-        if node is None:
-            outcome.append(registration.registration_metadata(kubelet, ctx.labels, ctx.taints))
-            return
-        patch = registration.merge_patch(node, kubelet, ctx.labels, ctx.taints)
-        if not patch:
-            return
-        api.patch_node(ctx.core_name, patch)
-        _, _, refused = registration.kubelet_metadata(kubelet)
-        added = sorted(k for k in (patch.get("metadata") or {}).get("labels") or {})
-        taints = (patch.get("spec") or {}).get("taints")
-        message = (
-            f"core Node {ctx.core_name} was POSTed again (its kubelet registering): merged "
-            f"the request's label(s) {', '.join(added) or '(none new)'}"
-            + (f" and taints ({len(taints)} on the Node now)" if taints is not None else "")
-            + " into the Node made before power-on (the Group's and the machine's win)"
-            + (
-                f"; left out label(s) a kubelet may not set: {', '.join(refused)}"
-                if refused
-                else ""
-            )
+        secret, ca_secret = credentials_secret(spec)
+        joining = action == "provision" and join.wanted(self.node) is not None
+        network = addresses.network(self.node, self.group, address)
+        return JobRequest(
+            node_name=self.name,
+            namespace=self.namespace,
+            node_uid=str(self.node["metadata"].get("uid", "")),
+            generation=effect.generation,
+            attempt=effect.attempt,
+            action=effect.action,
+            extravars={
+                **action_extravars(self.node, action),
+                **(
+                    join.job_extravars(self.node, self.labels, self.taints, network)
+                    if joining
+                    else {}
+                ),
+            },
+            credentials_secret=secret,
+            ca_secret=ca_secret,
+            join_secret=join.join_secret_name(self.name) if joining else None,
+            join_sources=join.join_sources(self.node) if joining else (),
+            overlay_configmap=playbooks.get("configMapName")
+            or group_playbooks.get("configMapName"),
+            playbook=playbooks.get(action),
+            image=self.config.runner_image,
+            deadline_seconds=int(timeout) + 120,
+            ttl_seconds=self.config.job_ttl_seconds,
+            service_account_name=self.config.job_service_account,
+            node_selector=dict(self.config.job_node_selector),
+            tolerations=tuple(
+                {"key": key, "operator": "Exists"} for key in self.config.job_tolerations
+            ),
+            # A magic packet is a broadcast on the node's own network.
+            host_network=self.config.job_host_network or "wol" in (spec.get("driver") or {}),
         )
-        post_event(ctx, Event(EventType.NORMAL, "KubeletMetadataMerged", message))
 
-    _on_fresh_node(ctx, step)
-    if not outcome:
+    def start_job(self, effect: StartJob) -> None:
+        """Create the action Job unless it exists (then it is adopted)."""
+        name = job_name(self.name, str(effect.action), effect.generation, effect.attempt)
+        if api.get_job(self.namespace, name) is not None:
+            log.info("adopting existing job %s", name)
+            return
+        # The pass leased it before writing this provision's status; this finds that lease.
+        address = (
+            addresses.allocate(self.node, self.group) if effect.action is Action.PROVISION else None
+        )
+        request = self.job_request(effect, address)
+        api.apply_configmap(self.namespace, build_extravars_configmap(request))
+        if request.join_secret:
+            # Fresh credentials for every attempt: the previous attempt's token is revoked.
+            join.issue(self.node, dt.datetime.now(dt.UTC))
+        try:
+            api.create_job(self.namespace, build_action_job(request))
+        except api.ConflictError:
+            log.info("job %s already exists; adopted", name)
+
+    # ---------------------------------------------------------------- core Node
+    def cordon(self, unschedulable: bool) -> None:
+        if api.get_node(self.core_name) is not None:
+            api.patch_node(self.core_name, {"spec": {"unschedulable": unschedulable or None}})
+
+    def _on_fresh_node(self, step: Callable[[Obj | None], None]) -> None:
+        """Run `step` on a fresh read of the core Node, again when it loses a race (409: the Node
+        changed since the read, or was created meanwhile), at most NODE_PATCH_TRIES times."""
+        for _ in range(NODE_PATCH_TRIES):
+            try:
+                step(api.get_node(self.core_name))
+            except api.ConflictError:
+                continue
+            return
+        raise api.ConflictError(f"core Node {self.core_name} kept changing while patching it")
+
+    def apply_metadata(self) -> None:
+        """The wanted labels and taints on the core Node, the startup taint removed (an event)."""
+
+        def step(node: Obj | None) -> None:
+            patch = node and metadata_patch(
+                node, self.labels, self.taints, drop=(STARTUP_TAINT_KEY,)
+            )
+            if not patch:
+                return
+            api.patch_node(self.core_name, patch)
+            if has_startup_taint(node):
+                message = (
+                    f"core Node {self.core_name} is Ready with its labels and taints: removed the "
+                    f"startup taint {STARTUP_TAINT_KEY}:NoSchedule"
+                )
+                self.post_event(Event(EventType.NORMAL, "StartupTaintRemoved", message))
+
+        self._on_fresh_node(step)
+
+    def _prepare_core_node(self) -> None:
+        """Before power-on: the core Node exists with the wanted labels and taints and the startup
+        taint. Creates it (with the machine's providerID) when absent, else patches it; an event
+        says which. Raises the API's error when it cannot: the caller then does not power on."""
+        taints = [*self.taints, dict(STARTUP_TAINT)]
+
+        def step(node: Obj | None) -> None:
+            if node is None:
+                body = {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": self.core_name, "labels": dict(self.labels)},
+                    "spec": {"taints": taints, "providerID": providerid.wanted(self.node)},
+                }
+                # AlreadyExists (its kubelet was first) is a 409 too: the next try patches that one.
+                api.create_node(body)
+                message = (
+                    f"created core Node {self.core_name} before power-on with {len(self.labels)} "
+                    f"label(s), {len(self.taints)} taint(s) and the startup taint "
+                    f"{STARTUP_TAINT_KEY}:NoSchedule"
+                )
+                self.post_event(Event(EventType.NORMAL, "CoreNodeCreated", message))
+                return
+            patch = metadata_patch(node, self.labels, taints)
+            if not patch:
+                return
+            api.patch_node(self.core_name, patch)
+            message = (
+                f"core Node {self.core_name} exists: gave it its labels and taints and the startup "
+                f"taint {STARTUP_TAINT_KEY}:NoSchedule before power-on"
+            )
+            self.post_event(Event(EventType.NORMAL, "CoreNodeTainted", message))
+
+        self._on_fresh_node(step)
+
+    def delete_unregistered_node(self) -> None:
+        """Delete the core Node if no kubelet has registered it, as of a fresh read: a kubelet
+        registering meanwhile changes it, and the conditional delete then leaves it alone."""
+
+        def step(node: Obj | None) -> None:
+            if node_unregistered(node):
+                api.delete_node(
+                    self.core_name, resource_version=(node or {})["metadata"].get("resourceVersion")
+                )
+
+        self._on_fresh_node(step)
+
+    def kubelet_registering(
+        self, kubelet: Obj
+    ) -> tuple[dict[str, str], list[dict[str, str]]] | None:
+        """The machine's kubelet POSTs its Node (the admission webhook calls this; never for a dry
+        run). The Node exists and still carries the startup taint: the kubelet's own labels and
+        taints are merged into it (an event says which, and which labels a kubelet may not set
+        were left out); returns None. No Node yet: returns the labels and taints the kubelet's
+        object must be created with (the wanted ones and the startup taint over its own)."""
+        outcome: list[tuple[dict[str, str], list[dict[str, str]]]] = []
+
+        def step(node: Obj | None) -> None:
+            outcome.clear()
+            if node is None:
+                outcome.append(
+                    registration.registration_metadata(kubelet, self.labels, self.taints)
+                )
+                return
+            patch = registration.merge_patch(node, kubelet, self.labels, self.taints)
+            if not patch:
+                return
+            api.patch_node(self.core_name, patch)
+            _, _, refused = registration.kubelet_metadata(kubelet)
+            added = sorted(k for k in (patch.get("metadata") or {}).get("labels") or {})
+            taints = (patch.get("spec") or {}).get("taints")
+            message = (
+                f"core Node {self.core_name} was POSTed again (its kubelet registering): merged "
+                f"the request's label(s) {', '.join(added) or '(none new)'}"
+                + (f" and taints ({len(taints)} on the Node now)" if taints is not None else "")
+                + " into the Node made before power-on (the Group's and the machine's win)"
+                + (
+                    f"; left out label(s) a kubelet may not set: {', '.join(refused)}"
+                    if refused
+                    else ""
+                )
+            )
+            self.post_event(Event(EventType.NORMAL, "KubeletMetadataMerged", message))
+
+        self._on_fresh_node(step)
+        if not outcome:
+            return None
+        message = (
+            f"the kubelet of core Node {self.core_name} registers a Node that does not exist: it "
+            f"is created with its own labels and taints plus {len(self.labels)} label(s) and "
+            f"{len(self.taints)} taint(s) of the Group and the machine and the startup taint "
+            f"{STARTUP_TAINT_KEY}:NoSchedule"
+        )
+        self.post_event(Event(EventType.NORMAL, "CoreNodeRegistering", message))
+        return outcome[0]
+
+    def drain(self) -> DrainStatus:
+        """One pass of evictions; returns what is left and which PDB (if any) is blocking."""
+        remaining = pods_to_drain(api.pods_on_node(self.core_name))
+        blocked_by, blocked_message = None, ""
+        for pod in remaining:
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp"):
+                continue
+            try:
+                api.evict(meta["namespace"], meta["name"])
+            except api.EvictionBlockedError as exc:
+                pdb = blocking_pdb(pod, api.pdbs(meta["namespace"]))
+                blocked_by = pdb or f"{meta['namespace']}/{meta['name']}"
+                blocked_message = f"evicting {meta['namespace']}/{meta['name']}: {exc.message}"
+        return DrainStatus(
+            pods_remaining=len(remaining), blocked_by=blocked_by, blocked_message=blocked_message
+        )
+
+    def pods_remaining(self) -> int:
+        return len(pods_to_drain(api.pods_on_node(self.core_name)))
+
+    def post_event(self, effect: Event) -> None:
+        involved = {
+            "apiVersion": f"{API_GROUP}/{API_VERSION}",
+            "kind": "Node",
+            "metadata": self.node["metadata"],
+        }
+        api.post_event(involved, str(effect.type), effect.reason, effect.message)
+
+    # ---------------------------------------------------------------- the rest of the port
+    @property
+    def phase(self) -> str | None:
+        phase = (self.node.get("status") or {}).get("phase")
+        return None if phase is None else str(phase)
+
+    @property
+    def renew_lease_every(self) -> float:
+        return self.config.lease_seconds / 3
+
+    def allocate_address(self) -> str | None:
+        try:
+            addresses.allocate(self.node, self.group)
+        except PoolExhaustedError as exc:
+            log.warning("machine %s/%s: %s", self.namespace, self.name, exc)
+            return str(exc)
         return None
-    message = (
-        f"the kubelet of core Node {ctx.core_name} registers a Node that does not exist: it is "
-        f"created with its own labels and taints plus {len(ctx.labels)} label(s) and "
-        f"{len(ctx.taints)} taint(s) of the Group and the machine and the startup taint "
-        f"{STARTUP_TAINT_KEY}:NoSchedule"
-    )
-    post_event(ctx, Event(EventType.NORMAL, "CoreNodeRegistering", message))
-    return outcome[0]
 
-
-def drain(ctx: MachineContext) -> DrainStatus:
-    """One pass of evictions; returns what is left and which PDB (if any) is blocking."""
-    remaining = pods_to_drain(api.pods_on_node(ctx.core_name))
-    blocked_by, blocked_message = None, ""
-    for pod in remaining:
-        meta = pod["metadata"]
-        if meta.get("deletionTimestamp"):
-            continue
+    def prepare_core_node(self) -> str | None:
         try:
-            api.evict(meta["namespace"], meta["name"])
-        except api.EvictionBlockedError as exc:
-            pdb = blocking_pdb(pod, api.pdbs(meta["namespace"]))
-            blocked_by = pdb or f"{meta['namespace']}/{meta['name']}"
-            blocked_message = f"evicting {meta['namespace']}/{meta['name']}: {exc.message}"
-    return DrainStatus(
-        pods_remaining=len(remaining), blocked_by=blocked_by, blocked_message=blocked_message
-    )
+            self._prepare_core_node()
+        except Exception as exc:
+            log.warning("machine %s/%s: core Node not prepared", self.namespace, self.name)
+            return api.error_message(exc)
+        return None
 
-
-def pods_remaining(ctx: MachineContext) -> int:
-    return len(pods_to_drain(api.pods_on_node(ctx.core_name)))
-
-
-def post_event(ctx: MachineContext, effect: Event) -> None:
-    involved = {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": "Node",
-        "metadata": ctx.node["metadata"],
-    }
-    api.post_event(involved, str(effect.type), effect.reason, effect.message)
-
-
-def apply_effect(ctx: MachineContext, effect: Effect) -> DrainStatus | None:
-    """Carry out one effect (Lease, Requeue and SetCondition are handled by the caller)."""
-    if isinstance(effect, StartJob):
-        start_job(ctx, effect)
-    elif isinstance(effect, DeleteJob):
-        api.delete_job(
-            ctx.namespace,
-            job_name(ctx.name, str(effect.action), effect.generation, effect.attempt),
+    def write_status(self, machine: MachineState, decision: Decision, now: dt.datetime) -> bool:
+        wanted = wanted_status(
+            self,
+            machine.desired,
+            machine.intent_generation,
+            decision,
+            now,
+            cpu_utilisation=self.cpu_utilisation,
         )
-    elif isinstance(effect, Cordon):
-        cordon(ctx, True)
-    elif isinstance(effect, Uncordon):
-        cordon(ctx, False)
-    elif isinstance(effect, ApplyNodeMetadata):
-        apply_metadata(ctx)
-    elif isinstance(effect, Drain):
-        return drain(ctx)
-    elif isinstance(effect, DeleteCoreNode):
-        if effect.unregistered_only:
-            delete_unregistered_node(ctx)
+        try:
+            write_status(self, wanted, decision.reason)
+        except api.ConflictError:
+            return False
+        return True
+
+    def settle(self, previous_phase: str | None, phase: str) -> None:
+        join.settle(self.node, previous_phase, phase)
+        addresses.settle(self.node, previous_phase, phase)
+
+    def delete_job(self, effect: DeleteJob) -> None:
+        name = job_name(self.name, str(effect.action), effect.generation, effect.attempt)
+        api.delete_job(self.namespace, name)
+
+    def delete_core_node(self, unregistered_only: bool) -> None:
+        if unregistered_only:
+            self.delete_unregistered_node()
         else:
-            api.delete_node(ctx.core_name)
-    elif isinstance(effect, SetDesiredPowerState):
-        patch = {"spec": {"desiredPowerState": str(effect.state)}}
-        api.patch_resource(ctx.namespace, "nodes", ctx.name, patch)
-    elif isinstance(effect, Event):
-        post_event(ctx, effect)
-    return None
+            api.delete_node(self.core_name)
+
+    def set_desired(self, state: PowerState) -> None:
+        write_desired(self.node, Desired(state.value))
+
+
+def write_desired(machine: Obj, state: Desired, *, conditional: bool = False) -> None:
+    """The one writer of a machine's `spec.desiredPowerState` (the plan applier, the
+    externalgrpc servicer, driftPolicy Adopt). `conditional`: only if the machine is unchanged
+    since it was read (else `api.ConflictError`)."""
+    meta = machine["metadata"]
+    patch: dict[str, Any] = {"spec": {"desiredPowerState": str(state)}}
+    if conditional:
+        patch["metadata"] = {"resourceVersion": meta.get("resourceVersion")}
+    api.patch_resource(meta["namespace"], "nodes", meta["name"], patch)
+
+
+def _merge_conditions(
+    current: list[dict[str, Any]], decision: Decision, generation: int, now: dt.datetime
+) -> list[dict[str, Any]]:
+    by_type = {c.get("type"): dict(c) for c in current if isinstance(c, Mapping)}
+    stamp = inputs.format_time(now)
+    for effect in decision.effects:
+        if not isinstance(effect, SetCondition):
+            continue
+        old = by_type.get(str(effect.type))
+        changed = old is None or old.get("status") != str(effect.status)
+        by_type[str(effect.type)] = {
+            "type": str(effect.type),
+            "status": str(effect.status),
+            "reason": effect.reason,
+            "message": clip_middle(effect.message),
+            "observedGeneration": generation,
+            "lastTransitionTime": stamp
+            if changed or old is None
+            else old.get("lastTransitionTime", stamp),
+        }
+    return [by_type[k] for k in sorted(by_type, key=str)]
+
+
+def wanted_status(
+    ctx: KubeMachine,
+    desired: PowerState,
+    intent_generation: int,
+    decision: Decision,
+    now: dt.datetime,
+    *,
+    cpu_utilisation: float = 0.0,
+) -> dict[str, Any]:
+    """The machine's status after `decision`, as `write_status` patches it (messages clipped
+    in the middle, so the end, which says what to do, always survives)."""
+    status = ctx.node.get("status") or {}
+    generation = int(ctx.node["metadata"].get("generation") or 1)
+    op = decision.operation
+    job = job_name(ctx.name, str(op.action), op.intent_generation, op.attempt) if op else None
+    new: dict[str, Any] = {
+        "phase": str(decision.phase),
+        "phaseSince": inputs.format_time(decision.phase_since or now),
+        "reason": decision.reason,
+        "message": clip_middle(decision.message),
+        "observedGeneration": generation,
+        "intent": {"desired": str(desired), "generation": intent_generation},
+        "attempts": decision.attempts,
+        "lastOperation": inputs.operation_to_status(op, job),
+        "providerID": providerid.wanted(ctx.node),
+        "conditions": _merge_conditions(
+            list(status.get("conditions") or []), decision, generation, now
+        ),
+        # None removes it (merge patch): the clone is gone.
+        "clone": inputs.clone_to_status(status.get("clone"), op),
+    }
+    if decision.observed_power_state is not None:
+        new["observedPowerState"] = str(decision.observed_power_state)
+    # Counted up to now at the rate in force since the last checkpoint, which this pass's phase
+    # and requested cpu replace; unchanged rate: nothing to write.
+    checkpoint = energy.checkpoint(ctx.node, ctx.group, decision.phase, cpu_utilisation, now)
+    if checkpoint is not None:
+        new["energy"] = checkpoint
+    if decision.health_check is not None:
+        new["lastHealthCheck"] = dict(decision.health_check)
+    if decision.learned is not None:
+        new["learned"] = inputs.learned_to_status(decision.learned)
+    if decision.drift_corrections is not None:
+        # None removes the list (merge patch) once no correction counts any more.
+        new["driftCorrections"] = [
+            inputs.format_time(t) for t in decision.drift_corrections
+        ] or None
+    return new
+
+
+def write_status(ctx: KubeMachine, new: Mapping[str, Any], reason: str) -> None:
+    """Patch what changed from the Node's status to `new` (`wanted_status`), conditional on
+    the Node's resourceVersion (a `ConflictError` when it changed since the read)."""
+    status = ctx.node.get("status") or {}
+    changed = inputs.status_patch(status, new)
+    if not changed:
+        return
+    log.debug("status of %s/%s: %s changed", ctx.namespace, ctx.name, ", ".join(sorted(changed)))
+    api.patch_status(
+        ctx.namespace, "nodes", ctx.name, changed, ctx.node["metadata"].get("resourceVersion")
+    )
+    if status.get("phase") != new["phase"]:
+        log.info(
+            "machine %s/%s: %s -> %s (%s)",
+            ctx.namespace,
+            ctx.name,
+            status.get("phase"),
+            new["phase"],
+            reason,
+        )

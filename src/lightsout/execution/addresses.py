@@ -17,27 +17,26 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from lightsout.actuation.pool import (
+    RELEASED,
+    addresses,
+    exhausted,
+    free_addresses,
+)
 from lightsout.execution import join
 from lightsout.execution.naming import dns_label, label_value
 from lightsout.k8s import api
-from lightsout.planning.types import Phase
 
 log = logging.getLogger(__name__)
 
 LABEL_POOL = "lightsout.dev/address-pool"
 LABEL_MACHINE = "lightsout.dev/address-for"
 ANNOTATION_ADDRESS = "lightsout.dev/address"
-#: Phases after which the clone is gone (Off) or given up on (Failed): its address is free.
-RELEASED = frozenset({Phase.OFF, Phase.FAILED})
 
 Obj = Mapping[str, Any]
-
-
-class PoolExhaustedError(RuntimeError):
-    """Every address of the pool is leased to another machine."""
 
 
 def pool(node: Obj, group: Obj | None) -> Mapping[str, Any] | None:
@@ -54,13 +53,6 @@ def lease_name(group: str, address: str) -> str:
 
 def _machine_selector(namespace: str, name: str) -> str:
     return f"{LABEL_MACHINE}={label_value(f'{namespace}.{name}')}"
-
-
-def _addresses(spec: Mapping[str, Any]) -> Iterator[ipaddress.IPv4Address]:
-    first = ipaddress.IPv4Address(spec["start"])
-    last = ipaddress.IPv4Address(spec["end"])
-    for number in range(int(first), int(last) + 1):
-        yield ipaddress.IPv4Address(number)
 
 
 def _lease(node: Obj, group: str, address: str) -> dict[str, Any]:
@@ -90,26 +82,23 @@ def allocate(node: Obj, group: Obj | None) -> str | None:
         return None
     meta = node["metadata"]
     namespace, group_name = meta["namespace"], str(group["metadata"]["name"])
-    in_pool = {str(a) for a in _addresses(spec)}
+    in_pool = {str(a) for a in addresses(spec)}
     for held in api.list_leases(namespace, _machine_selector(namespace, meta["name"])):
         address = (held["metadata"].get("annotations") or {}).get(ANNOTATION_ADDRESS)
         if address in in_pool:
             return str(address)
     taken = {
-        (lease["metadata"].get("annotations") or {}).get(ANNOTATION_ADDRESS)
+        str((lease["metadata"].get("annotations") or {}).get(ANNOTATION_ADDRESS))
         for lease in api.list_leases(namespace, f"{LABEL_POOL}={label_value(group_name)}")
     }
-    for address in sorted(in_pool - taken, key=ipaddress.IPv4Address):
+    for address in free_addresses(spec, taken):
         try:
             api.create_lease(namespace, _lease(node, group_name, address))
         except api.ConflictError:
             continue  # another provision took it between the list and the create
         log.info("leased %s to %s/%s", address, namespace, meta["name"])
         return address
-    raise PoolExhaustedError(
-        f"address pool of Group {group_name} is exhausted: all {len(in_pool)} addresses of "
-        f"{spec['start']}-{spec['end']} are leased to other machines; no clone made"
-    )
+    raise exhausted(group_name, spec)
 
 
 def network(node: Obj, group: Obj | None, address: str | None) -> dict[str, Any]:

@@ -23,54 +23,35 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from lightsout.actuation import interpreter
 from lightsout.config import OperatorConfig
 from lightsout.execution import (
     actuator,
-    addresses,
     energy,
     health,
     inputs,
-    join,
     leases,
     providerid,
 )
-from lightsout.execution.jobs import LABEL_NODE, job_name
+from lightsout.execution.jobs import LABEL_NODE
 from lightsout.execution.nodeops import pods_to_drain
 from lightsout.execution.results import observe_job
-from lightsout.k8s import api
 from lightsout.planning import fsm
 from lightsout.planning.effects import (
-    AcquireLease,
     Decision,
-    Event,
-    PrepareCoreNode,
-    ReleaseLease,
-    SetCondition,
-    StartJob,
 )
 from lightsout.planning.types import (
     Action,
     DrainStatus,
-    EventType,
     MachineState,
     Phase,
-    PowerState,
 )
 from lightsout.state import references
 from lightsout.state.references import Unresolved
-from lightsout.text import clip_middle
 
 log = logging.getLogger(__name__)
 
 Obj = Mapping[str, Any]
-#: Seconds before deciding again after a status write lost a race (its watch event usually
-#: comes first).
-CONFLICT_RETRY = 0.5
-#: Seconds before trying again to take a Lease another writer won.
-LEASE_RETRY = 2.0
-#: Seconds before looking again at a machine whose Lease another holder has, when the state
-#: machine named no time (the holder's releasing the Lease also wakes it).
-HELD_ELSEWHERE_RETRY = 30.0
 
 
 @dataclass(frozen=True)
@@ -277,7 +258,7 @@ class Reconciler:
             return None
         group = view.group
         labels, taints = inputs.wanted_metadata(node, group)
-        ctx = actuator.MachineContext(
+        ctx = actuator.KubeMachine(
             node=node, group=group, config=self.config, labels=labels, taints=taints
         )
         key = f"{ctx.namespace}/{ctx.name}"
@@ -303,7 +284,7 @@ class Reconciler:
             last = self.drains.get(key)
             # The cache may not have seen a pod bound just before the cordon: "drained" (which
             # powers the machine off) is only believed after a live list agrees.
-            left = len(pods_to_drain(view.pods_on_node)) or actuator.pods_remaining(ctx)
+            left = len(pods_to_drain(view.pods_on_node)) or ctx.pods_remaining()
             drain = DrainStatus(
                 pods_remaining=left,
                 blocked_by=last.blocked_by if last and left else None,
@@ -312,7 +293,7 @@ class Reconciler:
         if view.lease_cached:
             lease = leases.lease_state(view.lease, self.config.identity, now)
         else:
-            lease = actuator.read_lease_state(ctx, now)
+            lease = ctx.read_lease_state(now)
         checked = health.assess(
             node.get("status") or {},
             health.newest(view.health, str((node.get("spec") or {}).get("group") or "")),
@@ -334,90 +315,21 @@ class Reconciler:
             unresolved=view.unresolved,
         )
         decision = providerid.report(fsm.decide(machine, obs, now), core_node, node)
-        utilisation = energy.cpu_utilisation(node, core_node, view.pods_on_node)
-        return self.apply(
-            ctx, machine, _with_health(decision, checked), now, cpu_utilisation=utilisation
-        )
+        ctx.cpu_utilisation = energy.cpu_utilisation(node, core_node, view.pods_on_node)
+        return self.apply(ctx, machine, _with_health(decision, checked), now)
 
     def apply(
         self,
-        ctx: actuator.MachineContext,
+        port: actuator.KubeMachine,
         machine: MachineState,
         decision: Decision,
         now: dt.datetime,
-        *,
-        cpu_utilisation: float = 0.0,
     ) -> float | None:
-        """Lease first (stop if lost), then the core Node before a power-on, then status, then
-        the other effects in order."""
-        if decision.reason == fsm.Reason.LEASE_HELD_ELSEWHERE:
-            # The holder owns this machine's status too: what we read may be stale, and writing
-            # it back would hide an action in flight (the planner would power on a second
-            # machine).
-            return max(decision.requeue_after or HELD_ELSEWHERE_RETRY, 0.2)
-        holding = False
-        if any(isinstance(e, AcquireLease) for e in decision.effects):
-            if not actuator.acquire_lease(ctx, now):
-                return LEASE_RETRY
-            holding = True
-        if any(isinstance(e, StartJob) and e.action is Action.PROVISION for e in decision.effects):
-            # Before the core Node and the status that names the provision's Job: with no free
-            # address, no clone (and no core Node waiting for one).
-            try:
-                addresses.allocate(ctx.node, ctx.group)
-            except addresses.PoolExhaustedError as exc:
-                log.warning("machine %s/%s: %s", ctx.namespace, ctx.name, exc)
-                decision = fsm.address_pool_exhausted(machine, decision, str(exc), now)
-        if any(isinstance(e, PrepareCoreNode) for e in decision.effects):
-            # Before the status that names the on-action's Job: if the Node cannot be created
-            # or tainted, that status must say so, and the Job must not be created.
-            try:
-                actuator.prepare_core_node(ctx)
-            except Exception as exc:
-                log.warning("machine %s/%s: core Node not prepared", ctx.namespace, ctx.name)
-                decision = fsm.core_node_failed(machine, decision, api.error_message(exc), now)
-        previous_phase = (ctx.node.get("status") or {}).get("phase")
-        try:
-            wanted = wanted_status(
-                ctx,
-                machine.desired,
-                machine.intent_generation,
-                decision,
-                now,
-                cpu_utilisation=cpu_utilisation,
-            )
-            write_status(ctx, wanted, decision.reason)
-        except api.ConflictError:
-            # The Node changed since the cache gave it to this pass (a new intent, another
-            # writer, our own last write not seen yet): decide again from the newer object.
-            return CONFLICT_RETRY
-        if previous_phase != decision.phase and not any(
-            isinstance(e, Event) for e in decision.effects
-        ):
-            # Every phase transition is an event, even when the state machine had nothing to
-            # add.
-            actuator.post_event(
-                ctx,
-                Event(EventType.NORMAL, decision.reason, f"{decision.phase}: {decision.message}"),
-            )
-        join.settle(ctx.node, previous_phase, str(decision.phase))
-        addresses.settle(ctx.node, previous_phase, str(decision.phase))
-        key = f"{ctx.namespace}/{ctx.name}"
-        for effect in decision.effects:
-            if isinstance(effect, AcquireLease | SetCondition | PrepareCoreNode):
-                continue
-            if isinstance(effect, ReleaseLease):
-                actuator.release_lease(ctx, now)
-                holding = False
-                continue
-            result = actuator.apply_effect(ctx, effect)
-            if result is not None:
-                self.drains[key] = result
-        delay = decision.requeue_after
-        if holding:
-            # Renew well before the Lease expires, so no other operator takes over mid-action.
-            delay = min(delay or float("inf"), ctx.config.lease_seconds / 3)
-        return None if delay is None else max(delay, 0.2)
+        """Carry the decision out (`interpreter.carry_out`), keeping what a drain left."""
+        carried = interpreter.carry_out(port, machine, decision, now)
+        if carried.drain is not None:
+            self.drains[f"{port.namespace}/{port.name}"] = carried.drain
+        return carried.requeue_after
 
 
 def _with_health(decision: Decision, checked: health.Assessment) -> Decision:
@@ -439,98 +351,3 @@ def _with_health(decision: Decision, checked: health.Assessment) -> Decision:
         observed_power_state=decision.observed_power_state or checked.observed_power_state,
         health_check=checked.record,
     )
-
-
-def _merge_conditions(
-    current: list[dict[str, Any]], decision: Decision, generation: int, now: dt.datetime
-) -> list[dict[str, Any]]:
-    by_type = {c.get("type"): dict(c) for c in current if isinstance(c, Mapping)}
-    stamp = inputs.format_time(now)
-    for effect in decision.effects:
-        if not isinstance(effect, SetCondition):
-            continue
-        old = by_type.get(str(effect.type))
-        changed = old is None or old.get("status") != str(effect.status)
-        by_type[str(effect.type)] = {
-            "type": str(effect.type),
-            "status": str(effect.status),
-            "reason": effect.reason,
-            "message": clip_middle(effect.message),
-            "observedGeneration": generation,
-            "lastTransitionTime": stamp
-            if changed or old is None
-            else old.get("lastTransitionTime", stamp),
-        }
-    return [by_type[k] for k in sorted(by_type, key=str)]
-
-
-def wanted_status(
-    ctx: actuator.MachineContext,
-    desired: PowerState,
-    intent_generation: int,
-    decision: Decision,
-    now: dt.datetime,
-    *,
-    cpu_utilisation: float = 0.0,
-) -> dict[str, Any]:
-    """The machine's status after `decision`, as `write_status` patches it (messages clipped
-    in the middle, so the end, which says what to do, always survives)."""
-    status = ctx.node.get("status") or {}
-    generation = int(ctx.node["metadata"].get("generation") or 1)
-    op = decision.operation
-    job = job_name(ctx.name, str(op.action), op.intent_generation, op.attempt) if op else None
-    new: dict[str, Any] = {
-        "phase": str(decision.phase),
-        "phaseSince": inputs.format_time(decision.phase_since or now),
-        "reason": decision.reason,
-        "message": clip_middle(decision.message),
-        "observedGeneration": generation,
-        "intent": {"desired": str(desired), "generation": intent_generation},
-        "attempts": decision.attempts,
-        "lastOperation": inputs.operation_to_status(op, job),
-        "providerID": providerid.wanted(ctx.node),
-        "conditions": _merge_conditions(
-            list(status.get("conditions") or []), decision, generation, now
-        ),
-        # None removes it (merge patch): the clone is gone.
-        "clone": inputs.clone_to_status(status.get("clone"), op),
-    }
-    if decision.observed_power_state is not None:
-        new["observedPowerState"] = str(decision.observed_power_state)
-    # Counted up to now at the rate in force since the last checkpoint, which this pass's phase
-    # and requested cpu replace; unchanged rate: nothing to write.
-    checkpoint = energy.checkpoint(ctx.node, ctx.group, decision.phase, cpu_utilisation, now)
-    if checkpoint is not None:
-        new["energy"] = checkpoint
-    if decision.health_check is not None:
-        new["lastHealthCheck"] = dict(decision.health_check)
-    if decision.learned is not None:
-        new["learned"] = inputs.learned_to_status(decision.learned)
-    if decision.drift_corrections is not None:
-        # None removes the list (merge patch) once no correction counts any more.
-        new["driftCorrections"] = [
-            inputs.format_time(t) for t in decision.drift_corrections
-        ] or None
-    return new
-
-
-def write_status(ctx: actuator.MachineContext, new: Mapping[str, Any], reason: str) -> None:
-    """Patch what changed from the Node's status to `new` (`wanted_status`), conditional on
-    the Node's resourceVersion (a `ConflictError` when it changed since the read)."""
-    status = ctx.node.get("status") or {}
-    changed = inputs.status_patch(status, new)
-    if not changed:
-        return
-    log.debug("status of %s/%s: %s changed", ctx.namespace, ctx.name, ", ".join(sorted(changed)))
-    api.patch_status(
-        ctx.namespace, "nodes", ctx.name, changed, ctx.node["metadata"].get("resourceVersion")
-    )
-    if status.get("phase") != new["phase"]:
-        log.info(
-            "machine %s/%s: %s -> %s (%s)",
-            ctx.namespace,
-            ctx.name,
-            status.get("phase"),
-            new["phase"],
-            reason,
-        )

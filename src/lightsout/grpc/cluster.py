@@ -12,7 +12,9 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from lightsout.execution.actuator import write_desired
 from lightsout.k8s import api
+from lightsout.models.enums import PowerState
 from lightsout.state import GROUPS_KEY, MACHINES_KEY, NODES_KEY
 
 log = logging.getLogger(__name__)
@@ -63,11 +65,7 @@ class ApiCluster:
 
     def set_power(self, machine: Obj, desired: str, reason: str) -> None:
         meta = machine["metadata"]
-        patch = {
-            "metadata": {"resourceVersion": meta.get("resourceVersion")},
-            "spec": {"desiredPowerState": desired},
-        }
-        api.patch_resource(meta["namespace"], "nodes", meta["name"], patch)
+        write_desired(machine, PowerState(desired), conditional=True)
         try:
             api.post_event(
                 machine, "Normal", "ClusterAutoscaler", reason, component="lightsout-externalgrpc"

@@ -117,10 +117,10 @@ async def core_node_registering(
     spec = machine.get("spec") or {}
     group = caches.group(refs[0][0], str(spec.get("group") or ""))
     labels, taints = inputs.wanted_metadata(machine, group)
-    ctx = actuator.MachineContext(
+    ctx = actuator.KubeMachine(
         node=machine, group=group, config=reconcilers.config, labels=labels, taints=taints
     )
-    mutation = await asyncio.to_thread(actuator.kubelet_registering, ctx, dict(body))
+    mutation = await asyncio.to_thread(ctx.kubelet_registering, dict(body))
     if mutation is not None:
         patch["metadata"] = {"labels": mutation[0]}
         patch["spec"] = {"taints": mutation[1]}

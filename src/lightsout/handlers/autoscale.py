@@ -34,9 +34,10 @@ from typing import Any
 import kopf
 
 from lightsout import API_GROUP, API_VERSION
+from lightsout.actuation.plans import PlanApplier
 from lightsout.config import OperatorConfig
 from lightsout.execution import reconcile as rc
-from lightsout.execution.scaling import LeaderLease, PlanApplier, gauge_pending
+from lightsout.execution.scaling import KubeScale, LeaderLease, count, gauge_pending
 from lightsout.handlers.node import NOT_OURS
 from lightsout.planning.autoscale import plan
 from lightsout.planning.decisions import Plan
@@ -235,7 +236,10 @@ class Planner:
         snapshot, result = await asyncio.to_thread(self._plan, objects, now)
         pods = {_key(p): p for p in objects[PODS_KEY]}
         machines = {_key(m): m for m in objects[MACHINES_KEY]}
-        applied = await asyncio.to_thread(self.applier.apply, snapshot, machines, pods, result, now)
+        port = KubeScale(machines, pods)
+        applied = await asyncio.to_thread(self.applier.apply, port, snapshot, result, now)
+        count(applied)
+        gauge_pending(snapshot, now)
         self.unneeded = dict(result.unneeded_since)
         if result.summary != self._last_summary or result.actions:
             log.info("autoscaler plan: %s", result.summary)

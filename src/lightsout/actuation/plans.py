@@ -1,0 +1,195 @@
+"""The one plan applier: the planner's `Plan` carried out through a `ScalePort`.
+
+The operator's autoscaler handler (with `execution.scaling.KubeScale`, over the API) and the
+replay (`lightsout.simulate`, in memory) both apply plans here:
+
+- power actions set the machine's `spec.desiredPowerState`, conditional on the machine being
+  unchanged since the plan's snapshot (a person's edit in between wins, and the planner plans
+  again), with an event on the machine and on every pod it is for, and the Group's
+  `lastScaleUp` / `lastScaleDown`;
+- in dry-run (the Group's `spec.dryRun` or the operator's) the same events say "dry run", and
+  nothing else changes;
+- `Plan.unneeded_since` is kept as each machine's unneeded-since mark, so a restarted (or newly
+  elected) planner keeps counting a machine's unneeded time;
+- a pending pod no machine can host gets a Warning event explaining why, once per reason.
+
+Plans repeat: the planner runs on every change, and the same decision comes back until the
+cluster catches up. Events are therefore remembered per (object, message) and never posted
+twice, and no mark is written that already has the value wanted.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from lightsout.actuation.port import ScalePort
+from lightsout.models.enums import Autoscaler
+from lightsout.planning.decisions import Plan, PowerOn, ScaleAction
+from lightsout.planning.effects import Event
+from lightsout.planning.types import EventType, PowerState
+from lightsout.state import ObjectKey, Snapshot
+
+log = logging.getLogger(__name__)
+
+#: Pod notes that start like this are the planner saying no machine can take the pod.
+_NO_MACHINE = ("no machine",)
+
+
+def utc(moment: datetime) -> str:
+    """A time as the API stores it (whole seconds, UTC)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Applied:
+    """What one `apply` did: patches that lost a race (the caller plans again) and counts."""
+
+    conflicts: int = 0
+    #: Each action and what came of it: "applied", "conflict" or "dry_run".
+    outcomes: list[tuple[ScaleAction, str]] = field(default_factory=list)
+    powered_on: list[str] = field(default_factory=list)
+    powered_off: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PlanApplier:
+    """The one plan applier (the operator's and the replay's): carries a `Plan` out through a
+    `ScalePort`; remembers which events it posted so a repeated plan posts nothing new."""
+
+    dry_run: bool = False
+    _posted: dict[tuple[str, ObjectKey], str] = field(default_factory=dict)
+
+    def apply(self, port: ScalePort, snapshot: Snapshot, plan: Plan, now: datetime) -> Applied:
+        done = Applied()
+        groups = {group.key: group for group in snapshot.groups}
+        machines = {machine.key for machine in snapshot.machines}
+        scaled: dict[tuple[ObjectKey, bool], list[ScaleAction]] = {}
+        for action in plan.actions:
+            group = groups.get(action.group)
+            # The planner never chooses these; this is the last line of defence, not policy.
+            if (
+                group is None
+                or action.machine not in machines
+                or group.autoscaler is not Autoscaler.BUILTIN
+            ):
+                log.warning("refusing %s of %s: not an autoscaled machine", action, action.machine)
+                continue
+            on = isinstance(action, PowerOn)
+            if action.dry_run or self.dry_run:
+                done.outcomes.append((action, "dry_run"))
+                self._announce(
+                    port, action, "dry run: would power on" if on else "dry run: would power off"
+                )
+                continue
+            applied = self._power(port, action, done)
+            done.outcomes.append((action, "applied" if applied else "conflict"))
+            if applied:
+                scaled.setdefault((action.group, on), []).append(action)
+                self._announce(port, action, "powering on" if on else "powering off")
+        for (group_key, up), actions in scaled.items():
+            port.record_scale(group_key, up, actions, now)
+        self._persist_unneeded(port, snapshot, plan)
+        self._explain_pods(port, plan)
+        self._forget(snapshot)
+        return done
+
+    # ------------------------------------------------------------------ power actions
+    def _power(self, port: ScalePort, action: ScaleAction, done: Applied) -> bool:
+        on = isinstance(action, PowerOn)
+        if not port.set_desired(action.machine, PowerState.ON if on else PowerState.OFF):
+            # Someone (a person, the FSM's status write) changed it since the snapshot: the
+            # change wakes the planner again, which decides on the new state.
+            done.conflicts += 1
+            log.info(
+                "autoscaler: %s changed since the plan was made; planning again", action.machine
+            )
+            return False
+        (done.powered_on if on else done.powered_off).append(str(action.machine))
+        log.info("autoscaler: %s -> %s: %s", action.machine, "On" if on else "Off", action.reason)
+        return True
+
+    def _announce(self, port: ScalePort, action: ScaleAction, doing: str) -> None:
+        """Say what happens (or, `doing` "dry run: ...", would) on the machine and its pods."""
+        dry = doing.startswith("dry run")
+        if isinstance(action, PowerOn):
+            reason = "DryRunScaleUp" if dry else "ScaleUp"
+            self._event(port, "Node", action.machine, reason, f"{doing}: {action.reason}")
+            text = f"{doing} machine {action.machine.name} (group {action.group.name}) for this pod"
+            for key in action.pods:
+                self._event(port, "Pod", key, "DryRunScaleUp" if dry else "TriggeredScaleUp", text)
+        else:
+            reason = "DryRunScaleDown" if dry else "ScaleDown"
+            self._event(port, "Node", action.machine, reason, f"{doing}: {action.reason}")
+
+    # ------------------------------------------------------------------ unneeded time
+    def _persist_unneeded(self, port: ScalePort, snapshot: Snapshot, plan: Plan) -> None:
+        groups = {group.key: group for group in snapshot.groups}
+        for machine in snapshot.machines:
+            current = port.unneeded_mark(machine.key)
+            since = plan.unneeded_since.get(machine.key)
+            wanted = utc(since) if since is not None else None
+            if current == wanted:
+                continue
+            port.mark_unneeded(machine.key, wanted)
+            group = groups.get(machine.group_key)
+            if wanted is not None and current is None and group is not None:
+                # A stable message (no running seconds), so a repeated plan posts it once.
+                wait = group.scale_down.unneeded_seconds
+                self._event(
+                    port,
+                    "Node",
+                    machine.key,
+                    "Unneeded",
+                    f"unneeded since {wanted}: no pending pod needs it and its pods fit "
+                    f"elsewhere; powered off after {wait}s (scaleDown.unneededSeconds) unless "
+                    "it is needed again",
+                )
+
+    # ------------------------------------------------------------------ pods left waiting
+    def _explain_pods(self, port: ScalePort, plan: Plan) -> None:
+        for key, notes in plan.explanations.pods.items():
+            text = "; ".join(notes)
+            if text.startswith(_NO_MACHINE):
+                self._event(port, "Pod", key, "NotTriggerScaleUp", text, warning=True)
+            elif (machine := plan.explanations.coming.get(key)) is not None:
+                # One event per pod and machine, not one per phase the machine passes through.
+                message = f"waiting for machine {machine}, which is already coming up"
+                self._event(port, "Pod", key, "WaitingForScaleUp", message)
+
+    # ------------------------------------------------------------------ events, once each
+    def _event(
+        self,
+        port: ScalePort,
+        kind: str,
+        key: ObjectKey,
+        reason: str,
+        message: str,
+        *,
+        warning: bool = False,
+    ) -> None:
+        uid = port.uid(kind, key)
+        if uid is None:
+            return
+        remembered = f"{uid}|{reason}|{message}"
+        if self._posted.get((kind, key)) == remembered:
+            return
+        try:
+            port.post_event(
+                kind,
+                key,
+                Event(EventType.WARNING if warning else EventType.NORMAL, reason, message),
+            )
+        except Exception:  # an event lost is not worth a failed plan
+            log.exception("posting %s event on %s %s failed", reason, kind, key)
+            return
+        self._posted[(kind, key)] = remembered
+
+    def _forget(self, snapshot: Snapshot) -> None:
+        """Drop memories of objects that are gone, so the memory stays as big as the cluster."""
+        alive = {("Pod", pod.key) for pod in snapshot.pods} | {
+            ("Node", machine.key) for machine in snapshot.machines
+        }
+        for who in [w for w in self._posted if w not in alive]:
+            del self._posted[who]
