@@ -37,6 +37,12 @@ def machine(name: str = "box", **status: Any) -> dict[str, Any]:
     }
 
 
+def pod(cpu: str, phase: str = "Running") -> dict[str, Any]:
+    """A pod as the operator's cache of pods holds it (the API's, without managedFields)."""
+    requests = {"resources": {"requests": {"cpu": cpu}}}
+    return {"spec": {"containers": [{"name": "c", **requests}]}, "status": {"phase": phase}}
+
+
 def later(minutes: float) -> dt.datetime:
     return T0 + dt.timedelta(minutes=minutes)
 
@@ -53,8 +59,7 @@ def test_checkpoints_only_when_the_rate_changes_and_reads_back_what_it_wrote() -
     # Powered on at 09:30 with 2 of its 8 cores requested: 40 + 80 x 0.25 = 60 W from then on.
     on = energy.checkpoint(node, GROUP, "Ready", energy.cpu_utilisation(node, None, []), later(90))
     assert on is not None and on["watts"] == 40.0  # no pods yet
-    pods = [{energy.CPU_REQUEST: 2000, "status": {"phase": "Running"}}]
-    pods.append({energy.CPU_REQUEST: 4000, "status": {"phase": "Succeeded"}})  # finished
+    pods = [pod("2"), pod("4000m", "Succeeded")]  # the second one finished
     busy = energy.checkpoint(node, GROUP, "Ready", energy.cpu_utilisation(node, None, pods), T0)
     assert busy is not None and busy["watts"] == 60.0
     node["status"]["energy"] = on
@@ -68,7 +73,7 @@ def test_checkpoints_only_when_the_rate_changes_and_reads_back_what_it_wrote() -
 def test_the_core_nodes_allocatable_cpu_is_the_capacity_when_known() -> None:
     node = machine()
     core = {"status": {"allocatable": {"cpu": "4"}}}
-    pods = [{energy.CPU_REQUEST: 3000, "status": {"phase": "Running"}}]
+    pods = [pod("3")]
     assert energy.cpu_utilisation(node, core, pods) == 0.75
     assert energy.cpu_utilisation(node, None, pods) == 0.38  # of the declared 8, to 1 %
     assert energy.cpu_utilisation(node, core, pods * 3) == 1.0

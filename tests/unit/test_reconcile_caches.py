@@ -3,12 +3,14 @@ objects out of the indexes (plain dicts of key → objects here, as kopf's index
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from lightsout.config import OperatorConfig
 from lightsout.execution import reconcile as rc
+from lightsout.state import MACHINES_KEY, PODS_KEY
 
 pytestmark = pytest.mark.unit
 
@@ -26,6 +28,7 @@ def job(name: str) -> dict[str, Any]:
 
 
 POD = {"metadata": {"name": "pod-1", "labels": {"lightsout.dev/node": "a"}}}
+PENDING = {"metadata": {"name": "web-2"}}  # bound to no core Node yet
 MOUNT = {"reason": "FailedMount", "message": 'secret "bmc" not found'}
 
 
@@ -41,7 +44,7 @@ def caches(lease_namespace: str | None = None, phase: str = "Off") -> rc.Caches:
         rc.JOB_PODS: {("lab", "lo-a-startup-g1-a1"): [POD]},
         rc.CORE_NODES: {"core-a": [{"metadata": {"name": "core-a"}}]},
         rc.LEASES: {("lab", "lightsout.lab.a"): [{"metadata": {"name": "lightsout.lab.a"}}]},
-        rc.NODE_PODS: {"core-a": [{"metadata": {"name": "web-1"}}]},
+        rc.PODS: {"core-a": [{"metadata": {"name": "web-1"}}], None: [PENDING]},
         rc.HEALTH: {("lab", "a"): [{"pod": "check-0", "group": "g"}], ("lab", "b"): []},
         rc.MOUNT_FAILURES: {("lab", "pod-1"): [MOUNT], ("lab", "web-1"): [{"reason": "x"}]},
         rc.SECRETS: {("lab", "bmc"): [frozenset({"username", "password"})]},
@@ -110,3 +113,26 @@ def test_a_machine_whose_secret_is_missing_is_left_out_of_its_groups_health_chec
         found.health_problem(node, {**group, "spec": {"healthCheck": {"enabled": False}}}) is None
     )
     assert found.health_problem(node, None) is None, "no Group, no check"
+
+
+def test_the_planner_reads_every_object_of_the_caches_a_pass_reads() -> None:
+    """One cache per kind: the drain finds a core Node's pods by its name, the autoscaler's
+    planner takes every pod (pending ones too) out of the same index."""
+    from lightsout.handlers import autoscale, node
+
+    bound = {"metadata": {"name": "web-1", "managedFields": [{}]}, "spec": {"nodeName": "core-a"}}
+    pending = {"metadata": {"name": "web-2"}, "spec": {}}
+    pods: dict[Any, list[Any]] = {}
+    for body in (bound, pending):
+        for key, value in asyncio.run(node.pods(body=body, spec=body["spec"])).items():
+            pods.setdefault(key, []).append(value)
+    assert list(pods) == ["core-a", None]
+    assert pods["core-a"][0]["metadata"] == {"name": "web-1"}, "no managedFields kept"
+    indexes = {**caches(phase="Draining").indexes, rc.PODS: pods}
+    view = rc.Caches(indexes, OperatorConfig(identity="me")).view("lab", "a")
+    assert view is not None and [p["metadata"]["name"] for p in view.pods_on_node] == ["web-1"]
+    for index in autoscale.INDEXES.values():
+        indexes.setdefault(index, {})
+    objects = autoscale.Planner(OperatorConfig(identity="me"), indexes).objects()
+    assert [p["metadata"]["name"] for p in objects[PODS_KEY]] == ["web-1", "web-2"]
+    assert objects[MACHINES_KEY] == [machine("a", "Draining", core="core-a")]

@@ -19,10 +19,9 @@ from lightsout.planning.energy import Account, Draw, Rate, combine, is_powered
 from lightsout.planning.energystatus import account_from_status, account_to_status, rounded_rate
 from lightsout.planning.types import Phase
 from lightsout.state import parse_resources
+from lightsout.state.parse import pod_requests
 
 Obj = Mapping[str, Any]
-#: Key of a pod's cpu request (millicores) in the operator's cache of pods bound to core Nodes.
-CPU_REQUEST = "cpuRequestMillis"
 _TERMINAL = {"Succeeded", "Failed"}
 #: A Group's account is rewritten only when its machines' sum moved by more than this (Wh):
 #: otherwise every recount would write, and every write would bring a recount.
@@ -62,7 +61,7 @@ def cpu_utilisation(node: Obj, core_node: Obj | None, pods: Sequence[Obj]) -> fl
     if capacity <= 0:
         return 0.0
     requested = sum(
-        int(pod.get(CPU_REQUEST) or 0)
+        pod_requests(pod.get("spec")).get("cpu")
         for pod in pods
         if (pod.get("status") or {}).get("phase") not in _TERMINAL
     )

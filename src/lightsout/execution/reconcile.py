@@ -82,6 +82,7 @@ class MachineView:
 
 
 #: Index ids (kopf handler ids) of the watch caches the reconcilers read; see `handlers/node.py`.
+#: Those of machines, Groups, core Nodes and pods feed the autoscaler's planner too.
 MACHINES = "lightsout_machines"  # (namespace, name) → Lights-Out Node
 MACHINE_REFS = "lightsout_machine_refs"  # REF_* keys → (namespace, name) of machines
 GROUPS = "lightsout_groups"  # (namespace, name) → Group
@@ -89,7 +90,7 @@ JOBS = "lightsout_jobs"  # (namespace, machine name) → action Job
 JOB_PODS = "lightsout_job_pods"  # (namespace, Job name) → pod of an action Job
 CORE_NODES = "lightsout_core_nodes"  # name → core Node
 LEASES = "lightsout_leases"  # (namespace, name) → Lease named lightsout.*
-NODE_PODS = "lightsout_node_pods"  # core Node name → pod bound to it (what a drain reads)
+PODS = "lightsout_pods"  # core Node name (None: not bound) → pod (a drain reads one Node's)
 #: (namespace, name) → the key names of a Secret / ConfigMap (never a value); shared with the
 #: autoscaler, which flattens them into its snapshot.
 SECRETS = "lightsout_secret_keys"
@@ -104,7 +105,7 @@ CACHES = (
     JOB_PODS,
     CORE_NODES,
     LEASES,
-    NODE_PODS,
+    PODS,
     SECRETS,
     CONFIG_MAPS,
     HEALTH,
@@ -234,7 +235,7 @@ class Caches:
             # A Lease namespace of its own is not among the watched ones (it may be outside
             # what a namespaced operator sees): those passes read the Lease live.
             lease_cached=self.config.lease_namespace is None,
-            pods_on_node=self._all(NODE_PODS, core_name) if powered else (),
+            pods_on_node=self._all(PODS, core_name) if powered else (),
             unresolved=self.unresolved(node, group),
             health=self._all(HEALTH, (namespace, name)),
             health_problem=self.health_problem(node, group),

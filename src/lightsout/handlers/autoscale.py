@@ -1,15 +1,16 @@
 """The built-in autoscaler's kopf glue: watch caches, one planner woken by changes, a leader.
 
-Seven kopf indexes are the watch caches: pods, core Nodes, Lights-Out Nodes and Groups,
-PodDisruptionBudgets and DaemonSets, each object as the plain dict the API sent, and CronJobs
-(not the operator's own health checks), reduced to what announces their next run (schedule,
-zone, suspend, the pod template's spec): `snapshot_from(..., now=...)` turns each into the
-pod its next run will create, which the planner pre-warms capacity for. The Node
-reconciler's indexes of Secret and ConfigMap key names (`handlers/node.py`) tell which machines
-have everything their power-on needs. kopf holds
-back every other handler until all indexes have finished their initial listing, so the first
-call of `autoscaler_wake` (an `on.event` handler on the same kinds) proves that the caches are
-complete: only then does the planner run, with `snapshot_from(..., complete=True)`.
+kopf indexes are the watch caches. The planner reads every object of the Node reconciler's
+(`handlers/node.py`) caches of pods, core Nodes, Lights-Out Nodes and Groups, each kind cached
+once for both, and of its Secret and ConfigMap key names (which machines have everything their
+power-on needs). Three indexes are its own: PodDisruptionBudgets and DaemonSets, each object as
+the plain dict the API sent, and CronJobs (not the operator's own health checks), reduced to
+what announces their next run (schedule, zone, suspend, the pod template's spec):
+`snapshot_from(..., now=...)` turns each into the pod its next run will create, which the
+planner pre-warms capacity for. kopf holds back every other handler until all indexes have
+finished their initial listing, so the first call of `autoscaler_wake` (an `on.event` handler on
+the same kinds) proves that the caches are complete: only then does the planner run, with
+`snapshot_from(..., complete=True)`.
 
 One asyncio task, started at operator start-up, is the planner. Every watched change wakes it;
 it waits `DEBOUNCE` seconds so a burst of changes (a Deployment scaled to twenty replicas)
@@ -38,7 +39,7 @@ from lightsout.actuation.plans import PlanApplier
 from lightsout.config import OperatorConfig
 from lightsout.execution import reconcile as rc
 from lightsout.execution.scaling import KubeScale, LeaderLease, count, gauge_pending
-from lightsout.handlers.node import NOT_OURS
+from lightsout.handlers.node import NOT_OURS, slim
 from lightsout.planning.autoscale import plan
 from lightsout.planning.decisions import Plan
 from lightsout.planning.wake import next_wake
@@ -70,12 +71,12 @@ CONFLICT_RETRY = 2.0
 Obj = dict[str, Any]
 IndexValue = dict[None, Obj]
 
-# Snapshot key → the kopf index (its handler id) that feeds it.
+# Snapshot key → the kopf index (its handler id) that feeds it: every object it holds.
 INDEXES = {
-    PODS_KEY: "autoscaler_pods",
-    NODES_KEY: "autoscaler_core_nodes",
-    MACHINES_KEY: "autoscaler_machines",
-    GROUPS_KEY: "autoscaler_groups",
+    PODS_KEY: rc.PODS,
+    NODES_KEY: rc.CORE_NODES,
+    MACHINES_KEY: rc.MACHINES,
+    GROUPS_KEY: rc.GROUPS,
     PDBS_KEY: "autoscaler_pdbs",
     DAEMONSETS_KEY: "autoscaler_daemonsets",
     CRONJOBS_KEY: "autoscaler_cronjobs",
@@ -98,41 +99,14 @@ def key_name_entries(indexes: Mapping[str, Any]) -> dict[str, list[Obj]]:
     }
 
 
-def _cached(body: kopf.Body, api_version: str, kind: str) -> IndexValue:
-    # managedFields is most of an object's size and nothing the planner reads.
-    raw = dict(body)
-    meta = {k: v for k, v in dict(raw.get("metadata") or {}).items() if k != "managedFields"}
-    return {None: {**raw, "apiVersion": api_version, "kind": kind, "metadata": meta}}
-
-
-@kopf.index("", "v1", "pods", id="autoscaler_pods")
-async def autoscaler_pods(body: kopf.Body, **_: Any) -> IndexValue:
-    return _cached(body, "v1", "Pod")
-
-
-@kopf.index("", "v1", "nodes", id="autoscaler_core_nodes")
-async def autoscaler_core_nodes(body: kopf.Body, **_: Any) -> IndexValue:
-    return _cached(body, "v1", "Node")
-
-
-@kopf.index(API_GROUP, API_VERSION, "nodes", id="autoscaler_machines")
-async def autoscaler_machines(body: kopf.Body, **_: Any) -> IndexValue:
-    return _cached(body, f"{API_GROUP}/{API_VERSION}", "Node")
-
-
-@kopf.index(API_GROUP, API_VERSION, "groups", id="autoscaler_groups")
-async def autoscaler_groups(body: kopf.Body, **_: Any) -> IndexValue:
-    return _cached(body, f"{API_GROUP}/{API_VERSION}", "Group")
-
-
 @kopf.index("policy", "v1", "poddisruptionbudgets", id="autoscaler_pdbs")
 async def autoscaler_pdbs(body: kopf.Body, **_: Any) -> IndexValue:
-    return _cached(body, "policy/v1", "PodDisruptionBudget")
+    return {None: slim(body)}
 
 
 @kopf.index("apps", "v1", "daemonsets", id="autoscaler_daemonsets")
 async def autoscaler_daemonsets(body: kopf.Body, **_: Any) -> IndexValue:
-    return _cached(body, "apps/v1", "DaemonSet")
+    return {None: slim(body)}
 
 
 @kopf.index("batch", "v1", "cronjobs", labels=NOT_OURS, id="autoscaler_cronjobs")
@@ -184,7 +158,10 @@ class Planner:
 
     def objects(self) -> dict[str, list[Obj]]:
         """Copies of the caches' lists (their dicts are replaced on change, never mutated)."""
-        objects = {key: list(self.indexes[index].get(None, ())) for key, index in INDEXES.items()}
+        objects = {
+            key: [obj for found in self.indexes[index].values() for obj in found]
+            for key, index in INDEXES.items()
+        }
         # The Node reconciler's caches of key names (by namespace and name), shared.
         return {**objects, **key_name_entries(self.indexes)}
 

@@ -2,13 +2,14 @@
 
 The watch caches are kopf indexes (ids in `execution.reconcile`): Lights-Out Nodes and their
 references (core Node name, Group, Secrets, overlay ConfigMap), Groups, action Jobs and their
-pods, the `FailedMount` events of pods, core Nodes, machine Leases, the pods bound to each core
-Node, and the key names (never the values) of the Secrets and ConfigMaps of the watched
-namespaces. The handlers here only turn watch events into queue keys: `("node", namespace,
-name)` for a machine whose Node, Group, action Job, Job pod (or its FailedMount event), core
-Node, Lease, named Secret or ConfigMap or (unless it is Off) core Node's pods changed,
-`("group", namespace, name)` for a Group whose machine counts may have changed (a second later,
-so a burst makes one count).
+pods, the `FailedMount` events of pods, core Nodes, machine Leases, every pod by the core Node
+it is bound to, and the key names (never the values) of the Secrets and ConfigMaps of the
+watched namespaces. Those of machines, Groups, core Nodes and pods are the autoscaler's
+planner's too (`handlers/autoscale.py`): each kind is cached once. The handlers here only turn
+watch events into queue keys: `("node", namespace, name)` for a machine whose Node, Group,
+action Job, Job pod (or its FailedMount event), core Node, Lease, named Secret or ConfigMap or
+(unless it is Off) core Node's pods changed, `("group", namespace, name)` for a Group whose
+machine counts may have changed (a second later, so a burst makes one count).
 
 A fixed pool of `LIGHTSOUT_WORKERS` workers (default 4) takes keys off the queue
 (`execution.workqueue`): one pass per key at a time, pending keys de-duplicated, a failed pass
@@ -37,7 +38,6 @@ from lightsout import API_GROUP, API_VERSION
 from lightsout.config import OperatorConfig
 from lightsout.execution import health
 from lightsout.execution import reconcile as rc
-from lightsout.execution.energy import CPU_REQUEST
 from lightsout.execution.extravars import credentials_secret
 from lightsout.execution.healthsync import HealthCronJobs
 from lightsout.execution.jobs import LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_NODE, MANAGED_BY
@@ -47,8 +47,6 @@ from lightsout.execution.workqueue import Workers, WorkQueue
 from lightsout.handlers import group as groups
 from lightsout.k8s.api import key_names
 from lightsout.planning.types import Phase
-from lightsout.state.parse import pod_requests
-from lightsout.state.resources import CPU
 
 Key = tuple[str, str, str]
 NODE, GROUP = "node", "group"
@@ -59,8 +57,9 @@ NOT_OURS = {LABEL_MANAGED_BY: kopf.ABSENT}
 HEALTH_PODS = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: health.COMPONENT}
 
 
-def _slim(body: kopf.Body) -> dict[str, Any]:
-    # managedFields is most of an object's size and nothing a pass reads.
+def slim(body: kopf.Body) -> dict[str, Any]:
+    """The object as the API sent it (kind and apiVersion included), but for managedFields:
+    most of an object's size and nothing a pass or the planner reads."""
     raw = dict(body)
     raw["metadata"] = {
         k: v for k, v in dict(raw.get("metadata") or {}).items() if k != "managedFields"
@@ -71,7 +70,7 @@ def _slim(body: kopf.Body) -> dict[str, Any]:
 # ---------------------------------------------------------------- the watch caches
 @kopf.index(API_GROUP, API_VERSION, "nodes", id=rc.MACHINES)
 async def machines(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
-    return {(namespace or "", name): _slim(body)}
+    return {(namespace or "", name): slim(body)}
 
 
 @kopf.index(API_GROUP, API_VERSION, "nodes", id=rc.MACHINE_REFS)
@@ -94,19 +93,19 @@ async def machine_refs(spec: kopf.Spec, name: str, namespace: str | None, **_: A
 
 @kopf.index(API_GROUP, API_VERSION, "groups", id=rc.GROUPS)
 async def group_cache(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
-    return {(namespace or "", name): _slim(body)}
+    return {(namespace or "", name): slim(body)}
 
 
 @kopf.index("batch", "v1", "jobs", labels=OURS, id=rc.JOBS)
 async def jobs(body: kopf.Body, namespace: str | None, **_: Any) -> Any:
     machine = _job_machine(body)
-    return None if machine is None else {(namespace or "", machine): _slim(body)}
+    return None if machine is None else {(namespace or "", machine): slim(body)}
 
 
 @kopf.index("", "v1", "pods", labels=OURS, id=rc.JOB_PODS)
 async def job_pods(body: kopf.Body, labels: kopf.Labels, namespace: str | None, **_: Any) -> Any:
     job = labels.get("job-name") or labels.get("batch.kubernetes.io/job-name")
-    return None if not job else {(namespace or "", job): _slim(body)}
+    return None if not job else {(namespace or "", job): slim(body)}
 
 
 # Secrets and ConfigMaps: the names of their keys only. kopf hands the whole object to the
@@ -148,39 +147,19 @@ async def health_results(body: kopf.Body, namespace: str | None, **_: Any) -> An
 
 @kopf.index("", "v1", "nodes", id=rc.CORE_NODES)
 async def core_nodes(body: kopf.Body, name: str, **_: Any) -> Any:
-    return {name: _slim(body)}
+    return {name: slim(body)}
 
 
 @kopf.index("coordination.k8s.io", "v1", "leases", id=rc.LEASES)
 async def machine_leases(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
-    return {(namespace or "", name): _slim(body)} if name.startswith(f"{LEASE_PREFIX}.") else None
+    return {(namespace or "", name): slim(body)} if name.startswith(f"{LEASE_PREFIX}.") else None
 
 
-@kopf.index("", "v1", "pods", id=rc.NODE_PODS)
-async def node_pods(body: kopf.Body, spec: kopf.Spec, **_: Any) -> Any:
-    node = spec.get("nodeName")
-    if not node:
-        return None
-    # Only what `nodeops.pods_to_drain`, the evictions and the energy draw read: a cluster's
-    # pods are many.
-    meta = body.get("metadata") or {}
-    return {
-        node: {
-            CPU_REQUEST: pod_requests(spec).get(CPU),
-            "metadata": {
-                k: meta[k]
-                for k in (
-                    "name",
-                    "namespace",
-                    "annotations",
-                    "ownerReferences",
-                    "deletionTimestamp",
-                )
-                if k in meta
-            },
-            "status": {"phase": (body.get("status") or {}).get("phase")},
-        }
-    }
+# Every pod, filed under the core Node it is bound to (None: not bound yet): a drain reads one
+# Node's, the autoscaler's planner every one (pending ones too).
+@kopf.index("", "v1", "pods", id=rc.PODS)
+async def pods(body: kopf.Body, spec: kopf.Spec, **_: Any) -> Any:
+    return {spec.get("nodeName") or None: slim(body)}
 
 
 def _job_machine(job: Mapping[str, Any]) -> str | None:
