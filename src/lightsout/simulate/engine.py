@@ -33,36 +33,29 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import IntEnum, StrEnum
 from typing import Any
 
+from lightsout.actuation.interpreter import carry_out
+from lightsout.actuation.memory import AddressPool, MemoryJob, MemoryMachine, MemoryScale
+from lightsout.actuation.plans import PlanApplier
+from lightsout.execution.inputs import machine_state
 from lightsout.models.enums import PowerState as DesiredPowerState
+from lightsout.models.enums import ProxmoxMode
 from lightsout.planning.autoscale import plan
-from lightsout.planning.decisions import Plan, PowerOn
-from lightsout.planning.effects import (
-    Cordon,
-    DeleteCoreNode,
-    DeleteJob,
-    Drain,
-    Requeue,
-    StartJob,
-    Uncordon,
-)
+from lightsout.planning.decisions import Plan, PowerOn, ScaleAction
+from lightsout.planning.effects import Decision, Event, StartJob
 from lightsout.planning.energy import Draw, Ledger, is_powered
 from lightsout.planning.fsm import decide
 from lightsout.planning.learning import median
 from lightsout.planning.scheduling import HOSTNAME_LABEL, NodeView, fits
 from lightsout.planning.types import (
-    Action,
     DrainStatus,
     JobPhase,
-    LeaseState,
     MachineState,
-    Observations,
-    ObservedJob,
     Phase,
     PowerState,
 )
@@ -81,7 +74,7 @@ from lightsout.state import (
     cron,
     snapshot_from,
 )
-from lightsout.state.parse import scheduling_requirements
+from lightsout.state.parse import dig, scheduling_requirements
 from lightsout.state.resources import CPU, MEMORY, Resources
 
 #: The autoscaler handler's debounce (`handlers.autoscale.DEBOUNCE`): a burst makes one plan.
@@ -159,31 +152,18 @@ class SimPod:
     run: int = 0
 
 
-@dataclass
-class SimJob:
-    action: Action
-    generation: int
-    attempt: int
-    state: JobPhase = JobPhase.RUNNING
-    power_state: PowerState | None = None
+@dataclass(kw_only=True)
+class SimMachine(MemoryMachine):
+    """A machine of the replay: its objects in memory (the port the operator's own interpreter
+    carries decisions out through) plus its truth: durations, draw, the pods bound to it."""
 
-
-@dataclass
-class SimMachine:
+    sim: Simulator = field(repr=False)
     template: Machine
-    state: MachineState
     draw: Draw
     power_on_seconds: float
     boot_seconds: float
     shutdown_seconds: float
     ledger: Ledger
-    generation: int = 1
-    job: SimJob | None = None
-    node_exists: bool = False
-    node_ready: bool = False
-    node_ready_since: datetime | None = None
-    cordoned: bool = False
-    observed_power: PowerState = PowerState.OFF
     pods: dict[ObjectKey, SimPod] = field(default_factory=dict)
     requested: dict[str, int] = field(default_factory=dict)
     next_reconcile: float | None = None
@@ -208,6 +188,74 @@ class SimMachine:
     def utilisation(self) -> float:
         cpu = self.allocatable.get(CPU)
         return min(1.0, self.requested.get(CPU, 0) / cpu) if cpu else 0.0
+
+    # What the simulated cluster does when the port is written: the replay's physics.
+    def pods_left(self) -> int:
+        return sum(1 for p in self.pods.values() if not p.pod.daemonset)
+
+    def write_status(self, machine: MachineState, decision: Decision, now: datetime) -> bool:
+        before = self.state.phase
+        if decision.phase is not before:
+            self.sim.count_energy(self)
+        super().write_status(machine, decision, now)
+        if decision.phase is not before:
+            self.timeline.append((self.sim.now, decision.phase.value))
+            self.sim.want_plan()
+            self.sim.want_schedule()
+        return True
+
+    def start_job(self, effect: StartJob) -> None:
+        job = self.job
+        super().start_job(effect)
+        if self.job is job or self.job is None:
+            return  # create-unless-exists: the Job is already there
+        on = effect.action.target is PowerState.ON
+        if on:
+            self.power_ons += 1
+            self.power_on_times.append(self.sim.now)
+        seconds = self.power_on_seconds if on else self.shutdown_seconds
+        self.sim.push(self.sim.now + seconds, _Kind.JOB_DONE, (self.template.key, self.job))
+
+    def cordon(self, unschedulable: bool) -> None:
+        super().cordon(unschedulable)
+        if not unschedulable:
+            self.sim.want_schedule()
+
+    def drain(self) -> DrainStatus:
+        self.sim.evict(self)
+        self.sim.reconcile_soon(self, self.sim.now)  # the drain's progress is seen at once
+        return super().drain()
+
+
+class _SimScale(MemoryScale):
+    """The plan applier's port in the replay: a scale is recorded on the Group the planner
+    reads next (its `lastScaleUp` / `lastScaleDown`)."""
+
+    def __init__(self, sim: Simulator) -> None:
+        super().__init__(machines=sim.machines)
+        self.sim = sim
+
+    def set_desired(self, machine: ObjectKey, state: PowerState) -> bool:
+        found = self.sim.machines[machine]
+        before = found.state.desired
+        super().set_desired(machine, state)
+        if found.state.desired is not before:
+            self.sim.reconcile_soon(found, self.sim.now)
+        return True
+
+    def record_scale(
+        self,
+        group: ObjectKey,
+        up: bool,
+        actions: Sequence[ScaleAction],  # noqa: ARG002 - the replay's Groups keep no reason
+        now: datetime,
+    ) -> None:
+        found = self.sim.group_index[group]
+        scaled = replace(found, last_scale_up=now) if up else replace(found, last_scale_down=now)
+        self.sim.group_index[group] = scaled
+
+    def post_event(self, kind: str, key: ObjectKey, event: Event) -> None:
+        pass  # nobody reads a replay's plan events
 
 
 @dataclass
@@ -286,6 +334,9 @@ class Simulator:
         self.group_index = {g.key: g for g in self.groups}
         self.machines = {m.template.key: m for m in machines}
         self.by_node = {m.name: m for m in machines}
+        #: The operator's plan applier, writing through the replay's port.
+        self.applier = PlanApplier()
+        self.scale = _SimScale(self)
 
     # ------------------------------------------------------------------ setup
     def _read_machines(self) -> tuple[tuple[Group, ...], list[SimMachine]]:
@@ -306,23 +357,27 @@ class Simulator:
             raise ValueError("trace machines: " + "; ".join(snapshot.problems))
         out: list[SimMachine] = []
         start = self.start
+        pools = _pools(groups_raw)
+        groups_by_name = {str(g["metadata"]["name"]): g for g in groups_raw}
+        by_name = {str(n["metadata"]["name"]): n for n in nodes_raw}
         for template in snapshot.machines:
+            manifest = by_name[template.key.name]
             truth = self.trace.durations_of(template.key.name)
             # As the operator starts: from the spec's desired power state (a machine pinned On
             # with autoscaling off stays On all week), or On for every machine always-on.
             on = self.options.policy is Policy.ALWAYS_ON or template.desired is DesiredPowerState.ON
-            state = MachineState(
-                name=template.key.name,
-                kubernetes_node_name=template.kubernetes_node_name,
+            state = replace(
+                machine_state(manifest, groups_by_name.get(template.group)),
                 phase=Phase.OFF,
                 desired=PowerState.ON if on else PowerState.OFF,
                 intent_generation=1,
                 phase_since=start,
-                boot_timeout_seconds=template.boot_seconds,
             )
             machine = SimMachine(
-                template=template,
+                sim=self,
                 state=state,
+                pool=pools.get(template.group) if _joins(manifest) else None,
+                template=template,
                 draw=Draw.declared(template.watts_on, template.watts_idle, template.watts_off),
                 power_on_seconds=truth.power_on_seconds,
                 boot_seconds=truth.boot_seconds,
@@ -333,7 +388,7 @@ class Simulator:
             out.append(machine)
         return snapshot.groups, out
 
-    def _push(self, at: float, kind: _Kind, payload: Any = None) -> None:
+    def push(self, at: float, kind: _Kind, payload: Any = None) -> None:
         self.seq += 1
         heapq.heappush(self.queue, (at, int(kind), self.seq, payload))
 
@@ -346,21 +401,21 @@ class Simulator:
     # ------------------------------------------------------------------ the loop
     def run(self) -> Result:
         for index, trace_pod in enumerate(self.trace.pods):
-            self._push(trace_pod.at, _Kind.ARRIVAL, index)
+            self.push(trace_pod.at, _Kind.ARRIVAL, index)
         end_time = self._time(self.end)
         for cronjob in self.trace.cronjobs:
             spec = cron.read(cronjob)
             times = cron.fire_times(spec, self.start, end_time)
             for moment in times:
-                self._push(self._seconds(moment), _Kind.CRON, (spec, moment))
+                self.push(self._seconds(moment), _Kind.CRON, (spec, moment))
             self.cron_specs.append(spec)
             self.cron_times[spec.key] = [self._seconds(t) for t in times]
         for machine in self.machines.values():
-            self._reconcile_soon(machine, 0.0)
+            self.reconcile_soon(machine, 0.0)
         if self.options.policy is Policy.REACTIVE:
-            self._push(0.0, _Kind.PLAN, "scan")
+            self.push(0.0, _Kind.PLAN, "scan")
         else:
-            self._want_plan()
+            self.want_plan()
         handlers: dict[int, Callable[[Any], None]] = {
             _Kind.JOB_DONE: self._job_done,
             _Kind.NODE_READY: self._node_ready,
@@ -377,7 +432,7 @@ class Simulator:
             handlers[kind](payload)
         self.now = self.end
         for machine in self.machines.values():
-            self._count_energy(machine)
+            self.count_energy(machine)
         return Result(
             trace=self.trace,
             options=self.options,
@@ -417,7 +472,7 @@ class Simulator:
         self.pending[key] = sim
         if cronjob is not None:
             self.cron_active.setdefault(cronjob, []).append(sim)
-        self._want_schedule()
+        self.want_schedule()
 
     def _arrival(self, index: int) -> None:
         p = self.trace.pods[index]
@@ -449,11 +504,11 @@ class Simulator:
         self.pending.pop(pod.key, None)
         if pod.node is not None:
             self._unbind(pod)
-        self._want_schedule()
-        self._want_plan()
+        self.want_schedule()
+        self.want_plan()
 
     def _bind(self, pod: SimPod, machine: SimMachine) -> None:
-        self._count_energy(machine)
+        self.count_energy(machine)
         pod.node = pod.host = machine.name
         pod.started = self.now
         if pod.wait is None:
@@ -467,19 +522,19 @@ class Simulator:
         for name, value in pod.pod.requests:
             machine.requested[name] = machine.requested.get(name, 0) + value
         self.pending.pop(pod.key, None)
-        self._push(self.now + pod.run_seconds, _Kind.POD_DONE, (pod, pod.run))
+        self.push(self.now + pod.run_seconds, _Kind.POD_DONE, (pod, pod.run))
 
     def _unbind(self, pod: SimPod) -> None:
         machine = self.by_node[pod.node] if pod.node else None
         if machine is None:
             return
-        self._count_energy(machine)
+        self.count_energy(machine)
         machine.pods.pop(pod.key, None)
         for name, value in pod.pod.requests:
             machine.requested[name] = machine.requested.get(name, 0) - value
         pod.node = None
 
-    def _evict(self, machine: SimMachine) -> None:
+    def evict(self, machine: SimMachine) -> None:
         """Drain: every pod on the node goes back to Pending and starts over elsewhere."""
         for pod in list(machine.pods.values()):
             self._unbind(pod)
@@ -487,13 +542,13 @@ class Simulator:
             pod.started = None
             pod.pod = replace(pod.pod, phase="Pending", node_name=None)
             self.pending[pod.key] = pod
-        self._want_schedule()
+        self.want_schedule()
 
     # ------------------------------------------------------------------ scheduler
-    def _want_schedule(self) -> None:
+    def want_schedule(self) -> None:
         if not self.schedule_due:
             self.schedule_due = True
-            self._push(self.now, _Kind.SCHEDULE)
+            self.push(self.now, _Kind.SCHEDULE)
 
     def _schedulable(self) -> list[SimMachine]:
         return [
@@ -547,21 +602,21 @@ class Simulator:
                 pod.pod = replace(pod.pod, unschedulable_since=self._time(self.now))
                 changed = True
         if changed:
-            self._want_plan()
+            self.want_plan()
 
     # ------------------------------------------------------------------ the planner
-    def _want_plan(self) -> None:
+    def want_plan(self) -> None:
         self.changed = True
         if self.options.policy is not Policy.LIGHTSOUT:
             return  # the reactive baseline scans on its own clock; always-on never plans
         at = self.now + PLAN_DEBOUNCE
         if self.plan_at is None or at < self.plan_at:
             self.plan_at = at
-            self._push(at, _Kind.PLAN, "change")
+            self.push(at, _Kind.PLAN, "change")
 
     def _plan_event(self, why: str) -> None:
         if why == "scan":
-            self._push(self.now + CA_SCAN_SECONDS, _Kind.PLAN, "scan")
+            self.push(self.now + CA_SCAN_SECONDS, _Kind.PLAN, "scan")
             if not self.changed and (self.deadline is None or self.now < self.deadline):
                 return  # the plan is a pure function of the snapshot and these deadlines
         elif self.plan_at is None or abs(self.plan_at - self.now) > 1e-9:
@@ -580,7 +635,7 @@ class Simulator:
             at = max(self._seconds(wake), self.now + PLAN_DEBOUNCE)
             if self.plan_at is None or at < self.plan_at:
                 self.plan_at = at
-                self._push(at, _Kind.PLAN, "wake")
+                self.push(at, _Kind.PLAN, "wake")
 
     def snapshot(self) -> Snapshot:
         """The planner's view of the simulated cluster now (what `snapshot_from` would build
@@ -649,39 +704,24 @@ class Simulator:
         return self._time(times[i]) if i < len(times) else None
 
     def _apply(self, result: Plan, now: datetime) -> None:
-        self.unneeded = dict(result.unneeded_since)
         for key, coming in result.explanations.coming.items():
             waiting = self.pending.get(key)
             if waiting is not None and waiting.wait is None:
                 waiting.counted_on = coming
         for action in result.actions:
-            machine = self.machines.get(action.machine)
-            group = self.group_index.get(action.group)
-            if machine is None or group is None or action.dry_run:
-                continue
-            desired = PowerState.ON if isinstance(action, PowerOn) else PowerState.OFF
-            if isinstance(action, PowerOn):
+            if isinstance(action, PowerOn) and not action.dry_run:
                 for key in action.pods:
                     waiting = self.pending.get(key)
                     if waiting is not None and waiting.powered_for is None:
-                        waiting.powered_for = machine.name
-            if machine.state.desired is desired:
-                continue
-            machine.generation += 1
-            machine.state = replace(
-                machine.state, desired=desired, intent_generation=machine.generation
-            )
-            if desired is PowerState.ON:
-                self.group_index[group.key] = replace(group, last_scale_up=now)
-            else:
-                self.group_index[group.key] = replace(group, last_scale_down=now)
-            self._reconcile_soon(machine, self.now)
+                        waiting.powered_for = action.machine.name
+        self.applier.apply(self.scale, self.snapshot(), result, now)
+        self.unneeded = dict(result.unneeded_since)
 
     # ------------------------------------------------------------------ the state machine
-    def _reconcile_soon(self, machine: SimMachine, at: float) -> None:
+    def reconcile_soon(self, machine: SimMachine, at: float) -> None:
         if machine.next_reconcile is None or at < machine.next_reconcile:
             machine.next_reconcile = at
-            self._push(at, _Kind.RECONCILE, machine.template.key)
+            self.push(at, _Kind.RECONCILE, machine.template.key)
 
     def _reconcile_event(self, key: ObjectKey) -> None:
         machine = self.machines[key]
@@ -690,88 +730,15 @@ class Simulator:
         machine.next_reconcile = None
         self._reconcile(machine)
 
-    def _observations(self, machine: SimMachine) -> Observations:
-        job = machine.job
-        observed = (
-            ObservedJob(
-                job.action, job.generation, job.attempt, job.state, power_state=job.power_state
-            )
-            if job is not None
-            else None
-        )
-        remaining = sum(1 for p in machine.pods.values() if not p.pod.daemonset)
-        return Observations(
-            job=observed,
-            node_exists=machine.node_exists,
-            node_ready=machine.node_ready,
-            node_cordoned=machine.cordoned,
-            node_metadata_applied=machine.node_exists,
-            drain=DrainStatus(remaining) if machine.node_exists else None,
-            lease=LeaseState.HELD_BY_ME,
-            power_state=machine.observed_power,
-            power_state_observed_at=self._time(self.now),
-        )
-
     def _reconcile(self, machine: SimMachine) -> None:
         now = self._time(self.now)
-        decision = decide(machine.state, self._observations(machine), now)
+        decision = decide(machine.state, machine.observations(now), now)
         self.result_decisions += 1
-        before = machine.state.phase
-        if decision.phase is not before:
-            self._count_energy(machine)
-        machine.state = replace(
-            machine.state,
-            phase=decision.phase,
-            phase_since=decision.phase_since,
-            reason=decision.reason,
-            message=decision.message,
-            operation=decision.operation,
-            learned=decision.learned or machine.state.learned,
-        )
-        if decision.phase is not before:
-            machine.timeline.append((self.now, decision.phase.value))
-            self._want_plan()
-            self._want_schedule()
-        again: float | None = None
-        for effect in decision.effects:
-            if isinstance(effect, StartJob):
-                self._start_job(machine, effect)
-            elif isinstance(effect, DeleteJob):
-                machine.job = None
-            elif isinstance(effect, Cordon):
-                machine.cordoned = True
-            elif isinstance(effect, Uncordon):
-                machine.cordoned = False
-                self._want_schedule()
-            elif isinstance(effect, Drain):
-                self._evict(machine)
-                again = self.now  # the drain's progress is seen at once
-            elif isinstance(effect, DeleteCoreNode):
-                machine.node_exists = machine.node_ready = False
-                machine.node_ready_since = None
-            elif isinstance(effect, Requeue):
-                at = self.now + effect.after_seconds
-                again = at if again is None else min(again, at)
-        if again is not None:
-            self._reconcile_soon(machine, max(again, self.now))
+        carried = carry_out(machine, machine.state, decision, now)
+        if carried.requeue_after is not None:
+            self.reconcile_soon(machine, self.now + carried.requeue_after)
 
-    def _start_job(self, machine: SimMachine, effect: StartJob) -> None:
-        job = machine.job
-        if job is not None and (job.action, job.generation, job.attempt) == (
-            effect.action,
-            effect.generation,
-            effect.attempt,
-        ):
-            return  # create-unless-exists: the Job is already there
-        on = effect.action.target is PowerState.ON
-        machine.job = SimJob(effect.action, effect.generation, effect.attempt)
-        if on:
-            machine.power_ons += 1
-            machine.power_on_times.append(self.now)
-        seconds = machine.power_on_seconds if on else machine.shutdown_seconds
-        self._push(self.now + seconds, _Kind.JOB_DONE, (machine.template.key, machine.job))
-
-    def _job_done(self, payload: tuple[ObjectKey, SimJob]) -> None:
+    def _job_done(self, payload: tuple[ObjectKey, MemoryJob]) -> None:
         key, job = payload
         machine = self.machines[key]
         if machine.job is not job:
@@ -780,24 +747,24 @@ class Simulator:
         job.state = JobPhase.SUCCEEDED
         job.power_state = target
         if target is PowerState.ON:
-            machine.observed_power = PowerState.ON
-            self._push(self.now + machine.boot_seconds, _Kind.NODE_READY, key)
+            machine.power = PowerState.ON
+            self.push(self.now + machine.boot_seconds, _Kind.NODE_READY, key)
         else:
-            machine.observed_power = PowerState.OFF
+            machine.power = PowerState.OFF
             machine.node_ready = False
-        self._reconcile_soon(machine, self.now)
+        self.reconcile_soon(machine, self.now)
 
     def _node_ready(self, key: ObjectKey) -> None:
         machine = self.machines[key]
-        if machine.observed_power is not PowerState.ON:
+        if machine.power is not PowerState.ON:
             return  # powered off again before it finished booting
-        machine.node_exists = machine.node_ready = True
+        machine.node_exists = machine.node_ready = machine.registered = True
         machine.node_ready_since = self._time(self.now)
-        self._reconcile_soon(machine, self.now)
-        self._want_schedule()
+        self.reconcile_soon(machine, self.now)
+        self.want_schedule()
 
     # ------------------------------------------------------------------ energy
-    def _count_energy(self, machine: SimMachine) -> None:
+    def count_energy(self, machine: SimMachine) -> None:
         """Count the machine's draw up to now at the state it was in (call before a change)."""
         machine.ledger = machine.ledger.advance(
             self._time(self.now),
@@ -805,6 +772,24 @@ class Simulator:
             is_powered(machine.state.phase),
             machine.utilisation(),
         )
+
+
+def _pools(groups: Iterable[Mapping[str, Any]]) -> dict[str, AddressPool]:
+    """Each Group's `spec.addressPool`, by Group name, shared by its clones."""
+    found = {str(g["metadata"]["name"]): dig(g, "spec", "addressPool") for g in groups}
+    return {
+        name: AddressPool(name, spec) for name, spec in found.items() if isinstance(spec, Mapping)
+    }
+
+
+def _joins(manifest: Mapping[str, Any]) -> bool:
+    """An Ephemeral clone that joins by itself (it takes an address from its Group's pool)."""
+    proxmox = dig(manifest, "spec", "driver", "proxmox")
+    return (
+        isinstance(proxmox, Mapping)
+        and proxmox.get("mode") == ProxmoxMode.EPHEMERAL
+        and isinstance(proxmox.get("join"), Mapping)
+    )
 
 
 def _float(value: int | None) -> float | None:
