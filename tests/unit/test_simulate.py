@@ -257,10 +257,57 @@ def test_a_machine_pinned_on_is_replayed_on_all_week_and_its_energy_counted() ->
     assert phases(result, "m2") == ["Off"]
     summary = summarise(result)
     used = {m["name"]: m for m in summary["machines"]}
-    print(summary["energy"], used["m1"])
     # Idle (40 W) for the day but the boot: about 0.96 kWh, far above m2's 5 W off.
     assert summary["energy"]["usedKWh"] == pytest.approx(0.96 + 0.12, abs=0.02)
     assert used["m1"]["powerOns"] == 1
+
+
+def clone(name: str) -> dict[str, Any]:
+    """An Ephemeral Proxmox machine that joins by itself (it takes a pool address)."""
+    machine = node(name)
+    machine["spec"]["driver"] = {
+        "proxmox": {
+            "mode": "Ephemeral",
+            "endpoint": "https://pve.example:8006",
+            "node": "pve1",
+            "template": 9000,
+            "credentialsSecretRef": {"name": "pve"},
+            "join": {"apiServerEndpoint": "10.0.0.10:6443"},
+        }
+    }
+    return machine
+
+
+def test_ephemeral_clones_provision_with_their_durations_and_run_out_of_addresses() -> None:
+    """Two pods that need a clone each, a pool of one address: the first clone is provisioned
+    (its power-on Job's 10 s) and deprovisioned (its 20 s); the second finds no address, as
+    the operator would, and after its attempts is Failed saying so, made no clone and drew
+    nothing; its pod runs once the first pod is done."""
+    pool = {"cidr": "10.77.0.0/24", "start": "10.77.0.10", "end": "10.77.0.10"}
+    pods = [pod(60, 3000, "a", cpu="3"), pod(61, 3000, "b", cpu="3")]
+    result = replay(trace(pods, machines=[clone("m1"), clone("m2")], hours=3, addressPool=pool))
+    first, second = result.machines
+    assert [p for _, p in first.timeline] == [
+        "Off", "Provisioning", "Booting", "Ready", "Draining", "Deprovisioning", "Off"
+    ]  # fmt: skip
+    times = dict((p, t) for t, p in first.timeline)
+    assert times["Booting"] - times["Provisioning"] == pytest.approx(TRUTH.power_on_seconds)
+    assert times["Off"] - times["Deprovisioning"] == pytest.approx(TRUTH.shutdown_seconds)
+    assert second.state.phase is Phase.FAILED
+    assert "address pool of Group lab is exhausted" in second.state.message
+    assert second.power_ons == 0
+    # b starts on the first clone the moment a ends there (a started once it was Ready).
+    started = {p.key.name: p.arrival + (p.wait or 0) for p in result.pods}
+    assert started["b"] == pytest.approx(started["a"] + 3000)
+    assert started["a"] == pytest.approx(times["Ready"])
+
+
+def test_a_pool_as_large_as_the_demand_provisions_every_clone() -> None:
+    pool = {"cidr": "10.77.0.0/24", "start": "10.77.0.10", "end": "10.77.0.11"}
+    pods = [pod(60, 3000, "a", cpu="3"), pod(61, 3000, "b", cpu="3")]
+    result = replay(trace(pods, machines=[clone("m1"), clone("m2")], hours=3, addressPool=pool))
+    assert [m.power_ons for m in result.machines] == [1, 1]
+    assert all(m.state.phase is Phase.OFF for m in result.machines)
 
 
 def test_percentile_is_nearest_rank() -> None:

@@ -136,15 +136,19 @@ class PlanApplier:
             group = groups.get(machine.group_key)
             if wanted is not None and current is None and group is not None:
                 # A stable message (no running seconds), so a repeated plan posts it once.
-                wait = group.scale_down.unneeded_seconds
+                seconds = group.scale_down.unneeded_seconds
+                wait = (
+                    "one break-even time (scaleDown.unneededSeconds: auto)"
+                    if seconds is None
+                    else f"{seconds}s (scaleDown.unneededSeconds)"
+                )
                 self._event(
                     port,
                     "Node",
                     machine.key,
                     "Unneeded",
                     f"unneeded since {wanted}: no pending pod needs it and its pods fit "
-                    f"elsewhere; powered off after {wait}s (scaleDown.unneededSeconds) unless "
-                    "it is needed again",
+                    f"elsewhere; powered off after {wait} unless it is needed again",
                 )
 
     # ------------------------------------------------------------------ pods left waiting
