@@ -36,6 +36,8 @@ from lightsout.execution.nodeops import (
 from lightsout.k8s import api
 from lightsout.metrics.families import LEASE_CONFLICTS
 from lightsout.models.enums import Action
+from lightsout.models.group import GroupSpec
+from lightsout.models.node import NodeSpec, PlaybookOverrides
 from lightsout.planning.effects import (
     ApplyNodeMetadata,
     Cordon,
@@ -49,6 +51,7 @@ from lightsout.planning.effects import (
     Uncordon,
 )
 from lightsout.planning.types import STARTUP_TAINT_KEY, DrainStatus, EventType, LeaseState
+from lightsout.state.parse import dig
 
 log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
@@ -56,10 +59,12 @@ Obj = Mapping[str, Any]
 
 @dataclass
 class MachineContext:
-    """Everything the actuator needs to know about one machine for one reconcile pass."""
+    """Everything the actuator needs to know about one machine for one reconcile pass: its
+    Node (metadata, status) and the pass's one parse of its and its Group's spec."""
 
     node: Obj
-    group: Obj | None
+    spec: NodeSpec
+    group_spec: GroupSpec | None
     config: OperatorConfig
     labels: Mapping[str, str]
     taints: list[dict[str, str]]
@@ -74,7 +79,7 @@ class MachineContext:
 
     @property
     def core_name(self) -> str:
-        return str((self.node.get("spec") or {}).get("kubernetesNodeName") or self.name)
+        return self.spec.kubernetes_node_name
 
     @property
     def lease_namespace(self) -> str:
@@ -133,19 +138,17 @@ def job_request(
     ctx: MachineContext, effect: StartJob | DeleteJob, address: str | None = None
 ) -> JobRequest:
     """The Job of `effect`; `address` is the clone's static address (execution/addresses)."""
-    spec = ctx.node.get("spec") or {}
-    power = spec.get("power") or {}
-    playbooks = spec.get("playbooks") or {}
-    group_playbooks = ((ctx.group or {}).get("spec") or {}).get("playbooks") or {}
-    action = str(effect.action)
+    spec, action = ctx.spec, effect.action
+    playbooks = spec.playbooks or PlaybookOverrides()
+    group_playbooks = ctx.group_spec.playbooks if ctx.group_spec else None
     timeout = (
-        power.get("shutdownTimeoutSeconds", 300)
-        if action in ("shutdown", "deprovision")
-        else power.get("bootTimeoutSeconds", 600)
+        spec.power.shutdown_timeout_seconds
+        if action in (Action.SHUTDOWN, Action.DEPROVISION)
+        else spec.power.boot_timeout_seconds
     )
     secret, ca_secret = credentials_secret(spec)
-    joining = action == "provision" and join.wanted(ctx.node) is not None
-    network = addresses.network(ctx.node, ctx.group, address)
+    joining = action is Action.PROVISION and join.wanted(spec) is not None
+    network = addresses.network(spec, ctx.group_spec, address)
     return JobRequest(
         node_name=ctx.name,
         namespace=ctx.namespace,
@@ -154,15 +157,16 @@ def job_request(
         attempt=effect.attempt,
         action=effect.action,
         extravars={
-            **action_extravars(ctx.node, action),
-            **(join.job_extravars(ctx.node, ctx.labels, ctx.taints, network) if joining else {}),
+            **action_extravars(ctx.node, spec, action),
+            **(join.job_extravars(spec, ctx.labels, ctx.taints, network) if joining else {}),
         },
         credentials_secret=secret,
         ca_secret=ca_secret,
         join_secret=join.join_secret_name(ctx.name) if joining else None,
-        join_sources=join.join_sources(ctx.node) if joining else (),
-        overlay_configmap=playbooks.get("configMapName") or group_playbooks.get("configMapName"),
-        playbook=playbooks.get(action),
+        join_sources=join.join_sources(spec) if joining else (),
+        overlay_configmap=playbooks.config_map_name
+        or (group_playbooks.config_map_name if group_playbooks else None),
+        playbook=getattr(playbooks, action.value),
         image=ctx.config.runner_image,
         deadline_seconds=int(timeout) + 120,
         ttl_seconds=ctx.config.job_ttl_seconds,
@@ -170,7 +174,7 @@ def job_request(
         node_selector=dict(ctx.config.job_node_selector),
         tolerations=tuple({"key": key, "operator": "Exists"} for key in ctx.config.job_tolerations),
         # A magic packet is a broadcast on the node's own network.
-        host_network=ctx.config.job_host_network or "wol" in (spec.get("driver") or {}),
+        host_network=ctx.config.job_host_network or spec.driver.wol is not None,
     )
 
 
@@ -181,12 +185,16 @@ def start_job(ctx: MachineContext, effect: StartJob) -> str:
         log.info("adopting existing job %s", name)
         return name
     # The reconcile pass leased it before writing this provision's status; this finds that lease.
-    address = addresses.allocate(ctx.node, ctx.group) if effect.action is Action.PROVISION else None
+    address = (
+        addresses.allocate(ctx.node, ctx.spec, ctx.group_spec)
+        if effect.action is Action.PROVISION
+        else None
+    )
     request = job_request(ctx, effect, address)
     api.apply_configmap(ctx.namespace, build_extravars_configmap(request))
     if request.join_secret:
         # Fresh credentials for every attempt: the previous attempt's token is revoked.
-        join.issue(ctx.node, dt.datetime.now(dt.UTC))
+        join.issue(ctx.node, ctx.spec, dt.datetime.now(dt.UTC))
     try:
         api.create_job(ctx.namespace, build_action_job(request))
     except api.ConflictError:
@@ -246,7 +254,7 @@ def prepare_core_node(ctx: MachineContext) -> None:
                 "apiVersion": "v1",
                 "kind": "Node",
                 "metadata": {"name": ctx.core_name, "labels": dict(ctx.labels)},
-                "spec": {"taints": taints, "providerID": providerid.wanted(ctx.node)},
+                "spec": {"taints": taints, "providerID": providerid.wanted(ctx.node, ctx.spec)},
             }
             # AlreadyExists (its kubelet was first) is a 409 too: the next try patches that one.
             api.create_node(body)
@@ -304,7 +312,7 @@ def kubelet_registering(
         api.patch_node(ctx.core_name, patch)
         _, _, refused = registration.kubelet_metadata(kubelet)
         added = sorted(k for k in (patch.get("metadata") or {}).get("labels") or {})
-        taints = (patch.get("spec") or {}).get("taints")
+        taints = dig(patch, "spec", "taints")
         message = (
             f"core Node {ctx.core_name} was POSTed again (its kubelet registering): merged "
             f"the request's label(s) {', '.join(added) or '(none new)'}"

@@ -23,6 +23,8 @@ from typing import Any
 from lightsout.execution import join
 from lightsout.execution.naming import dns_label, label_value
 from lightsout.k8s import api
+from lightsout.models.group import AddressPool, GroupSpec
+from lightsout.models.node import NodeSpec
 from lightsout.planning.types import Phase
 
 log = logging.getLogger(__name__)
@@ -40,12 +42,11 @@ class PoolExhaustedError(RuntimeError):
     """Every address of the pool is leased to another machine."""
 
 
-def pool(node: Obj, group: Obj | None) -> Mapping[str, Any] | None:
+def pool(spec: NodeSpec, group: GroupSpec | None) -> AddressPool | None:
     """The Group's address pool, when the machine is a clone that joins by itself."""
-    if join.wanted(node) is None or group is None:
+    if join.wanted(spec) is None or group is None:
         return None
-    found = (group.get("spec") or {}).get("addressPool")
-    return found if isinstance(found, Mapping) else None
+    return group.address_pool
 
 
 def lease_name(group: str, address: str) -> str:
@@ -56,9 +57,9 @@ def _machine_selector(namespace: str, name: str) -> str:
     return f"{LABEL_MACHINE}={label_value(f'{namespace}.{name}')}"
 
 
-def _addresses(spec: Mapping[str, Any]) -> Iterator[ipaddress.IPv4Address]:
-    first = ipaddress.IPv4Address(spec["start"])
-    last = ipaddress.IPv4Address(spec["end"])
+def _addresses(found: AddressPool) -> Iterator[ipaddress.IPv4Address]:
+    first = ipaddress.IPv4Address(found.start)
+    last = ipaddress.IPv4Address(found.end)
     for number in range(int(first), int(last) + 1):
         yield ipaddress.IPv4Address(number)
 
@@ -82,15 +83,15 @@ def _lease(node: Obj, group: str, address: str) -> dict[str, Any]:
     }
 
 
-def allocate(node: Obj, group: Obj | None) -> str | None:
+def allocate(node: Obj, spec: NodeSpec, group: GroupSpec | None) -> str | None:
     """The machine's address (leased now, or its lease from an earlier pass); None without a
     pool. Raises PoolExhaustedError when every address is leased to other machines."""
-    spec = pool(node, group)
-    if spec is None or group is None:
+    found = pool(spec, group)
+    if found is None:
         return None
     meta = node["metadata"]
-    namespace, group_name = meta["namespace"], str(group["metadata"]["name"])
-    in_pool = {str(a) for a in _addresses(spec)}
+    namespace, group_name = meta["namespace"], spec.group
+    in_pool = {str(a) for a in _addresses(found)}
     for held in api.list_leases(namespace, _machine_selector(namespace, meta["name"])):
         address = (held["metadata"].get("annotations") or {}).get(ANNOTATION_ADDRESS)
         if address in in_pool:
@@ -108,21 +109,21 @@ def allocate(node: Obj, group: Obj | None) -> str | None:
         return address
     raise PoolExhaustedError(
         f"address pool of Group {group_name} is exhausted: all {len(in_pool)} addresses of "
-        f"{spec['start']}-{spec['end']} are leased to other machines; no clone made"
+        f"{found.start}-{found.end} are leased to other machines; no clone made"
     )
 
 
-def network(node: Obj, group: Obj | None, address: str | None) -> dict[str, Any]:
+def network(spec: NodeSpec, group: GroupSpec | None, address: str | None) -> dict[str, Any]:
     """The static network of the clone, for the provision playbook's network-config."""
-    spec = pool(node, group)
-    if spec is None or address is None:
+    found = pool(spec, group)
+    if found is None or address is None:
         return {}
-    prefix = ipaddress.IPv4Network(spec["cidr"], strict=False).prefixlen
+    prefix = ipaddress.IPv4Network(found.cidr, strict=False).prefixlen
     static: dict[str, Any] = {"address": f"{address}/{prefix}"}
-    if spec.get("gateway"):
-        static["gateway"] = spec["gateway"]
-    if spec.get("dnsServers"):
-        static["dns_servers"] = list(spec["dnsServers"])
+    if found.gateway:
+        static["gateway"] = found.gateway
+    if found.dns_servers:
+        static["dns_servers"] = list(found.dns_servers)
     return {"network": static}
 
 
@@ -130,10 +131,10 @@ def release(namespace: str, name: str) -> None:
     api.delete_leases(namespace, _machine_selector(namespace, name))
 
 
-def settle(node: Obj, previous_phase: str | None, phase: str) -> None:
+def settle(node: Obj, spec: NodeSpec, previous_phase: str | None, phase: str) -> None:
     """After a phase change into Off or Failed, the machine's address lease is deleted."""
     # Not only while the Group has a pool: a pool removed meanwhile must not strand a lease.
-    if previous_phase == phase or phase not in RELEASED or join.wanted(node) is None:
+    if previous_phase == phase or phase not in RELEASED or join.wanted(spec) is None:
         return
     meta = node["metadata"]
     release(meta["namespace"], meta["name"])
