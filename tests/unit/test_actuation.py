@@ -18,11 +18,12 @@ from lightsout.actuation.memory import (
     CORE_NODE,
     LEASE,
     STATUS,
-    AddressPool,
     MemoryMachine,
+    MemoryPool,
     MemoryScale,
 )
 from lightsout.actuation.plans import PlanApplier
+from lightsout.models.group import AddressPool
 from lightsout.planning.decisions import Explanations, Plan, PowerOff, PowerOn
 from lightsout.planning.effects import Decision
 from lightsout.planning.fsm import Reason, decide
@@ -34,7 +35,9 @@ from lightsout.state.types import ScaleDownPolicy
 pytestmark = pytest.mark.unit
 
 NOW = dt.datetime(2026, 11, 26, 12, tzinfo=dt.UTC)
-POOL = {"cidr": "10.77.0.0/24", "start": "10.77.0.10", "end": "10.77.0.10"}
+POOL = AddressPool.model_validate(
+    {"cidr": "10.77.0.0/24", "start": "10.77.0.10", "end": "10.77.0.10"}
+)
 
 
 def machine(
@@ -43,7 +46,7 @@ def machine(
     *,
     ephemeral: bool = False,
     fail: frozenset[str] = frozenset(),
-    pool: AddressPool | None = None,
+    pool: MemoryPool | None = None,
     running: bool = False,
 ) -> MemoryMachine:
     state = MachineState(
@@ -109,7 +112,7 @@ def test_a_power_on_pass_asks_the_port_in_order_and_stops_where_a_step_refuses(
     reason: str | None,
     requeue: float | None,
 ) -> None:
-    pool = AddressPool("lab", POOL) if ephemeral else None
+    pool = MemoryPool("lab", POOL) if ephemeral else None
     m = machine(ephemeral=ephemeral, fail=frozenset({refused} if refused else ()), pool=pool)
     carried = carry(m)
     assert m.calls == calls
@@ -122,7 +125,7 @@ def test_a_power_on_pass_asks_the_port_in_order_and_stops_where_a_step_refuses(
 
 
 def test_a_pool_held_by_another_clone_is_exhausted_and_freed_when_that_clone_is_off() -> None:
-    pool = AddressPool("lab", POOL, holders={"other": "10.77.0.10"})
+    pool = MemoryPool("lab", POOL, holders={"other": "10.77.0.10"})
     m = machine(ephemeral=True, pool=pool)
     carry(m)
     assert m.events[-1].reason == Reason.ADDRESS_POOL_EXHAUSTED

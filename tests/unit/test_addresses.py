@@ -11,17 +11,27 @@ import pytest
 from lightsout.actuation.pool import PoolExhaustedError
 from lightsout.execution import addresses
 from lightsout.k8s import api
+from lightsout.models import GroupSpec, NodeSpec
 
 pytestmark = pytest.mark.unit
 
 POOL = {"cidr": "10.77.0.0/24", "start": "10.77.0.10", "end": "10.77.0.12", "gateway": "10.77.0.1"}
-GROUP = {"metadata": {"name": "lab", "namespace": "ns"}, "spec": {"addressPool": POOL}}
+GROUP = GroupSpec.model_validate({"addressPool": POOL})
+PROXMOX = {
+    "endpoint": "https://pve:8006",
+    "node": "pve1",
+    "credentialsSecretRef": {"name": "pve"},
+    "mode": "Ephemeral",
+    "template": {"vmid": 9000},
+    "join": {"apiServerEndpoint": "10.0.0.10:6443"},
+}
+SPEC = NodeSpec.model_validate(
+    {"group": "lab", "kubernetesNodeName": "clone", "driver": {"proxmox": PROXMOX}}
+)
 
 
-def clone(name: str) -> dict[str, Any]:
-    join = {"apiServerEndpoint": "10.0.0.10:6443"}
-    proxmox = {"mode": "Ephemeral", "join": join}
-    return {"metadata": {"name": name, "namespace": "ns"}, "spec": {"driver": {"proxmox": proxmox}}}
+def clone(name: str) -> tuple[dict[str, Any], NodeSpec]:
+    return {"metadata": {"name": name, "namespace": "ns"}}, SPEC
 
 
 class Leases:
@@ -61,22 +71,23 @@ def leases(monkeypatch: pytest.MonkeyPatch) -> Leases:
 
 def test_allocation_skips_a_lost_race_reuses_its_own_lease_and_exhausts(leases: Leases) -> None:
     # .10 is taken by another worker between the list and the create: .11 instead.
-    assert addresses.allocate(clone("a"), GROUP) == "10.77.0.11"
-    assert addresses.allocate(clone("a"), GROUP) == "10.77.0.11"  # its own lease, found again
-    assert addresses.allocate(clone("b"), GROUP) == "10.77.0.12"
+    assert addresses.allocate(*clone("a"), GROUP) == "10.77.0.11"
+    assert addresses.allocate(*clone("a"), GROUP) == "10.77.0.11"  # its own lease, found again
+    assert addresses.allocate(*clone("b"), GROUP) == "10.77.0.12"
     with pytest.raises(PoolExhaustedError, match="all 3 addresses"):
-        addresses.allocate(clone("c"), GROUP)
+        addresses.allocate(*clone("c"), GROUP)
+    assert all(n.startswith("lightsout-ip-lab-") for n in leases.items), "the machine's Group"
 
 
 def test_no_pool_no_address_and_dhcp() -> None:
-    group = {"metadata": {"name": "lab"}, "spec": {}}
-    assert addresses.allocate(clone("a"), group) is None
-    assert addresses.network(clone("a"), group, None) == {}
+    assert addresses.allocate(*clone("a"), GroupSpec()) is None
+    assert addresses.allocate(*clone("a"), None) is None
+    assert addresses.network(SPEC, GroupSpec(), None) == {}
 
 
 def test_network_is_the_address_with_the_pools_prefix_gateway_and_dns() -> None:
-    group = {**GROUP, "spec": {"addressPool": {**POOL, "dnsServers": ["10.77.0.2"]}}}
-    assert addresses.network(clone("a"), group, "10.77.0.11") == {
+    group = GroupSpec.model_validate({"addressPool": {**POOL, "dnsServers": ["10.77.0.2"]}})
+    assert addresses.network(SPEC, group, "10.77.0.11") == {
         "network": {
             "address": "10.77.0.11/24",
             "gateway": "10.77.0.1",

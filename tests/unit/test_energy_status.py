@@ -15,6 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from lightsout.execution import energy
 from lightsout.metrics.energy import MachineCollector
 from lightsout.metrics.machines import MachineTracker
+from lightsout.models import GroupSpec, NodeSpec
+from lightsout.models.enums import Phase
 
 pytestmark = pytest.mark.unit
 
@@ -23,6 +25,22 @@ GROUP = {
     "metadata": {"name": "lab", "namespace": "ns"},
     "spec": {"electricity": {"pricePerKWh": 0.25, "currency": "EUR"}},
 }
+GROUP_SPEC = GroupSpec.model_validate(GROUP["spec"])
+SPEC = NodeSpec.model_validate(
+    {
+        "group": "lab",
+        "kubernetesNodeName": "box",
+        "driver": {"ipmi": {"host": "10.0.0.5", "credentialsSecretRef": {"name": "bmc"}}},
+        "resources": {"cpu": "8", "memory": "16Gi"},
+        "power": {"onWatts": 120, "idleWatts": 40, "offWatts": 5},
+    }
+)
+
+
+def checkpoint(
+    node: dict[str, Any], phase: str, utilisation: float, now: dt.datetime
+) -> dict[str, Any] | None:
+    return energy.checkpoint(node, SPEC.power, GROUP_SPEC, Phase(phase), utilisation, now=now)
 
 
 def machine(name: str = "box", **status: Any) -> dict[str, Any]:
@@ -30,8 +48,6 @@ def machine(name: str = "box", **status: Any) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": "ns"},
         "spec": {
             "group": "lab",
-            "resources": {"cpu": "8", "memory": "16Gi"},
-            "power": {"onWatts": 120, "idleWatts": 40, "offWatts": 5},
         },
         "status": status,
     }
@@ -49,41 +65,42 @@ def later(minutes: float) -> dt.datetime:
 
 def test_checkpoints_only_when_the_rate_changes_and_reads_back_what_it_wrote() -> None:
     node = machine()
-    opened = energy.checkpoint(node, GROUP, "Off", 0.0, T0)
+    opened = checkpoint(node, "Off", 0.0, T0)
     assert opened is not None
     assert (opened["watts"], opened["savingWatts"], opened["pricePerKWh"]) == (5.0, 35.0, 0.25)
     assert opened["countedTo"] == opened["since"] == "2026-11-24T08:00:00Z"
     node["status"]["energy"] = opened
     # Same phase, same cpu: nothing to write, however much time passed.
-    assert energy.checkpoint(node, GROUP, "Off", 0.0, later(90)) is None
+    assert checkpoint(node, "Off", 0.0, later(90)) is None
     # Powered on at 09:30 with 2 of its 8 cores requested: 40 + 80 x 0.25 = 60 W from then on.
-    on = energy.checkpoint(node, GROUP, "Ready", energy.cpu_utilisation(node, None, []), later(90))
+    on = checkpoint(node, "Ready", energy.cpu_utilisation(SPEC, None, []), later(90))
     assert on is not None and on["watts"] == 40.0  # no pods yet
     pods = [pod("2"), pod("4000m", "Succeeded")]  # the second one finished
-    busy = energy.checkpoint(node, GROUP, "Ready", energy.cpu_utilisation(node, None, pods), T0)
+    busy = checkpoint(node, "Ready", energy.cpu_utilisation(SPEC, None, pods), T0)
     assert busy is not None and busy["watts"] == 60.0
     node["status"]["energy"] = on
     assert on["usedWattHours"] == pytest.approx(1.5 * 5)
     assert on["savedWattHours"] == pytest.approx(1.5 * 35)
     assert on["usedCost"] == pytest.approx(1.5 * 5 / 1000 * 0.25)
     assert on["currency"] == "EUR"
-    assert energy.checkpoint(node, GROUP, "Ready", 0.0, later(95)) is None
+    assert checkpoint(node, "Ready", 0.0, later(95)) is None
 
 
 def test_the_core_nodes_allocatable_cpu_is_the_capacity_when_known() -> None:
-    node = machine()
     core = {"status": {"allocatable": {"cpu": "4"}}}
     pods = [pod("3")]
-    assert energy.cpu_utilisation(node, core, pods) == 0.75
-    assert energy.cpu_utilisation(node, None, pods) == 0.38  # of the declared 8, to 1 %
-    assert energy.cpu_utilisation(node, core, pods * 3) == 1.0
+    assert energy.cpu_utilisation(SPEC, core, pods) == 0.75
+    assert energy.cpu_utilisation(SPEC, None, pods) == 0.38  # of the declared 8, to 1 %
+    assert energy.cpu_utilisation(SPEC, core, pods * 3) == 1.0
+    undeclared = SPEC.model_copy(update={"resources": None})
+    assert energy.cpu_utilisation(undeclared, None, pods) == 0.0
 
 
 def test_a_restarted_operator_counts_the_gap_at_the_rate_status_recorded() -> None:
     node = machine()
-    node["status"]["energy"] = energy.checkpoint(node, GROUP, "Ready", 0.5, T0)
+    node["status"]["energy"] = checkpoint(node, "Ready", 0.5, T0)
     # The operator is away from 08:00 to 11:00; its first pass finds the machine Off.
-    back = energy.checkpoint(node, GROUP, "Off", 0.0, later(180))
+    back = checkpoint(node, "Off", 0.0, later(180))
     assert back is not None
     assert back["usedWattHours"] == pytest.approx(3 * 80)
     assert back["today"]["usedWattHours"] == pytest.approx(3 * 80)
@@ -92,26 +109,26 @@ def test_a_restarted_operator_counts_the_gap_at_the_rate_status_recorded() -> No
 
 def test_unreadable_energy_starts_accounting_afresh() -> None:
     node = machine(energy={"wattHours": 12.0})  # an older shape
-    fresh = energy.checkpoint(node, GROUP, "Off", 0.0, T0)
+    fresh = checkpoint(node, "Off", 0.0, T0)
     assert fresh is not None and fresh["usedWattHours"] == 0.0
 
 
 def test_group_energy_is_the_sum_and_is_not_rewritten_while_it_follows_from_status() -> None:
     a, b = machine("a"), machine("b")
-    a["status"]["energy"] = energy.checkpoint(a, GROUP, "Ready", 0.5, T0)
-    b["status"]["energy"] = energy.checkpoint(b, GROUP, "Off", 0.0, later(30))
+    a["status"]["energy"] = checkpoint(a, "Ready", 0.5, T0)
+    b["status"]["energy"] = checkpoint(b, "Off", 0.0, later(30))
     group: dict[str, Any] = {**GROUP, "status": {}}
-    summed = energy.group_energy(group, [a, b], later(60))
+    summed = energy.group_energy(group, GROUP_SPEC, [a, b], later(60))
     assert summed is not None
     assert summed["usedWattHours"] == pytest.approx(80 + 0.5 * 5)
     assert summed["watts"] == 85.0
     group["status"]["energy"] = summed
     # Its own write brings a recount: nothing changed, so nothing is written (no loop).
-    assert energy.group_energy(group, [a, b], later(61)) is None
-    assert energy.group_energy(group, [a, b], later(600)) is None
+    assert energy.group_energy(group, GROUP_SPEC, [a, b], later(61)) is None
+    assert energy.group_energy(group, GROUP_SPEC, [a, b], later(600)) is None
     # A machine's checkpoint changes the sum's rate: rewritten.
-    a["status"]["energy"] = energy.checkpoint(a, GROUP, "Off", 0.0, later(120))
-    assert energy.group_energy(group, [a, b], later(121)) is not None
+    a["status"]["energy"] = checkpoint(a, "Off", 0.0, later(120))
+    assert energy.group_energy(group, GROUP_SPEC, [a, b], later(121)) is not None
 
 
 def scrape(collector: MachineCollector) -> dict[tuple[str, str], float]:
@@ -129,7 +146,7 @@ def test_metrics_count_each_account_on_to_the_scrape_in_joules() -> None:
     clock = [later(60)]
     tracker = MachineTracker()
     node = machine()
-    node["status"] = {"phase": "Ready", "energy": energy.checkpoint(node, GROUP, "Ready", 0.5, T0)}
+    node["status"] = {"phase": "Ready", "energy": checkpoint(node, "Ready", 0.5, T0)}
     tracker.observe(node, T0)
     collector = MachineCollector(tracker, clock=lambda: clock[0])
     first = scrape(collector)

@@ -15,7 +15,7 @@ import pytest
 
 from lightsout.commands import healthcheck
 from lightsout.config import OperatorConfig
-from lightsout.execution import health
+from lightsout.execution import health, inputs
 from lightsout.planning.types import ConditionStatus, LeaseState, PowerState
 from lightsout.runner import indexed
 from lightsout.runner.config import ConfigError
@@ -38,10 +38,11 @@ def redfish(
         "metadata": {"name": name, "namespace": "ns"},
         "spec": {
             "group": "lab",
+            "kubernetesNodeName": name,
             "driver": {
                 "redfish": {
                     "endpoint": endpoint,
-                    "systemId": name,
+                    "systemId": name[:128],
                     "credentialsSecretRef": {"name": secret},
                     "tls": {"caSecretRef": {"name": ca}},
                 }
@@ -51,9 +52,19 @@ def redfish(
     }
 
 
+def build(
+    group: dict[str, Any], machines: list[dict[str, Any]], config: OperatorConfig = CONFIG
+) -> health.HealthObjects:
+    """`build_health_objects` with the Group's and the machines' specs read, as `healthsync`
+    gives them."""
+    members = health.readable(machines)
+    assert len(members) == len(machines), "every machine's spec reads"
+    return health.build_health_objects(group, inputs.group_spec(group), members, config)
+
+
 def test_one_indexed_pod_per_machine_with_only_the_groups_secrets() -> None:
     machines = [redfish("b", "shared"), redfish("a", "shared"), redfish("c", "own")]
-    objects = health.build_health_objects(group(), machines, CONFIG)
+    objects = build(group(), machines)
     cron = objects.cronjob
     assert cron["metadata"]["name"] == "lo-health-lab"
     assert cron["metadata"]["ownerReferences"][0]["uid"] == "g-uid"
@@ -80,26 +91,38 @@ def test_one_indexed_pod_per_machine_with_only_the_groups_secrets() -> None:
 
 def test_the_pods_use_the_host_network_when_a_machine_is_woken_by_lan_or_told_to() -> None:
     def host_network(machines: list[dict[str, Any]], config: OperatorConfig = CONFIG) -> bool:
-        cron = health.build_health_objects(group(), machines, config).cronjob
+        cron = build(group(), machines, config).cronjob
         return bool(cron["spec"]["jobTemplate"]["spec"]["template"]["spec"].get("hostNetwork"))
 
-    wol = {"metadata": {"name": "pc", "namespace": "ns"}, "spec": {"driver": {"wol": {}}}}
+    wol = redfish("pc", "s")
+    ssh = {"host": "10.0.0.9", "user": "ops", "privateKeySecretRef": {"name": "k"}}
+    wol["spec"]["driver"] = {"wol": {"macAddress": "52:54:00:12:34:56", "ssh": ssh}}
     assert not host_network([redfish("a", "s")])
     assert host_network([redfish("a", "s"), wol])
     assert host_network([redfish("a", "s")], replace(CONFIG, job_host_network=True))
 
 
+def test_a_machine_whose_spec_does_not_read_or_whose_secret_is_missing_is_not_checked() -> None:
+    bad = redfish("bad", "s", endpoint="http://10.0.0.1")  # refused: not https
+    machines = [redfish("a", "s"), bad, redfish("c", "gone")]
+    checked = health.checkable(machines, lambda m: m["metadata"]["name"] == "c" or None)
+    members = health.readable(checked)
+    assert [(m["metadata"]["name"], spec.kubernetes_node_name) for m, spec in members] == [
+        ("a", "a")
+    ]
+
+
 def test_the_default_schedule_is_hourly() -> None:
     unscheduled = {"metadata": group()["metadata"], "spec": {}}
-    cron = health.build_health_objects(unscheduled, [redfish("a", "s")], CONFIG).cronjob
+    cron = build(unscheduled, [redfish("a", "s")]).cronjob
     assert cron["spec"]["schedule"] == "0 * * * *"
 
 
 def test_the_hash_changes_with_the_schedule_and_the_members_only() -> None:
-    one = health.build_health_objects(group(), [redfish("a", "s")], CONFIG).spec_hash
-    again = health.build_health_objects(group(), [redfish("a", "s")], CONFIG).spec_hash
-    other = health.build_health_objects(group(schedule="*/1 * * * *"), [redfish("a", "s")], CONFIG)
-    more = health.build_health_objects(group(), [redfish("a", "s"), redfish("b", "s")], CONFIG)
+    one = build(group(), [redfish("a", "s")]).spec_hash
+    again = build(group(), [redfish("a", "s")]).spec_hash
+    other = build(group(schedule="*/1 * * * *"), [redfish("a", "s")])
+    more = build(group(), [redfish("a", "s"), redfish("b", "s")])
     assert one == again
     assert len({one, other.spec_hash, more.spec_hash}) == 3
 

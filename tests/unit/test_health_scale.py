@@ -27,7 +27,7 @@ from lightsout.execution.results import TERMINATION_MESSAGE_LIMIT
 from lightsout.planning.types import LeaseState
 from lightsout.runner import main as runner_main
 from lightsout.text import MARK
-from tests.unit.test_health import redfish
+from tests.unit.test_health import build, redfish
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = OperatorConfig(identity="me", runner_image="runner:1")
@@ -63,7 +63,7 @@ def job_spec(objects: health.HealthObjects) -> dict[str, Any]:
 @pytest.mark.parametrize("count", [60, 100])
 def test_a_fleet_is_checked_by_one_indexed_job_with_a_pod_per_machine(count: int) -> None:
     names = [f"m{i:03d}" for i in range(count)]
-    objects = health.build_health_objects(group(), [machine(n) for n in reversed(names)], CONFIG)
+    objects = build(group(), [machine(n) for n in reversed(names)])
     job = job_spec(objects)
     assert (job["completionMode"], job["completions"]) == ("Indexed", count)
     # At most PARALLELISM pods at once, so a fleet is checked in waves within one deadline.
@@ -91,7 +91,7 @@ def test_the_machine_list_of_a_hundred_longest_machines_fits_a_configmap() -> No
         machine(f"{i:03d}{LONGEST_NAME[3:]}", LONGEST_ENDPOINT, kubernetesNodeName=LONGEST_NAME)
         for i in range(100)
     ]
-    objects = health.build_health_objects(group(), members, CONFIG)
+    objects = build(group(), members)
     assert job_spec(objects)["completions"] == 100
     assert sum(len(v.encode()) for v in objects.configmap["data"].values()) < 1024 * 1024
     assert len(json.dumps(objects.cronjob).encode()) < 1536 * 1024
@@ -215,7 +215,7 @@ def test_the_worst_result_of_a_pod_fits_its_termination_message_and_lands(
     case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     members = [machine("a-first"), machine(LONGEST_NAME, LONGEST_ENDPOINT)]
-    objects = health.build_health_objects(group(), members, CONFIG)
+    objects = build(group(), members)
     seen = fake_ansible(monkeypatch, WORST[case])
     written = run_pod(mounted(objects, tmp_path), 1, tmp_path)
     assert seen[0]["lightsout_node"]["name"] == LONGEST_NAME  # index 1: the longest machine
@@ -235,7 +235,7 @@ def test_a_long_site_playbook_name_and_a_runner_error_fit_and_land(
 ) -> None:
     playbook = "h" * (253 - len(".yml")) + ".yml"
     overlay = dict(playbooks={"configMapName": "site", "healthcheck": playbook})
-    objects = health.build_health_objects(group(), [machine(LONGEST_NAME, **overlay)], CONFIG)
+    objects = build(group(), [machine(LONGEST_NAME, **overlay)])
     env = mounted(objects, tmp_path)
     (Path(env["LIGHTSOUT_OVERLAY_DIR_0"])).mkdir()
     (Path(env["LIGHTSOUT_OVERLAY_DIR_0"]) / playbook).write_text("---\n")
@@ -275,7 +275,7 @@ def test_sixty_machines_results_land_each_under_its_own_name_and_would_not_fit_o
     names = [f"m{i:02d}" for i in range(SIXTY)]
     # Every third machine On: each must get its own system's state, not a neighbour's.
     power = {name: "On" if i % 3 == 0 else "Off" for i, name in enumerate(names)}
-    objects = health.build_health_objects(group(), [machine(n) for n in names], CONFIG)
+    objects = build(group(), [machine(n) for n in names])
 
     def bmc(extravars: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str, int]:
         state = power[extravars["lightsout_node"]["name"]]

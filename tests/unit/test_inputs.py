@@ -8,7 +8,15 @@ from typing import Any
 import pytest
 
 from lightsout.execution import extravars, inputs, nodeops
-from lightsout.planning.types import Action, Operation, OperationResult, Phase, PowerState
+from lightsout.models import GroupSpec, NodeSpec
+from lightsout.planning.types import (
+    Action,
+    MachineState,
+    Operation,
+    OperationResult,
+    Phase,
+    PowerState,
+)
 from lightsout.state import MIRROR_POD
 
 pytestmark = pytest.mark.unit
@@ -35,8 +43,16 @@ def node(status: dict[str, Any] | None = None, generation: int = 3, **spec: Any)
     }
 
 
+def state(n: dict[str, Any], group: dict[str, Any] | None = None) -> MachineState:
+    return inputs.machine_state(n, spec(n), None if group is None else inputs.group_spec(group))
+
+
+def spec(n: dict[str, Any]) -> NodeSpec:
+    return inputs.node_spec(n)
+
+
 def test_fresh_node_is_unknown_with_intent_at_current_generation() -> None:
-    machine = inputs.machine_state(node(), None)
+    machine = state(node())
     assert machine.phase is Phase.UNKNOWN
     assert machine.desired is PowerState.ON
     assert machine.intent_generation == 3
@@ -45,41 +61,60 @@ def test_fresh_node_is_unknown_with_intent_at_current_generation() -> None:
 
 def test_label_edit_keeps_the_intent_but_a_new_desired_state_starts_one() -> None:
     status = {"phase": "PoweringOn", "intent": {"desired": "On", "generation": 2}}
-    assert inputs.machine_state(node(status), None).intent_generation == 2
+    assert state(node(status)).intent_generation == 2
     status["intent"] = {"desired": "Off", "generation": 2}
-    assert inputs.machine_state(node(status), None).intent_generation == 3
+    assert state(node(status)).intent_generation == 3
 
 
 def test_any_edit_of_a_failed_machine_is_a_new_intent() -> None:
     status = {"phase": "Failed", "intent": {"desired": "On", "generation": 2}}
-    assert inputs.machine_state(node(status), None).intent_generation == 3
+    assert state(node(status)).intent_generation == 3
 
 
 def test_an_adoption_is_pending_until_the_spec_read_is_newer_than_the_decision() -> None:
     status = {"phase": "Failed", "reason": "DriftAdopted", "observedPowerState": "On"}
     stale = node({**status, "observedGeneration": 3}, desiredPowerState="Off")
-    assert inputs.machine_state(stale, None).adopting is PowerState.ON
+    assert state(stale).adopting is PowerState.ON
     patched = node({**status, "observedGeneration": 3}, generation=4, desiredPowerState="On")
-    assert inputs.machine_state(patched, None).adopting is None
+    assert state(patched).adopting is None
     # A person changing desiredPowerState later is a newer generation: not pending.
     overridden = node({**status, "observedGeneration": 4}, generation=5, desiredPowerState="Off")
-    assert inputs.machine_state(overridden, None).adopting is None
+    assert state(overridden).adopting is None
     other = node(
         {**status, "reason": "DriftDetected", "observedGeneration": 3}, desiredPowerState="Off"
     )
-    assert inputs.machine_state(other, None).adopting is None
+    assert state(other).adopting is None
 
 
 def test_the_groups_drift_policy_and_the_corrections_made() -> None:
     status = {"driftCorrections": ["2026-11-24T10:00:00Z", "garbage"]}
     group = {"spec": {"healthCheck": {"driftPolicy": "Correct", "maxCorrections": 5}}}
-    machine = inputs.machine_state(node(status), group)
+    machine = state(node(status), group)
     assert (machine.correct_drift, machine.adopt_drift) == (True, False)
     assert (machine.max_corrections, machine.correction_window_seconds) == (5, 86_400)
     assert machine.drift_corrections == (dt.datetime(2026, 11, 24, 10, tzinfo=dt.UTC),)
     adopt = {"spec": {"healthCheck": {"driftPolicy": "Adopt"}}}
-    machine = inputs.machine_state(node(), adopt)
+    machine = state(node(), adopt)
     assert (machine.correct_drift, machine.adopt_drift, machine.max_corrections) == (False, True, 3)
+
+
+def test_the_specs_defaults_are_the_models() -> None:
+    machine = state(node())
+    assert (machine.max_retries, machine.boot_timeout_seconds) == (3, 600)
+    assert (machine.shutdown_timeout_seconds, machine.node_removal_policy) == (300, "Delete")
+    keep = state(node(), {"spec": {"nodeRemovalPolicy": "Keep"}})
+    assert keep.node_removal_policy == "Keep", "the Group's choice when the machine has none"
+    own = state(node(nodeRemovalPolicy="Delete"), {"spec": {"nodeRemovalPolicy": "Keep"}})
+    assert own.node_removal_policy == "Delete"
+
+
+def test_a_spec_the_models_refuse_is_an_error_naming_the_object() -> None:
+    bad = node(desiredPowerState="Sideways")
+    with pytest.raises(inputs.InvalidSpecError, match=r"Node lab/big-box: .*desiredPowerState"):
+        inputs.node_spec(bad)
+    with pytest.raises(inputs.InvalidSpecError, match="Group"):
+        inputs.group_spec({"metadata": {"name": "g"}, "spec": {"minNodes": 5, "maxNodes": 1}})
+    assert inputs.group_spec({"metadata": {"name": "g"}}) == GroupSpec()
 
 
 def test_garbage_status_degrades_instead_of_raising() -> None:
@@ -89,7 +124,7 @@ def test_garbage_status_degrades_instead_of_raising() -> None:
         "lastOperation": {"action": "dance", "started": 7},
         "intent": "x",
     }
-    machine = inputs.machine_state(node(status), None)
+    machine = state(node(status))
     assert machine.phase is Phase.UNKNOWN
     assert machine.operation is None
     assert machine.phase_since is None
@@ -194,7 +229,7 @@ def test_wanted_metadata_merges_group_then_node() -> None:
     n = node(
         labels={"zone": "b"}, taints=[{"key": "power", "value": "node", "effect": "NoSchedule"}]
     )
-    labels, taints = inputs.wanted_metadata(n, group)
+    labels, taints = inputs.wanted_metadata(n, spec(n), GroupSpec.model_validate(group["spec"]))
     assert labels["tier"] == "cold" and labels["zone"] == "b"
     assert labels["lightsout.dev/node"] == "big-box"
     assert taints == [{"key": "power", "value": "node", "effect": "NoSchedule"}]
@@ -299,13 +334,13 @@ def test_blocking_pdb_matches_selector_in_the_pods_namespace() -> None:
 
 def test_extravars_carry_parameters_but_no_credentials() -> None:
     n = node()
-    out = extravars.action_extravars(n, "startup")
+    out = extravars.action_extravars(n, spec(n), Action.STARTUP)
     assert out["lightsout_driver"] == "redfish"
     assert out["lightsout_redfish"]["endpoint"] == "https://10.1.2.3"
     assert out["lightsout_redfish"]["validate_certs"] is False
     assert out["lightsout_redfish"]["password_key"] == "pw"
     assert "SecretRef" not in repr(out)
-    assert extravars.credentials_secret(n["spec"]) == ("bmc", None)
+    assert extravars.credentials_secret(spec(n)) == ("bmc", None)
 
 
 def test_other_drivers_pass_key_names_and_group_but_no_values() -> None:
@@ -314,18 +349,23 @@ def test_other_drivers_pass_key_names_and_group_but_no_values() -> None:
         "proxmox": {
             "endpoint": "https://pve:8006",
             "node": "pve1",
+            "vmid": 101,
             "credentialsSecretRef": {"name": "pve", "tokenIdKey": "id", "tokenSecretKey": "tok"},
         }
     }
-    out = extravars.action_extravars(n, "provision")
+    out = extravars.action_extravars(n, spec(n), Action.PROVISION)
     block = out["lightsout_proxmox"]
+    # As the API server stores it: the defaults filled in.
     assert block["credentialsSecretRef"] == {
         "name": "pve",
         "tokenIdKey": "id",
         "tokenSecretKey": "tok",
+        "usernameKey": "username",
+        "passwordKey": "password",
     }
+    assert (block["mode"], block["tls"]) == ("Persistent", {"insecureSkipVerify": False})
     assert out["lightsout_group"] == n["spec"]["group"]
-    assert extravars.credentials_secret(n["spec"]) == ("pve", None)
+    assert extravars.credentials_secret(spec(n)) == ("pve", None)
 
 
 def test_group_counts_sort_machines_by_phase_and_intent() -> None:
@@ -350,10 +390,10 @@ def test_wol_playbook_waits_within_the_nodes_power_timeouts() -> None:
         "ssh": {"host": "10.0.0.5", "user": "ops", "privateKeySecretRef": {"name": "k"}},
     }
     n = node(driver={"wol": wol}, power={"bootTimeoutSeconds": 200})
-    block = extravars.action_extravars(n, "startup")["lightsout_wol"]
+    block = extravars.action_extravars(n, spec(n), Action.STARTUP)["lightsout_wol"]
     assert (block["bootTimeoutSeconds"], block["shutdownTimeoutSeconds"]) == (200, 300)
     assert block["macAddress"] == "52:54:00:12:34:56"
-    assert extravars.credentials_secret(n["spec"]) == ("k", None)
+    assert extravars.credentials_secret(spec(n)) == ("k", None)
 
 
 def test_status_patch_sends_only_changes_and_nulls_what_is_gone() -> None:

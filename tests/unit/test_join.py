@@ -12,22 +12,37 @@ from typing import Any
 
 import pytest
 
-from lightsout.execution import join
+from lightsout.execution import inputs, join
 from lightsout.execution.jobs import JOIN_DIR, JobRequest, build_action_job
+from lightsout.models import NodeSpec
+from lightsout.models.drivers import CloudInitJoin
 from lightsout.planning.types import Action
 
 pytestmark = pytest.mark.unit
 
 
+JOIN = CloudInitJoin(api_server_endpoint="10.0.0.10:6443")
+
+
 def node(mode: str = "Ephemeral", with_join: bool = True) -> dict[str, Any]:
-    proxmox: dict[str, Any] = {"mode": mode}
+    proxmox: dict[str, Any] = {
+        "endpoint": "https://pve:8006",
+        "node": "pve1",
+        "credentialsSecretRef": {"name": "pve"},
+        "mode": mode,
+        **({"template": {"vmid": 9000}} if mode == "Ephemeral" else {"vmid": 101}),
+    }
     if with_join:
         proxmox["join"] = {"apiServerEndpoint": "10.0.0.10:6443"}
     return {
         "apiVersion": "lightsout.dev/v1alpha1",
         "metadata": {"name": "burst-1", "namespace": "lab", "uid": "u-1"},
-        "spec": {"kubernetesNodeName": "burst-1", "driver": {"proxmox": proxmox}},
+        "spec": {"group": "lab", "kubernetesNodeName": "burst-1", "driver": {"proxmox": proxmox}},
     }
+
+
+def spec(machine: dict[str, Any]) -> NodeSpec:
+    return inputs.node_spec(machine)
 
 
 def provision_pod(**request: Any) -> dict[str, Any]:
@@ -50,10 +65,10 @@ def provision_pod(**request: Any) -> dict[str, Any]:
 
 
 def test_only_ephemeral_clones_with_join_get_credentials() -> None:
-    assert join.wanted(node()) == {"apiServerEndpoint": "10.0.0.10:6443"}
-    assert join.wanted(node(mode="Persistent")) is None
-    assert join.wanted(node(with_join=False)) is None
-    assert join.job_extravars(node(with_join=False), {}, []) == {}
+    assert spec(node()).clone_join == JOIN
+    assert spec(node(mode="Persistent", with_join=False)).clone_join is None
+    assert spec(node(with_join=False)).clone_join is None
+    assert join.job_extravars(spec(node(with_join=False)), {}, []) == {}
 
 
 def test_tokens_have_the_bootstrap_token_format_and_differ() -> None:
@@ -77,14 +92,14 @@ def test_token_secret_is_what_the_bootstrap_authenticator_reads() -> None:
 
 
 def test_join_secret_is_owned_by_the_node_and_holds_no_label_value_secret() -> None:
-    body = join.join_secret(node(), {"apiServerEndpoint": "10.0.0.10:6443"}, "a.b", b"PEM")
+    body = join.join_secret(node(), JOIN, "a.b", b"PEM")
     assert body["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     assert body["stringData"] == {"token": "a.b", "ca.crt": "PEM", "server": "10.0.0.10:6443"}
     assert "a.b" not in str(body["metadata"])
 
 
 def test_the_provision_job_mounts_the_join_secret_and_names_it_in_env_only() -> None:
-    extravars = join.job_extravars(node(), {"workload": "burst"}, [])
+    extravars = join.job_extravars(spec(node()), {"workload": "burst"}, [])
     pod = provision_pod(extravars=extravars)
     (container,) = pod["containers"]
     mounts = {m["name"]: m for m in container["volumeMounts"]}
@@ -110,7 +125,7 @@ def test_credentials_are_deleted_when_the_machine_settles(
 ) -> None:
     calls: list[tuple[str, str]] = []
     monkeypatch.setattr("lightsout.k8s.api.delete_secrets", lambda ns, sel: calls.append((ns, sel)))
-    join.settle(node(), previous, phase)
+    join.settle(node(), spec(node()), previous, phase)
     selector = f"{join.LABEL_MACHINE}=lab.burst-1"
     assert calls == ([("kube-system", selector), ("lab", selector)] if revoked else [])
 
@@ -123,11 +138,11 @@ def flavored(flavor: str, **refs: Any) -> dict[str, Any]:
 
 def test_k3s_gets_the_users_token_secret_projected_beside_a_join_secret_without_token() -> None:
     machine = flavored("k3s", k3sTokenSecretRef={"name": "k3s", "key": "agent-token"})
-    sources = join.join_sources(machine)
+    sources = join.join_sources(spec(machine))
     assert sources == (
         {"secret": {"name": "k3s", "items": [{"key": "agent-token", "path": "k3s-token"}]}},
     )
-    body = join.join_secret(machine, {"apiServerEndpoint": "10.0.0.10:6443"}, None, b"PEM")
+    body = join.join_secret(machine, JOIN, None, b"PEM")
     assert "token" not in body["stringData"]
     pod = provision_pod(join_sources=sources)
     volume = {v["name"]: v for v in pod["volumes"]}["join"]
@@ -135,12 +150,12 @@ def test_k3s_gets_the_users_token_secret_projected_beside_a_join_secret_without_
         {"secret": {"name": "lightsout-join-burst-1"}},
         *sources,
     ]
-    assert join.job_extravars(machine, {}, [])["lightsout_join"]["flavor"] == "k3s"
+    assert join.job_extravars(spec(machine), {}, [])["lightsout_join"]["flavor"] == "k3s"
 
 
 def test_template_gets_the_users_configmap_as_user_data_j2() -> None:
     machine = flavored("template", userDataTemplateRef={"name": "ud"})
-    assert join.join_sources(machine) == (
+    assert join.join_sources(spec(machine)) == (
         {"configMap": {"name": "ud", "items": [{"key": "user-data", "path": "user-data.j2"}]}},
     )
-    assert join.join_sources(node()) == ()
+    assert join.join_sources(spec(node())) == ()

@@ -17,6 +17,7 @@ import pytest
 
 from lightsout.config import OperatorConfig
 from lightsout.execution.actuator import KubeMachine, wanted_status
+from lightsout.execution.inputs import node_spec
 from lightsout.execution.jobs import CONTAINER_NAME
 from lightsout.execution.results import observe_job
 from lightsout.planning.effects import Event
@@ -83,10 +84,15 @@ def failed_job(termination: str) -> tuple[dict[str, object], list[dict[str, obje
 def context() -> KubeMachine:
     node = {
         "metadata": {"name": "box", "namespace": "lab", "generation": 3},
-        "spec": {"group": "lab", "desiredPowerState": "On"},
+        "spec": {
+            "group": "lab",
+            "kubernetesNodeName": "box",
+            "desiredPowerState": "On",
+            "driver": {"ipmi": {"host": "10.0.0.5", "credentialsSecretRef": {"name": "bmc"}}},
+        },
         "status": {},
     }
-    return KubeMachine(node, None, OperatorConfig(identity="test"), {}, [])
+    return KubeMachine(node, node_spec(node), None, OperatorConfig(identity="test"), {}, [])
 
 
 @pytest.mark.parametrize("count", [7, 40])

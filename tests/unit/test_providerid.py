@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from lightsout.execution import providerid
+from lightsout.models import NodeSpec
 from lightsout.models.enums import ConditionStatus, ConditionType
 from lightsout.planning.effects import Decision, SetCondition
 from lightsout.planning.types import Phase
@@ -18,8 +19,14 @@ from lightsout.planning.types import Phase
 pytestmark = pytest.mark.unit
 
 
-def machine(**spec: Any) -> dict[str, Any]:
-    return {"metadata": {"namespace": "lab", "name": "m1"}, "spec": spec}
+MACHINE = {"metadata": {"namespace": "lab", "name": "m1"}}
+IPMI = {"ipmi": {"host": "10.0.0.5", "credentialsSecretRef": {"name": "bmc"}}}
+
+
+def spec(**fields: Any) -> NodeSpec:
+    return NodeSpec.model_validate(
+        {"group": "g", "kubernetesNodeName": "m1", "driver": IPMI, **fields}
+    )
 
 
 def core(provider: str | None) -> dict[str, Any]:
@@ -27,8 +34,8 @@ def core(provider: str | None) -> dict[str, Any]:
 
 
 def test_wanted_is_the_spec_s_else_the_lightsout_scheme() -> None:
-    assert providerid.wanted(machine()) == "lightsout://lab/m1"
-    assert providerid.wanted(machine(providerID="k3s://m1")) == "k3s://m1"
+    assert providerid.wanted(MACHINE, spec()) == "lightsout://lab/m1"
+    assert providerid.wanted(MACHINE, spec(providerID="k3s://m1")) == "k3s://m1"
 
 
 def test_the_core_node_is_patched_only_from_empty() -> None:
@@ -46,10 +53,11 @@ def _conditions(decision: Decision) -> list[SetCondition]:
 
 def test_a_different_provider_id_is_reported_as_a_condition() -> None:
     base = Decision(phase=Phase.READY, reason="Ready", message="")
-    (condition,) = _conditions(providerid.report(base, core("k3s://m1"), machine()))
+    want = providerid.wanted(MACHINE, spec())
+    (condition,) = _conditions(providerid.report(base, core("k3s://m1"), want))
     assert condition.type == ConditionType.PROVIDER_ID_CONFLICT
     assert condition.status == ConditionStatus.TRUE
     assert "k3s://m1" in condition.message
-    (ok,) = _conditions(providerid.report(base, core("lightsout://lab/m1"), machine()))
+    (ok,) = _conditions(providerid.report(base, core("lightsout://lab/m1"), want))
     assert ok.status == ConditionStatus.FALSE
-    assert providerid.report(base, None, machine()) == base
+    assert providerid.report(base, None, want) == base

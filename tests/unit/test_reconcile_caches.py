@@ -9,16 +9,25 @@ from typing import Any
 import pytest
 
 from lightsout.config import OperatorConfig
+from lightsout.execution import inputs
 from lightsout.execution import reconcile as rc
+from lightsout.models import GroupSpec
 from lightsout.state import MACHINES_KEY, PODS_KEY
 
 pytestmark = pytest.mark.unit
 
 
+REDFISH = {"endpoint": "https://bmc", "systemId": "1", "credentialsSecretRef": {"name": "bmc"}}
+
+
 def machine(name: str, phase: str = "Off", core: str | None = None) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "namespace": "lab", "resourceVersion": "7"},
-        "spec": {"group": "g", "kubernetesNodeName": core or name},
+        "spec": {
+            "group": "g",
+            "kubernetesNodeName": core or name,
+            "driver": {"redfish": REDFISH},
+        },
         "status": {"phase": phase},
     }
 
@@ -58,7 +67,8 @@ def test_a_view_holds_the_machine_and_only_its_own_objects() -> None:
     view = caches().view("lab", "a")
     assert view is not None
     assert view.node["metadata"]["resourceVersion"] == "7"
-    assert view.group is not None and view.group["metadata"]["name"] == "g"
+    assert view.spec.kubernetes_node_name == "core-a", "its spec, read once"
+    assert view.group_spec == GroupSpec(), "its Group's (all defaults)"
     assert [j["metadata"]["name"] for j in view.jobs] == ["lo-a-startup-g1-a1"]
     assert view.job_pods == {"lo-a-startup-g1-a1": [POD]}
     assert view.job_events == {"lo-a-startup-g1-a1": [MOUNT]}, "only its own pods' events"
@@ -91,6 +101,13 @@ def test_a_machine_gone_from_the_cache_has_no_view_and_references_resolve() -> N
     assert found.machines_on("core-z") == []
 
 
+def test_a_spec_the_models_refuse_is_an_error_of_the_view_not_a_pass() -> None:
+    found = caches()
+    found.indexes[rc.MACHINES][("lab", "a")][0]["spec"]["desiredPowerState"] = "Sideways"
+    with pytest.raises(inputs.InvalidSpecError, match="Node lab/a"):
+        found.view("lab", "a")
+
+
 def test_a_mount_failure_finds_the_machine_of_its_pod() -> None:
     found = caches()
     assert found.machine_of_pod("lab", "pod-1") == "a"
@@ -102,17 +119,26 @@ def test_a_machine_whose_secret_is_missing_is_left_out_of_its_groups_health_chec
     found = caches()
     group: dict[str, Any] = {"metadata": {"name": "g", "namespace": "lab"}, "spec": {}}
     node = machine("a")
-    node["spec"]["driver"] = {"redfish": {"credentialsSecretRef": {"name": "gone"}}}
-    problem = found.health_problem(node, group)
+    node["spec"]["driver"]["redfish"]["credentialsSecretRef"]["name"] = "gone"
+    checked = GroupSpec()
+    problem = found.health_problem(node, group, checked)
     assert problem is not None and problem.reason == "SecretNotFound"
     assert "credentials Secret lab/gone not found" in problem.message
     node["spec"]["driver"]["redfish"]["credentialsSecretRef"]["name"] = "bmc"
-    assert found.health_problem(node, group) is None
+    assert found.health_problem(node, group, checked) is None
     node["spec"]["driver"]["redfish"]["credentialsSecretRef"]["name"] = "gone"
-    assert (
-        found.health_problem(node, {**group, "spec": {"healthCheck": {"enabled": False}}}) is None
-    )
-    assert found.health_problem(node, None) is None, "no Group, no check"
+    unchecked = GroupSpec.model_validate({"healthCheck": {"enabled": False}})
+    assert found.health_problem(node, group, unchecked) is None
+    assert found.health_problem(node, None, None) is None, "no Group, no check"
+
+
+def test_a_configmap_named_by_a_group_concerns_its_machines() -> None:
+    found = caches()
+    groups = found.indexes[rc.GROUPS]
+    groups[("lab", "g")][0]["spec"] = {"playbooks": {"configMapName": "site"}}
+    groups[("lab", "bad")] = [{"metadata": {"name": "bad"}, "spec": {"minNodes": 9, "maxNodes": 1}}]
+    assert found.machines_naming(rc.REF_CONFIG_MAP, "lab", "site") == [("lab", "a"), ("lab", "b")]
+    assert found.machines_naming(rc.REF_CONFIG_MAP, "lab", "other") == []
 
 
 def test_the_planner_reads_every_object_of_the_caches_a_pass_reads() -> None:

@@ -62,6 +62,12 @@ def node(name: str, cpu: int = 4, watts: tuple[int, int, int] = (120, 40, 5)) ->
             "desiredPowerState": "Off",
             "group": "lab",
             "kubernetesNodeName": name,
+            "driver": {
+                "wol": {
+                    "macAddress": "02:00:00:00:00:01",
+                    "ssh": {"host": name, "user": "lo", "privateKeySecretRef": {"name": "ssh"}},
+                }
+            },
             "resources": {"cpu": cpu, "memory": "16Gi"},
             "power": {"onWatts": on, "idleWatts": idle, "offWatts": off},
         },
@@ -270,7 +276,7 @@ def clone(name: str) -> dict[str, Any]:
             "mode": "Ephemeral",
             "endpoint": "https://pve.example:8006",
             "node": "pve1",
-            "template": 9000,
+            "template": {"vmid": 9000},
             "credentialsSecretRef": {"name": "pve"},
             "join": {"apiServerEndpoint": "10.0.0.10:6443"},
         }

@@ -14,9 +14,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from lightsout.actuation.pool import RELEASED, PoolExhaustedError, exhausted, free_addresses
+from lightsout.models.group import AddressPool
 from lightsout.planning.decisions import ScaleAction
 from lightsout.planning.effects import Decision, DeleteJob, Event, StartJob
 from lightsout.planning.types import (
@@ -36,11 +36,11 @@ LEASE, ADDRESS, CORE_NODE, STATUS = "lease", "address", "core-node", "status"
 
 
 @dataclass
-class AddressPool:
+class MemoryPool:
     """A Group's `spec.addressPool` and which machine holds which of its addresses."""
 
     group: str
-    spec: Mapping[str, Any]
+    spec: AddressPool
     holders: dict[str, str] = field(default_factory=dict)
 
     def take(self, machine: str) -> str:
@@ -72,7 +72,7 @@ class MemoryMachine:
 
     state: MachineState
     #: Its Group's address pool, when it is a clone that joins by itself (shared by the Group).
-    pool: AddressPool | None = None
+    pool: MemoryPool | None = None
     #: Another operator holds its Lease.
     held_elsewhere: bool = False
     lease_held: bool = False

@@ -6,9 +6,10 @@ holds. The operator's leases of them (`execution.addresses`) and the replay's po
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
+from lightsout.models.group import AddressPool, GroupSpec
+from lightsout.models.node import NodeSpec
 from lightsout.planning.types import Phase
 
 #: Phases after which the clone is gone (Off) or given up on (Failed): its address is free.
@@ -19,22 +20,29 @@ class PoolExhaustedError(RuntimeError):
     """Every address of the pool is leased to another machine."""
 
 
-def addresses(spec: Mapping[str, Any]) -> Iterator[ipaddress.IPv4Address]:
-    first = ipaddress.IPv4Address(spec["start"])
-    last = ipaddress.IPv4Address(spec["end"])
+def pool_of(spec: NodeSpec, group: GroupSpec | None) -> AddressPool | None:
+    """The Group's address pool, when the machine is a clone that joins by itself."""
+    if spec.clone_join is None or group is None:
+        return None
+    return group.address_pool
+
+
+def addresses(pool: AddressPool) -> Iterator[ipaddress.IPv4Address]:
+    first = ipaddress.IPv4Address(pool.start)
+    last = ipaddress.IPv4Address(pool.end)
     for number in range(int(first), int(last) + 1):
         yield ipaddress.IPv4Address(number)
 
 
-def free_addresses(spec: Mapping[str, Any], taken: set[str]) -> list[str]:
+def free_addresses(pool: AddressPool, taken: set[str]) -> list[str]:
     """The pool's addresses not in `taken`, lowest first."""
-    return [str(a) for a in addresses(spec) if str(a) not in taken]
+    return [str(a) for a in addresses(pool) if str(a) not in taken]
 
 
-def exhausted(group: str, spec: Mapping[str, Any]) -> PoolExhaustedError:
+def exhausted(group: str, pool: AddressPool) -> PoolExhaustedError:
     """What is said when no address of the pool is free."""
-    size = sum(1 for _ in addresses(spec))
+    size = sum(1 for _ in addresses(pool))
     return PoolExhaustedError(
         f"address pool of Group {group} is exhausted: all {size} addresses of "
-        f"{spec['start']}-{spec['end']} are leased to other machines; no clone made"
+        f"{pool.start}-{pool.end} are leased to other machines; no clone made"
     )

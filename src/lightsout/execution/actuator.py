@@ -38,6 +38,8 @@ from lightsout.k8s import api
 from lightsout.metrics.families import LEASE_CONFLICTS
 from lightsout.models.enums import Action
 from lightsout.models.enums import PowerState as Desired
+from lightsout.models.group import GroupSpec
+from lightsout.models.node import NodeSpec, PlaybookOverrides
 from lightsout.planning.effects import (
     Decision,
     DeleteJob,
@@ -53,6 +55,7 @@ from lightsout.planning.types import (
     MachineState,
     PowerState,
 )
+from lightsout.state.parse import dig
 from lightsout.text import clip_middle
 
 log = logging.getLogger(__name__)
@@ -67,7 +70,9 @@ class KubeMachine:
     the effect interpreter (`actuation.interpreter`) carries its decision out through."""
 
     node: Obj
-    group: Obj | None
+    #: The pass's one parse of the machine's and its Group's spec.
+    spec: NodeSpec
+    group_spec: GroupSpec | None
     config: OperatorConfig
     labels: Mapping[str, str]
     taints: list[dict[str, str]]
@@ -84,7 +89,7 @@ class KubeMachine:
 
     @property
     def core_name(self) -> str:
-        return str((self.node.get("spec") or {}).get("kubernetesNodeName") or self.name)
+        return self.spec.kubernetes_node_name
 
     @property
     def lease_namespace(self) -> str:
@@ -137,19 +142,17 @@ class KubeMachine:
     # ---------------------------------------------------------------- Jobs
     def job_request(self, effect: StartJob | DeleteJob, address: str | None = None) -> JobRequest:
         """The Job of `effect`; `address` is the clone's static address (execution/addresses)."""
-        spec = self.node.get("spec") or {}
-        power = spec.get("power") or {}
-        playbooks = spec.get("playbooks") or {}
-        group_playbooks = ((self.group or {}).get("spec") or {}).get("playbooks") or {}
-        action = str(effect.action)
+        spec, action = self.spec, effect.action
+        playbooks = spec.playbooks or PlaybookOverrides()
+        group_playbooks = self.group_spec.playbooks if self.group_spec else None
         timeout = (
-            power.get("shutdownTimeoutSeconds", 300)
-            if action in ("shutdown", "deprovision")
-            else power.get("bootTimeoutSeconds", 600)
+            spec.power.shutdown_timeout_seconds
+            if action in (Action.SHUTDOWN, Action.DEPROVISION)
+            else spec.power.boot_timeout_seconds
         )
         secret, ca_secret = credentials_secret(spec)
-        joining = action == "provision" and join.wanted(self.node) is not None
-        network = addresses.network(self.node, self.group, address)
+        joining = action is Action.PROVISION and spec.clone_join is not None
+        network = addresses.network(spec, self.group_spec, address)
         return JobRequest(
             node_name=self.name,
             namespace=self.namespace,
@@ -158,20 +161,16 @@ class KubeMachine:
             attempt=effect.attempt,
             action=effect.action,
             extravars={
-                **action_extravars(self.node, action),
-                **(
-                    join.job_extravars(self.node, self.labels, self.taints, network)
-                    if joining
-                    else {}
-                ),
+                **action_extravars(self.node, spec, action),
+                **(join.job_extravars(spec, self.labels, self.taints, network) if joining else {}),
             },
             credentials_secret=secret,
             ca_secret=ca_secret,
             join_secret=join.join_secret_name(self.name) if joining else None,
-            join_sources=join.join_sources(self.node) if joining else (),
-            overlay_configmap=playbooks.get("configMapName")
-            or group_playbooks.get("configMapName"),
-            playbook=playbooks.get(action),
+            join_sources=join.join_sources(spec) if joining else (),
+            overlay_configmap=playbooks.config_map_name
+            or (group_playbooks.config_map_name if group_playbooks else None),
+            playbook=getattr(playbooks, action.value),
             image=self.config.runner_image,
             deadline_seconds=int(timeout) + 120,
             ttl_seconds=self.config.job_ttl_seconds,
@@ -181,7 +180,7 @@ class KubeMachine:
                 {"key": key, "operator": "Exists"} for key in self.config.job_tolerations
             ),
             # A magic packet is a broadcast on the node's own network.
-            host_network=self.config.job_host_network or "wol" in (spec.get("driver") or {}),
+            host_network=self.config.job_host_network or spec.driver.wol is not None,
         )
 
     def start_job(self, effect: StartJob) -> None:
@@ -192,13 +191,15 @@ class KubeMachine:
             return
         # The pass leased it before writing this provision's status; this finds that lease.
         address = (
-            addresses.allocate(self.node, self.group) if effect.action is Action.PROVISION else None
+            addresses.allocate(self.node, self.spec, self.group_spec)
+            if effect.action is Action.PROVISION
+            else None
         )
         request = self.job_request(effect, address)
         api.apply_configmap(self.namespace, build_extravars_configmap(request))
         if request.join_secret:
             # Fresh credentials for every attempt: the previous attempt's token is revoked.
-            join.issue(self.node, dt.datetime.now(dt.UTC))
+            join.issue(self.node, self.spec, dt.datetime.now(dt.UTC))
         try:
             api.create_job(self.namespace, build_action_job(request))
         except api.ConflictError:
@@ -251,7 +252,10 @@ class KubeMachine:
                     "apiVersion": "v1",
                     "kind": "Node",
                     "metadata": {"name": self.core_name, "labels": dict(self.labels)},
-                    "spec": {"taints": taints, "providerID": providerid.wanted(self.node)},
+                    "spec": {
+                        "taints": taints,
+                        "providerID": providerid.wanted(self.node, self.spec),
+                    },
                 }
                 # AlreadyExists (its kubelet was first) is a 409 too: the next try patches that one.
                 api.create_node(body)
@@ -309,7 +313,7 @@ class KubeMachine:
             api.patch_node(self.core_name, patch)
             _, _, refused = registration.kubelet_metadata(kubelet)
             added = sorted(k for k in (patch.get("metadata") or {}).get("labels") or {})
-            taints = (patch.get("spec") or {}).get("taints")
+            taints = dig(patch, "spec", "taints")
             message = (
                 f"core Node {self.core_name} was POSTed again (its kubelet registering): merged "
                 f"the request's label(s) {', '.join(added) or '(none new)'}"
@@ -376,7 +380,7 @@ class KubeMachine:
 
     def allocate_address(self) -> str | None:
         try:
-            addresses.allocate(self.node, self.group)
+            addresses.allocate(self.node, self.spec, self.group_spec)
         except PoolExhaustedError as exc:
             log.warning("machine %s/%s: %s", self.namespace, self.name, exc)
             return str(exc)
@@ -406,8 +410,8 @@ class KubeMachine:
         return True
 
     def settle(self, previous_phase: str | None, phase: str) -> None:
-        join.settle(self.node, previous_phase, phase)
-        addresses.settle(self.node, previous_phase, phase)
+        join.settle(self.node, self.spec, previous_phase, phase)
+        addresses.settle(self.node, self.spec, previous_phase, phase)
 
     def delete_job(self, effect: DeleteJob) -> None:
         name = job_name(self.name, str(effect.action), effect.generation, effect.attempt)
@@ -481,7 +485,7 @@ def wanted_status(
         "intent": {"desired": str(desired), "generation": intent_generation},
         "attempts": decision.attempts,
         "lastOperation": inputs.operation_to_status(op, job),
-        "providerID": providerid.wanted(ctx.node),
+        "providerID": providerid.wanted(ctx.node, ctx.spec),
         "conditions": _merge_conditions(
             list(status.get("conditions") or []), decision, generation, now
         ),
@@ -492,7 +496,9 @@ def wanted_status(
         new["observedPowerState"] = str(decision.observed_power_state)
     # Counted up to now at the rate in force since the last checkpoint, which this pass's phase
     # and requested cpu replace; unchanged rate: nothing to write.
-    checkpoint = energy.checkpoint(ctx.node, ctx.group, decision.phase, cpu_utilisation, now)
+    checkpoint = energy.checkpoint(
+        ctx.node, ctx.spec.power, ctx.group_spec, decision.phase, cpu_utilisation, now=now
+    )
     if checkpoint is not None:
         new["energy"] = checkpoint
     if decision.health_check is not None:

@@ -25,10 +25,13 @@ from lightsout.actuation.pool import (
     addresses,
     exhausted,
     free_addresses,
+    pool_of,
 )
 from lightsout.execution import join
 from lightsout.execution.naming import dns_label, label_value
 from lightsout.k8s import api
+from lightsout.models.group import GroupSpec
+from lightsout.models.node import NodeSpec
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +40,6 @@ LABEL_MACHINE = "lightsout.dev/address-for"
 ANNOTATION_ADDRESS = "lightsout.dev/address"
 
 Obj = Mapping[str, Any]
-
-
-def pool(node: Obj, group: Obj | None) -> Mapping[str, Any] | None:
-    """The Group's address pool, when the machine is a clone that joins by itself."""
-    if join.wanted(node) is None or group is None:
-        return None
-    found = (group.get("spec") or {}).get("addressPool")
-    return found if isinstance(found, Mapping) else None
 
 
 def lease_name(group: str, address: str) -> str:
@@ -74,15 +69,15 @@ def _lease(node: Obj, group: str, address: str) -> dict[str, Any]:
     }
 
 
-def allocate(node: Obj, group: Obj | None) -> str | None:
+def allocate(node: Obj, spec: NodeSpec, group: GroupSpec | None) -> str | None:
     """The machine's address (leased now, or its lease from an earlier pass); None without a
     pool. Raises PoolExhaustedError when every address is leased to other machines."""
-    spec = pool(node, group)
-    if spec is None or group is None:
+    found = pool_of(spec, group)
+    if found is None:
         return None
     meta = node["metadata"]
-    namespace, group_name = meta["namespace"], str(group["metadata"]["name"])
-    in_pool = {str(a) for a in addresses(spec)}
+    namespace, group_name = meta["namespace"], spec.group
+    in_pool = {str(a) for a in addresses(found)}
     for held in api.list_leases(namespace, _machine_selector(namespace, meta["name"])):
         address = (held["metadata"].get("annotations") or {}).get(ANNOTATION_ADDRESS)
         if address in in_pool:
@@ -91,27 +86,27 @@ def allocate(node: Obj, group: Obj | None) -> str | None:
         str((lease["metadata"].get("annotations") or {}).get(ANNOTATION_ADDRESS))
         for lease in api.list_leases(namespace, f"{LABEL_POOL}={label_value(group_name)}")
     }
-    for address in free_addresses(spec, taken):
+    for address in free_addresses(found, taken):
         try:
             api.create_lease(namespace, _lease(node, group_name, address))
         except api.ConflictError:
             continue  # another provision took it between the list and the create
         log.info("leased %s to %s/%s", address, namespace, meta["name"])
         return address
-    raise exhausted(group_name, spec)
+    raise exhausted(group_name, found)
 
 
-def network(node: Obj, group: Obj | None, address: str | None) -> dict[str, Any]:
+def network(spec: NodeSpec, group: GroupSpec | None, address: str | None) -> dict[str, Any]:
     """The static network of the clone, for the provision playbook's network-config."""
-    spec = pool(node, group)
-    if spec is None or address is None:
+    found = pool_of(spec, group)
+    if found is None or address is None:
         return {}
-    prefix = ipaddress.IPv4Network(spec["cidr"], strict=False).prefixlen
+    prefix = ipaddress.IPv4Network(found.cidr, strict=False).prefixlen
     static: dict[str, Any] = {"address": f"{address}/{prefix}"}
-    if spec.get("gateway"):
-        static["gateway"] = spec["gateway"]
-    if spec.get("dnsServers"):
-        static["dns_servers"] = list(spec["dnsServers"])
+    if found.gateway:
+        static["gateway"] = found.gateway
+    if found.dns_servers:
+        static["dns_servers"] = list(found.dns_servers)
     return {"network": static}
 
 
@@ -119,10 +114,10 @@ def release(namespace: str, name: str) -> None:
     api.delete_leases(namespace, _machine_selector(namespace, name))
 
 
-def settle(node: Obj, previous_phase: str | None, phase: str) -> None:
+def settle(node: Obj, spec: NodeSpec, previous_phase: str | None, phase: str) -> None:
     """After a phase change into Off or Failed, the machine's address lease is deleted."""
     # Not only while the Group has a pool: a pool removed meanwhile must not strand a lease.
-    if previous_phase == phase or phase not in RELEASED or join.wanted(node) is None:
+    if previous_phase == phase or phase not in RELEASED or spec.clone_join is None:
         return
     meta = node["metadata"]
     release(meta["namespace"], meta["name"])

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import astuple, replace
 from typing import Any
 
+from lightsout.models.group import GroupSpec
+from lightsout.models.node import NodeSpec, PowerProfile
 from lightsout.planning.energy import Account, Draw, Rate, combine, is_powered
 from lightsout.planning.energystatus import account_from_status, account_to_status, rounded_rate
 from lightsout.planning.types import Phase
@@ -28,36 +30,25 @@ _TERMINAL = {"Succeeded", "Failed"}
 _GROUP_TOLERANCE_WH = 1e-3
 
 
-def price(group: Obj | None) -> tuple[float, str | None]:
+def price(group: GroupSpec | None) -> tuple[float, str | None]:
     """The Group's electricity price per kWh and its currency (0 and None when not set)."""
-    electricity = ((group or {}).get("spec") or {}).get("electricity") or {}
-    try:
-        per_kwh = float(electricity.get("pricePerKWh") or 0.0)
-    except (TypeError, ValueError):
-        per_kwh = 0.0
-    if not electricity:
+    electricity = group.electricity if group is not None else None
+    if electricity is None:
         return 0.0, None
-    return per_kwh, str(electricity.get("currency") or "EUR")
+    return electricity.price_per_kwh, electricity.currency
 
 
-def draw(node: Obj) -> Draw:
-    power = (node.get("spec") or {}).get("power") or {}
-
-    def watts(key: str) -> float | None:
-        value = power.get(key)
-        return float(value) if isinstance(value, int | float) else None
-
-    return Draw.declared(on=watts("onWatts"), idle=watts("idleWatts"), off=watts("offWatts"))
+def draw(power: PowerProfile) -> Draw:
+    return Draw.declared(on=power.on_watts, idle=power.idle_watts, off=power.off_watts)
 
 
-def cpu_utilisation(node: Obj, core_node: Obj | None, pods: Sequence[Obj]) -> float:
+def cpu_utilisation(spec: NodeSpec, core_node: Obj | None, pods: Sequence[Obj]) -> float:
     """Requested cpu of the pods on the machine's core Node over its allocatable cpu (else the
     machine's declared cpu); 0 when neither is known. Rounded to whole percents, so a pod of a
     few millicores does not make a checkpoint."""
     allocatable = parse_resources(((core_node or {}).get("status") or {}).get("allocatable"))
-    capacity = allocatable.get("cpu") or parse_resources(
-        (node.get("spec") or {}).get("resources")
-    ).get("cpu")
+    declared = {"cpu": spec.resources.cpu} if spec.resources is not None else None
+    capacity = allocatable.get("cpu") or parse_resources(declared).get("cpu")
     if capacity <= 0:
         return 0.0
     requested = sum(
@@ -68,13 +59,15 @@ def cpu_utilisation(node: Obj, core_node: Obj | None, pods: Sequence[Obj]) -> fl
     return round(min(requested / capacity, 1.0), 2)
 
 
-def rate(node: Obj, group: Obj | None, phase: Phase | str | None, utilisation: float) -> Rate:
+def rate(
+    power: PowerProfile, group: GroupSpec | None, phase: Phase | str | None, utilisation: float
+) -> Rate:
     """What the machine draws, saves and pays from now on, in that phase at that utilisation."""
     try:
         current = Phase(str(phase)) if phase is not None else None
     except ValueError:
         current = None
-    return rounded_rate(Rate.of(draw(node), is_powered(current), utilisation, price(group)[0]))
+    return rounded_rate(Rate.of(draw(power), is_powered(current), utilisation, price(group)[0]))
 
 
 def whole_second(now: dt.datetime) -> dt.datetime:
@@ -84,12 +77,18 @@ def whole_second(now: dt.datetime) -> dt.datetime:
 
 
 def checkpoint(
-    node: Obj, group: Obj | None, phase: Phase | str | None, utilisation: float, now: dt.datetime
+    node: Obj,
+    power: PowerProfile,
+    group: GroupSpec | None,
+    phase: Phase | str | None,
+    utilisation: float,
+    *,
+    now: dt.datetime,
 ) -> dict[str, Any] | None:
     """The machine's new status.energy when its rate changes at `now` (or accounting starts);
     None when the rate in force is still right (nothing to write)."""
     now = whole_second(now)
-    wanted = rate(node, group, phase, utilisation)
+    wanted = rate(power, group, phase, utilisation)
     current = account_from_status((node.get("status") or {}).get("energy"))
     if current is None:
         account = Account.opened(now, wanted)
@@ -108,11 +107,13 @@ def machine_accounts(machines: Iterable[Obj]) -> list[Account]:
     ]
 
 
-def group_energy(group: Obj, machines: Iterable[Obj], now: dt.datetime) -> dict[str, Any] | None:
+def group_energy(
+    group: Obj, spec: GroupSpec, machines: Iterable[Obj], now: dt.datetime
+) -> dict[str, Any] | None:
     """The Group's new status.energy (its machines' accounts summed at `now`), or None when
     what it holds already extrapolates to that sum (nothing to write)."""
     now = whole_second(now)
-    per_kwh, currency = price(group)
+    per_kwh, currency = price(spec)
     summed = combine(machine_accounts(machines), now, per_kwh)
     summed = replace(summed, rate=rounded_rate(summed.rate))
     held = account_from_status((group.get("status") or {}).get("energy"))

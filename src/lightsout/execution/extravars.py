@@ -10,68 +10,65 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from lightsout.models.common import CaSecretRef
+from lightsout.models.drivers import ProxmoxDriver, RedfishDriver, WoLDriver
+from lightsout.models.enums import Action
+from lightsout.models.node import NodeSpec
+
 CREDENTIALS_DIR = "/etc/lightsout/credentials"
+#: The CA file name the playbooks look for without a CA Secret too (the model's default key).
+DEFAULT_CA_KEY = str(CaSecretRef.model_fields["key"].default)
 
 
-def _driver(spec: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
-    for kind, block in (spec.get("driver") or {}).items():
-        if isinstance(block, Mapping):
-            return str(kind), block
-    return "", {}
-
-
-def credentials_secret(spec: Mapping[str, Any]) -> tuple[str | None, str | None]:
+def credentials_secret(spec: NodeSpec) -> tuple[str | None, str | None]:
     """(credentials Secret name, CA Secret name) referenced by the driver block."""
-    _, block = _driver(spec)
-    ref = block.get("credentialsSecretRef") or (block.get("ssh") or {}).get("privateKeySecretRef")
-    ca = ((block.get("tls") or {}).get("caSecretRef") or {}).get("name")
-    return ((ref or {}).get("name"), ca)
+    block = spec.driver.config
+    if isinstance(block, WoLDriver):
+        return block.ssh.private_key_secret_ref.name, None
+    tls = block.tls if isinstance(block, RedfishDriver | ProxmoxDriver) else None
+    ca = tls.ca_secret_ref if tls is not None else None
+    return block.credentials_secret_ref.name, ca.name if ca is not None else None
 
 
-def _redfish(block: Mapping[str, Any]) -> dict[str, Any]:
-    tls = block.get("tls") or {}
-    ref = block.get("credentialsSecretRef") or {}
+def _redfish(block: RedfishDriver) -> dict[str, Any]:
+    ca, ref = block.tls.ca_secret_ref, block.credentials_secret_ref
     return {
-        "endpoint": block.get("endpoint"),
-        "system_id": block.get("systemId"),
-        "validate_certs": not tls.get("insecureSkipVerify", False),
+        "endpoint": block.endpoint,
+        "system_id": block.system_id,
+        "validate_certs": not block.tls.insecure_skip_verify,
         # The file name only: the runner knows where the CA Secret is mounted.
-        "ca_key": (tls.get("caSecretRef") or {}).get("key", "ca.crt"),
-        "boot_override": str(block.get("bootOverride", "None")).lower(),
-        "graceful_timeout": int(block.get("gracefulShutdownSeconds", 120)),
-        "username_key": ref.get("usernameKey", "username"),
-        "password_key": ref.get("passwordKey", "password"),
+        "ca_key": ca.key if ca is not None else DEFAULT_CA_KEY,
+        "boot_override": block.boot_override.lower(),
+        "graceful_timeout": block.graceful_shutdown_seconds,
+        "username_key": ref.username_key,
+        "password_key": ref.password_key,
     }
 
 
-def action_extravars(node: Mapping[str, Any], action: str) -> dict[str, Any]:
+def action_extravars(node: Mapping[str, Any], spec: NodeSpec, action: Action) -> dict[str, Any]:
     """Extravars of one action on one machine; contains no credential value."""
-    spec = node.get("spec") or {}
-    kind, block = _driver(spec)
+    kind, block = spec.driver.kind, spec.driver.config
     out: dict[str, Any] = {
         "lightsout_node": {
             "name": node["metadata"]["name"],
             "namespace": node["metadata"]["namespace"],
-            "kubernetes_node_name": spec.get("kubernetesNodeName"),
+            "kubernetes_node_name": spec.kubernetes_node_name,
         },
-        "lightsout_group": spec.get("group"),
-        "lightsout_action": action,
-        "lightsout_driver": kind,
+        "lightsout_group": spec.group,
+        "lightsout_action": str(action),
+        "lightsout_driver": str(kind),
         "lightsout_credentials_dir": CREDENTIALS_DIR,
     }
-    if kind == "redfish":
+    if isinstance(block, RedfishDriver):
         out["lightsout_redfish"] = _redfish(block)
-    elif kind:
-        # Other drivers pass their block through unchanged: its Secret references hold only
-        # names (which Secret, which key = which mounted file), never a credential value.
-        params = dict(block)
-        if kind == "wol":
-            # A Wake-on-LAN machine has no BMC to ask: the playbook waits on the probe port,
-            # and must give up inside the Job's deadline (timeout + 120 s) to say why itself.
-            power = spec.get("power") or {}
-            params.setdefault("bootTimeoutSeconds", int(power.get("bootTimeoutSeconds", 600)))
-            params.setdefault(
-                "shutdownTimeoutSeconds", int(power.get("shutdownTimeoutSeconds", 300))
-            )
-        out[f"lightsout_{kind}"] = params
+        return out
+    # Other drivers pass their block as the API server stores it (defaults filled in): its
+    # Secret references hold only names (which Secret, which key = which mounted file).
+    params = block.to_dict()
+    if isinstance(block, WoLDriver):
+        # A Wake-on-LAN machine has no BMC to ask: the playbook waits on the probe port,
+        # and must give up inside the Job's deadline (timeout + 120 s) to say why itself.
+        params["bootTimeoutSeconds"] = spec.power.boot_timeout_seconds
+        params["shutdownTimeoutSeconds"] = spec.power.shutdown_timeout_seconds
+    out[f"lightsout_{kind}"] = params
     return out

@@ -1,6 +1,6 @@
 """Health checks: the Group's CronJob (built here) and what its results mean for each machine.
 
-Pure: dicts in, dicts out. Three callers:
+Pure: dicts and parsed specs in, dicts out. Three callers:
 - the Group pass of the work queue (`handlers/node.py` → `sync_cronjob` in
   `execution.healthsync`) builds, with `build_health_objects`, one CronJob per Group whose
   `spec.healthCheck.enabled` is true, and the ConfigMap listing the Group's machines;
@@ -19,6 +19,7 @@ machines only, each at its own path; `lightsout.runner.indexed` picks the one it
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -30,7 +31,7 @@ from typing import Any
 from lightsout import API_GROUP, API_VERSION
 from lightsout.config import OperatorConfig
 from lightsout.execution.extravars import action_extravars, credentials_secret
-from lightsout.execution.inputs import format_time, parse_time
+from lightsout.execution.inputs import InvalidSpecError, format_time, node_spec, parse_time
 from lightsout.execution.jobs import (
     CONTAINER_NAME,
     LABEL_COMPONENT,
@@ -44,7 +45,9 @@ from lightsout.execution.jobs import (
 )
 from lightsout.execution.naming import dns_label, label_value, stable_hash
 from lightsout.execution.results import parse_power_state, parse_runner_result
-from lightsout.models.group import DEFAULT_SCHEDULE
+from lightsout.models.enums import Action
+from lightsout.models.group import GroupSpec
+from lightsout.models.node import NodeSpec
 from lightsout.planning.effects import SetCondition
 from lightsout.planning.types import (
     ConditionStatus,
@@ -155,30 +158,32 @@ def _slots(names: Sequence[str | None]) -> dict[str, int]:
 
 
 def build_health_objects(
-    group: Mapping[str, Any], machines: Sequence[Mapping[str, Any]], config: OperatorConfig
+    group: Mapping[str, Any],
+    spec: GroupSpec,
+    machines: Sequence[tuple[Mapping[str, Any], NodeSpec]],
+    config: OperatorConfig,
 ) -> HealthObjects:
-    """The ConfigMap listing the Group's machines and the CronJob checking them."""
+    """The ConfigMap listing the Group's machines (each with its parsed spec) and the CronJob
+    checking them."""
     meta = group["metadata"]
     gname, namespace = str(meta["name"]), str(meta["namespace"])
-    gspec = group.get("spec") or {}
-    policy = gspec.get("healthCheck") or {}
-    group_overlay = (gspec.get("playbooks") or {}).get("configMapName")
-    members = sorted(machines, key=lambda m: str(m["metadata"]["name"]))
+    group_overlay = spec.playbooks.config_map_name if spec.playbooks else None
+    members = sorted(machines, key=lambda m: str(m[0]["metadata"]["name"]))
     refs = []
-    for machine in members:
-        spec = machine.get("spec") or {}
-        secret, ca = credentials_secret(spec)
-        playbooks = spec.get("playbooks") or {}
-        refs.append((secret, ca, playbooks.get("configMapName") or group_overlay, playbooks))
+    for _machine, machine_spec in members:
+        secret, ca = credentials_secret(machine_spec)
+        playbooks = machine_spec.playbooks
+        overlay = (playbooks.config_map_name if playbooks else None) or group_overlay
+        refs.append((secret, ca, overlay, playbooks.healthcheck if playbooks else None))
     secrets = _slots([r[0] for r in refs])
     cas = _slots([r[1] for r in refs])
     overlays = _slots([r[2] for r in refs])
     entries: list[dict[str, Any]] = []
     data: dict[str, str] = {}
-    for index, (machine, (secret, ca, overlay, playbooks)) in enumerate(
+    for index, ((machine, machine_spec), (secret, ca, overlay, playbook)) in enumerate(
         zip(members, refs, strict=True)
     ):
-        extravars = action_extravars(machine, COMPONENT)
+        extravars = action_extravars(machine, machine_spec, Action.HEALTHCHECK)
         refuse_credentials(extravars, f"{machine['metadata']['name']}.extravars")
         data[f"{index}.json"] = json.dumps(extravars, sort_keys=True, indent=2)
         entries.append(
@@ -187,7 +192,7 @@ def build_health_objects(
                 "credentials": secrets.get(secret) if secret else None,
                 "ca": cas.get(ca) if ca else None,
                 "overlay": overlays.get(overlay) if overlay else None,
-                "playbook": playbooks.get(COMPONENT),
+                "playbook": playbook,
             }
         )
     data[MACHINES_FILE] = json.dumps(entries, sort_keys=True, indent=2)
@@ -240,7 +245,7 @@ def build_health_objects(
             service_account_name=config.job_service_account,
             # As for action Jobs: a Wake-on-LAN machine is only reached from the host network.
             host_network=config.job_host_network
-            or any("wol" in ((m.get("spec") or {}).get("driver") or {}) for m in members),
+            or any(m.driver.wol is not None for _, m in members),
         ),
         [{"name": key, "value": value} for key, value in env.items()],
         volumes,
@@ -264,7 +269,7 @@ def build_health_objects(
         "kind": "CronJob",
         "metadata": dict(metadata),
         "spec": {
-            "schedule": str(policy.get("schedule", DEFAULT_SCHEDULE)),
+            "schedule": spec.health_check.schedule,
             "suspend": not machines,
             "concurrencyPolicy": "Forbid",
             "startingDeadlineSeconds": STARTING_DEADLINE_SECONDS,
@@ -380,18 +385,24 @@ _ACTION_PHASES = frozenset(
 )
 
 
-def enabled(group: Mapping[str, Any]) -> bool:
-    """Whether the Group's machines are checked (`spec.healthCheck.enabled`, default true)."""
-    policy = (group.get("spec") or {}).get("healthCheck") or {}
-    return bool(policy.get("enabled", True))
-
-
 def checkable(
     machines: Sequence[Mapping[str, Any]], problem: Callable[[Mapping[str, Any]], Any]
 ) -> list[Mapping[str, Any]]:
     """The machines the check's pods can run for: those whose Secrets and ConfigMaps all exist
     (a pod mounting a missing one would never start, and would hold up the whole Job)."""
     return [m for m in machines if problem(m) is None]
+
+
+def readable(
+    machines: Sequence[Mapping[str, Any]],
+) -> list[tuple[Mapping[str, Any], NodeSpec]]:
+    """The machines with their specs read, those whose spec does not read left out (each
+    machine's own pass reports it)."""
+    found = []
+    for machine in machines:
+        with contextlib.suppress(InvalidSpecError):
+            found.append((machine, node_spec(machine)))
+    return found
 
 
 def not_checked(assessment: Assessment, problem: Unresolved) -> Assessment:

@@ -18,6 +18,7 @@ from typing import Any
 from lightsout.config import OperatorConfig
 from lightsout.execution import health
 from lightsout.k8s import api
+from lightsout.models.group import GroupSpec
 
 log = logging.getLogger(__name__)
 ABSENT = "absent"
@@ -33,13 +34,17 @@ class HealthCronJobs:
     def forget(self, namespace: str, group: str) -> None:
         self.written.pop((namespace, group), None)
 
-    def sync(self, group: Mapping[str, Any], machines: Sequence[Mapping[str, Any]]) -> None:
+    def sync(
+        self,
+        group: Mapping[str, Any],
+        spec: GroupSpec,
+        machines: Sequence[Mapping[str, Any]],
+    ) -> None:
         meta = group["metadata"]
         key = (str(meta["namespace"]), str(meta["name"]))
         if meta.get("deletionTimestamp"):
             return
-        policy = (group.get("spec") or {}).get("healthCheck") or {}
-        if not policy.get("enabled", True):
+        if not spec.health_check.enabled:
             if self.written.get(key) != ABSENT:
                 name = health.cronjob_name(key[1])
                 api.delete_cronjob(key[0], name)
@@ -47,7 +52,8 @@ class HealthCronJobs:
                 log.info("health check of group %s/%s disabled: CronJob deleted", *key)
                 self.written[key] = ABSENT
             return
-        objects = health.build_health_objects(group, machines, self.config)
+        members = health.readable(machines)  # in the worker thread, not on the event loop
+        objects = health.build_health_objects(group, spec, members, self.config)
         if self.written.get(key) == objects.spec_hash:
             return
         # The machine list first: a Job the new CronJob starts must find its entries.

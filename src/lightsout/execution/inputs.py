@@ -2,9 +2,11 @@
 
 Called by the Node reconciler (`execution.reconcile`) with what the watch caches hold: the Node
 resource, its Group, its newest action Job and pods, the core Node, drain progress and the Lease
-state. Anything
-malformed in status (a person's edit, an old version's leftovers) degrades to "unknown" rather
-than raising: the operator never crashes on someone else's garbage.
+state. A Node's and a Group's spec are read once per pass into the API models (`node_spec`,
+`group_spec`), with the models' defaults; everything in `execution` reads those. A spec the
+models refuse (the API server's schema refuses it too) raises `InvalidSpecError`: the pass is
+skipped. Anything malformed in status (a person's edit, an old version's leftovers) degrades to
+"unknown" rather than raising: the operator never crashes on someone else's garbage.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
 from lightsout.execution.nodeops import (
     metadata_applied,
     node_cordoned,
@@ -20,12 +24,12 @@ from lightsout.execution.nodeops import (
     node_unregistered,
 )
 from lightsout.models.enums import DriftPolicy, ProxmoxMode
-from lightsout.models.group import DEFAULT_CORRECTION_WINDOW_SECONDS, DEFAULT_MAX_CORRECTIONS
-from lightsout.models.node import (
-    DEFAULT_BOOT_TIMEOUT_SECONDS,
-    DEFAULT_MAX_RETRIES,
-    DEFAULT_SHUTDOWN_TIMEOUT_SECONDS,
+from lightsout.models.group import (
+    DEFAULT_CORRECTION_WINDOW_SECONDS,
+    DEFAULT_MAX_CORRECTIONS,
+    GroupSpec,
 )
+from lightsout.models.node import NodeSpec
 from lightsout.planning.fsm import Reason
 from lightsout.planning.learning import median
 from lightsout.planning.types import (
@@ -34,7 +38,6 @@ from lightsout.planning.types import (
     Learned,
     LeaseState,
     MachineState,
-    NodeRemovalPolicy,
     Observations,
     ObservedJob,
     Operation,
@@ -52,6 +55,35 @@ GENERATION_LABEL = "lightsout.dev/generation"
 OPERATION_MESSAGE_LIMIT = 4096
 ATTEMPT_LABEL = "lightsout.dev/attempt"
 ACTION_LABEL = "lightsout.dev/action"
+
+
+class InvalidSpecError(ValueError):
+    """A Node's or Group's spec the API models refuse."""
+
+
+def _parse[M: BaseModel](model: type[M], obj: Obj) -> M:
+    # The one place execution reads a raw spec (a Group's is `{}` when omitted).
+    try:
+        return model.model_validate(obj.get("spec", {}))
+    except ValidationError as error:
+        meta = obj.get("metadata") or {}
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in error.errors()[:3]
+        )
+        raise InvalidSpecError(
+            f"{model.__name__.removesuffix('Spec')} {meta.get('namespace')}/{meta.get('name')}:"
+            f" spec refused by the model ({problems})"
+        ) from error
+
+
+def node_spec(node: Obj) -> NodeSpec:
+    """The machine's spec as the Node model reads it; raises `InvalidSpecError`."""
+    return _parse(NodeSpec, node)
+
+
+def group_spec(group: Obj) -> GroupSpec:
+    """The Group's spec as the Group model reads it; raises `InvalidSpecError`."""
+    return _parse(GroupSpec, group)
 
 
 def parse_time(value: Any) -> dt.datetime | None:
@@ -214,12 +246,10 @@ def clone_to_status(previous: Any, op: Operation | None) -> dict[str, Any] | Non
     return kept
 
 
-def machine_state(node: Obj, group: Obj | None) -> MachineState:
+def machine_state(node: Obj, spec: NodeSpec, group: GroupSpec | None) -> MachineState:
     """MachineState of one Node resource (its Group supplies the drift policy)."""
-    meta, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
-    power = spec.get("power") or {}
-    proxmox = (spec.get("driver") or {}).get("proxmox") or {}
-    desired = _enum(PowerState, spec.get("desiredPowerState"), PowerState.OFF)
+    meta, status = node["metadata"], node.get("status") or {}
+    desired = PowerState(spec.desired_power_state)  # the planner's power states (+ Unknown)
     generation = int(meta.get("generation") or 1)
     # The intent only changes when the desired power state does: editing labels bumps the
     # generation but must not look like a new power command.
@@ -236,7 +266,8 @@ def machine_state(node: Obj, group: Obj | None) -> MachineState:
         intent_generation = int(intent["generation"])
     else:
         intent_generation = generation
-    health = ((group or {}).get("spec") or {}).get("healthCheck") or {}
+    policy = group or GroupSpec()  # no Group: its defaults
+    health = policy.health_check
     adopted = _enum(PowerState, status.get("observedPowerState"), desired)
     adopting = (
         adopted
@@ -245,9 +276,10 @@ def machine_state(node: Obj, group: Obj | None) -> MachineState:
         and adopted is not desired
         else None
     )
+    proxmox = spec.driver.proxmox
     return MachineState(
         name=meta["name"],
-        kubernetes_node_name=spec.get("kubernetesNodeName") or meta["name"],
+        kubernetes_node_name=spec.kubernetes_node_name,
         phase=phase,
         desired=desired,
         intent_generation=intent_generation,
@@ -255,30 +287,22 @@ def machine_state(node: Obj, group: Obj | None) -> MachineState:
         reason=status.get("reason"),
         message=str(status.get("message") or ""),
         operation=operation_from_status(status.get("lastOperation")),
-        max_retries=int(spec.get("maxRetries", DEFAULT_MAX_RETRIES)),
-        boot_timeout_seconds=int(power.get("bootTimeoutSeconds", DEFAULT_BOOT_TIMEOUT_SECONDS)),
-        shutdown_timeout_seconds=int(
-            power.get("shutdownTimeoutSeconds", DEFAULT_SHUTDOWN_TIMEOUT_SECONDS)
-        ),
-        drain_timeout_seconds=int(power.get("drainTimeoutSeconds", 900)),
-        ephemeral=proxmox.get("mode") == ProxmoxMode.EPHEMERAL,
-        # The machine's own choice, else its Group's, else Delete.
-        node_removal_policy=_enum(
-            NodeRemovalPolicy,
-            spec.get("nodeRemovalPolicy")
-            or ((group or {}).get("spec") or {}).get("nodeRemovalPolicy"),
-            NodeRemovalPolicy.DELETE,
-        ),
-        correct_drift=health.get("driftPolicy") == DriftPolicy.CORRECT,
+        max_retries=spec.max_retries,
+        boot_timeout_seconds=spec.power.boot_timeout_seconds,
+        shutdown_timeout_seconds=spec.power.shutdown_timeout_seconds,
+        ephemeral=proxmox is not None and proxmox.mode is ProxmoxMode.EPHEMERAL,
+        # The machine's own choice, else its Group's (whose default is Delete).
+        node_removal_policy=spec.node_removal_policy or policy.node_removal_policy,
+        correct_drift=health.drift_policy is DriftPolicy.CORRECT,
         learned=learned_from_status(status.get("learned")),
-        max_corrections=int(health.get("maxCorrections") or DEFAULT_MAX_CORRECTIONS),
-        correction_window_seconds=int(
-            health.get("correctionWindowSeconds") or DEFAULT_CORRECTION_WINDOW_SECONDS
+        max_corrections=health.max_corrections or DEFAULT_MAX_CORRECTIONS,
+        correction_window_seconds=(
+            health.correction_window_seconds or DEFAULT_CORRECTION_WINDOW_SECONDS
         ),
         drift_corrections=tuple(
             t for raw in status.get("driftCorrections") or () if (t := parse_time(raw)) is not None
         ),
-        adopt_drift=health.get("driftPolicy") == DriftPolicy.ADOPT,
+        adopt_drift=health.drift_policy is DriftPolicy.ADOPT,
         adopting=adopting,
     )
 
@@ -329,15 +353,15 @@ def observations(
     )
 
 
-def wanted_metadata(node: Obj, group: Obj | None) -> tuple[dict[str, str], list[dict[str, str]]]:
+def wanted_metadata(
+    node: Obj, spec: NodeSpec, group: GroupSpec | None
+) -> tuple[dict[str, str], list[dict[str, str]]]:
     """Labels and taints the core Node must carry: the Group's, then the Node's (which win)."""
-    gspec = (group or {}).get("spec") or {}
-    spec = node.get("spec") or {}
-    labels = {**(gspec.get("labels") or {}), **(spec.get("labels") or {})}
+    policy = group or GroupSpec()
+    labels = {**(policy.labels or {}), **(spec.labels or {})}
     labels["lightsout.dev/node"] = node["metadata"]["name"]
-    labels["lightsout.dev/group"] = str(spec.get("group", ""))
+    labels["lightsout.dev/group"] = spec.group
     taints: dict[tuple[str, str], dict[str, str]] = {}
-    for taint in [*(gspec.get("taints") or []), *(spec.get("taints") or [])]:
-        clean = {k: str(v) for k, v in taint.items() if k in ("key", "value", "effect")}
-        taints[(clean.get("key", ""), clean.get("effect", ""))] = clean
+    for taint in [*(policy.taints or []), *(spec.taints or [])]:
+        taints[(taint.key, taint.effect)] = taint.to_dict()
     return labels, list(taints.values())

@@ -32,7 +32,9 @@ from typing import Any
 
 from lightsout.execution.naming import dns_label, label_value
 from lightsout.k8s import api
-from lightsout.models.enums import ProxmoxMode
+from lightsout.models.drivers import CloudInitJoin
+from lightsout.models.enums import JoinFlavor
+from lightsout.models.node import NodeSpec
 from lightsout.planning.types import Phase
 
 log = logging.getLogger(__name__)
@@ -51,32 +53,20 @@ _TOKEN_CHARS = string.ascii_lowercase + string.digits
 Obj = Mapping[str, Any]
 
 
-def wanted(node: Obj) -> Mapping[str, Any] | None:
-    """The machine's `join` block, when it is an Ephemeral Proxmox clone that has one."""
-    proxmox = ((node.get("spec") or {}).get("driver") or {}).get("proxmox") or {}
-    join = proxmox.get("join")
-    if proxmox.get("mode") == ProxmoxMode.EPHEMERAL and isinstance(join, Mapping):
-        return join
-    return None
-
-
-def flavor(join: Mapping[str, Any]) -> str:
-    return str(join.get("flavor") or "kubeadm")
-
-
-def join_sources(node: Obj) -> tuple[dict[str, Any], ...]:
+def join_sources(spec: NodeSpec) -> tuple[dict[str, Any], ...]:
     """The user's objects the flavor needs beside the join Secret, as projected volume sources:
     the k3s token as `k3s-token`, the user-data template as `user-data.j2` (their values are
     read by the Job only, never by the operator)."""
-    join = wanted(node) or {}
-    k3s = join.get("k3sTokenSecretRef")
-    if flavor(join) == "k3s" and isinstance(k3s, Mapping):
-        items = [{"key": str(k3s["key"]), "path": "k3s-token"}]
-        return ({"secret": {"name": str(k3s["name"]), "items": items}},)
-    template = join.get("userDataTemplateRef")
-    if flavor(join) == "template" and isinstance(template, Mapping):
-        items = [{"key": str(template.get("key", "user-data")), "path": "user-data.j2"}]
-        return ({"configMap": {"name": str(template["name"]), "items": items}},)
+    join = spec.clone_join
+    if join is None:
+        return ()
+    # The model holds each flavor to its own reference (and no other).
+    if (k3s := join.k3s_token_secret_ref) is not None:
+        items = [{"key": k3s.key, "path": "k3s-token"}]
+        return ({"secret": {"name": k3s.name, "items": items}},)
+    if (template := join.user_data_template_ref) is not None:
+        items = [{"key": template.key, "path": "user-data.j2"}]
+        return ({"configMap": {"name": template.name, "items": items}},)
     return ()
 
 
@@ -124,9 +114,7 @@ def token_secret(
     }
 
 
-def join_secret(
-    node: Obj, join: Mapping[str, Any], token: str | None, ca_pem: bytes
-) -> dict[str, Any]:
+def join_secret(node: Obj, join: CloudInitJoin, token: str | None, ca_pem: bytes) -> dict[str, Any]:
     """The Secret mounted into the provision Job: token (none for k3s, whose token is the
     user's), CA and API endpoint, owned by the Node."""
     meta = node["metadata"]
@@ -153,29 +141,28 @@ def join_secret(
         "stringData": {
             **({"token": token} if token is not None else {}),
             "ca.crt": ca_pem.decode(),
-            "server": str(join["apiServerEndpoint"]),
+            "server": join.api_server_endpoint,
         },
     }
 
 
-def issue(node: Obj, now: dt.datetime) -> str | None:
+def issue(node: Obj, spec: NodeSpec, now: dt.datetime) -> str | None:
     """Issue fresh join credentials for a provision; returns the join Secret's name.
 
     Earlier tokens of the machine (a previous attempt's) are deleted first: one live token per
     machine.
     """
-    join = wanted(node)
+    join = spec.clone_join
     if join is None:
         return None
     meta = node["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    power = (node.get("spec") or {}).get("power") or {}
-    boot = int(power.get("bootTimeoutSeconds", 600))
+    boot = spec.power.boot_timeout_seconds
     # Valid through the provision Job's deadline (boot timeout + 120 s, see the actuator) and
     # then the boot timeout, which starts when the provision ends.
     expires = now + dt.timedelta(seconds=2 * boot + 120)
     revoke(namespace, name)
-    if flavor(join) == "k3s":
+    if join.flavor is JoinFlavor.K3S:
         # The k3s agent joins with the cluster's token from the user's Secret: nothing to mint.
         body = join_secret(node, join, None, api.cluster_ca())
         api.create_secret(namespace, body)
@@ -195,9 +182,9 @@ def revoke(namespace: str, name: str) -> None:
     api.delete_secrets(namespace, selector)
 
 
-def settle(node: Obj, previous_phase: str | None, phase: str) -> None:
+def settle(node: Obj, spec: NodeSpec, previous_phase: str | None, phase: str) -> None:
     """After a phase change into Ready, Failed or Off, the clone's credentials are deleted."""
-    if previous_phase == phase or phase not in SETTLED or wanted(node) is None:
+    if previous_phase == phase or phase not in SETTLED or spec.clone_join is None:
         return
     meta = node["metadata"]
     revoke(meta["namespace"], meta["name"])
@@ -205,25 +192,24 @@ def settle(node: Obj, previous_phase: str | None, phase: str) -> None:
 
 
 def job_extravars(
-    node: Obj,
+    spec: NodeSpec,
     labels: Mapping[str, str],
     taints: list[dict[str, str]],
     network: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What the provision playbook writes into the cloud-init data besides the credentials;
     `network` is the static address from the Group's pool (execution/addresses), else DHCP."""
-    join = wanted(node)
+    join = spec.clone_join
     if join is None:
         return {}
-    spec = node.get("spec") or {}
     return {
         "lightsout_join": {
-            "flavor": flavor(join),
-            "hostname": spec.get("kubernetesNodeName"),
+            "flavor": str(join.flavor),
+            "hostname": spec.kubernetes_node_name,
             "labels": dict(labels),
             "taints": list(taints),
-            "iso_storage": join.get("isoStorage", "local"),
-            "ssh_authorized_keys": list(join.get("sshAuthorizedKeys") or []),
+            "iso_storage": join.iso_storage,
+            "ssh_authorized_keys": list(join.ssh_authorized_keys or []),
             **(network or {}),
         }
     }

@@ -21,6 +21,7 @@ from typing import Any
 from lightsout.execution.jobs import LABEL_MANAGED_BY, LABEL_NODE, MANAGED_BY
 from lightsout.execution.naming import label_value, stable_hash
 from lightsout.planning.types import LeaseState
+from lightsout.state.parse import dig
 
 LEASE_PREFIX = "lightsout"
 LABEL_NAMESPACE = "lightsout.dev/node-namespace"
@@ -185,13 +186,12 @@ def _for_replace(lease: Mapping[str, Any]) -> dict[str, Any]:
     metadata = body.setdefault("metadata", {})
     # Server-side bookkeeping; left out, the API server keeps what it has.
     metadata.pop("managedFields", None)
-    spec = body.get("spec")
-    body["spec"] = dict(spec) if isinstance(spec, Mapping) else {}
+    body["spec"] = dict(_spec(body))
     return body
 
 
 def _spec(lease: Mapping[str, Any]) -> Mapping[str, Any]:
-    spec = lease.get("spec")
+    spec = dig(lease, "spec")
     return spec if isinstance(spec, Mapping) else {}
 
 

@@ -1,7 +1,8 @@
 """Pure helpers for what the operator does to core Nodes: readiness, metadata, drain selection.
 
 Called by `lightsout.execution.actuator` (which does the API calls) and by the observation
-builder. No I/O here: everything takes and returns plain dicts.
+builder. No I/O here: everything takes and returns plain dicts (core objects, which have no
+model here: read with `state.parse.dig`, tolerant of garbage).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from lightsout.planning.types import STARTUP_TAINT_KEY
+from lightsout.state.parse import dig
 from lightsout.state.types import MIRROR_POD
 
 Obj = Mapping[str, Any]
@@ -36,7 +38,7 @@ def node_unregistered(node: Obj | None) -> bool:
 
 
 def node_cordoned(node: Obj | None) -> bool:
-    return bool(node and (node.get("spec") or {}).get("unschedulable"))
+    return bool(dig(node, "spec", "unschedulable"))
 
 
 def _taint_key(taint: Obj) -> tuple[str, str]:
@@ -47,8 +49,13 @@ def _taint_key(taint: Obj) -> tuple[str, str]:
 STARTUP_TAINT: Mapping[str, str] = {"key": STARTUP_TAINT_KEY, "effect": "NoSchedule"}
 
 
+def taints_of(node: Obj | None) -> list[Obj]:
+    """The taints of a core Node (of a kubelet's Node object), as a new list."""
+    return list(dig(node, "spec", "taints") or [])
+
+
 def has_startup_taint(node: Obj | None) -> bool:
-    taints = ((node or {}).get("spec") or {}).get("taints") or []
+    taints = taints_of(node)
     return any(t.get("key") == STARTUP_TAINT_KEY for t in taints)
 
 
@@ -67,7 +74,7 @@ def metadata_patch(
     writer (the node lifecycle controller) added since the read must not be lost; such a race
     is a 409 and the caller tries again.
     """
-    current_taints = list((node.get("spec") or {}).get("taints") or [])
+    current_taints = taints_of(node)
     wanted = {_taint_key(t): dict(t) for t in taints}
     kept = [
         t for t in current_taints if _taint_key(t) not in wanted and str(t.get("key")) not in drop
@@ -91,7 +98,7 @@ def node_patch(
     missing = {k: v for k, v in labels.items() if current_labels.get(k) != v}
     if missing:
         patch["metadata"] = {"labels": missing}
-    if _taint_set((node.get("spec") or {}).get("taints") or []) != _taint_set(taints):
+    if _taint_set(taints_of(node)) != _taint_set(taints):
         patch["spec"] = {"taints": list(taints)}
     if not patch:
         return None
@@ -158,6 +165,6 @@ def blocking_pdb(pod: Obj, pdbs: Iterable[Obj]) -> str | None:
         pmeta = pdb.get("metadata") or {}
         if pmeta.get("namespace") != meta.get("namespace"):
             continue
-        if _selector_matches((pdb.get("spec") or {}).get("selector"), labels):
+        if _selector_matches(dig(pdb, "spec", "selector"), labels):
             return f"{pmeta.get('namespace')}/{pmeta.get('name')}"
     return None

@@ -9,7 +9,8 @@ a different one is left alone and reported by `report` as the condition `Provide
 (the externalgrpc provider then knows the instance by the Node's own providerID, so
 cluster-autoscaler still matches it).
 
-Called by `execution.reconcile.Reconciler.reconcile` once per pass, with the cached core Node.
+Called by `execution.reconcile.Reconciler.reconcile` once per pass, with the cached core Node
+and the machine's `wanted` providerID.
 """
 
 from __future__ import annotations
@@ -21,25 +22,26 @@ from typing import Any
 
 from lightsout.k8s import api
 from lightsout.models.enums import ConditionStatus, ConditionType
+from lightsout.models.node import NodeSpec
 from lightsout.planning.effects import Decision, SetCondition
 from lightsout.planning.nodegroups import provider_id
+from lightsout.state.parse import as_str, dig
 
 log = logging.getLogger(__name__)
 
 Obj = Mapping[str, Any]
 
 
-def wanted(machine: Obj) -> str:
+def wanted(machine: Obj, spec: NodeSpec) -> str:
     """The providerID the machine's core Node should carry."""
     meta = machine.get("metadata") or {}
-    spec = machine.get("spec") or {}
     return provider_id(
-        str(meta.get("namespace") or ""), str(meta.get("name") or ""), spec.get("providerID")
+        str(meta.get("namespace") or ""), str(meta.get("name") or ""), spec.provider_id
     )
 
 
 def current(core_node: Obj | None) -> str:
-    return str(((core_node or {}).get("spec") or {}).get("providerID") or "")
+    return as_str(dig(core_node, "spec", "providerID"))
 
 
 def patch(core_node: Obj | None, want: str) -> dict[str, Any] | None:
@@ -49,9 +51,10 @@ def patch(core_node: Obj | None, want: str) -> dict[str, Any] | None:
     return {"spec": {"providerID": want}}
 
 
-def ensure(core_node: Obj | None, machine: Obj) -> Obj | None:
-    """Sets the core Node's providerID when it has none; returns the core Node as it now is."""
-    change = patch(core_node, wanted(machine))
+def ensure(core_node: Obj | None, want: str) -> Obj | None:
+    """Sets the core Node's providerID `want` when it has none; returns the core Node as it now
+    is."""
+    change = patch(core_node, want)
     if core_node is None or change is None:
         return core_node
     name = str(core_node["metadata"]["name"])
@@ -66,9 +69,9 @@ def ensure(core_node: Obj | None, machine: Obj) -> Obj | None:
     return updated
 
 
-def report(decision: Decision, core_node: Obj | None, machine: Obj) -> Decision:
+def report(decision: Decision, core_node: Obj | None, want: str) -> Decision:
     """`decision` plus the ProviderIDConflict condition, once the core Node exists."""
-    has, want = current(core_node), wanted(machine)
+    has = current(core_node)
     if not has:
         return decision
     if has == want:

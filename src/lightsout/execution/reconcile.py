@@ -1,9 +1,10 @@
 """One reconcile pass for one machine, from what the watch caches hold about it.
 
 Called by the Node reconciler's workers (`handlers/node.py`), in a worker thread, with a
-`MachineView`: the machine's Lights-Out Node, its Group, its action Jobs and their pods, its
-core Node, its Lease and (while draining) the pods on its core Node, all copied from kopf
-indexes on the event loop before the pass. A pass: `planning.fsm.decide` → write status →
+`MachineView`: the machine's Lights-Out Node and its and its Group's spec read into the API
+models (once per pass), its action Jobs and their pods, its core Node, its Lease and (while
+draining) the pods on its core Node, all copied from kopf indexes on the event loop before the
+pass. A pass: `planning.fsm.decide` → write status →
 carry out effects, and returns when the machine wants its next pass (None: only when something
 it watches changes; there is no periodic re-read).
 
@@ -36,6 +37,8 @@ from lightsout.execution import (
 from lightsout.execution.jobs import LABEL_NODE
 from lightsout.execution.nodeops import pods_to_drain
 from lightsout.execution.results import observe_job
+from lightsout.models.group import GroupSpec
+from lightsout.models.node import NodeSpec
 from lightsout.planning import fsm
 from lightsout.planning.effects import (
     Decision,
@@ -59,7 +62,8 @@ class MachineView:
     """What the watch caches hold about one machine at the start of a pass."""
 
     node: Obj
-    group: Obj | None = None
+    spec: NodeSpec
+    group_spec: GroupSpec | None = None
     jobs: Sequence[Obj] = ()
     #: Pods of each action Job, by Job name.
     job_pods: Mapping[str, Sequence[Obj]] = field(default_factory=dict)
@@ -154,10 +158,7 @@ class Caches:
         found = self._all(MACHINE_REFS, (kind, namespace, name))
         if kind == REF_CONFIG_MAP:
             for (ns, group_name), groups in self.indexes[GROUPS].items():
-                if ns == namespace and any(
-                    ((g.get("spec") or {}).get("playbooks") or {}).get("configMapName") == name
-                    for g in groups
-                ):
+                if ns == namespace and any(_overlay(g) == name for g in groups):
                     found += self.machines_of_group(ns, group_name)
         return found
 
@@ -198,22 +199,26 @@ class Caches:
         problems = {action: self._check(node, group, str(action)) for action in POWER_ACTIONS}
         return {action: problem for action, problem in problems.items() if problem is not None}
 
-    def health_problem(self, node: Obj, group: Obj | None) -> Unresolved | None:
+    def health_problem(
+        self, node: Obj, group: Obj | None, group_spec: GroupSpec | None
+    ) -> Unresolved | None:
         """What keeps the machine out of its Group's health check (a Secret or ConfigMap its
         check pod would mount is missing), None when it is checked or there is no check."""
-        if group is None or not health.enabled(group):
+        if group_spec is None or not group_spec.health_check.enabled:
             return None
         return self._check(node, group, health.COMPONENT)
 
     def view(self, namespace: str, name: str) -> MachineView | None:
-        """Everything one pass over this machine reads, or None when the machine is gone."""
+        """Everything one pass over this machine reads, or None when the machine is gone.
+        Raises `inputs.InvalidSpecError` when its or its Group's spec does not read."""
         node = self.machine(namespace, name)
         if node is None:
             return None
-        spec = node.get("spec") or {}
-        group = self.group(namespace, str(spec.get("group") or ""))
+        spec = inputs.node_spec(node)
+        group = self.group(namespace, spec.group)
+        group_spec = None if group is None else inputs.group_spec(group)
         jobs = self._all(JOBS, (namespace, name))
-        core_name = str(spec.get("kubernetesNodeName") or name)
+        core_name = spec.kubernetes_node_name
         lease_namespace = self.config.lease_namespace or namespace
         powered = (node.get("status") or {}).get("phase") != Phase.OFF
         job_pods = {
@@ -222,7 +227,8 @@ class Caches:
         }
         return MachineView(
             node=node,
-            group=group,
+            spec=spec,
+            group_spec=group_spec,
             jobs=jobs,
             job_pods=job_pods,
             job_events={
@@ -238,8 +244,17 @@ class Caches:
             pods_on_node=self._all(PODS, core_name) if powered else (),
             unresolved=self.unresolved(node, group),
             health=self._all(HEALTH, (namespace, name)),
-            health_problem=self.health_problem(node, group),
+            health_problem=self.health_problem(node, group, group_spec),
         )
+
+
+def _overlay(group: Obj) -> str | None:
+    """The playbook overlay ConfigMap a Group names (None when its spec does not read)."""
+    try:
+        playbooks = inputs.group_spec(group).playbooks
+    except inputs.InvalidSpecError:
+        return None
+    return playbooks.config_map_name if playbooks else None
 
 
 @dataclass
@@ -254,17 +269,16 @@ class Reconciler:
 
     def reconcile(self, view: MachineView) -> float | None:
         """One pass; returns seconds until the next pass if nothing wakes the machine sooner."""
-        node = view.node
+        node, spec, group = view.node, view.spec, view.group_spec
         if node["metadata"].get("deletionTimestamp"):
             return None
-        group = view.group
-        labels, taints = inputs.wanted_metadata(node, group)
+        labels, taints = inputs.wanted_metadata(node, spec, group)
         ctx = actuator.KubeMachine(
-            node=node, group=group, config=self.config, labels=labels, taints=taints
+            node=node, spec=spec, group_spec=group, config=self.config, labels=labels, taints=taints
         )
         key = f"{ctx.namespace}/{ctx.name}"
         now = dt.datetime.now(dt.UTC)
-        machine = inputs.machine_state(node, group)
+        machine = inputs.machine_state(node, spec, group)
         observed = [
             o
             for job in view.jobs
@@ -279,7 +293,8 @@ class Reconciler:
             is not None
         ]
         observed_job = fsm.select_job(observed, machine.operation)
-        core_node = providerid.ensure(view.core_node, node)
+        provider_id = providerid.wanted(node, spec)
+        core_node = providerid.ensure(view.core_node, provider_id)
         drain = None
         if machine.phase == Phase.DRAINING and core_node is not None:
             last = self.drains.get(key)
@@ -297,7 +312,7 @@ class Reconciler:
             lease = ctx.read_lease_state(now)
         checked = health.assess(
             node.get("status") or {},
-            health.newest(view.health, str((node.get("spec") or {}).get("group") or "")),
+            health.newest(view.health, spec.group),
             lease,
         )
         if view.health_problem is not None:
@@ -315,8 +330,8 @@ class Reconciler:
             power_state_at=checked.power_state_at,
             unresolved=view.unresolved,
         )
-        decision = providerid.report(fsm.decide(machine, obs, now), core_node, node)
-        ctx.cpu_utilisation = energy.cpu_utilisation(node, core_node, view.pods_on_node)
+        decision = providerid.report(fsm.decide(machine, obs, now), core_node, provider_id)
+        ctx.cpu_utilisation = energy.cpu_utilisation(spec, core_node, view.pods_on_node)
         return self.apply(ctx, machine, _with_health(decision, checked), now)
 
     def apply(

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lightsout.execution.nodeops import STARTUP_TAINT, has_startup_taint, node_patch
+from lightsout.execution.nodeops import STARTUP_TAINT, has_startup_taint, node_patch, taints_of
 from lightsout.planning.types import STARTUP_TAINT_KEY
 
 Obj = Mapping[str, Any]
@@ -88,7 +88,7 @@ def kubelet_metadata(node: Obj) -> tuple[dict[str, str], list[Taint], list[str]]
     refused = sorted(k for k in labels if k not in allowed)
     taints = [
         _clean(t)
-        for t in (node.get("spec") or {}).get("taints") or []
+        for t in taints_of(node)
         if str(t.get("key")) != STARTUP_TAINT_KEY
         and not _in(_namespace(str(t.get("key", ""))), CONTROLLER_TAINT_NAMESPACE)
     ]
@@ -121,11 +121,10 @@ def merge_patch(
     if not has_startup_taint(existing):
         return None
     labels, taints, _ = kubelet_metadata(kubelet)
-    current_taints = list((existing.get("spec") or {}).get("taints") or [])
     return node_patch(
         existing,
         {k: v for k, v in labels.items() if k not in wanted_labels},
-        _merged_taints(current_taints, taints, wanted_taints),
+        _merged_taints(taints_of(existing), taints, wanted_taints),
     )
 
 
@@ -135,8 +134,7 @@ def registration_metadata(
     """No core Node yet: the labels and taints the kubelet's own Node object is created with —
     its own, then the wanted ones over them, plus the startup taint (removed at Ready)."""
     labels = {**((kubelet.get("metadata") or {}).get("labels") or {}), **wanted_labels}
-    current = list((kubelet.get("spec") or {}).get("taints") or [])
-    taints = _merged_taints(current, [], [*wanted_taints, STARTUP_TAINT])
+    taints = _merged_taints(taints_of(kubelet), [], [*wanted_taints, STARTUP_TAINT])
     return labels, taints
 
 

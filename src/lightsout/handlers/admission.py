@@ -114,11 +114,21 @@ async def core_node_registering(
     machine = caches.machine(*refs[0]) if refs else None
     if machine is None:
         return
-    spec = machine.get("spec") or {}
-    group = caches.group(refs[0][0], str(spec.get("group") or ""))
-    labels, taints = inputs.wanted_metadata(machine, group)
+    try:
+        spec = inputs.node_spec(machine)
+        group = caches.group(refs[0][0], spec.group)
+        group_spec = None if group is None else inputs.group_spec(group)
+    except inputs.InvalidSpecError as error:  # as without the webhook
+        log.warning("%s: core Node %s registers as its kubelet asks", error, name)
+        return
+    labels, taints = inputs.wanted_metadata(machine, spec, group_spec)
     ctx = actuator.KubeMachine(
-        node=machine, group=group, config=reconcilers.config, labels=labels, taints=taints
+        node=machine,
+        spec=spec,
+        group_spec=group_spec,
+        config=reconcilers.config,
+        labels=labels,
+        taints=taints,
     )
     mutation = await asyncio.to_thread(ctx.kubelet_registering, dict(body))
     if mutation is not None:

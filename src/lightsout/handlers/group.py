@@ -18,6 +18,7 @@ from typing import Any
 from lightsout.execution.energy import group_energy
 from lightsout.k8s import api
 from lightsout.models.enums import Phase
+from lightsout.models.group import GroupSpec
 
 _TRANSITIONING = {
     Phase.POWERING_ON,
@@ -49,14 +50,16 @@ def group_counts(machines: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return {"nodes": counts, "targetSize": target}
 
 
-def recount(group: Mapping[str, Any], machines: Iterable[Mapping[str, Any]]) -> None:
+def recount(
+    group: Mapping[str, Any], spec: GroupSpec, machines: Iterable[Mapping[str, Any]]
+) -> None:
     """Write the Group's counts when they differ from its status (a worker thread calls it)."""
     meta = group["metadata"]
     machines = list(machines)
     status = {**group_counts(machines), "observedGeneration": meta.get("generation")}
     old = group.get("status") or {}
     changed = {key: value for key, value in status.items() if old.get(key) != value}
-    energy = group_energy(group, machines, dt.datetime.now(dt.UTC))
+    energy = group_energy(group, spec, machines, dt.datetime.now(dt.UTC))
     if energy is not None:
         changed["energy"] = energy
     if changed:

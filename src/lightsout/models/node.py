@@ -15,7 +15,7 @@ from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from lightsout.models.base import ApiModel, Rule, default_empty, rules
 from lightsout.models.common import Conditions, Energy, Taints
-from lightsout.models.drivers import NodeDriver
+from lightsout.models.drivers import CloudInitJoin, NodeDriver
 from lightsout.models.enums import (
     Action,
     HealthCheckResult,
@@ -24,6 +24,7 @@ from lightsout.models.enums import (
     OperationResult,
     Phase,
     PowerState,
+    ProxmoxMode,
 )
 from lightsout.models.types import (
     DnsSubdomain,
@@ -185,6 +186,15 @@ class NodeSpec(ApiModel):
     """Delete or keep the core Node object after power-off; unset: the Group's choice."""
     max_retries: int = Field(default=DEFAULT_MAX_RETRIES, ge=0, le=20)
     """Failed attempts of one intent before the Node goes Failed."""
+
+    @property
+    def clone_join(self) -> CloudInitJoin | None:
+        """The `join` block, when the machine is an Ephemeral Proxmox clone that has one: it
+        joins by itself (with an address from its Group's `addressPool`, if any)."""
+        proxmox = self.driver.proxmox
+        if proxmox is not None and proxmox.mode is ProxmoxMode.EPHEMERAL:
+            return proxmox.join
+        return None
 
 
 class Learned(ApiModel):

@@ -40,11 +40,11 @@ from enum import IntEnum, StrEnum
 from typing import Any
 
 from lightsout.actuation.interpreter import carry_out
-from lightsout.actuation.memory import AddressPool, MemoryJob, MemoryMachine, MemoryScale
+from lightsout.actuation.memory import MemoryJob, MemoryMachine, MemoryPool, MemoryScale
 from lightsout.actuation.plans import PlanApplier
-from lightsout.execution.inputs import machine_state
+from lightsout.actuation.pool import pool_of
+from lightsout.execution.inputs import group_spec, machine_state, node_spec
 from lightsout.models.enums import PowerState as DesiredPowerState
-from lightsout.models.enums import ProxmoxMode
 from lightsout.planning.autoscale import plan
 from lightsout.planning.decisions import Plan, PowerOn, ScaleAction
 from lightsout.planning.effects import Decision, Event, StartJob
@@ -74,7 +74,7 @@ from lightsout.state import (
     cron,
     snapshot_from,
 )
-from lightsout.state.parse import dig, scheduling_requirements
+from lightsout.state.parse import scheduling_requirements
 from lightsout.state.resources import CPU, MEMORY, Resources
 
 #: The autoscaler handler's debounce (`handlers.autoscale.DEBOUNCE`): a burst makes one plan.
@@ -357,17 +357,22 @@ class Simulator:
             raise ValueError("trace machines: " + "; ".join(snapshot.problems))
         out: list[SimMachine] = []
         start = self.start
-        pools = _pools(groups_raw)
-        groups_by_name = {str(g["metadata"]["name"]): g for g in groups_raw}
-        by_name = {str(n["metadata"]["name"]): n for n in nodes_raw}
+        group_specs = {str(g["metadata"]["name"]): group_spec(g) for g in groups_raw}
+        pools = {
+            name: MemoryPool(name, spec.address_pool)
+            for name, spec in group_specs.items()
+            if spec.address_pool is not None
+        }
+        specs = {str(n["metadata"]["name"]): (n, node_spec(n)) for n in nodes_raw}
         for template in snapshot.machines:
-            manifest = by_name[template.key.name]
+            manifest, spec = specs[template.key.name]
+            group = group_specs.get(template.group)
             truth = self.trace.durations_of(template.key.name)
             # As the operator starts: from the spec's desired power state (a machine pinned On
             # with autoscaling off stays On all week), or On for every machine always-on.
             on = self.options.policy is Policy.ALWAYS_ON or template.desired is DesiredPowerState.ON
             state = replace(
-                machine_state(manifest, groups_by_name.get(template.group)),
+                machine_state(manifest, spec, group),
                 phase=Phase.OFF,
                 desired=PowerState.ON if on else PowerState.OFF,
                 intent_generation=1,
@@ -376,7 +381,7 @@ class Simulator:
             machine = SimMachine(
                 sim=self,
                 state=state,
-                pool=pools.get(template.group) if _joins(manifest) else None,
+                pool=pools.get(template.group) if pool_of(spec, group) is not None else None,
                 template=template,
                 draw=Draw.declared(template.watts_on, template.watts_idle, template.watts_off),
                 power_on_seconds=truth.power_on_seconds,
@@ -772,24 +777,6 @@ class Simulator:
             is_powered(machine.state.phase),
             machine.utilisation(),
         )
-
-
-def _pools(groups: Iterable[Mapping[str, Any]]) -> dict[str, AddressPool]:
-    """Each Group's `spec.addressPool`, by Group name, shared by its clones."""
-    found = {str(g["metadata"]["name"]): dig(g, "spec", "addressPool") for g in groups}
-    return {
-        name: AddressPool(name, spec) for name, spec in found.items() if isinstance(spec, Mapping)
-    }
-
-
-def _joins(manifest: Mapping[str, Any]) -> bool:
-    """An Ephemeral clone that joins by itself (it takes an address from its Group's pool)."""
-    proxmox = dig(manifest, "spec", "driver", "proxmox")
-    return (
-        isinstance(proxmox, Mapping)
-        and proxmox.get("mode") == ProxmoxMode.EPHEMERAL
-        and isinstance(proxmox.get("join"), Mapping)
-    )
 
 
 def _float(value: int | None) -> float | None:
