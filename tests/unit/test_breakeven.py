@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from lightsout.execution.inputs import learned_from_status, learned_to_status
+from lightsout.actuation.inputs import learned_from_status, learned_to_status
 from lightsout.models.enums import SelectionPolicy
 from lightsout.planning.autoscale import plan
 from lightsout.planning.breakeven import break_even_seconds

@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from lightsout.actuation import inputs
 from lightsout.commands import healthcheck
 from lightsout.config import OperatorConfig
-from lightsout.execution import health, inputs
+from lightsout.execution import health
 from lightsout.planning.types import ConditionStatus, LeaseState, PowerState
 from lightsout.runner import indexed
 from lightsout.runner.config import ConfigError

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from lightsout.execution import extravars, inputs, nodeops
+from lightsout.actuation import inputs, nodeops
+from lightsout.execution import extravars
 from lightsout.models import GroupSpec, NodeSpec
 from lightsout.planning.types import (
     Action,

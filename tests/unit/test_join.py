@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from lightsout.execution import inputs, join
+from lightsout.actuation import inputs
+from lightsout.execution import join
 from lightsout.execution.jobs import JOIN_DIR, JobRequest, build_action_job
 from lightsout.models import NodeSpec
 from lightsout.models.drivers import CloudInitJoin

@@ -15,9 +15,9 @@ import uuid
 
 import pytest
 
+from lightsout.actuation.inputs import node_spec
 from lightsout.config import OperatorConfig
 from lightsout.execution.actuator import KubeMachine, wanted_status
-from lightsout.execution.inputs import node_spec
 from lightsout.execution.jobs import CONTAINER_NAME
 from lightsout.execution.results import observe_job
 from lightsout.planning.effects import Event

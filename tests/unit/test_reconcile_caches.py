@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from lightsout.actuation import inputs
 from lightsout.config import OperatorConfig
-from lightsout.execution import inputs
 from lightsout.execution import reconcile as rc
 from lightsout.models import GroupSpec
 from lightsout.state import MACHINES_KEY, PODS_KEY

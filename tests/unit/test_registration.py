@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from lightsout.actuation.nodeops import STARTUP_TAINT
 from lightsout.execution import registration as reg
-from lightsout.execution.nodeops import STARTUP_TAINT
 
 WANTED_LABELS = {"example.com/pool": "gpu", "lightsout.dev/node": "box"}
 WANTED_TAINTS = [{"key": "example.com/dedicated", "value": "gpu", "effect": "NoSchedule"}]

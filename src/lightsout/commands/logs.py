@@ -12,7 +12,7 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any
 
-from lightsout.execution.inputs import job_identity
+from lightsout.actuation.inputs import job_identity
 
 Obj = dict[str, Any]
 

@@ -16,23 +16,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from lightsout import API_GROUP, API_VERSION
-from lightsout.actuation.pool import PoolExhaustedError
-from lightsout.config import OperatorConfig
-from lightsout.execution import addresses, energy, inputs, join, leases, providerid, registration
-from lightsout.execution.extravars import action_extravars, credentials_secret
-from lightsout.execution.jobs import (
-    JobRequest,
-    build_action_job,
-    build_extravars_configmap,
-    job_name,
-)
-from lightsout.execution.nodeops import (
+from lightsout.actuation import inputs
+from lightsout.actuation.nodeops import (
     STARTUP_TAINT,
     blocking_pdb,
     has_startup_taint,
     metadata_patch,
     node_unregistered,
     pods_to_drain,
+)
+from lightsout.actuation.pool import PoolExhaustedError
+from lightsout.config import OperatorConfig
+from lightsout.execution import addresses, energy, join, leases, providerid, registration
+from lightsout.execution.extravars import action_extravars, credentials_secret
+from lightsout.execution.jobs import (
+    JobRequest,
+    build_action_job,
+    build_extravars_configmap,
+    job_name,
 )
 from lightsout.k8s import api
 from lightsout.metrics.families import LEASE_CONFLICTS

@@ -29,9 +29,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from lightsout import API_GROUP, API_VERSION
+from lightsout.actuation.inputs import InvalidSpecError, format_time, node_spec, parse_time
 from lightsout.config import OperatorConfig
 from lightsout.execution.extravars import action_extravars, credentials_secret
-from lightsout.execution.inputs import InvalidSpecError, format_time, node_spec, parse_time
 from lightsout.execution.jobs import (
     CONTAINER_NAME,
     LABEL_COMPONENT,

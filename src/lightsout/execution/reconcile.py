@@ -24,18 +24,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from lightsout.actuation import interpreter
+from lightsout.actuation import inputs, interpreter
+from lightsout.actuation.nodeops import pods_to_drain
 from lightsout.config import OperatorConfig
 from lightsout.execution import (
     actuator,
     energy,
     health,
-    inputs,
     leases,
     providerid,
 )
 from lightsout.execution.jobs import LABEL_NODE
-from lightsout.execution.nodeops import pods_to_drain
 from lightsout.execution.results import observe_job
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lightsout.execution.nodeops import STARTUP_TAINT, has_startup_taint, node_patch, taints_of
+from lightsout.actuation.nodeops import STARTUP_TAINT, has_startup_taint, node_patch, taints_of
 from lightsout.planning.types import STARTUP_TAINT_KEY
 
 Obj = Mapping[str, Any]

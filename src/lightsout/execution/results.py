@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from lightsout.execution.inputs import parse_time
+from lightsout.actuation.inputs import parse_time
 from lightsout.execution.jobs import (
     CONTAINER_NAME,
     LABEL_ACTION,

@@ -26,9 +26,10 @@ from typing import Any, cast
 
 import kopf
 
+from lightsout.actuation import inputs
+from lightsout.actuation.nodeops import has_startup_taint
 from lightsout.config import OperatorConfig
-from lightsout.execution import actuator, inputs, registration
-from lightsout.execution.nodeops import has_startup_taint
+from lightsout.execution import actuator, registration
 from lightsout.k8s import api
 
 log = logging.getLogger(__name__)

@@ -36,8 +36,9 @@ from typing import Any
 import kopf
 
 from lightsout import API_GROUP, API_VERSION
+from lightsout.actuation import inputs
 from lightsout.config import OperatorConfig
-from lightsout.execution import health, inputs
+from lightsout.execution import health
 from lightsout.execution import reconcile as rc
 from lightsout.execution.extravars import credentials_secret
 from lightsout.execution.healthsync import HealthCronJobs

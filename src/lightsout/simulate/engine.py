@@ -39,11 +39,11 @@ from datetime import datetime, timedelta
 from enum import IntEnum, StrEnum
 from typing import Any
 
+from lightsout.actuation.inputs import group_spec, machine_state, node_spec
 from lightsout.actuation.interpreter import carry_out
 from lightsout.actuation.memory import MemoryJob, MemoryMachine, MemoryPool, MemoryScale
 from lightsout.actuation.plans import PlanApplier
 from lightsout.actuation.pool import pool_of
-from lightsout.execution.inputs import group_spec, machine_state, node_spec
 from lightsout.models.enums import PowerState as DesiredPowerState
 from lightsout.planning.autoscale import plan
 from lightsout.planning.decisions import Plan, PowerOn, ScaleAction

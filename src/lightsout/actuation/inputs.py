@@ -2,8 +2,9 @@
 
 Called by the Node reconciler (`execution.reconcile`) with what the watch caches hold: the Node
 resource, its Group, its newest action Job and pods, the core Node, drain progress and the Lease
-state. A Node's and a Group's spec are read once per pass into the API models (`node_spec`,
-`group_spec`), with the models' defaults; everything in `execution` reads those. A spec the
+state; and by the replay (`lightsout.simulate`), which starts its machines from the same
+`machine_state`. A Node's and a Group's spec are read once per pass into the API models
+(`node_spec`, `group_spec`), with the models' defaults; everything in `execution` reads those. A spec the
 models refuse (the API server's schema refuses it too) raises `InvalidSpecError`: the pass is
 skipped. Anything malformed in status (a person's edit, an old version's leftovers) degrades to
 "unknown" rather than raising: the operator never crashes on someone else's garbage.
@@ -17,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from lightsout.execution.nodeops import (
+from lightsout.actuation.nodeops import (
     metadata_applied,
     node_cordoned,
     node_ready,
@@ -62,7 +63,7 @@ class InvalidSpecError(ValueError):
 
 
 def _parse[M: BaseModel](model: type[M], obj: Obj) -> M:
-    # The one place execution reads a raw spec (a Group's is `{}` when omitted).
+    # The one place a spec is read raw (a Group's is `{}` when omitted).
     try:
         return model.model_validate(obj.get("spec", {}))
     except ValidationError as error:
