@@ -21,7 +21,7 @@ from lightsout.planning.energy import Account, Draw, Rate, combine, is_powered
 from lightsout.planning.energystatus import account_from_status, account_to_status, rounded_rate
 from lightsout.planning.types import Phase
 from lightsout.state import parse_resources
-from lightsout.state.parse import pod_requests
+from lightsout.state.parse import dig, pod_requests
 
 Obj = Mapping[str, Any]
 _TERMINAL = {"Succeeded", "Failed"}
@@ -46,15 +46,15 @@ def cpu_utilisation(spec: NodeSpec, core_node: Obj | None, pods: Sequence[Obj]) 
     """Requested cpu of the pods on the machine's core Node over its allocatable cpu (else the
     machine's declared cpu); 0 when neither is known. Rounded to whole percents, so a pod of a
     few millicores does not make a checkpoint."""
-    allocatable = parse_resources(((core_node or {}).get("status") or {}).get("allocatable"))
+    allocatable = parse_resources(dig(core_node, "status", "allocatable"))
     declared = {"cpu": spec.resources.cpu} if spec.resources is not None else None
     capacity = allocatable.get("cpu") or parse_resources(declared).get("cpu")
     if capacity <= 0:
         return 0.0
     requested = sum(
-        pod_requests(pod.get("spec")).get("cpu")
+        pod_requests(dig(pod, "spec")).get("cpu")
         for pod in pods
-        if (pod.get("status") or {}).get("phase") not in _TERMINAL
+        if dig(pod, "status", "phase") not in _TERMINAL
     )
     return round(min(requested / capacity, 1.0), 2)
 
