@@ -4,10 +4,11 @@ Called by the Node reconciler (`execution.reconcile`) with what the watch caches
 resource, its Group, its newest action Job and pods, the core Node, drain progress and the Lease
 state; and by the replay (`lightsout.simulate`), which starts its machines from the same
 `machine_state`. A Node's and a Group's spec are read once per pass into the API models
-(`node_spec`, `group_spec`), with the models' defaults; everything in `execution` reads those. A spec the
-models refuse (the API server's schema refuses it too) raises `InvalidSpecError`: the pass is
-skipped. Anything malformed in status (a person's edit, an old version's leftovers) degrades to
-"unknown" rather than raising: the operator never crashes on someone else's garbage.
+(`node_spec`, `group_spec`), with the models' defaults; everything in `execution` reads
+those. A spec the models refuse (the API server's schema refuses it too) raises
+`InvalidSpecError`: the pass is skipped. Anything malformed in status (a person's edit, an old
+version's leftovers) degrades to "unknown" rather than raising: the operator never crashes on
+someone else's garbage.
 """
 
 from __future__ import annotations
