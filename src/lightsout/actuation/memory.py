@@ -3,7 +3,7 @@
 `MemoryMachine` is one machine's `MachinePort` (its status as a `MachineState`, its Lease, its
 action Job, its core Node, its clone's address, the events posted on it) and `MemoryScale` the
 `ScalePort` over a set of them. The effect interpreter (`actuation.interpreter`) and the plan
-applier (`execution.scaling.PlanApplier`) run on them exactly as on the Kubernetes API:
+applier (`actuation.plans.PlanApplier`) run on them exactly as on the Kubernetes API:
 `lightsout simulate` replays a trace on them (its machines extend `MemoryMachine` with their
 true durations and draw), and the unit tests carry decisions out on them, making any step
 refuse (`fail`) and reading the order the port was asked in (`calls`).

@@ -1,7 +1,7 @@
 """The port of execution: everything carrying out a decision or a plan reads and writes.
 
 Two Protocols, written against by the one effect interpreter (`actuation.interpreter`) and the
-one plan applier (`execution.scaling.PlanApplier`):
+one plan applier (`actuation.plans.PlanApplier`):
 
 - `MachinePort`, one machine during one pass: its Lease, its clone's address, its core Node,
   its status, its action Jobs, its drain and its events;

@@ -15,7 +15,7 @@ the same kinds) proves that the caches are complete: only then does the planner 
 One asyncio task, started at operator start-up, is the planner. Every watched change wakes it;
 it waits `DEBOUNCE` seconds so a burst of changes (a Deployment scaled to twenty replicas)
 makes one plan, copies the caches, calls the pure `planning.autoscale.plan` in a thread and
-hands the result to `execution.scaling.PlanApplier`. It never polls: between changes it sleeps
+hands the result to `actuation.plans.PlanApplier`. It never polls: between changes it sleeps
 until the plan's next deadline (`planning.wake.next_wake`: an unneeded machine's timer, a
 stabilisation window) or until its leader Lease needs renewing. Only the replica holding the
 `lightsout-autoscaler` Lease plans; the others keep their caches warm and take over when the
