@@ -56,7 +56,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     import json
 
     from lightsout.config import OperatorConfig
-    from lightsout.k8s import api
+    from lightsout.k8s.api import Api
     from lightsout.planning.autoscale import plan
     from lightsout.planning.report import as_json, render_text
     from lightsout.state import (
@@ -74,6 +74,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from lightsout.state.references import contents_entry
 
     ns = args.namespace
+    api = Api()
     objects = {
         PODS_KEY: api.list_pods(ns),
         NODES_KEY: api.list_core_nodes(),
@@ -104,9 +105,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     import json
 
     from lightsout.commands import status
-    from lightsout.k8s import api
+    from lightsout.k8s.api import Api, current_namespace
 
-    ns = None if args.all_namespaces else (args.namespace or api.current_namespace())
+    ns = None if args.all_namespaces else (args.namespace or current_namespace())
+    api = Api()
     table = status.rows(
         api.list_all_resources("groups", ns),
         api.list_all_resources("nodes", ns),
@@ -124,10 +126,11 @@ def cmd_power(args: argparse.Namespace) -> int:
     import time
 
     from lightsout.commands.power import ExitCode, Progress, verdict
-    from lightsout.k8s import api
+    from lightsout.k8s.api import Api, current_namespace
     from lightsout.models.enums import PowerState
 
-    ns = args.namespace or api.current_namespace()
+    ns = args.namespace or current_namespace()
+    api = Api()
     desired = PowerState.ON if args.state == "on" else PowerState.OFF
     if api.get_resource(ns, "nodes", args.node) is None:
         print(f"Node {args.node!r} not found in namespace {ns!r}", file=sys.stderr)
@@ -162,9 +165,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
     """Print the playbook output of the machine's last (or last named) action's Job pod."""
     from lightsout.commands.logs import ExitCode, header, last_job, last_pod, render
     from lightsout.execution.jobs import job_selector
-    from lightsout.k8s import api, people
+    from lightsout.k8s import people
+    from lightsout.k8s.api import Api, current_namespace, error_message
 
-    ns = args.namespace or api.current_namespace()
+    ns = args.namespace or current_namespace()
+    api = Api()
     if api.get_resource(ns, "nodes", args.node) is None:
         print(f"Node {args.node!r} not found in namespace {ns!r}", file=sys.stderr)
         return ExitCode.NOT_FOUND
@@ -183,9 +188,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
         return ExitCode.NOT_FOUND
     print(header(job, pod), file=sys.stderr, flush=True)
     try:
-        output = people.pod_log(ns, pod["metadata"]["name"])
+        output = people.pod_log(api, ns, pod["metadata"]["name"])
     except Exception as exc:  # the API server's or the kubelet's refusal, shown as they say it
-        print(f"{args.node}: logs unavailable: {api.error_message(exc)}", file=sys.stderr)
+        print(f"{args.node}: logs unavailable: {error_message(exc)}", file=sys.stderr)
         return ExitCode.UNAVAILABLE
     if args.output == "json":  # the runner's JSON lines as the pod wrote them
         sys.stdout.buffer.write(output)
@@ -263,7 +268,7 @@ def cmd_trace_generate(args: argparse.Namespace) -> int:
 def cmd_trace_record(args: argparse.Namespace) -> int:
     """Watch the cluster's pods for --duration (or until SIGINT/SIGTERM), then write a trace."""
     from lightsout.commands.record import record
-    from lightsout.k8s import api
+    from lightsout.k8s.api import Api, current_namespace, error_message
     from lightsout.simulate.record import build, machines_without_durations, parse_duration
     from lightsout.simulate.trace import write
 
@@ -272,11 +277,12 @@ def cmd_trace_record(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"lightsout trace record: {error}", file=sys.stderr)
         return 2
-    namespaces = None if args.all_namespaces else (args.namespace or [api.current_namespace()])
+    namespaces = None if args.all_namespaces else (args.namespace or [current_namespace()])
     where = "all namespaces" if namespaces is None else "namespace(s) " + ", ".join(namespaces)
     print(f"recording {where} for {args.duration} (Ctrl-C to stop early)", flush=True)
     try:
         observed = record(
+            Api(),
             namespaces,
             seconds,
             lambda text: print(f"lightsout trace record: {text}", file=sys.stderr),
@@ -284,7 +290,7 @@ def cmd_trace_record(args: argparse.Namespace) -> int:
     except Exception as exc:  # the first listing failed: unreachable, no rights, no CRDs
         print(
             f"lightsout trace record: cannot list the machines, CronJobs, pods or Jobs: "
-            f"{api.error_message(exc)}",
+            f"{error_message(exc)}",
             file=sys.stderr,
         )
         return 1
@@ -311,9 +317,10 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
     from lightsout.commands.healthcheck import finished, report
     from lightsout.commands.power import ExitCode
     from lightsout.execution import health
-    from lightsout.k8s import api
+    from lightsout.k8s.api import Api, current_namespace
 
-    ns = args.namespace or api.current_namespace()
+    ns = args.namespace or current_namespace()
+    api = Api()
     group = args.group
     if args.node:
         node = api.get_resource(ns, "nodes", args.node)

@@ -21,7 +21,7 @@ OWN_PLURALS = ("nodes", "groups")
 
 Rule = tuple[str, str, str]
 
-#: The client objects of `lightsout.k8s.api` (functions or local names) → their API group.
+#: The client objects of `lightsout.k8s.api.Api` (methods or local names) → their API group.
 CLIENT_GROUPS = {
     "core": "",
     "batch": "batch",
@@ -58,9 +58,9 @@ _DECORATOR = re.compile(
 
 
 def _client_of(call: ast.expr) -> str | None:
-    """`core().x` → core, `policy.x` → policy (a local client object)."""
-    if isinstance(call, ast.Call) and isinstance(call.func, ast.Name):
-        return call.func.id if call.func.id in CLIENT_GROUPS else None
+    """`self.core().x` → core, `policy.x` → policy (a local client object)."""
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute):
+        return call.func.attr if call.func.attr in CLIENT_GROUPS else None
     if isinstance(call, ast.Name) and call.id in CLIENT_GROUPS:
         return call.id
     return None

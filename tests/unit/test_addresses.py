@@ -10,7 +10,7 @@ import pytest
 
 from lightsout.actuation.pool import PoolExhaustedError
 from lightsout.execution import addresses
-from lightsout.k8s import api
+from lightsout.k8s.api import ConflictError
 from lightsout.models import GroupSpec, NodeSpec
 
 pytestmark = pytest.mark.unit
@@ -35,23 +35,24 @@ def clone(name: str) -> tuple[dict[str, Any], NodeSpec]:
 
 
 class Leases:
-    """Leases by name; `create` refuses an existing name like the API server (409)."""
+    """The API's Leases by name (a stand-in for `Api`, which `allocate` is given);
+    `create_lease` refuses an existing name like the API server (409)."""
 
     def __init__(self, taken_meanwhile: tuple[str, ...] = ()) -> None:
         self.items: dict[str, dict[str, Any]] = {}
         self.taken_meanwhile = list(taken_meanwhile)
 
-    def create(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         assert namespace == body["metadata"]["namespace"] == "ns"  # the Group's namespace
         name = body["metadata"]["name"]
         if self.taken_meanwhile:  # another worker creates the lease between list and create
             self.items[self.taken_meanwhile.pop(0)] = {"metadata": {}}
         if name in self.items:
-            raise api.ConflictError("exists")
+            raise ConflictError("exists")
         self.items[name] = body
         return body
 
-    def list(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+    def list_leases(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         assert namespace == "ns"
         key, _, value = selector.partition("=")
         return [
@@ -62,26 +63,24 @@ class Leases:
 
 
 @pytest.fixture
-def leases(monkeypatch: pytest.MonkeyPatch) -> Leases:
-    held = Leases(taken_meanwhile=(addresses.lease_name("lab", "10.77.0.10"),))
-    monkeypatch.setattr(api, "create_lease", held.create)
-    monkeypatch.setattr(api, "list_leases", held.list)
-    return held
+def leases() -> Leases:
+    return Leases(taken_meanwhile=(addresses.lease_name("lab", "10.77.0.10"),))
 
 
 def test_allocation_skips_a_lost_race_reuses_its_own_lease_and_exhausts(leases: Leases) -> None:
     # .10 is taken by another worker between the list and the create: .11 instead.
-    assert addresses.allocate(*clone("a"), GROUP) == "10.77.0.11"
-    assert addresses.allocate(*clone("a"), GROUP) == "10.77.0.11"  # its own lease, found again
-    assert addresses.allocate(*clone("b"), GROUP) == "10.77.0.12"
+    assert addresses.allocate(leases, *clone("a"), GROUP) == "10.77.0.11"
+    # Its own lease, found again.
+    assert addresses.allocate(leases, *clone("a"), GROUP) == "10.77.0.11"
+    assert addresses.allocate(leases, *clone("b"), GROUP) == "10.77.0.12"
     with pytest.raises(PoolExhaustedError, match="all 3 addresses"):
-        addresses.allocate(*clone("c"), GROUP)
+        addresses.allocate(leases, *clone("c"), GROUP)
     assert all(n.startswith("lightsout-ip-lab-") for n in leases.items), "the machine's Group"
 
 
 def test_no_pool_no_address_and_dhcp() -> None:
-    assert addresses.allocate(*clone("a"), GroupSpec()) is None
-    assert addresses.allocate(*clone("a"), None) is None
+    assert addresses.allocate(Leases(), *clone("a"), GroupSpec()) is None
+    assert addresses.allocate(Leases(), *clone("a"), None) is None
     assert addresses.network(SPEC, GroupSpec(), None) == {}
 
 

@@ -122,11 +122,15 @@ def test_the_provision_job_mounts_the_join_secret_and_names_it_in_env_only() -> 
     ],
 )
 def test_credentials_are_deleted_when_the_machine_settles(
-    monkeypatch: pytest.MonkeyPatch, previous: str, phase: str, revoked: bool
+    previous: str, phase: str, revoked: bool
 ) -> None:
     calls: list[tuple[str, str]] = []
-    monkeypatch.setattr("lightsout.k8s.api.delete_secrets", lambda ns, sel: calls.append((ns, sel)))
-    join.settle(node(), spec(node()), previous, phase)
+
+    class Secrets:  # a stand-in for `Api`: only the deletions are wanted
+        def delete_secrets(self, namespace: str, selector: str) -> None:
+            calls.append((namespace, selector))
+
+    join.settle(Secrets(), node(), spec(node()), previous, phase)
     selector = f"{join.LABEL_MACHINE}=lab.burst-1"
     assert calls == ([("kube-system", selector), ("lab", selector)] if revoked else [])
 

@@ -92,7 +92,9 @@ def context() -> KubeMachine:
         },
         "status": {},
     }
-    return KubeMachine(node, node_spec(node), None, OperatorConfig(identity="test"), {}, [])
+    config = OperatorConfig(identity="test")
+    # No client: building the wanted status calls no API.
+    return KubeMachine(None, node, node_spec(node), None, config, {}, [])
 
 
 @pytest.mark.parametrize("count", [7, 40])

@@ -314,12 +314,21 @@ def test_the_recorder_resumes_its_watch_and_lists_again_when_the_version_expired
     lists = iter([([versioned(web, "1")], "5"), ([versioned(db, "9")], "9")])
     watched_from: list[str] = []
     clock = iter(START + timedelta(seconds=s) for s in range(100))
-    recorder = recorder_module.Recorder(["shop"], warn=lambda _: None, clock=lambda: next(clock))
+    api = object()  # the client `people` is handed (its calls are scripted here)
+    recorder = recorder_module.Recorder(
+        api, ["shop"], warn=lambda _: None, clock=lambda: next(clock)
+    )
 
-    def list_objects(kind: str, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+    def list_objects(
+        client: Any, kind: str, namespace: str | None
+    ) -> tuple[list[dict[str, Any]], str]:
+        assert client is api
         return next(lists)
 
-    def watch_objects(kind: str, namespace: str | None, version: str, seconds: int) -> Any:
+    def watch_objects(
+        client: Any, kind: str, namespace: str | None, version: str, seconds: int
+    ) -> Any:
+        assert client is api
         watched_from.append(version)
         if len(watched_from) == 1:  # one event, then the server ends the watch
             yield "ADDED", versioned(db, "7")
@@ -345,21 +354,24 @@ def test_a_cluster_gone_at_the_stop_still_gets_its_trace_written(
     """The machines and CronJobs listed at the start are kept when the last listing fails (the
     demo's cluster torn down before the recording ended), and the failure is said once."""
     from lightsout.commands import record as recorder_module
-    from lightsout.k8s import api, people
+    from lightsout.k8s import people
 
     group, node = _machines()
     calls = {"n": 0}
 
-    def list_all_resources(plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
-        calls["n"] += 1
-        if calls["n"] > 2:
-            raise ConnectionRefusedError("connection refused")
-        return [dict(group if plural == "groups" else node)]
+    class Api:  # a stand-in for `lightsout.k8s.api.Api`: the machines' listing only
+        def list_all_resources(
+            self, plural: str, namespace: str | None = None
+        ) -> list[dict[str, Any]]:
+            assert namespace == "shop"
+            calls["n"] += 1
+            if calls["n"] > 2:
+                raise ConnectionRefusedError("connection refused")
+            return [dict(group if plural == "groups" else node)]
 
-    monkeypatch.setattr(api, "list_all_resources", list_all_resources)
     monkeypatch.setattr(people, "list_objects", lambda *_: ([], "1"))
     said: list[str] = []
-    recorder = recorder_module.Recorder(["shop"], warn=said.append)
+    recorder = recorder_module.Recorder(Api(), ["shop"], warn=said.append)
     recorder.inventory = recorder._inventory()
     observed = recorder.finish()
     assert [m["kind"] for m in observed.machines] == ["Group", "Node"]

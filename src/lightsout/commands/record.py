@@ -20,7 +20,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from lightsout.k8s import api, people
+from lightsout.k8s import people
+from lightsout.k8s.api import Api, error_message
 from lightsout.simulate.record import Observed, Seen, job_cronjob
 from lightsout.state.parse import as_str, dig
 
@@ -40,10 +41,12 @@ class Recorder:
 
     def __init__(
         self,
+        api: Api,
         namespaces: Sequence[str] | None,
         warn: Callable[[str], None],
         clock: Callable[[], dt.datetime] = _now,
     ) -> None:
+        self.api = api
         self.warn = warn
         #: None: every namespace (one cluster-wide watch per kind).
         self.namespaces: Sequence[str | None] = namespaces or [None]
@@ -94,12 +97,14 @@ class Recorder:
         while not self.stopped.is_set():
             try:
                 if not version:
-                    items, version = people.list_objects(kind, namespace)
+                    items, version = people.list_objects(self.api, kind, namespace)
                     self.said.pop(kind, None)
                     self._relisted(kind, namespace, items)
                     for item in items:
                         handle("ADDED", item)
-                for event, obj in people.watch_objects(kind, namespace, version, WATCH_SECONDS):
+                for event, obj in people.watch_objects(
+                    self.api, kind, namespace, version, WATCH_SECONDS
+                ):
                     if self.stopped.is_set():
                         return
                     version = as_str(dig(obj, "metadata", "resourceVersion")) or version
@@ -112,7 +117,7 @@ class Recorder:
                 self._pause(kind, exc)
 
     def _pause(self, kind: str, exc: BaseException) -> None:
-        said = f"{kind} watch: {api.error_message(exc)}; retrying every {RETRY_SECONDS:g}s"
+        said = f"{kind} watch: {error_message(exc)}; retrying every {RETRY_SECONDS:g}s"
         if self.said.get(kind) != said:  # once per outage, not every retry
             self.said[kind] = said
             self.warn(said)
@@ -124,10 +129,10 @@ class Recorder:
         cronjobs: list[Obj] = []
         for namespace in self.namespaces:
             for plural, kind in (("groups", "Group"), ("nodes", "Node")):
-                for item in api.list_all_resources(plural, namespace):
+                for item in self.api.list_all_resources(plural, namespace):
                     item.setdefault("kind", kind)  # list items may come without it
                     machines.append(item)
-            cronjobs.extend(people.list_objects("cronjobs", namespace)[0])
+            cronjobs.extend(people.list_objects(self.api, "cronjobs", namespace)[0])
         return tuple(machines), tuple(cronjobs)
 
     def begin(self) -> None:
@@ -155,7 +160,7 @@ class Recorder:
             self.inventory = self._inventory()
         except Exception as exc:  # the cluster went away: what was seen is still worth writing
             self.warn(
-                f"machines and CronJobs: {api.error_message(exc)}; writing those listed at the "
+                f"machines and CronJobs: {error_message(exc)}; writing those listed at the "
                 "start (machines' durations learned since then are missing)"
             )
         machines, cronjobs = self.inventory
@@ -170,13 +175,13 @@ class Recorder:
 
 
 def record(
-    namespaces: Sequence[str] | None, seconds: float, warn: Callable[[str], None]
+    api: Api, namespaces: Sequence[str] | None, seconds: float, warn: Callable[[str], None]
 ) -> Observed:
     """Watch for `seconds`, or until SIGINT/SIGTERM (installed here), and return what was seen;
     `warn` is told of failed requests (they are retried)."""
     import signal
 
-    recorder = Recorder(namespaces, warn)
+    recorder = Recorder(api, namespaces, warn)
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     for sig in previous:
         signal.signal(sig, lambda *_: recorder.stopped.set())

@@ -35,7 +35,7 @@ from lightsout.execution.jobs import (
     build_extravars_configmap,
     job_name,
 )
-from lightsout.k8s import api
+from lightsout.k8s.api import Api, ConflictError, EvictionBlockedError, error_message
 from lightsout.metrics.families import LEASE_CONFLICTS
 from lightsout.models.enums import Action
 from lightsout.models.enums import PowerState as Desired
@@ -70,6 +70,8 @@ class KubeMachine:
     """One machine during one reconcile pass, through the Kubernetes API: the `MachinePort`
     the effect interpreter (`actuation.interpreter`) carries its decision out through."""
 
+    #: The process' one client (`lightsout.k8s.api`).
+    api: Api
     node: Obj
     #: The pass's one parse of the machine's and its Group's spec.
     spec: NodeSpec
@@ -102,12 +104,12 @@ class KubeMachine:
 
     # ---------------------------------------------------------------- Lease
     def read_lease_state(self, now: dt.datetime) -> LeaseState:
-        lease = api.get_lease(self.lease_namespace, self.lease_name)
+        lease = self.api.get_lease(self.lease_namespace, self.lease_name)
         return leases.lease_state(lease, self.config.identity, now)
 
     def acquire_lease(self, now: dt.datetime) -> bool:
         """Take or renew the machine's Lease; False when another holder has it (or won a race)."""
-        current = api.get_lease(self.lease_namespace, self.lease_name)
+        current = self.api.get_lease(self.lease_namespace, self.lease_name)
         try:
             if current is None:
                 body = leases.build_lease(
@@ -117,27 +119,27 @@ class KubeMachine:
                     self.config.lease_seconds,
                     now,
                 )
-                api.create_lease(self.lease_namespace, body)
+                self.api.create_lease(self.lease_namespace, body)
                 return True
             patched = leases.acquire(current, self.config.identity, self.config.lease_seconds, now)
             if patched is None:
                 LEASE_CONFLICTS.inc()
                 return False
-            api.replace_lease(self.lease_namespace, self.lease_name, patched)
+            self.api.replace_lease(self.lease_namespace, self.lease_name, patched)
             return True
-        except api.ConflictError:
+        except ConflictError:
             LEASE_CONFLICTS.inc()
             return False
 
     def release_lease(self, now: dt.datetime) -> None:
-        current = api.get_lease(self.lease_namespace, self.lease_name)
+        current = self.api.get_lease(self.lease_namespace, self.lease_name)
         if current is None:
             return
         released = leases.release(current, self.config.identity, now)
         if released is not None:
             try:
-                api.replace_lease(self.lease_namespace, self.lease_name, released)
-            except api.ConflictError:
+                self.api.replace_lease(self.lease_namespace, self.lease_name, released)
+            except ConflictError:
                 log.info("lease %s changed while releasing; leaving it", self.lease_name)
 
     # ---------------------------------------------------------------- Jobs
@@ -187,40 +189,40 @@ class KubeMachine:
     def start_job(self, effect: StartJob) -> None:
         """Create the action Job unless it exists (then it is adopted)."""
         name = job_name(self.name, str(effect.action), effect.generation, effect.attempt)
-        if api.get_job(self.namespace, name) is not None:
+        if self.api.get_job(self.namespace, name) is not None:
             log.info("adopting existing job %s", name)
             return
         # The pass leased it before writing this provision's status; this finds that lease.
         address = (
-            addresses.allocate(self.node, self.spec, self.group_spec)
+            addresses.allocate(self.api, self.node, self.spec, self.group_spec)
             if effect.action is Action.PROVISION
             else None
         )
         request = self.job_request(effect, address)
-        api.apply_configmap(self.namespace, build_extravars_configmap(request))
+        self.api.apply_configmap(self.namespace, build_extravars_configmap(request))
         if request.join_secret:
             # Fresh credentials for every attempt: the previous attempt's token is revoked.
-            join.issue(self.node, self.spec, dt.datetime.now(dt.UTC))
+            join.issue(self.api, self.node, self.spec, dt.datetime.now(dt.UTC))
         try:
-            api.create_job(self.namespace, build_action_job(request))
-        except api.ConflictError:
+            self.api.create_job(self.namespace, build_action_job(request))
+        except ConflictError:
             log.info("job %s already exists; adopted", name)
 
     # ---------------------------------------------------------------- core Node
     def cordon(self, unschedulable: bool) -> None:
-        if api.get_node(self.core_name) is not None:
-            api.patch_node(self.core_name, {"spec": {"unschedulable": unschedulable or None}})
+        if self.api.get_node(self.core_name) is not None:
+            self.api.patch_node(self.core_name, {"spec": {"unschedulable": unschedulable or None}})
 
     def _on_fresh_node(self, step: Callable[[Obj | None], None]) -> None:
         """Run `step` on a fresh read of the core Node, again when it loses a race (409: the Node
         changed since the read, or was created meanwhile), at most NODE_PATCH_TRIES times."""
         for _ in range(NODE_PATCH_TRIES):
             try:
-                step(api.get_node(self.core_name))
-            except api.ConflictError:
+                step(self.api.get_node(self.core_name))
+            except ConflictError:
                 continue
             return
-        raise api.ConflictError(f"core Node {self.core_name} kept changing while patching it")
+        raise ConflictError(f"core Node {self.core_name} kept changing while patching it")
 
     def apply_metadata(self) -> None:
         """The wanted labels and taints on the core Node, the startup taint removed (an event)."""
@@ -231,7 +233,7 @@ class KubeMachine:
             )
             if not patch:
                 return
-            api.patch_node(self.core_name, patch)
+            self.api.patch_node(self.core_name, patch)
             if has_startup_taint(node):
                 message = (
                     f"core Node {self.core_name} is Ready with its labels and taints: removed the "
@@ -259,7 +261,7 @@ class KubeMachine:
                     },
                 }
                 # AlreadyExists (its kubelet was first) is a 409 too: the next try patches that one.
-                api.create_node(body)
+                self.api.create_node(body)
                 message = (
                     f"created core Node {self.core_name} before power-on with {len(self.labels)} "
                     f"label(s), {len(self.taints)} taint(s) and the startup taint "
@@ -270,7 +272,7 @@ class KubeMachine:
             patch = metadata_patch(node, self.labels, taints)
             if not patch:
                 return
-            api.patch_node(self.core_name, patch)
+            self.api.patch_node(self.core_name, patch)
             message = (
                 f"core Node {self.core_name} exists: gave it its labels and taints and the startup "
                 f"taint {STARTUP_TAINT_KEY}:NoSchedule before power-on"
@@ -285,7 +287,7 @@ class KubeMachine:
 
         def step(node: Obj | None) -> None:
             if node_unregistered(node):
-                api.delete_node(
+                self.api.delete_node(
                     self.core_name, resource_version=(node or {})["metadata"].get("resourceVersion")
                 )
 
@@ -311,7 +313,7 @@ class KubeMachine:
             patch = registration.merge_patch(node, kubelet, self.labels, self.taints)
             if not patch:
                 return
-            api.patch_node(self.core_name, patch)
+            self.api.patch_node(self.core_name, patch)
             _, _, refused = registration.kubelet_metadata(kubelet)
             added = sorted(k for k in (patch.get("metadata") or {}).get("labels") or {})
             taints = dig(patch, "spec", "taints")
@@ -342,16 +344,16 @@ class KubeMachine:
 
     def drain(self) -> DrainStatus:
         """One pass of evictions; returns what is left and which PDB (if any) is blocking."""
-        remaining = pods_to_drain(api.pods_on_node(self.core_name))
+        remaining = pods_to_drain(self.api.pods_on_node(self.core_name))
         blocked_by, blocked_message = None, ""
         for pod in remaining:
             meta = pod["metadata"]
             if meta.get("deletionTimestamp"):
                 continue
             try:
-                api.evict(meta["namespace"], meta["name"])
-            except api.EvictionBlockedError as exc:
-                pdb = blocking_pdb(pod, api.pdbs(meta["namespace"]))
+                self.api.evict(meta["namespace"], meta["name"])
+            except EvictionBlockedError as exc:
+                pdb = blocking_pdb(pod, self.api.pdbs(meta["namespace"]))
                 blocked_by = pdb or f"{meta['namespace']}/{meta['name']}"
                 blocked_message = f"evicting {meta['namespace']}/{meta['name']}: {exc.message}"
         return DrainStatus(
@@ -359,7 +361,7 @@ class KubeMachine:
         )
 
     def pods_remaining(self) -> int:
-        return len(pods_to_drain(api.pods_on_node(self.core_name)))
+        return len(pods_to_drain(self.api.pods_on_node(self.core_name)))
 
     def post_event(self, effect: Event) -> None:
         involved = {
@@ -367,7 +369,7 @@ class KubeMachine:
             "kind": "Node",
             "metadata": self.node["metadata"],
         }
-        api.post_event(involved, str(effect.type), effect.reason, effect.message)
+        self.api.post_event(involved, str(effect.type), effect.reason, effect.message)
 
     # ---------------------------------------------------------------- the rest of the port
     @property
@@ -381,7 +383,7 @@ class KubeMachine:
 
     def allocate_address(self) -> str | None:
         try:
-            addresses.allocate(self.node, self.spec, self.group_spec)
+            addresses.allocate(self.api, self.node, self.spec, self.group_spec)
         except PoolExhaustedError as exc:
             log.warning("machine %s/%s: %s", self.namespace, self.name, exc)
             return str(exc)
@@ -392,7 +394,7 @@ class KubeMachine:
             self._prepare_core_node()
         except Exception as exc:
             log.warning("machine %s/%s: core Node not prepared", self.namespace, self.name)
-            return api.error_message(exc)
+            return error_message(exc)
         return None
 
     def write_status(self, machine: MachineState, decision: Decision, now: dt.datetime) -> bool:
@@ -406,32 +408,32 @@ class KubeMachine:
         )
         try:
             write_status(self, wanted, decision.reason)
-        except api.ConflictError:
+        except ConflictError:
             return False
         return True
 
     def settle(self, previous_phase: str | None, phase: str) -> None:
-        join.settle(self.node, self.spec, previous_phase, phase)
-        addresses.settle(self.node, self.spec, previous_phase, phase)
+        join.settle(self.api, self.node, self.spec, previous_phase, phase)
+        addresses.settle(self.api, self.node, self.spec, previous_phase, phase)
 
     def delete_job(self, effect: DeleteJob) -> None:
         name = job_name(self.name, str(effect.action), effect.generation, effect.attempt)
-        api.delete_job(self.namespace, name)
+        self.api.delete_job(self.namespace, name)
 
     def delete_core_node(self, unregistered_only: bool) -> None:
         if unregistered_only:
             self.delete_unregistered_node()
         else:
-            api.delete_node(self.core_name)
+            self.api.delete_node(self.core_name)
 
     def set_desired(self, state: PowerState) -> None:
-        write_desired(self.node, Desired(state.value))
+        write_desired(self.api, self.node, Desired(state.value))
 
 
-def write_desired(machine: Obj, state: Desired, *, conditional: bool = False) -> None:
+def write_desired(api: Api, machine: Obj, state: Desired, *, conditional: bool = False) -> None:
     """The one writer of a machine's `spec.desiredPowerState` (the plan applier, the
     externalgrpc servicer, driftPolicy Adopt). `conditional`: only if the machine is unchanged
-    since it was read (else `api.ConflictError`)."""
+    since it was read (else `ConflictError`)."""
     meta = machine["metadata"]
     patch: dict[str, Any] = {"spec": {"desiredPowerState": str(state)}}
     if conditional:
@@ -522,7 +524,7 @@ def write_status(ctx: KubeMachine, new: Mapping[str, Any], reason: str) -> None:
     if not changed:
         return
     log.debug("status of %s/%s: %s changed", ctx.namespace, ctx.name, ", ".join(sorted(changed)))
-    api.patch_status(
+    ctx.api.patch_status(
         ctx.namespace, "nodes", ctx.name, changed, ctx.node["metadata"].get("resourceVersion")
     )
     if status.get("phase") != new["phase"]:

@@ -29,7 +29,7 @@ from lightsout.actuation.pool import (
 )
 from lightsout.execution import join
 from lightsout.execution.naming import dns_label, label_value
-from lightsout.k8s import api
+from lightsout.k8s.api import Api, ConflictError
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
 
@@ -69,7 +69,7 @@ def _lease(node: Obj, group: str, address: str) -> dict[str, Any]:
     }
 
 
-def allocate(node: Obj, spec: NodeSpec, group: GroupSpec | None) -> str | None:
+def allocate(api: Api, node: Obj, spec: NodeSpec, group: GroupSpec | None) -> str | None:
     """The machine's address (leased now, or its lease from an earlier pass); None without a
     pool. Raises PoolExhaustedError when every address is leased to other machines."""
     found = pool_of(spec, group)
@@ -89,7 +89,7 @@ def allocate(node: Obj, spec: NodeSpec, group: GroupSpec | None) -> str | None:
     for address in free_addresses(found, taken):
         try:
             api.create_lease(namespace, _lease(node, group_name, address))
-        except api.ConflictError:
+        except ConflictError:
             continue  # another provision took it between the list and the create
         log.info("leased %s to %s/%s", address, namespace, meta["name"])
         return address
@@ -110,15 +110,15 @@ def network(spec: NodeSpec, group: GroupSpec | None, address: str | None) -> dic
     return {"network": static}
 
 
-def release(namespace: str, name: str) -> None:
+def release(api: Api, namespace: str, name: str) -> None:
     api.delete_leases(namespace, _machine_selector(namespace, name))
 
 
-def settle(node: Obj, spec: NodeSpec, previous_phase: str | None, phase: str) -> None:
+def settle(api: Api, node: Obj, spec: NodeSpec, previous_phase: str | None, phase: str) -> None:
     """After a phase change into Off or Failed, the machine's address lease is deleted."""
     # Not only while the Group has a pool: a pool removed meanwhile must not strand a lease.
     if previous_phase == phase or phase not in RELEASED or spec.clone_join is None:
         return
     meta = node["metadata"]
-    release(meta["namespace"], meta["name"])
+    release(api, meta["namespace"], meta["name"])
     log.info("released the address of %s/%s (%s)", meta["namespace"], meta["name"], phase)

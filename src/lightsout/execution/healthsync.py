@@ -17,7 +17,7 @@ from typing import Any
 
 from lightsout.config import OperatorConfig
 from lightsout.execution import health
-from lightsout.k8s import api
+from lightsout.k8s.api import Api, ConflictError
 from lightsout.models.group import GroupSpec
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,7 @@ class HealthCronJobs:
     """The spec hash last written for each Group's health check, by (namespace, Group)."""
 
     config: OperatorConfig
+    api: Api
     written: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def forget(self, namespace: str, group: str) -> None:
@@ -47,8 +48,8 @@ class HealthCronJobs:
         if not spec.health_check.enabled:
             if self.written.get(key) != ABSENT:
                 name = health.cronjob_name(key[1])
-                api.delete_cronjob(key[0], name)
-                api.delete_configmap(key[0], name)
+                self.api.delete_cronjob(key[0], name)
+                self.api.delete_configmap(key[0], name)
                 log.info("health check of group %s/%s disabled: CronJob deleted", *key)
                 self.written[key] = ABSENT
             return
@@ -57,11 +58,11 @@ class HealthCronJobs:
         if self.written.get(key) == objects.spec_hash:
             return
         # The machine list first: a Job the new CronJob starts must find its entries.
-        api.apply_configmap(key[0], objects.configmap)
+        self.api.apply_configmap(key[0], objects.configmap)
         name = objects.cronjob["metadata"]["name"]
         try:
-            api.create_cronjob(key[0], objects.cronjob)
+            self.api.create_cronjob(key[0], objects.cronjob)
             log.info("health check of group %s/%s: CronJob %s created", *key, name)
-        except api.ConflictError:
-            api.replace_cronjob(key[0], name, objects.cronjob)
+        except ConflictError:
+            self.api.replace_cronjob(key[0], name, objects.cronjob)
         self.written[key] = objects.spec_hash

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lightsout.execution.naming import dns_label, label_value
-from lightsout.k8s import api
+from lightsout.k8s.api import Api
 from lightsout.models.drivers import CloudInitJoin
 from lightsout.models.enums import JoinFlavor
 from lightsout.models.node import NodeSpec
@@ -146,7 +146,7 @@ def join_secret(node: Obj, join: CloudInitJoin, token: str | None, ca_pem: bytes
     }
 
 
-def issue(node: Obj, spec: NodeSpec, now: dt.datetime) -> str | None:
+def issue(api: Api, node: Obj, spec: NodeSpec, now: dt.datetime) -> str | None:
     """Issue fresh join credentials for a provision; returns the join Secret's name.
 
     Earlier tokens of the machine (a previous attempt's) are deleted first: one live token per
@@ -161,7 +161,7 @@ def issue(node: Obj, spec: NodeSpec, now: dt.datetime) -> str | None:
     # Valid through the provision Job's deadline (boot timeout + 120 s, see the actuator) and
     # then the boot timeout, which starts when the provision ends.
     expires = now + dt.timedelta(seconds=2 * boot + 120)
-    revoke(namespace, name)
+    revoke(api, namespace, name)
     if join.flavor is JoinFlavor.K3S:
         # The k3s agent joins with the cluster's token from the user's Secret: nothing to mint.
         body = join_secret(node, join, None, api.cluster_ca())
@@ -175,19 +175,19 @@ def issue(node: Obj, spec: NodeSpec, now: dt.datetime) -> str | None:
     return str(body["metadata"]["name"])
 
 
-def revoke(namespace: str, name: str) -> None:
+def revoke(api: Api, namespace: str, name: str) -> None:
     """Delete the machine's bootstrap tokens and join Secret (by label: the names are random)."""
     selector = f"{LABEL_MACHINE}={_machine_label(namespace, name)}"
     api.delete_secrets(TOKEN_NAMESPACE, selector)
     api.delete_secrets(namespace, selector)
 
 
-def settle(node: Obj, spec: NodeSpec, previous_phase: str | None, phase: str) -> None:
+def settle(api: Api, node: Obj, spec: NodeSpec, previous_phase: str | None, phase: str) -> None:
     """After a phase change into Ready, Failed or Off, the clone's credentials are deleted."""
     if previous_phase == phase or phase not in SETTLED or spec.clone_join is None:
         return
     meta = node["metadata"]
-    revoke(meta["namespace"], meta["name"])
+    revoke(api, meta["namespace"], meta["name"])
     log.info("deleted the join credentials of %s/%s (%s)", meta["namespace"], meta["name"], phase)
 
 

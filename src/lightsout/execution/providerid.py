@@ -20,7 +20,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from lightsout.k8s import api
+from lightsout.k8s.api import Api
 from lightsout.models.enums import ConditionStatus, ConditionType
 from lightsout.models.node import NodeSpec
 from lightsout.planning.effects import Decision, SetCondition
@@ -51,7 +51,7 @@ def patch(core_node: Obj | None, want: str) -> dict[str, Any] | None:
     return {"spec": {"providerID": want}}
 
 
-def ensure(core_node: Obj | None, want: str) -> Obj | None:
+def ensure(api: Api, core_node: Obj | None, want: str) -> Obj | None:
     """Sets the core Node's providerID `want` when it has none; returns the core Node as it now
     is."""
     change = patch(core_node, want)

@@ -36,6 +36,7 @@ from lightsout.execution import (
 )
 from lightsout.execution.jobs import LABEL_NODE
 from lightsout.execution.results import observe_job
+from lightsout.k8s.api import Api
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
 from lightsout.planning import fsm
@@ -261,6 +262,7 @@ class Reconciler:
     """Carries the per-machine drain progress between passes (what a PDB blocked last)."""
 
     config: OperatorConfig
+    api: Api
     drains: dict[str, DrainStatus] = field(default_factory=dict)
 
     def forget(self, key: str) -> None:
@@ -273,7 +275,13 @@ class Reconciler:
             return None
         labels, taints = inputs.wanted_metadata(node, spec, group)
         ctx = actuator.KubeMachine(
-            node=node, spec=spec, group_spec=group, config=self.config, labels=labels, taints=taints
+            api=self.api,
+            node=node,
+            spec=spec,
+            group_spec=group,
+            config=self.config,
+            labels=labels,
+            taints=taints,
         )
         key = f"{ctx.namespace}/{ctx.name}"
         now = dt.datetime.now(dt.UTC)
@@ -293,7 +301,7 @@ class Reconciler:
         ]
         observed_job = fsm.select_job(observed, machine.operation)
         provider_id = providerid.wanted(node, spec)
-        core_node = providerid.ensure(view.core_node, provider_id)
+        core_node = providerid.ensure(self.api, view.core_node, provider_id)
         drain = None
         if machine.phase == Phase.DRAINING and core_node is not None:
             last = self.drains.get(key)

@@ -22,7 +22,7 @@ from typing import Any
 from lightsout.actuation.plans import Applied, utc
 from lightsout.execution import leases
 from lightsout.execution.actuator import write_desired
-from lightsout.k8s import api
+from lightsout.k8s.api import Api, ConflictError
 from lightsout.metrics.families import AUTOSCALER_DECISIONS, PENDING_OLDEST, PENDING_PODS
 from lightsout.models.enums import PowerState as Desired
 from lightsout.planning.decisions import PowerOn, ScaleAction
@@ -41,6 +41,7 @@ class KubeScale:
     """The `ScalePort` of one plan through the Kubernetes API, over the watch caches' objects
     the plan's snapshot was built from."""
 
+    api: Api
     machines: Mapping[ObjectKey, Obj]
     pods: Mapping[ObjectKey, Obj]
 
@@ -48,8 +49,8 @@ class KubeScale:
         try:
             # Carrying the resourceVersion the plan was made from: a person's edit in between
             # wins with a 409 instead of being overwritten.
-            write_desired(self.machines[machine], Desired(state.value), conditional=True)
-        except api.ConflictError:
+            write_desired(self.api, self.machines[machine], Desired(state.value), conditional=True)
+        except ConflictError:
             return False
         return True
 
@@ -66,7 +67,7 @@ class KubeScale:
             }
         }
         try:
-            api.patch_status(group.namespace, "groups", group.name, body)
+            self.api.patch_status(group.namespace, "groups", group.name, body)
         except Exception:
             log.exception("recording %s of group %s failed", field_name, group)
 
@@ -78,7 +79,7 @@ class KubeScale:
 
     def mark_unneeded(self, machine: ObjectKey, since: str | None) -> None:
         patch = {"metadata": {"annotations": {UNNEEDED_SINCE: since}}}
-        api.patch_resource(machine.namespace, "nodes", machine.name, patch)
+        self.api.patch_resource(machine.namespace, "nodes", machine.name, patch)
 
     def uid(self, kind: str, key: ObjectKey) -> str | None:
         obj = (self.machines if kind == "Node" else self.pods).get(key)
@@ -86,7 +87,7 @@ class KubeScale:
 
     def post_event(self, kind: str, key: ObjectKey, event: Event) -> None:
         obj = (self.machines if kind == "Node" else self.pods)[key]
-        api.post_event(
+        self.api.post_event(
             obj, str(event.type), event.reason, event.message, component="lightsout-autoscaler"
         )
 
@@ -117,6 +118,7 @@ def count(applied: Applied) -> None:
 class LeaderLease:
     """One planner among operator replicas: holds the `lightsout-autoscaler` Lease."""
 
+    api: Api
     namespace: str
     identity: str
     duration_seconds: int
@@ -141,13 +143,13 @@ class LeaderLease:
             and (now - self._renewed).total_seconds() < self.renew_every
         ):
             return True
-        current = api.get_lease(self.namespace, LEADER_LEASE)
+        current = self.api.get_lease(self.namespace, LEADER_LEASE)
         try:
             if current is None:
                 body = leases.build_lease(
                     LEADER_LEASE, self.namespace, self.identity, self.duration_seconds, now
                 )
-                written = api.create_lease(self.namespace, body)
+                written = self.api.create_lease(self.namespace, body)
             else:
                 state = leases.lease_state(current, self.identity, now)
                 if state is LeaseState.HELD_BY_OTHER:
@@ -157,8 +159,8 @@ class LeaderLease:
                 if update is None:
                     self._lease = None
                     return False
-                written = api.replace_lease(self.namespace, LEADER_LEASE, update)
-        except api.ConflictError:
+                written = self.api.replace_lease(self.namespace, LEADER_LEASE, update)
+        except ConflictError:
             # Another replica wrote it first; it leads until its hold runs out.
             self._lease = None
             return False
@@ -175,9 +177,9 @@ class LeaderLease:
     def release(self, now: datetime) -> None:
         if self._lease is None:
             return
-        current = api.get_lease(self.namespace, LEADER_LEASE)
+        current = self.api.get_lease(self.namespace, LEADER_LEASE)
         body = leases.release(current, self.identity, now) if current else None
         if body is not None:
-            with contextlib.suppress(api.ConflictError):
-                api.replace_lease(self.namespace, LEADER_LEASE, body)
+            with contextlib.suppress(ConflictError):
+                self.api.replace_lease(self.namespace, LEADER_LEASE, body)
         self._lease = None

@@ -1,8 +1,9 @@
 """What the externalgrpc servicer reads and writes in the cluster, behind a small interface.
 
-`ApiCluster` is the real one (through `lightsout.k8s.api`): each RPC reads the Groups, machines
-and core Nodes afresh, so a size cluster-autoscaler just changed is what the next call reports
-(the autoscaler asks TargetSize right after IncreaseSize). Component tests pass an in-memory
+`ApiCluster` is the real one (through the operator's `lightsout.k8s.api.Api`, which it is given
+at start-up): each RPC reads the Groups, machines and core Nodes afresh, so a size
+cluster-autoscaler just changed is what the next call reports (the autoscaler asks TargetSize
+right after IncreaseSize). Component tests pass an in-memory
 implementation instead.
 """
 
@@ -13,15 +14,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from lightsout.execution.actuator import write_desired
-from lightsout.k8s import api
+from lightsout.k8s.api import Api
+
+# The write lost a race: the machine changed since it was read.
+from lightsout.k8s.api import ConflictError as ConflictError  # noqa: PLC0414 - the servicer's
 from lightsout.models.enums import PowerState
 from lightsout.state import GROUPS_KEY, MACHINES_KEY, NODES_KEY
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-#: The write lost a race: the machine changed since it was read.
-ConflictError = api.ConflictError
 
 
 class Cluster(Protocol):
@@ -46,28 +48,31 @@ class ApiCluster:
     Secrets and ConfigMaps exist with their key names (so no machine whose credentials are
     missing is offered), without a Secret read of its own."""
 
-    def __init__(self, namespaces: Sequence[str] = (), contents: Contents | None = None) -> None:
+    def __init__(
+        self, api: Api, namespaces: Sequence[str] = (), contents: Contents | None = None
+    ) -> None:
+        self.api = api
         self.namespaces = tuple(namespaces)
         self.contents = contents
 
     def _list(self, plural: str) -> list[Obj]:
         if not self.namespaces:
-            return api.list_all_resources(plural)
-        return [obj for ns in self.namespaces for obj in api.list_all_resources(plural, ns)]
+            return self.api.list_all_resources(plural)
+        return [obj for ns in self.namespaces for obj in self.api.list_all_resources(plural, ns)]
 
     def read(self) -> Mapping[str, list[Obj]]:
         return {
             GROUPS_KEY: self._list("groups"),
             MACHINES_KEY: self._list("nodes"),
-            NODES_KEY: api.list_core_nodes(),
+            NODES_KEY: self.api.list_core_nodes(),
             **(self.contents() if self.contents is not None else {}),
         }
 
     def set_power(self, machine: Obj, desired: str, reason: str) -> None:
         meta = machine["metadata"]
-        write_desired(machine, PowerState(desired), conditional=True)
+        write_desired(self.api, machine, PowerState(desired), conditional=True)
         try:
-            api.post_event(
+            self.api.post_event(
                 machine, "Normal", "ClusterAutoscaler", reason, component="lightsout-externalgrpc"
             )
         except Exception:  # the intent is recorded; a lost event is not worth failing the RPC

@@ -30,7 +30,7 @@ from lightsout.actuation import inputs
 from lightsout.actuation.nodeops import has_startup_taint
 from lightsout.config import OperatorConfig
 from lightsout.execution import actuator, registration
-from lightsout.k8s import api
+from lightsout.handlers.lifecycle import shared_api
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ async def start_webhook(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: A
             client_config(config),
             timeout_seconds=config.webhook_timeout_seconds,
         )
-        await asyncio.to_thread(api.put_mutating_webhook_configuration, body)
+        await asyncio.to_thread(shared_api(memo).put_mutating_webhook_configuration, body)
         log.info("wrote MutatingWebhookConfiguration %s", config.webhook_configuration)
 
 
@@ -124,6 +124,7 @@ async def core_node_registering(
         return
     labels, taints = inputs.wanted_metadata(machine, spec, group_spec)
     ctx = actuator.KubeMachine(
+        api=reconcilers.api,
         node=machine,
         spec=spec,
         group_spec=group_spec,

@@ -39,7 +39,9 @@ from lightsout.actuation.plans import PlanApplier
 from lightsout.config import OperatorConfig
 from lightsout.execution import reconcile as rc
 from lightsout.execution.scaling import KubeScale, LeaderLease, count, gauge_pending
+from lightsout.handlers.lifecycle import shared_api
 from lightsout.handlers.node import NOT_OURS, slim
+from lightsout.k8s.api import Api
 from lightsout.planning.autoscale import plan
 from lightsout.planning.decisions import Plan
 from lightsout.planning.wake import next_wake
@@ -135,6 +137,7 @@ class Planner:
 
     config: OperatorConfig
     indexes: Mapping[str, Any]
+    api: Api
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     synced: bool = False
     leading: bool = False
@@ -148,7 +151,7 @@ class Planner:
 
     def __post_init__(self) -> None:
         self.lease = LeaderLease(
-            self.config.namespace, self.config.identity, self.config.lease_seconds
+            self.api, self.config.namespace, self.config.identity, self.config.lease_seconds
         )
         self.applier = PlanApplier(dry_run=self.config.autoscaler_dry_run)
 
@@ -213,7 +216,7 @@ class Planner:
         snapshot, result = await asyncio.to_thread(self._plan, objects, now)
         pods = {_key(p): p for p in objects[PODS_KEY]}
         machines = {_key(m): m for m in objects[MACHINES_KEY]}
-        port = KubeScale(machines, pods)
+        port = KubeScale(self.api, machines, pods)
         applied = await asyncio.to_thread(self.applier.apply, port, snapshot, result, now)
         count(applied)
         gauge_pending(snapshot, now)
@@ -250,7 +253,8 @@ async def start_autoscaler(memo: kopf.Memo, **kwargs: Any) -> None:
         return
     # kopf hands every index to start-up handlers as a keyword argument named by its id.
     wanted = (*INDEXES.values(), *KEY_NAMES.values())
-    planner = Planner(config=config, indexes={i: kwargs[i] for i in wanted if i in kwargs})
+    indexes = {i: kwargs[i] for i in wanted if i in kwargs}
+    planner = Planner(config=config, indexes=indexes, api=shared_api(memo))
     planner.task = asyncio.create_task(planner.run(), name="lightsout-autoscaler")
     memo.autoscaler = planner
 

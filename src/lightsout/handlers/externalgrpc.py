@@ -20,6 +20,7 @@ from lightsout.config import OperatorConfig
 from lightsout.grpc import server
 from lightsout.grpc.cluster import ApiCluster, Contents
 from lightsout.handlers.autoscale import KEY_NAMES, key_name_entries
+from lightsout.handlers.lifecycle import shared_api
 
 #: Seconds an RPC waits for the event loop to copy the caches.
 CONTENTS_TIMEOUT = 10.0
@@ -62,7 +63,7 @@ async def start_externalgrpc(memo: kopf.Memo, **kwargs: Any) -> None:
     try:
         # kopf hands every index to start-up handlers as a keyword argument named by its id.
         contents = cached_contents({i: kwargs[i] for i in KEY_NAMES.values() if i in kwargs})
-        cluster = ApiCluster(config.watched_namespaces, contents)
+        cluster = ApiCluster(shared_api(memo), config.watched_namespaces, contents)
         memo.externalgrpc = await asyncio.to_thread(server.start, settings, cluster)
     except (server.ConfigError, OSError, RuntimeError) as exc:
         raise kopf.PermanentError(f"externalgrpc server not started: {exc}") from exc

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from lightsout.execution.energy import group_energy
-from lightsout.k8s import api
+from lightsout.k8s.api import Api
 from lightsout.models.enums import Phase
 from lightsout.models.group import GroupSpec
 
@@ -51,7 +51,7 @@ def group_counts(machines: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def recount(
-    group: Mapping[str, Any], spec: GroupSpec, machines: Iterable[Mapping[str, Any]]
+    api: Api, group: Mapping[str, Any], spec: GroupSpec, machines: Iterable[Mapping[str, Any]]
 ) -> None:
     """Write the Group's counts when they differ from its status (a worker thread calls it)."""
     meta = group["metadata"]

@@ -1,4 +1,12 @@
-"""Operator start-up: kopf settings, identity and probes. Called once by kopf at start."""
+"""Operator start-up: kopf settings, identity and probes, and the process' one API client.
+Called once by kopf at start.
+
+`shared_api` makes the operator's one `lightsout.k8s.api.Api` (one connection pool, sized to
+the reconcile workers plus `EXTRA_CONNECTIONS`) and keeps it on kopf's memo as `memo.api`; the
+start-up handlers that need the API take it from there and hand it on (to the reconcilers, the
+autoscaler, the externalgrpc server, the admission webhook). Whichever of them runs first makes
+it: kopf runs start-up handlers in the order they were registered, which imports decide.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +17,7 @@ import kopf
 
 from lightsout import API_GROUP
 from lightsout.config import OperatorConfig
-from lightsout.k8s import api
+from lightsout.k8s.api import Api
 
 #: Threads for kopf's own sync handlers (the probe); the reconcilers have their own pool.
 KOPF_THREADS = 2
@@ -30,9 +38,18 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # Every handler is async except the probe: machines are reconciled by a fixed pool of
     # workers (handlers/node.py), not by a thread per machine.
     settings.execution.max_workers = KOPF_THREADS
-    memo.config = config = OperatorConfig.from_env()
-    api.configure_pool(config.workers + EXTRA_CONNECTIONS)
+    memo.config = OperatorConfig.from_env()
+    shared_api(memo)
     memo.started = dt.datetime.now(dt.UTC)
+
+
+def shared_api(memo: kopf.Memo) -> Api:
+    """The process' one API client, `memo.api`, made on the first call."""
+    found: Api | None = getattr(memo, "api", None)
+    if found is None:
+        config: OperatorConfig = getattr(memo, "config", None) or OperatorConfig.from_env()
+        memo.api = found = Api(pool_size=config.workers + EXTRA_CONNECTIONS)
+    return found
 
 
 @kopf.on.probe(id="identity")

@@ -47,7 +47,8 @@ from lightsout.execution.leases import ANNOTATION_MACHINE, LEASE_PREFIX
 from lightsout.execution.results import MOUNT_FAILED
 from lightsout.execution.workqueue import Workers, WorkQueue
 from lightsout.handlers import group as groups
-from lightsout.k8s.api import key_names
+from lightsout.handlers.lifecycle import shared_api
+from lightsout.k8s.api import Api, key_names
 from lightsout.planning.types import Phase
 
 log = logging.getLogger(__name__)
@@ -181,6 +182,7 @@ class Reconcilers:
 
     config: OperatorConfig
     caches: rc.Caches
+    api: Api
     queue: WorkQueue[Key] = field(default_factory=WorkQueue)
     reconciler: rc.Reconciler = field(init=False)
     cronjobs: HealthCronJobs = field(init=False)
@@ -190,8 +192,8 @@ class Reconcilers:
     group_generations: dict[tuple[str, str], object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.reconciler = rc.Reconciler(self.config)
-        self.cronjobs = HealthCronJobs(self.config)
+        self.reconciler = rc.Reconciler(self.config, self.api)
+        self.cronjobs = HealthCronJobs(self.config, self.api)
         self.executor = ThreadPoolExecutor(self.config.workers, thread_name_prefix="lightsout")
         self.workers = Workers(self.queue, self._pass, size=self.config.workers)
 
@@ -226,7 +228,9 @@ class Reconcilers:
                 for ns, n in self.caches.machines_of_group(namespace, name)
                 if (m := self.caches.machine(ns, n)) is not None
             ]
-            await loop.run_in_executor(self.executor, groups.recount, group, spec, members)
+            await loop.run_in_executor(
+                self.executor, groups.recount, self.api, group, spec, members
+            )
             # A machine whose check pod could not mount its Secret or overlay is left out (its
             # status says why: `Caches.health_problem`).
             checked = health.checkable(
@@ -262,7 +266,7 @@ async def start_reconcilers(memo: kopf.Memo, **kwargs: Any) -> None:
     config: OperatorConfig = getattr(memo, "config", None) or OperatorConfig.from_env()
     # kopf hands every index to start-up handlers as a keyword argument named by its id.
     caches = rc.Caches({i: kwargs[i] for i in rc.CACHES if i in kwargs}, config)
-    reconcilers = Reconcilers(config, caches)
+    reconcilers = Reconcilers(config, caches, shared_api(memo))
     reconcilers.workers.start()
     memo.reconcilers = reconcilers
 

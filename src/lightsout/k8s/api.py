@@ -1,17 +1,23 @@
 """The only code that talks to the Kubernetes API (besides kopf itself).
 
-Thin, typed wrappers over the official client used by the handlers: Lights-Out resources and
-their status, Jobs and their pods, the extravars ConfigMaps, Leases with optimistic
-concurrency, core Nodes (cordon, labels, taints, delete), pods on a node, the Eviction API and
-PodDisruptionBudgets, and Events. Every function takes and returns plain dicts, so the pure
-layers never see client model classes. "Not found" comes back as None, "already exists" and
-"conflict" as the domain exceptions below; anything else propagates.
+`Api` owns one client (one connection pool, sized when it is made; in-cluster config, or
+KUBECONFIG) and has the typed wrappers over it that the operator and the `lightsout` commands
+use: Lights-Out resources and their status, Jobs and their pods, the extravars ConfigMaps,
+Leases with optimistic concurrency, core Nodes (cordon, labels, taints, delete), pods on a
+node, the Eviction API and PodDisruptionBudgets, and Events. There is no client at module
+level: each process makes one `Api` where it starts and passes it down. The operator's is made
+by its first kopf start-up handler (`handlers.lifecycle.shared_api`, kept on kopf's memo) and
+handed to the reconcilers, the autoscaler, the externalgrpc server and the admission webhook,
+which hand it to `execution` (`KubeMachine`, `KubeScale`, `LeaderLease`, and the functions
+that write, which take it as their first argument); each `lightsout` command makes its own
+(`cli`). Every method takes and returns plain dicts, so the pure layers never see client model
+classes. "Not found" comes back as None, "already exists" and "conflict" as the domain
+exceptions below; anything else propagates.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import os
 import uuid
 from collections.abc import Mapping
@@ -24,6 +30,10 @@ from lightsout import API_GROUP, API_VERSION
 from lightsout.text import clip_middle
 
 Obj = dict[str, Any]
+
+#: Connections kept open to the API server: one per thread that may call at once. The client's
+#: default (5 per CPU) makes a busier operator open and discard a connection per request.
+DEFAULT_POOL_SIZE = 8
 
 
 class ConflictError(Exception):
@@ -38,38 +48,379 @@ class EvictionBlockedError(Exception):
         self.message = message
 
 
-#: Connections kept open to the API server: one per thread that may call at once. The client's
-#: default (5 per CPU) makes a busier operator open and discard a connection per request.
-_pool_size = 8
+class Api:
+    """One client of the API server (one connection pool) and the calls made through it."""
 
+    def __init__(self, pool_size: int = DEFAULT_POOL_SIZE) -> None:
+        """In-cluster config, or KUBECONFIG; `pool_size` connections at most (the operator's
+        start-up gives its worker count plus room for the other handlers)."""
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+            config.load_incluster_config()
+            configuration = client.Configuration.get_default_copy()
+        else:
+            configuration = client.Configuration()
+            config.load_kube_config(
+                config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
+            )
+        configuration.connection_pool_maxsize = max(1, pool_size)
+        self.client = client.ApiClient(configuration)
 
-def configure_pool(size: int) -> None:
-    """Size the one shared connection pool (before the first request; the operator's start-up
-    calls it with its worker count plus room for the other handlers)."""
-    global _pool_size  # noqa: PLW0603 - one process-wide client, configured once at start-up
-    _pool_size = max(1, size)
-    api_client.cache_clear()
+    # ------------------------------------------------------------ Lights-Out resources
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.client)
 
-
-@functools.cache
-def api_client() -> client.ApiClient:
-    """The process' one client (one connection pool): in-cluster config, or KUBECONFIG."""
-    if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
-        config.load_incluster_config()
-        configuration = client.Configuration.get_default_copy()
-    else:
-        configuration = client.Configuration()
-        config.load_kube_config(
-            config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
+    def patch_status(
+        self,
+        namespace: str,
+        plural: str,
+        name: str,
+        status: Mapping[str, Any],
+        resource_version: str | None = None,
+    ) -> Obj:
+        """Merge-patch the status; with `resource_version`, only if the object is still at it
+        (else ConflictError): status computed from a stale read never overwrites a newer one."""
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        return _raw(
+            self.custom().patch_namespaced_custom_object_status,
+            API_GROUP,
+            API_VERSION,
+            namespace,
+            plural,
+            name,
+            body,
         )
-    configuration.connection_pool_maxsize = _pool_size
-    return client.ApiClient(configuration)
+
+    def get_resource(self, namespace: str, plural: str, name: str) -> Obj | None:
+        return _get(
+            self.custom().get_namespaced_custom_object,
+            API_GROUP,
+            API_VERSION,
+            namespace,
+            plural,
+            name,
+        )
+
+    def list_resources(
+        self, namespace: str, plural: str, field_selector: str | None = None
+    ) -> list[Obj]:
+        data = _raw(
+            self.custom().list_namespaced_custom_object,
+            API_GROUP,
+            API_VERSION,
+            namespace,
+            plural,
+            field_selector=field_selector,
+        )
+        return cast(list[Obj], data.get("items", []))
+
+    # ------------------------------------------------------------ Jobs and ConfigMaps
+    def batch(self) -> client.BatchV1Api:
+        return client.BatchV1Api(self.client)
+
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.client)
+
+    def get_job(self, namespace: str, name: str) -> Obj | None:
+        return _get(self.batch().read_namespaced_job, name, namespace)
+
+    def list_jobs(self, namespace: str, label_selector: str) -> list[Obj]:
+        data = _raw(self.batch().list_namespaced_job, namespace, label_selector=label_selector)
+        return cast(list[Obj], data.get("items", []))
+
+    def create_job(self, namespace: str, body: Mapping[str, Any]) -> Obj:
+        """Create the Job; raises ConflictError when one of that (deterministic) name exists."""
+        return _raw(self.batch().create_namespaced_job, namespace, dict(body))
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        try:
+            # Foreground: the Job stays visible (and counts as active) until its pods are gone,
+            # so no new power Job can start while a cancelled one's pod might still run.
+            self.batch().delete_namespaced_job(name, namespace, propagation_policy="Foreground")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def job_pods(self, namespace: str, job_name: str) -> list[Obj]:
+        data = _raw(
+            self.core().list_namespaced_pod, namespace, label_selector=f"job-name={job_name}"
+        )
+        return cast(list[Obj], data.get("items", []))
+
+    def apply_configmap(self, namespace: str, body: Mapping[str, Any]) -> None:
+        name = body["metadata"]["name"]
+        try:
+            _raw(self.core().create_namespaced_config_map, namespace, dict(body))
+        except ConflictError:
+            _raw(self.core().replace_namespaced_config_map, name, namespace, dict(body))
+
+    def delete_configmap(self, namespace: str, name: str) -> None:
+        try:
+            self.core().delete_namespaced_config_map(name, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    # ------------------------------------------------------------ CronJobs
+    def get_cronjob(self, namespace: str, name: str) -> Obj | None:
+        return _get(self.batch().read_namespaced_cron_job, name, namespace)
+
+    def create_cronjob(self, namespace: str, body: Mapping[str, Any]) -> Obj:
+        """Create the CronJob; raises ConflictError when it exists."""
+        return _raw(self.batch().create_namespaced_cron_job, namespace, dict(body))
+
+    def replace_cronjob(self, namespace: str, name: str, body: Mapping[str, Any]) -> Obj:
+        return _raw(self.batch().replace_namespaced_cron_job, name, namespace, dict(body))
+
+    def delete_cronjob(self, namespace: str, name: str) -> None:
+        try:
+            # Background: its Jobs and their pods go with it (they are owned by it).
+            self.batch().delete_namespaced_cron_job(
+                name, namespace, propagation_policy="Background"
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    # ------------------------------------------------------------ Leases
+    def coordination(self) -> client.CoordinationV1Api:
+        return client.CoordinationV1Api(self.client)
+
+    def get_lease(self, namespace: str, name: str) -> Obj | None:
+        return _get(self.coordination().read_namespaced_lease, name, namespace)
+
+    def create_lease(self, namespace: str, body: Mapping[str, Any]) -> Obj:
+        return _raw(self.coordination().create_namespaced_lease, namespace, dict(body))
+
+    def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> Obj:
+        """Replace with body's resourceVersion; a concurrent writer makes this raise
+        ConflictError."""
+        return _raw(self.coordination().replace_namespaced_lease, name, namespace, dict(body))
+
+    def list_leases(self, namespace: str, label_selector: str) -> list[Obj]:
+        data = _raw(
+            self.coordination().list_namespaced_lease, namespace, label_selector=label_selector
+        )
+        return list(data.get("items") or [])
+
+    def delete_leases(self, namespace: str, label_selector: str) -> None:
+        self.coordination().delete_collection_namespaced_lease(
+            namespace, label_selector=label_selector
+        )
+
+    # ------------------------------------------------------------ core Nodes and pods
+    def get_node(self, name: str) -> Obj | None:
+        return _get(self.core().read_node, name)
+
+    def create_node(self, body: Mapping[str, Any]) -> Obj:
+        """Create a core Node; ConflictError when one of that name exists (its kubelet was
+        first)."""
+        return _raw(self.core().create_node, dict(body))
+
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> Obj:
+        return _raw(self.core().patch_node, name, dict(patch))
+
+    def delete_node(self, name: str, resource_version: str | None = None) -> None:
+        """Delete the Node (gone already is fine); with `resource_version`, only if it has not
+        changed since that read (a 409 Conflict otherwise, raised as `ConflictError`)."""
+        options = None
+        if resource_version is not None:
+            preconditions = client.V1Preconditions(resource_version=resource_version)
+            options = client.V1DeleteOptions(preconditions=preconditions)
+        try:
+            self.core().delete_node(name, body=options)
+        except ApiException as exc:
+            if exc.status == 409:
+                raise ConflictError(f"Node {name} changed since it was read") from exc
+            if exc.status != 404:
+                raise
+
+    def put_mutating_webhook_configuration(self, body: Mapping[str, Any]) -> None:
+        """Create the MutatingWebhookConfiguration, or replace the one of that name."""
+        admission = client.AdmissionregistrationV1Api(self.client)
+        name = body["metadata"]["name"]
+        current = _get(admission.read_mutating_webhook_configuration, name)
+        if current is None:
+            _raw(admission.create_mutating_webhook_configuration, dict(body))
+            return
+        replacement = {**body, "metadata": {**body["metadata"], **_version(current)}}
+        _raw(admission.replace_mutating_webhook_configuration, name, replacement)
+
+    def pods_on_node(self, node_name: str) -> list[Obj]:
+        data = _raw(
+            self.core().list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node_name}"
+        )
+        return cast(list[Obj], data.get("items", []))
+
+    def evict(self, namespace: str, name: str) -> None:
+        """Ask the Eviction API to evict a pod; EvictionBlockedError when a PDB forbids it now."""
+        body: Any = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        try:
+            self.core().create_namespaced_pod_eviction(name, namespace, body)
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+            if exc.status == 429:
+                raise EvictionBlockedError(_status_message(exc)) from exc
+            raise
+
+    def pdbs(self, namespace: str) -> list[Obj]:
+        policy = client.PolicyV1Api(self.client)
+        data = _raw(policy.list_namespaced_pod_disruption_budget, namespace)
+        return cast(list[Obj], data.get("items", []))
+
+    # ------------------------------------------------------------ Events
+    def post_event(
+        self,
+        involved: Mapping[str, Any],
+        event_type: str,
+        reason: str,
+        message: str,
+        component: str = "lightsout",
+    ) -> None:
+        """Post a core/v1 Event about a Lights-Out object (used outside kopf's own posting)."""
+        meta = involved["metadata"]
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "metadata": {
+                "name": f"{meta['name']}.{uuid.uuid4().hex[:12]}",
+                "namespace": meta["namespace"],
+            },
+            "involvedObject": {
+                "apiVersion": involved.get("apiVersion", f"{API_GROUP}/{API_VERSION}"),
+                "kind": involved.get("kind", "Node"),
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "type": event_type,
+            "reason": reason,
+            "message": clip_middle(message),
+            "source": {"component": component},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "reportingComponent": component,
+        }
+        _raw(self.core().create_namespaced_event, meta["namespace"], body)
+
+    def as_dict(self, obj: Any) -> Obj:
+        """Client model → plain dict (for callers holding a client object)."""
+        return cast(Obj, self.client.sanitize_for_serialization(obj))
+
+    # ------------------------------------------------------------ the autoscaler's reads/writes
+    def patch_resource(
+        self, namespace: str, plural: str, name: str, patch: Mapping[str, Any]
+    ) -> Obj:
+        """Merge-patch a Lights-Out resource (spec or metadata). A `metadata.resourceVersion`
+        in the patch makes it conditional: ConflictError when the object changed since it was
+        read."""
+        return _raw(
+            self.custom().patch_namespaced_custom_object,
+            API_GROUP,
+            API_VERSION,
+            namespace,
+            plural,
+            name,
+            dict(patch),
+        )
+
+    def list_all_resources(self, plural: str, namespace: str | None = None) -> list[Obj]:
+        """Lights-Out resources of one kind in one namespace, or in all of them."""
+        if namespace:
+            return self.list_resources(namespace, plural)
+        data = _raw(self.custom().list_cluster_custom_object, API_GROUP, API_VERSION, plural)
+        return cast(list[Obj], data.get("items", []))
+
+    def list_pods(self, namespace: str | None = None) -> list[Obj]:
+        if namespace:
+            data = _raw(self.core().list_namespaced_pod, namespace)
+        else:
+            data = _raw(self.core().list_pod_for_all_namespaces)
+        return _typed_items(data, "v1", "Pod")
+
+    def list_core_nodes(self) -> list[Obj]:
+        return _typed_items(_raw(self.core().list_node), "v1", "Node")
+
+    def list_pdbs(self, namespace: str | None = None) -> list[Obj]:
+        policy = client.PolicyV1Api(self.client)
+        if namespace:
+            data = _raw(policy.list_namespaced_pod_disruption_budget, namespace)
+        else:
+            data = _raw(policy.list_pod_disruption_budget_for_all_namespaces)
+        return _typed_items(data, "policy/v1", "PodDisruptionBudget")
+
+    def list_daemonsets(self, namespace: str | None = None) -> list[Obj]:
+        apps = client.AppsV1Api(self.client)
+        if namespace:
+            data = _raw(apps.list_namespaced_daemon_set, namespace)
+        else:
+            data = _raw(apps.list_daemon_set_for_all_namespaces)
+        return _typed_items(data, "apps/v1", "DaemonSet")
+
+    def list_cronjobs(self, namespace: str | None = None) -> list[Obj]:
+        """People's CronJobs (not the operator's own health checks, which carry managed-by)."""
+        batch = self.batch()
+        selector = "!app.kubernetes.io/managed-by"
+        if namespace:
+            data = _raw(batch.list_namespaced_cron_job, namespace, label_selector=selector)
+        else:
+            data = _raw(batch.list_cron_job_for_all_namespaces, label_selector=selector)
+        return _typed_items(data, "batch/v1", "CronJob")
+
+    def list_key_names(
+        self, kind: str, namespace: str | None = None
+    ) -> list[tuple[str, str, frozenset[str]]]:
+        """Secrets (`kind` "secret") or ConfigMaps ("config_map") as (namespace, name, key
+        names): `lightsout plan` checks what machines reference; the values are dropped on
+        arrival."""
+        core = self.core()
+        calls = {
+            "secret": (core.list_namespaced_secret, core.list_secret_for_all_namespaces),
+            "config_map": (
+                core.list_namespaced_config_map,
+                core.list_config_map_for_all_namespaces,
+            ),
+        }
+        namespaced, everywhere = calls[kind]
+        data = _raw(namespaced, namespace) if namespace else _raw(everywhere)
+        return [
+            (
+                str(item["metadata"].get("namespace") or ""),
+                str(item["metadata"]["name"]),
+                key_names(item),
+            )
+            for item in data.get("items", [])
+        ]
+
+    # ------------------------------------------------------------ Secrets (join credentials)
+    def cluster_ca(self) -> bytes:
+        """The PEM CA bundle this client trusts for the API server (in-cluster: the SA's
+        ca.crt).
+
+        It is what a new machine must trust too, so `execution.join` hands it to a clone.
+        """
+        configuration = self.client.configuration
+        if configuration.ssl_ca_cert:
+            with open(configuration.ssl_ca_cert, "rb") as ca:
+                return ca.read()
+        raise RuntimeError("the API client has no CA file: cannot tell a new machine what to trust")
+
+    def create_secret(self, namespace: str, body: Mapping[str, Any]) -> None:
+        """Create the Secret; raises ConflictError when one of that name exists."""
+        _raw(self.core().create_namespaced_secret, namespace, dict(body))
+
+    def delete_secrets(self, namespace: str, label_selector: str) -> None:
+        """Delete the Secrets matching the selector (deletecollection: no right to read any)."""
+        self.core().delete_collection_namespaced_secret(namespace, label_selector=label_selector)
 
 
-def _data(obj: Any) -> Obj:
-    return cast(Obj, api_client().sanitize_for_serialization(obj))
-
-
+# ---------------------------------------------------------------- without a client
 def _get(call: Any, *args: Any) -> Obj | None:
     try:
         return cast(Obj, call(*args, _preload_content=False).json())
@@ -88,228 +439,17 @@ def _raw(call: Any, *args: Any, **kwargs: Any) -> Obj:
         raise
 
 
-# ---------------------------------------------------------------- Lights-Out resources
-def custom() -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(api_client())
-
-
-def patch_status(
-    namespace: str,
-    plural: str,
-    name: str,
-    status: Mapping[str, Any],
-    resource_version: str | None = None,
-) -> Obj:
-    """Merge-patch the status; with `resource_version`, only if the object is still at it
-    (else ConflictError): status computed from a stale read never overwrites a newer one."""
-    body: dict[str, Any] = {"status": dict(status)}
-    if resource_version:
-        body["metadata"] = {"resourceVersion": resource_version}
-    return _raw(
-        custom().patch_namespaced_custom_object_status,
-        API_GROUP,
-        API_VERSION,
-        namespace,
-        plural,
-        name,
-        body,
-    )
-
-
-def get_resource(namespace: str, plural: str, name: str) -> Obj | None:
-    return _get(
-        custom().get_namespaced_custom_object, API_GROUP, API_VERSION, namespace, plural, name
-    )
-
-
-def list_resources(namespace: str, plural: str, field_selector: str | None = None) -> list[Obj]:
-    data = _raw(
-        custom().list_namespaced_custom_object,
-        API_GROUP,
-        API_VERSION,
-        namespace,
-        plural,
-        field_selector=field_selector,
-    )
-    return cast(list[Obj], data.get("items", []))
-
-
-# ---------------------------------------------------------------- Jobs and ConfigMaps
-def batch() -> client.BatchV1Api:
-    return client.BatchV1Api(api_client())
-
-
-def core() -> client.CoreV1Api:
-    return client.CoreV1Api(api_client())
-
-
-def get_job(namespace: str, name: str) -> Obj | None:
-    return _get(batch().read_namespaced_job, name, namespace)
-
-
-def list_jobs(namespace: str, label_selector: str) -> list[Obj]:
-    data = _raw(batch().list_namespaced_job, namespace, label_selector=label_selector)
-    return cast(list[Obj], data.get("items", []))
-
-
-def create_job(namespace: str, body: Mapping[str, Any]) -> Obj:
-    """Create the Job; raises ConflictError when one of that (deterministic) name exists."""
-    return _raw(batch().create_namespaced_job, namespace, dict(body))
-
-
-def delete_job(namespace: str, name: str) -> None:
-    try:
-        # Foreground: the Job stays visible (and counts as active) until its pods are gone, so
-        # no new power Job can start while a cancelled one's pod might still run.
-        batch().delete_namespaced_job(name, namespace, propagation_policy="Foreground")
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-
-
-def job_pods(namespace: str, job_name: str) -> list[Obj]:
-    data = _raw(core().list_namespaced_pod, namespace, label_selector=f"job-name={job_name}")
-    return cast(list[Obj], data.get("items", []))
-
-
-def apply_configmap(namespace: str, body: Mapping[str, Any]) -> None:
-    name = body["metadata"]["name"]
-    try:
-        _raw(core().create_namespaced_config_map, namespace, dict(body))
-    except ConflictError:
-        _raw(core().replace_namespaced_config_map, name, namespace, dict(body))
-
-
-def delete_configmap(namespace: str, name: str) -> None:
-    try:
-        core().delete_namespaced_config_map(name, namespace)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-
-
-# ---------------------------------------------------------------- CronJobs
-def get_cronjob(namespace: str, name: str) -> Obj | None:
-    return _get(batch().read_namespaced_cron_job, name, namespace)
-
-
-def create_cronjob(namespace: str, body: Mapping[str, Any]) -> Obj:
-    """Create the CronJob; raises ConflictError when it exists."""
-    return _raw(batch().create_namespaced_cron_job, namespace, dict(body))
-
-
-def replace_cronjob(namespace: str, name: str, body: Mapping[str, Any]) -> Obj:
-    return _raw(batch().replace_namespaced_cron_job, name, namespace, dict(body))
-
-
-def delete_cronjob(namespace: str, name: str) -> None:
-    try:
-        # Background: its Jobs and their pods go with it (they are owned by it).
-        batch().delete_namespaced_cron_job(name, namespace, propagation_policy="Background")
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-
-
-# ---------------------------------------------------------------- Leases
-def coordination() -> client.CoordinationV1Api:
-    return client.CoordinationV1Api(api_client())
-
-
-def get_lease(namespace: str, name: str) -> Obj | None:
-    return _get(coordination().read_namespaced_lease, name, namespace)
-
-
-def create_lease(namespace: str, body: Mapping[str, Any]) -> Obj:
-    return _raw(coordination().create_namespaced_lease, namespace, dict(body))
-
-
-def replace_lease(namespace: str, name: str, body: Mapping[str, Any]) -> Obj:
-    """Replace with body's resourceVersion; a concurrent writer makes this raise ConflictError."""
-    return _raw(coordination().replace_namespaced_lease, name, namespace, dict(body))
-
-
-def list_leases(namespace: str, label_selector: str) -> list[Obj]:
-    data = _raw(coordination().list_namespaced_lease, namespace, label_selector=label_selector)
-    return list(data.get("items") or [])
-
-
-def delete_leases(namespace: str, label_selector: str) -> None:
-    coordination().delete_collection_namespaced_lease(namespace, label_selector=label_selector)
-
-
-# ---------------------------------------------------------------- core Nodes and pods
-def get_node(name: str) -> Obj | None:
-    return _get(core().read_node, name)
-
-
-def create_node(body: Mapping[str, Any]) -> Obj:
-    """Create a core Node; ConflictError when one of that name exists (its kubelet was first)."""
-    return _raw(core().create_node, dict(body))
-
-
-def patch_node(name: str, patch: Mapping[str, Any]) -> Obj:
-    return _raw(core().patch_node, name, dict(patch))
-
-
-def delete_node(name: str, resource_version: str | None = None) -> None:
-    """Delete the Node (gone already is fine); with `resource_version`, only if it has not
-    changed since that read (a 409 Conflict otherwise, raised as `ConflictError`)."""
-    options = None
-    if resource_version is not None:
-        preconditions = client.V1Preconditions(resource_version=resource_version)
-        options = client.V1DeleteOptions(preconditions=preconditions)
-    try:
-        core().delete_node(name, body=options)
-    except ApiException as exc:
-        if exc.status == 409:
-            raise ConflictError(f"Node {name} changed since it was read") from exc
-        if exc.status != 404:
-            raise
-
-
-def put_mutating_webhook_configuration(body: Mapping[str, Any]) -> None:
-    """Create the MutatingWebhookConfiguration, or replace the one of that name."""
-    admission = client.AdmissionregistrationV1Api(api_client())
-    name = body["metadata"]["name"]
-    current = _get(admission.read_mutating_webhook_configuration, name)
-    if current is None:
-        _raw(admission.create_mutating_webhook_configuration, dict(body))
-        return
-    replacement = {**body, "metadata": {**body["metadata"], **_version(current)}}
-    _raw(admission.replace_mutating_webhook_configuration, name, replacement)
-
-
 def _version(obj: Obj) -> dict[str, Any]:
     return {"resourceVersion": obj["metadata"]["resourceVersion"]}
 
 
-def pods_on_node(node_name: str) -> list[Obj]:
-    data = _raw(core().list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node_name}")
-    return cast(list[Obj], data.get("items", []))
-
-
-def evict(namespace: str, name: str) -> None:
-    """Ask the Eviction API to evict a pod; EvictionBlockedError when a PDB forbids it now."""
-    body: Any = {
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": name, "namespace": namespace},
-    }
-    try:
-        core().create_namespaced_pod_eviction(name, namespace, body)
-    except ApiException as exc:
-        if exc.status == 404:
-            return
-        if exc.status == 429:
-            raise EvictionBlockedError(_status_message(exc)) from exc
-        raise
-
-
-def pdbs(namespace: str) -> list[Obj]:
-    policy = client.PolicyV1Api(api_client())
-    data = _raw(policy.list_namespaced_pod_disruption_budget, namespace)
-    return cast(list[Obj], data.get("items", []))
+def _typed_items(data: Obj, api_version: str, kind: str) -> list[Obj]:
+    # List responses leave apiVersion/kind off their items; consumers of plain dicts want them.
+    items = cast(list[Obj], data.get("items", []))
+    for item in items:
+        item.setdefault("apiVersion", api_version)
+        item.setdefault("kind", kind)
+    return items
 
 
 def error_message(exc: BaseException) -> str:
@@ -328,146 +468,11 @@ def _status_message(exc: ApiException) -> str:
         return str(exc.reason)
 
 
-# ---------------------------------------------------------------- Events
-def post_event(
-    involved: Mapping[str, Any],
-    event_type: str,
-    reason: str,
-    message: str,
-    component: str = "lightsout",
-) -> None:
-    """Post a core/v1 Event about a Lights-Out object (used outside kopf's own posting)."""
-    meta = involved["metadata"]
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    body = {
-        "metadata": {
-            "name": f"{meta['name']}.{uuid.uuid4().hex[:12]}",
-            "namespace": meta["namespace"],
-        },
-        "involvedObject": {
-            "apiVersion": involved.get("apiVersion", f"{API_GROUP}/{API_VERSION}"),
-            "kind": involved.get("kind", "Node"),
-            "name": meta["name"],
-            "namespace": meta["namespace"],
-            "uid": meta.get("uid"),
-        },
-        "type": event_type,
-        "reason": reason,
-        "message": clip_middle(message),
-        "source": {"component": component},
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-        "reportingComponent": component,
-    }
-    _raw(core().create_namespaced_event, meta["namespace"], body)
-
-
-def as_dict(obj: Any) -> Obj:
-    """Client model → plain dict (for callers holding a client object)."""
-    return _data(obj)
-
-
-# ---------------------------------------------------------------- the autoscaler's reads/writes
-def patch_resource(namespace: str, plural: str, name: str, patch: Mapping[str, Any]) -> Obj:
-    """Merge-patch a Lights-Out resource (spec or metadata). A `metadata.resourceVersion` in
-    the patch makes it conditional: ConflictError when the object changed since it was read."""
-    return _raw(
-        custom().patch_namespaced_custom_object,
-        API_GROUP,
-        API_VERSION,
-        namespace,
-        plural,
-        name,
-        dict(patch),
-    )
-
-
-def list_all_resources(plural: str, namespace: str | None = None) -> list[Obj]:
-    """Lights-Out resources of one kind in one namespace, or in all of them."""
-    if namespace:
-        return list_resources(namespace, plural)
-    data = _raw(custom().list_cluster_custom_object, API_GROUP, API_VERSION, plural)
-    return cast(list[Obj], data.get("items", []))
-
-
-def _typed_items(data: Obj, api_version: str, kind: str) -> list[Obj]:
-    # List responses leave apiVersion/kind off their items; consumers of plain dicts want them.
-    items = cast(list[Obj], data.get("items", []))
-    for item in items:
-        item.setdefault("apiVersion", api_version)
-        item.setdefault("kind", kind)
-    return items
-
-
-def list_pods(namespace: str | None = None) -> list[Obj]:
-    if namespace:
-        data = _raw(core().list_namespaced_pod, namespace)
-    else:
-        data = _raw(core().list_pod_for_all_namespaces)
-    return _typed_items(data, "v1", "Pod")
-
-
-def list_core_nodes() -> list[Obj]:
-    return _typed_items(_raw(core().list_node), "v1", "Node")
-
-
-def list_pdbs(namespace: str | None = None) -> list[Obj]:
-    policy = client.PolicyV1Api(api_client())
-    if namespace:
-        data = _raw(policy.list_namespaced_pod_disruption_budget, namespace)
-    else:
-        data = _raw(policy.list_pod_disruption_budget_for_all_namespaces)
-    return _typed_items(data, "policy/v1", "PodDisruptionBudget")
-
-
-def list_daemonsets(namespace: str | None = None) -> list[Obj]:
-    apps = client.AppsV1Api(api_client())
-    if namespace:
-        data = _raw(apps.list_namespaced_daemon_set, namespace)
-    else:
-        data = _raw(apps.list_daemon_set_for_all_namespaces)
-    return _typed_items(data, "apps/v1", "DaemonSet")
-
-
-def list_cronjobs(namespace: str | None = None) -> list[Obj]:
-    """People's CronJobs (not the operator's own health checks, which carry managed-by)."""
-    batch = client.BatchV1Api(api_client())
-    selector = "!app.kubernetes.io/managed-by"
-    if namespace:
-        data = _raw(batch.list_namespaced_cron_job, namespace, label_selector=selector)
-    else:
-        data = _raw(batch.list_cron_job_for_all_namespaces, label_selector=selector)
-    return _typed_items(data, "batch/v1", "CronJob")
-
-
 def key_names(obj: Mapping[str, Any]) -> frozenset[str]:
     """The key names of a Secret or ConfigMap object (its values are not looked at)."""
     return frozenset(
         str(key) for part in ("data", "binaryData", "stringData") for key in obj.get(part) or {}
     )
-
-
-def list_key_names(
-    kind: str, namespace: str | None = None
-) -> list[tuple[str, str, frozenset[str]]]:
-    """Secrets (`kind` "secret") or ConfigMaps ("config_map") as (namespace, name, key names):
-    `lightsout plan` checks what machines reference; the values are dropped on arrival."""
-    core = client.CoreV1Api(api_client())
-    calls = {
-        "secret": (core.list_namespaced_secret, core.list_secret_for_all_namespaces),
-        "config_map": (core.list_namespaced_config_map, core.list_config_map_for_all_namespaces),
-    }
-    namespaced, everywhere = calls[kind]
-    data = _raw(namespaced, namespace) if namespace else _raw(everywhere)
-    return [
-        (
-            str(item["metadata"].get("namespace") or ""),
-            str(item["metadata"]["name"]),
-            key_names(item),
-        )
-        for item in data.get("items", [])
-    ]
 
 
 # ---------------------------------------------------------------- the CLI's defaults
@@ -486,26 +491,3 @@ def current_namespace() -> str:
     except (config.ConfigException, OSError):
         return "default"
     return str((active or {}).get("context", {}).get("namespace") or "default")
-
-
-# ---------------------------------------------------------------- Secrets (join credentials)
-def cluster_ca() -> bytes:
-    """The PEM CA bundle this process trusts for the API server (in-cluster: the SA's ca.crt).
-
-    It is what a new machine must trust too, so `execution.join` hands it to a clone.
-    """
-    configuration = api_client().configuration
-    if configuration.ssl_ca_cert:
-        with open(configuration.ssl_ca_cert, "rb") as ca:
-            return ca.read()
-    raise RuntimeError("the API client has no CA file: cannot tell a new machine what to trust")
-
-
-def create_secret(namespace: str, body: Mapping[str, Any]) -> None:
-    """Create the Secret; raises ConflictError when one of that name exists."""
-    _raw(core().create_namespaced_secret, namespace, dict(body))
-
-
-def delete_secrets(namespace: str, label_selector: str) -> None:
-    """Delete the Secrets matching the selector (deletecollection: no right to read any)."""
-    core().delete_collection_namespaced_secret(namespace, label_selector=label_selector)
