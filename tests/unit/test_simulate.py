@@ -398,7 +398,7 @@ def test_the_live_snapshot_announces_cronjob_runs_as_the_simulator_does() -> Non
     simulator = Simulator(t, Options())
     simulator.run()
     for seconds in (0.0, 600.0, 1800.0, 1800.5, 4000.0):
-        simulator.now = seconds
+        simulator.clock.now = seconds
         now = START + timedelta(seconds=seconds)
         live = snapshot_from({CRONJOBS_KEY: list(jobs)}, complete=True, now=now)
         assert live.expected == simulator.snapshot().expected, seconds

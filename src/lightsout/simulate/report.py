@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lightsout.planning.energy import cost
-from lightsout.simulate.engine import Result, SimPod
+from lightsout.simulate.engine import Result
+from lightsout.simulate.machines import SimPod
 
 #: A pod that waited longer than its machine's power-on and boot plus this is reported. "Its
 #: machine" is the one it first ran on or, when slower, the one the planner powered on for it

@@ -1,0 +1,317 @@
+"""The replay's side of the in-memory port: its machines and pods, and the plan applier's port.
+
+A `SimMachine` is the operator's `MemoryMachine` (what the one effect interpreter carries
+decisions out through) with the machine's truth: its power-on, boot and shutdown durations
+(`trace.Durations`), its draw (`planning.energy`) and the pods bound to it; what a write sets
+off elsewhere in the replay (a plan, a scheduling pass, an eviction) goes through `Cluster`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Protocol
+
+from lightsout.actuation.inputs import group_spec, machine_state, node_spec
+from lightsout.actuation.memory import MemoryJob, MemoryMachine, MemoryPool, MemoryScale
+from lightsout.actuation.pool import pool_of
+from lightsout.models.enums import PowerState as DesiredPowerState
+from lightsout.planning.decisions import ScaleAction
+from lightsout.planning.effects import Decision, Event, StartJob
+from lightsout.planning.energy import Draw, Ledger, is_powered
+from lightsout.planning.learning import median
+from lightsout.planning.scheduling import HOSTNAME_LABEL
+from lightsout.planning.types import DrainStatus, JobPhase, MachineState, Phase, PowerState
+from lightsout.simulate.clock import Clock, Kind
+from lightsout.simulate.trace import Trace
+from lightsout.state import CoreNode, Group, Machine, ObjectKey, Pod
+from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, snapshot_from
+from lightsout.state.resources import CPU, Resources
+
+
+@dataclass
+class SimPod:
+    key: ObjectKey
+    pod: Pod
+    #: When it could have started at the earliest (arrival, or the CronJob's schedule time).
+    arrival: float
+    run_seconds: float
+    cronjob: str | None = None
+    node: str | None = None
+    #: The node it last ran on (kept after it finished).
+    host: str | None = None
+    #: The node of the first machine the planner powered on for it, if any.
+    powered_for: str | None = None
+    #: The node it first ran on (its wait ends there; an evicted pod may end up elsewhere).
+    first_host: str | None = None
+    #: The node of the machine already coming up that the last plan before its start counted
+    #: it on (`Explanations.coming`), if any: the machine it was waiting for.
+    counted_on: str | None = None
+    started: float | None = None
+    #: Wait before the first start (an evicted pod's restart does not count again).
+    wait: float | None = None
+    done: bool = False
+    #: Bumped on eviction so the finish event of an earlier run is ignored.
+    run: int = 0
+
+
+class Cluster(Protocol):
+    """The rest of the replay, as a machine's port reaches it (the `Simulator`)."""
+
+    clock: Clock
+
+    def want_plan(self) -> None: ...
+    def want_schedule(self) -> None: ...
+    def evict(self, machine: SimMachine) -> None: ...
+
+
+@dataclass(kw_only=True)
+class SimMachine(MemoryMachine):
+    """A machine of the replay: its objects in memory plus its truth."""
+
+    sim: Cluster = field(repr=False)
+    template: Machine
+    draw: Draw
+    power_on_seconds: float
+    boot_seconds: float
+    shutdown_seconds: float
+    ledger: Ledger
+    pods: dict[ObjectKey, SimPod] = field(default_factory=dict)
+    requested: dict[str, int] = field(default_factory=dict)
+    power_ons: int = 0
+    #: Seconds since start of every power-on Job (for the wear figures).
+    power_on_times: list[float] = field(default_factory=list)
+    #: (seconds since start, phase) at every phase change.
+    timeline: list[tuple[float, str]] = field(default_factory=list)
+    #: The planner's `Machine` and `CoreNode` for the current state, and what they were built
+    #: from: rebuilt only when that changes, so a snapshot costs no copy per machine and plan.
+    record: tuple[tuple[Any, ...], Machine] | None = None
+    core_node: tuple[tuple[Any, ...], CoreNode] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.template.kubernetes_node_name
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {HOSTNAME_LABEL: self.name, **self.template.labels}
+
+    @property
+    def allocatable(self) -> Resources:
+        return self.template.resources or Resources()
+
+    def utilisation(self) -> float:
+        cpu = self.allocatable.get(CPU)
+        return min(1.0, self.requested.get(CPU, 0) / cpu) if cpu else 0.0
+
+    def count_energy(self) -> None:
+        """Count its draw up to now at the state it was in (call before a change)."""
+        self.ledger = self.ledger.advance(
+            self.sim.clock.time(), self.draw, is_powered(self.state.phase), self.utilisation()
+        )
+
+    def reconcile_soon(self, after: float = 0.0) -> None:
+        """Reconcile it `after` seconds from now (on a watched change, or a Requeue)."""
+        clock = self.sim.clock
+        clock.wake(clock.now + after, Kind.RECONCILE, self.template.key)
+
+    def as_machine(self) -> Machine:
+        """The machine as `state.build` would read its Node (built again only on a change)."""
+        state = self.state
+        key = (state.phase, state.desired, state.phase_since, state.learned)
+        if self.record is None or self.record[0] != key:
+            learned = state.learned
+            machine = replace(
+                self.template,
+                phase=state.phase,
+                desired=DesiredPowerState(state.desired.value),
+                phase_since=state.phase_since,
+                learned_boot_seconds=_float(median(learned.boot_samples)),
+                learned_shutdown_seconds=_float(median(learned.shutdown_samples)),
+                power_ons=learned.power_ons,
+            )
+            self.record = (key, machine)
+        return self.record[1]
+
+    def as_core_node(self) -> CoreNode:
+        """Its core Node as the planner reads it (built again only on a change)."""
+        key = (self.cordoned, self.node_ready, self.node_ready_since)
+        if self.core_node is None or self.core_node[0] != key:
+            node = CoreNode(
+                name=self.name,
+                labels=self.labels,
+                taints=self.template.taints,
+                allocatable=self.allocatable,
+                unschedulable=self.cordoned,
+                ready=self.node_ready,
+                ready_since=self.node_ready_since,
+            )
+            self.core_node = (key, node)
+        return self.core_node[1]
+
+    # What the simulated cluster does when the port is written: the replay's physics.
+    def pods_left(self) -> int:
+        return sum(1 for p in self.pods.values() if not p.pod.daemonset)
+
+    def write_status(self, machine: MachineState, decision: Decision, now: datetime) -> bool:
+        changed = decision.phase is not self.state.phase
+        if changed:
+            self.count_energy()
+        super().write_status(machine, decision, now)
+        if changed:
+            self.timeline.append((self.sim.clock.now, decision.phase.value))
+            self.sim.want_plan()
+            self.sim.want_schedule()
+        return True
+
+    def start_job(self, effect: StartJob) -> None:
+        job = self.job
+        super().start_job(effect)
+        if self.job is job or self.job is None:
+            return  # create-unless-exists: the Job is already there
+        clock = self.sim.clock
+        on = effect.action.target is PowerState.ON
+        if on:
+            self.power_ons += 1
+            self.power_on_times.append(clock.now)
+        seconds = self.power_on_seconds if on else self.shutdown_seconds
+        clock.push(clock.now + seconds, Kind.JOB_DONE, (self, self.job))
+
+    def job_done(self, job: MemoryJob) -> None:
+        """The action Job succeeds after the machine's true duration."""
+        if self.job is not job:
+            return  # deleted meanwhile
+        target = job.action.target
+        job.state, job.power_state = JobPhase.SUCCEEDED, target
+        if target is PowerState.ON:
+            self.power = PowerState.ON
+            self.sim.clock.push(self.sim.clock.now + self.boot_seconds, Kind.NODE_READY, self)
+        else:
+            self.power = PowerState.OFF
+            self.node_ready = False
+        self.reconcile_soon()
+
+    def booted(self) -> None:
+        """The core Node registers Ready `boot_seconds` after the power-on."""
+        if self.power is not PowerState.ON:
+            return  # powered off again before it finished booting
+        self.node_exists = self.node_ready = self.registered = True
+        self.node_ready_since = self.sim.clock.time()
+        self.reconcile_soon()
+        self.sim.want_schedule()
+
+    def cordon(self, unschedulable: bool) -> None:
+        super().cordon(unschedulable)
+        if not unschedulable:
+            self.sim.want_schedule()
+
+    def drain(self) -> DrainStatus:
+        self.sim.evict(self)
+        self.reconcile_soon()  # the drain's progress is seen at once
+        return super().drain()
+
+
+def _float(value: int | None) -> float | None:
+    return None if value is None else float(value)
+
+
+@dataclass
+class SimScale(MemoryScale):
+    """The plan applier's port in the replay: a scale is recorded on the Group the planner
+    reads next (its `lastScaleUp` / `lastScaleDown`)."""
+
+    machines: Mapping[ObjectKey, SimMachine]
+    groups: dict[ObjectKey, Group] = field(default_factory=dict)
+
+    def set_desired(self, machine: ObjectKey, state: PowerState) -> bool:
+        found = self.machines[machine]
+        before = found.state.desired
+        written = super().set_desired(machine, state)
+        if found.state.desired is not before:
+            found.reconcile_soon()  # the machine's handler watches its spec
+        return written
+
+    def record_scale(
+        self,
+        group: ObjectKey,
+        up: bool,
+        actions: Sequence[ScaleAction],  # noqa: ARG002 - the replay's Groups keep no reason
+        now: datetime,
+    ) -> None:
+        found = self.groups[group]
+        scaled = replace(found, last_scale_up=now) if up else replace(found, last_scale_down=now)
+        self.groups[group] = scaled
+
+    def post_event(self, kind: str, key: ObjectKey, event: Event) -> None:
+        pass  # nobody reads a replay's plan events
+
+
+def read_machines(
+    trace: Trace, overrides: Sequence[str], all_on: bool, sim: Cluster
+) -> tuple[tuple[Group, ...], list[SimMachine]]:
+    """The trace's Groups (with `overrides`) and its machines, Off at the start; `all_on`
+    makes every machine desired On (always-on)."""
+    groups_raw = [apply_overrides(m, overrides) for m in trace.machines if m.get("kind") == "Group"]
+    nodes_raw = [m for m in trace.machines if m.get("kind") == "Node"]
+    snapshot = snapshot_from({GROUPS_KEY: groups_raw, MACHINES_KEY: nodes_raw})
+    if snapshot.problems:
+        raise ValueError("trace machines: " + "; ".join(snapshot.problems))
+    group_specs = {str(g["metadata"]["name"]): group_spec(g) for g in groups_raw}
+    pools = {
+        name: MemoryPool(name, spec.address_pool)
+        for name, spec in group_specs.items()
+        if spec.address_pool is not None
+    }
+    specs = {str(n["metadata"]["name"]): (n, node_spec(n)) for n in nodes_raw}
+    out: list[SimMachine] = []
+    for template in snapshot.machines:
+        manifest, spec = specs[template.key.name]
+        group = group_specs.get(template.group)
+        truth = trace.durations_of(template.key.name)
+        # As the operator starts: from the spec's desired power state (a machine pinned On
+        # with autoscaling off stays On all week), or On for every machine always-on.
+        on = all_on or template.desired is DesiredPowerState.ON
+        state = replace(
+            machine_state(manifest, spec, group),
+            phase=Phase.OFF,
+            desired=PowerState.ON if on else PowerState.OFF,
+            intent_generation=1,
+            phase_since=trace.start,
+        )
+        machine = SimMachine(
+            sim=sim,
+            state=state,
+            pool=pools.get(template.group) if pool_of(spec, group) is not None else None,
+            template=template,
+            draw=Draw.declared(template.watts_on, template.watts_idle, template.watts_off),
+            power_on_seconds=truth.power_on_seconds,
+            boot_seconds=truth.boot_seconds,
+            shutdown_seconds=truth.shutdown_seconds,
+            ledger=Ledger(counted_to=trace.start),
+            timeline=[(0.0, Phase.OFF.value)],
+        )
+        out.append(machine)
+    return snapshot.groups, out
+
+
+def apply_overrides(manifest: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """A copy of a Group manifest with `spec.a.b=value` settings (values read as YAML)."""
+    import yaml
+
+    out = copy.deepcopy(dict(manifest))
+    for setting in overrides:
+        path, sep, raw = setting.partition("=")
+        if not sep or not path:
+            raise ValueError(f"--set {setting!r}: expected PATH=VALUE")
+        parts = path.split(".")
+        if parts[0] == "group":
+            parts = parts[1:]
+        target = out
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                raise ValueError(f"--set {setting!r}: {part} is not an object")
+        target[parts[-1]] = yaml.safe_load(raw)
+    return out

@@ -1,0 +1,124 @@
+"""The replay's kube-scheduler: which pod runs on which machine.
+
+Pending pods, oldest first, are bound to Ready, uncordoned nodes that pass the production fit
+check (`planning.scheduling.fits`), scored like kube-scheduler's NodeResourcesFit over cpu and
+memory; a pod no node takes is marked Unschedulable, which is what the planner reacts to. It
+keeps each machine's pods and requested resources, which its draw follows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from enum import StrEnum
+
+from lightsout.planning.scheduling import NodeView, fits
+from lightsout.planning.types import Phase
+from lightsout.simulate.clock import Clock, Kind
+from lightsout.simulate.machines import SimMachine, SimPod
+from lightsout.state import ObjectKey
+from lightsout.state.resources import CPU, MEMORY, Resources
+
+
+class Scoring(StrEnum):
+    LEAST_ALLOCATED = "LeastAllocated"
+    MOST_ALLOCATED = "MostAllocated"
+
+
+class Scheduler:
+    def __init__(self, machines: Sequence[SimMachine], scoring: Scoring, clock: Clock) -> None:
+        self.machines = machines
+        self.by_node = {m.name: m for m in machines}
+        self.scoring = scoring
+        self.clock = clock
+        #: Pods waiting for a node, by key (the planner sees them Pending).
+        self.pending: dict[ObjectKey, SimPod] = {}
+
+    def remove(self, pod: SimPod) -> None:
+        """The pod ends (succeeded, or deleted by a CronJob's Replace)."""
+        self.pending.pop(pod.key, None)
+        if pod.node is not None:
+            self._unbind(self.by_node[pod.node], pod)
+
+    def evict(self, machine: SimMachine) -> None:
+        """Drain: every pod on the node goes back to Pending and starts over elsewhere."""
+        for pod in list(machine.pods.values()):
+            self._unbind(machine, pod)
+            pod.run += 1
+            pod.started = None
+            pod.pod = replace(pod.pod, phase="Pending", node_name=None)
+            self.pending[pod.key] = pod
+
+    def schedule(self) -> bool:
+        """Bind each pending pod that fits a node; True when any pod changed."""
+        if not self.pending:
+            return False
+        nodes = [
+            m
+            for m in self.machines
+            if m.node_exists and m.node_ready and not m.cordoned and m.state.phase is Phase.READY
+        ]
+        changed = False
+        for pod in sorted(self.pending.values(), key=lambda p: (p.arrival, p.key)):
+            best: tuple[float, str] | None = None
+            chosen: SimMachine | None = None
+            for machine in nodes:
+                if not fits(pod.pod, _view(machine)):
+                    continue
+                rank = (self._score(machine, pod), machine.name)
+                if best is None or rank[0] > best[0] or (rank[0] == best[0] and rank[1] < best[1]):
+                    best, chosen = rank, machine
+            if chosen is not None:
+                self._bind(pod, chosen)
+                changed = True
+            elif pod.pod.unschedulable_since is None:
+                pod.pod = replace(pod.pod, unschedulable_since=self.clock.time())
+                changed = True
+        return changed
+
+    def _score(self, machine: SimMachine, pod: SimPod) -> float:
+        """kube-scheduler's NodeResourcesFit score over cpu and memory (0..1, higher wins)."""
+        shares = []
+        for name in (CPU, MEMORY):
+            capacity = machine.allocatable.get(name)
+            if capacity:
+                used = machine.requested.get(name, 0) + pod.pod.requests.get(name)
+                shares.append(min(1.0, used / capacity))
+        used_share = sum(shares) / len(shares) if shares else 0.0
+        if self.scoring is Scoring.MOST_ALLOCATED:
+            return used_share
+        return 1.0 - used_share
+
+    def _bind(self, pod: SimPod, machine: SimMachine) -> None:
+        machine.count_energy()
+        now = self.clock.now
+        pod.node = pod.host = machine.name
+        pod.started = now
+        if pod.wait is None:
+            pod.wait = now - pod.arrival
+            pod.first_host = machine.name
+        pod.pod = replace(
+            pod.pod, phase="Running", node_name=machine.name, unschedulable_since=None
+        )
+        machine.pods[pod.key] = pod
+        for name, value in pod.pod.requests:
+            machine.requested[name] = machine.requested.get(name, 0) + value
+        self.pending.pop(pod.key, None)
+        self.clock.push(now + pod.run_seconds, Kind.POD_DONE, (pod, pod.run))
+
+    def _unbind(self, machine: SimMachine, pod: SimPod) -> None:
+        machine.count_energy()
+        machine.pods.pop(pod.key, None)
+        for name, value in pod.pod.requests:
+            machine.requested[name] = machine.requested.get(name, 0) - value
+        pod.node = None
+
+
+def _view(machine: SimMachine) -> NodeView:
+    return NodeView(
+        name=machine.name,
+        labels=machine.labels,
+        taints=machine.template.taints,
+        allocatable=machine.allocatable,
+        requested=Resources.of({k: v for k, v in machine.requested.items() if v}),
+    )
