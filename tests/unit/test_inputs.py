@@ -205,21 +205,6 @@ def test_clone_recorded_by_provision_and_cleared_by_a_confirmed_deprovision() ->
     assert inputs.clone_to_status(None, started) is None
 
 
-def test_newest_job_picks_highest_generation_then_attempt() -> None:
-    def job(gen: str, attempt: str) -> dict[str, Any]:
-        labels = {
-            "lightsout.dev/action": "startup",
-            "lightsout.dev/generation": gen,
-            "lightsout.dev/attempt": attempt,
-        }
-        return {"metadata": {"name": f"j{gen}{attempt}", "labels": labels}}
-
-    jobs = [job("2", "3"), job("3", "1"), job("3", "2"), {"metadata": {"labels": {}}}]
-    newest = inputs.newest_job(jobs)
-    assert newest is not None and newest["metadata"]["name"] == "j32"
-    assert inputs.newest_job([{"metadata": {}}]) is None
-
-
 def test_wanted_metadata_merges_group_then_node() -> None:
     group = {
         "spec": {

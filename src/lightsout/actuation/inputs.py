@@ -320,14 +320,6 @@ def job_identity(job: Obj) -> tuple[Action, int, int] | None:
     return None if action is None else (action, generation, attempt)
 
 
-def newest_job(jobs: Sequence[Obj]) -> Obj | None:
-    """The Job of the newest (generation, attempt); Jobs without our labels are ignored."""
-    keyed = [(ident[1], ident[2], job) for job in jobs if (ident := job_identity(job))]
-    if not keyed:
-        return None
-    return max(keyed, key=lambda item: (item[0], item[1]))[2]
-
-
 def observations(
     *,
     job: ObservedJob | None,

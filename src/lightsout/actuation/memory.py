@@ -75,7 +75,6 @@ class MemoryMachine:
     pool: MemoryPool | None = None
     #: Another operator holds its Lease.
     held_elsewhere: bool = False
-    lease_held: bool = False
     job: MemoryJob | None = None
     node_exists: bool = False
     node_ready: bool = False
@@ -132,14 +131,10 @@ class MemoryMachine:
         return None  # a Lease in memory never expires
 
     def acquire_lease(self, now: dt.datetime) -> bool:  # noqa: ARG002 - never expires
-        if self._called(LEASE) or self.held_elsewhere:
-            return False
-        self.lease_held = True
-        return True
+        return not (self._called(LEASE) or self.held_elsewhere)
 
     def release_lease(self, now: dt.datetime) -> None:  # noqa: ARG002 - never expires
         self._called("release-lease")
-        self.lease_held = False
 
     def allocate_address(self) -> str | None:
         if self._called(ADDRESS):

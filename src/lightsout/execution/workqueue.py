@@ -129,10 +129,6 @@ class WorkQueue[K: Hashable]:
         """Keys waiting: pending ones and those with a timer."""
         return len(self._pending | self._due.keys())
 
-    @property
-    def processing(self) -> frozenset[K]:
-        return frozenset(self._processing)
-
     def _drop_stale_timers(self) -> None:
         while self._timers and self._due.get(self._timers[0][2]) != self._timers[0][0]:
             heapq.heappop(self._timers)

@@ -44,12 +44,6 @@ def as_str(value: object, default: str = "") -> str:
     return value if isinstance(value, str) else default
 
 
-def as_int(value: object, default: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        return default
-    return value
-
-
 def str_map(value: object) -> dict[str, str]:
     """A labels/annotations/nodeSelector map, keeping only string keys and values."""
     if not isinstance(value, Mapping):
