@@ -109,38 +109,19 @@ class KubeMachine:
 
     def acquire_lease(self, now: dt.datetime) -> bool:
         """Take or renew the machine's Lease; False when another holder has it (or won a race)."""
-        current = self.api.get_lease(self.lease_namespace, self.lease_name)
-        try:
-            if current is None:
-                body = leases.build_lease(
-                    self.lease_name,
-                    self.lease_namespace,
-                    self.config.identity,
-                    self.config.lease_seconds,
-                    now,
-                )
-                self.api.create_lease(self.lease_namespace, body)
-                return True
-            patched = leases.acquire(current, self.config.identity, self.config.lease_seconds, now)
-            if patched is None:
-                LEASE_CONFLICTS.inc()
-                return False
-            self.api.replace_lease(self.lease_namespace, self.lease_name, patched)
+        identity, seconds = self.config.identity, self.config.lease_seconds
+        taken = leases.take(
+            self.api, self.lease_namespace, self.lease_name, identity, now, duration_seconds=seconds
+        )
+        if taken is not None:
             return True
-        except ConflictError:
-            LEASE_CONFLICTS.inc()
-            return False
+        LEASE_CONFLICTS.inc()
+        return False
 
     def release_lease(self, now: dt.datetime) -> None:
-        current = self.api.get_lease(self.lease_namespace, self.lease_name)
-        if current is None:
-            return
-        released = leases.release(current, self.config.identity, now)
-        if released is not None:
-            try:
-                self.api.replace_lease(self.lease_namespace, self.lease_name, released)
-            except ConflictError:
-                log.info("lease %s changed while releasing; leaving it", self.lease_name)
+        identity = self.config.identity
+        if not leases.give_back(self.api, self.lease_namespace, self.lease_name, identity, now):
+            log.info("lease %s changed while releasing; leaving it", self.lease_name)
 
     # ---------------------------------------------------------------- Jobs
     def job_request(self, effect: StartJob | DeleteJob, address: str | None = None) -> JobRequest:

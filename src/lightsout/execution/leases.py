@@ -2,9 +2,10 @@
 
 A Lease is held while an action runs on a machine, so two operator replicas, a person (who can
 create or take a Lease with kubectl) and the autoscaler never act on one machine at once. The
-actuator reads the Lease, asks this module what to write, and sends it with `create`, or with
-`replace` carrying the `resourceVersion` it read: if anyone changed the Lease in between, the
-API server answers 409 Conflict and nobody wins by accident. Nothing here calls the API.
+actuator and the leader Lease read the Lease, ask this module what to write, and send it with
+`create`, or with `replace` carrying the `resourceVersion` they read: if anyone changed the Lease
+in between, the API server answers 409 Conflict and nobody wins by accident. Only `take` and
+`give_back` call the API: one read and at most one write each.
 
 Expiry: a Lease expires `leaseDurationSeconds` after its `renewTime` (else `acquireTime`). A
 Lease with a holder but no duration or no time never expires: that is how a person pins a
@@ -20,6 +21,7 @@ from typing import Any
 
 from lightsout.execution.jobs import LABEL_MANAGED_BY, LABEL_NODE, MANAGED_BY
 from lightsout.execution.naming import label_value, stable_hash
+from lightsout.k8s.api import Api, ConflictError
 from lightsout.planning.types import LeaseState
 from lightsout.state.parse import dig
 
@@ -32,12 +34,14 @@ __all__ = [
     "acquire",
     "build_lease",
     "format_micro_time",
+    "give_back",
     "lease_expiry",
     "lease_name",
     "lease_state",
     "parse_micro_time",
     "release",
     "renew",
+    "take",
 ]
 
 
@@ -176,6 +180,36 @@ def release(lease: Mapping[str, Any], holder: str, now: datetime) -> dict[str, A
     spec.pop("acquireTime", None)
     spec["renewTime"] = format_micro_time(now)
     return body
+
+
+def take(
+    api: Api, namespace: str, name: str, holder: str, now: datetime, *, duration_seconds: int
+) -> dict[str, Any] | None:
+    """Create, take or renew the Lease so `holder` holds it: the Lease written, or None when
+    someone else holds it or wrote it first (409 Conflict on the create or the replace)."""
+    current = api.get_lease(namespace, name)
+    try:
+        if current is None:
+            body = build_lease(name, namespace, holder, duration_seconds, now)
+            return api.create_lease(namespace, body)
+        update = acquire(current, holder, duration_seconds, now)
+        return None if update is None else api.replace_lease(namespace, name, update)
+    except ConflictError:
+        return None
+
+
+def give_back(api: Api, namespace: str, name: str, holder: str, now: datetime) -> bool:
+    """Free the Lease if `holder` holds it; False when it changed since the read (409): then it
+    is left as it is."""
+    current = api.get_lease(namespace, name)
+    body = release(current, holder, now) if current else None
+    if body is None:
+        return True
+    try:
+        api.replace_lease(namespace, name, body)
+    except ConflictError:
+        return False
+    return True
 
 
 def _for_replace(lease: Mapping[str, Any]) -> dict[str, Any]:

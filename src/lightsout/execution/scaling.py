@@ -12,7 +12,6 @@ operator's namespace, taken with optimistic concurrency through `execution.lease
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from lightsout.metrics.families import AUTOSCALER_DECISIONS, PENDING_OLDEST, PEN
 from lightsout.models.enums import PowerState as Desired
 from lightsout.planning.decisions import PowerOn, ScaleAction
 from lightsout.planning.effects import Event
-from lightsout.planning.types import LeaseState, PowerState
+from lightsout.planning.types import PowerState
 from lightsout.state import UNNEEDED_SINCE, ObjectKey, Snapshot
 
 log = logging.getLogger(__name__)
@@ -143,25 +142,16 @@ class LeaderLease:
             and (now - self._renewed).total_seconds() < self.renew_every
         ):
             return True
-        current = self.api.get_lease(self.namespace, LEADER_LEASE)
-        try:
-            if current is None:
-                body = leases.build_lease(
-                    LEADER_LEASE, self.namespace, self.identity, self.duration_seconds, now
-                )
-                written = self.api.create_lease(self.namespace, body)
-            else:
-                state = leases.lease_state(current, self.identity, now)
-                if state is LeaseState.HELD_BY_OTHER:
-                    self._lease = None
-                    return False
-                update = leases.acquire(current, self.identity, self.duration_seconds, now)
-                if update is None:
-                    self._lease = None
-                    return False
-                written = self.api.replace_lease(self.namespace, LEADER_LEASE, update)
-        except ConflictError:
-            # Another replica wrote it first; it leads until its hold runs out.
+        written = leases.take(
+            self.api,
+            self.namespace,
+            LEADER_LEASE,
+            self.identity,
+            now,
+            duration_seconds=self.duration_seconds,
+        )
+        if written is None:
+            # Another replica holds it or wrote it first; it leads until its hold runs out.
             self._lease = None
             return False
         if self._lease is None:
@@ -177,9 +167,6 @@ class LeaderLease:
     def release(self, now: datetime) -> None:
         if self._lease is None:
             return
-        current = self.api.get_lease(self.namespace, LEADER_LEASE)
-        body = leases.release(current, self.identity, now) if current else None
-        if body is not None:
-            with contextlib.suppress(ConflictError):
-                self.api.replace_lease(self.namespace, LEADER_LEASE, body)
+        # A Lease that changed meanwhile is left as it is: its writer holds it now.
+        leases.give_back(self.api, self.namespace, LEADER_LEASE, self.identity, now)
         self._lease = None
