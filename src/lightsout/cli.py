@@ -207,10 +207,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     from lightsout.simulate import engine, generate, report
     from lightsout.simulate.trace import TraceError, load
+    from lightsout.simulate.validate import validate
 
     path = Path(args.trace)
     try:
         if path.exists() or args.trace not in generate.GENERATORS:
+            # Checked as the API server would check its objects: every problem, no traceback.
+            problems = validate(path, tuple(args.set or ()))
+            if problems:
+                _print_problems(f"trace {args.trace}", problems)
+                return 2
             trace = load(path)
         else:
             trace = generate.generate(args.trace)  # a shipped trace, by name
@@ -252,6 +258,28 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(json.dumps({**summary, "baseline": baseline, "bound": bound}, indent=2))
     else:
         sys.stdout.write(report.render_text(summary, baseline, bound))
+    return 0
+
+
+def _print_problems(what: str, problems: Sequence[object]) -> None:
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
+    print(f"{what}: invalid ({count})", file=sys.stderr)
+
+
+def cmd_trace_validate(args: argparse.Namespace) -> int:
+    """Check a trace as the API server checks objects; exit 2 naming every problem."""
+    from lightsout.simulate.validate import check
+
+    problems, found = check(args.directory)
+    if problems:
+        _print_problems(f"trace {args.directory}", problems)
+        return 2
+    print(
+        f"trace {args.directory}: valid ({found.machines} machines, {found.pods} pods, "
+        f"{found.cronjobs} CronJobs)"
+    )
     return 0
 
 
@@ -428,6 +456,12 @@ def _add_simulation_commands(sub: argparse._SubParsersAction[argparse.ArgumentPa
     )
     where.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
     rec.set_defaults(func=cmd_trace_record)
+    check = trace_sub.add_parser(
+        "validate",
+        help="check a trace's files as the API server would (exit 0 valid, 2 problems named)",
+    )
+    check.add_argument("directory", help="the trace directory")
+    check.set_defaults(func=cmd_trace_validate)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -114,7 +114,7 @@ def trace(
         cronjobs=cronjobs,
         pods=tuple(pods),
         durations={m["metadata"]["name"]: TRUTH for m in machines},
-        cron_run_seconds={"ops/backup": cron_run},
+        cron_run_seconds={"ops/backup": cron_run} if cronjobs else {},
     )
 
 

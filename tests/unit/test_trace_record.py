@@ -31,6 +31,7 @@ from lightsout.simulate.record import (
     trace_pod,
 )
 from lightsout.simulate.trace import Durations, load, write
+from lightsout.simulate.validate import validate
 
 pytestmark = pytest.mark.unit
 
@@ -289,6 +290,7 @@ def test_what_was_recorded_is_written_and_replayed_by_the_simulator(tmp_path: Pa
     assert trace.durations == {"box": Durations(0.0, 40.0, 12.0)}
     assert all("status" not in m for m in trace.machines)
     write(trace, tmp_path / "mine")
+    assert validate(tmp_path / "mine") == []  # what `lightsout simulate` checks first
     back = load(tmp_path / "mine")
     assert (back.duration_seconds, back.start, len(back.pods)) == (600, START, 1)
     result = replay(back, Options())

@@ -12,7 +12,8 @@ A trace is a directory (the format is documented in docs/simulator.md):
 
 `load` reads one (the simulator calls it), `write` writes one (the generator and the recorder
 call it). Pod specs are parsed by the production `lightsout.state.parse`, so a pod means to
-the simulator exactly what it means to the planner.
+the simulator exactly what it means to the planner. `load` assumes a valid trace:
+`lightsout.simulate.validate` checks one first (every problem named by file, object and field).
 """
 
 from __future__ import annotations

@@ -7,12 +7,14 @@ replay simulator (`lightsout.simulate.engine`) with the trace's CronJobs, lookin
 run up in its own expansion of the same `fire_times`.
 
 `fire_times` expands `spec.schedule` in `spec.timeZone` (the controller's default is its own
-zone: UTC here) with croniter, and returns nothing for a suspended CronJob. What happens at a
-fire time depends on the runs still active then, which only the replay knows, so
-`concurrency_policy` is read here and honoured by `lightsout.simulate.engine`: `Allow` starts
-the run, `Forbid` skips it while the previous run is active, `Replace` deletes the active run
-and starts the new one. Not modelled: `startingDeadlineSeconds` (the simulated controller is
-never down, so no schedule is ever missed) and the Job's retries (simulated pods succeed).
+zone: UTC here) with croniter (`expression` and `zone` read them, and say what is wrong; the
+trace check `lightsout.simulate.validate` calls them too), and returns nothing for a suspended
+CronJob. What happens at a fire time depends on the runs still active then, which only the
+replay knows, so `concurrency_policy` is read here and honoured by `lightsout.simulate.engine`:
+`Allow` starts the run, `Forbid` skips it while the previous run is active, `Replace` deletes
+the active run and starts the new one. Not modelled: `startingDeadlineSeconds` (the simulated
+controller is never down, so no schedule is ever missed) and the Job's retries (simulated pods
+succeed).
 """
 
 from __future__ import annotations
@@ -81,17 +83,30 @@ def read(cronjob: Mapping[str, Any]) -> CronSpec:
     )
 
 
+def expression(cron: CronSpec) -> str:
+    """The schedule as croniter reads it (a macro expanded); raises `CronError`."""
+    text = _MACROS.get(cron.schedule.strip(), cron.schedule)
+    if not croniter.is_valid(text):
+        raise CronError(f"schedule {cron.schedule!r} is not a cron expression")
+    return text
+
+
+def zone(cron: CronSpec) -> ZoneInfo:
+    """The time zone the schedule is read in (UTC when unset); raises `CronError`."""
+    try:
+        return ZoneInfo(cron.time_zone or "UTC")
+    except (ZoneInfoNotFoundError, ValueError) as error:
+        raise CronError(f"unknown timeZone {cron.time_zone!r}") from error
+
+
 def _walker(cron: CronSpec, after: datetime) -> croniter:
     """croniter over the schedule in the CronJob's zone, yielding the times after `after`."""
-    expression = _MACROS.get(cron.schedule.strip(), cron.schedule)
-    if not croniter.is_valid(expression):
-        raise CronError(f"{cron.key}: schedule {cron.schedule!r} is not a cron expression")
     try:
-        zone = ZoneInfo(cron.time_zone or "UTC")
-    except (ZoneInfoNotFoundError, ValueError) as error:
-        raise CronError(f"{cron.key}: unknown timeZone {cron.time_zone!r}") from error
+        text, where = expression(cron), zone(cron)
+    except CronError as error:
+        raise CronError(f"{cron.key}: {error}") from error
     # croniter walks wall-clock time in the zone (DST included).
-    return croniter(expression, after.astimezone(zone))
+    return croniter(text, after.astimezone(where))
 
 
 def fire_times(cron: CronSpec, start: datetime, end: datetime) -> list[datetime]:
