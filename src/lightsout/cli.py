@@ -11,6 +11,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+#: How long a command waits to connect to the API server (TLS handshake included) before it
+#: says the server does not answer; each call is tried 4 times (urllib3's retries).
+CONNECT_SECONDS = 5.0
+
 
 def cmd_run(args: argparse.Namespace) -> int:
     import kopf
@@ -74,7 +78,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from lightsout.state.references import contents_entry
 
     ns = args.namespace
-    api = Api()
+    api = Api(connect_timeout=CONNECT_SECONDS)
     objects = {
         PODS_KEY: api.list_pods(ns),
         NODES_KEY: api.list_core_nodes(),
@@ -108,7 +112,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from lightsout.k8s.api import Api, current_namespace
 
     ns = None if args.all_namespaces else (args.namespace or current_namespace())
-    api = Api()
+    api = Api(connect_timeout=CONNECT_SECONDS)
     table = status.rows(
         api.list_all_resources("groups", ns),
         api.list_all_resources("nodes", ns),
@@ -130,10 +134,10 @@ def cmd_power(args: argparse.Namespace) -> int:
     from lightsout.models.enums import PowerState
 
     ns = args.namespace or current_namespace()
-    api = Api()
+    api = Api(connect_timeout=CONNECT_SECONDS)
     desired = PowerState.ON if args.state == "on" else PowerState.OFF
     if api.get_resource(ns, "nodes", args.node) is None:
-        print(f"Node {args.node!r} not found in namespace {ns!r}", file=sys.stderr)
+        print(f"error: Node {args.node!r} not found in namespace {ns!r}", file=sys.stderr)
         return ExitCode.NOT_FOUND
     patched = api.patch_resource(
         ns, "nodes", args.node, {"spec": {"desiredPowerState": desired.value}}
@@ -169,9 +173,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from lightsout.k8s.api import Api, current_namespace, error_message
 
     ns = args.namespace or current_namespace()
-    api = Api()
+    api = Api(connect_timeout=CONNECT_SECONDS)
     if api.get_resource(ns, "nodes", args.node) is None:
-        print(f"Node {args.node!r} not found in namespace {ns!r}", file=sys.stderr)
+        print(f"error: Node {args.node!r} not found in namespace {ns!r}", file=sys.stderr)
         return ExitCode.NOT_FOUND
     job = last_job(api.list_jobs(ns, job_selector(args.node)), args.action)
     what = f"{args.action} " if args.action else ""
@@ -310,7 +314,7 @@ def cmd_trace_record(args: argparse.Namespace) -> int:
     print(f"recording {where} for {args.duration} (Ctrl-C to stop early)", flush=True)
     try:
         observed = record(
-            Api(),
+            Api(connect_timeout=CONNECT_SECONDS),
             namespaces,
             seconds,
             lambda text: print(f"lightsout trace record: {text}", file=sys.stderr),
@@ -348,18 +352,18 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
     from lightsout.k8s.api import Api, current_namespace
 
     ns = args.namespace or current_namespace()
-    api = Api()
+    api = Api(connect_timeout=CONNECT_SECONDS)
     group = args.group
     if args.node:
         node = api.get_resource(ns, "nodes", args.node)
         if node is None:
-            print(f"Node {args.node!r} not found in namespace {ns!r}", file=sys.stderr)
+            print(f"error: Node {args.node!r} not found in namespace {ns!r}", file=sys.stderr)
             return ExitCode.NOT_FOUND
         group = str((node.get("spec") or {}).get("group") or "")
     cron = api.get_cronjob(ns, health.cronjob_name(group))
     if cron is None:
         print(
-            f"Group {group!r} in {ns!r} has no health-check CronJob (no such Group, or "
+            f"error: Group {group!r} in {ns!r} has no health-check CronJob (no such Group, or "
             "spec.healthCheck.enabled is false)",
             file=sys.stderr,
         )
@@ -539,8 +543,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command. No usable kubeconfig, an API server that cannot be reached or that
+    refuses is one `error: ...` line on stderr and exit 1, as kubectl says it; anything else
+    (a bug) keeps its traceback."""
     args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except Exception as exc:
+        from lightsout.k8s.api import cli_problem
+
+        problem = cli_problem(exc)
+        if problem is None:
+            raise
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
     return code
 
 

@@ -12,7 +12,9 @@ which hand it to `execution` (`KubeMachine`, `KubeScale`, `LeaderLease`, and the
 that write, which take it as their first argument); each `lightsout` command makes its own
 (`cli`). Every method takes and returns plain dicts, so the pure layers never see client model
 classes. "Not found" comes back as None, "already exists" and "conflict" as the domain
-exceptions below; anything else propagates.
+exceptions below; anything else propagates. No usable configuration (no kubeconfig, an invalid
+one) is `KubeconfigError`; `cli_problem` turns that, an API server that cannot be reached and
+its refusals into the one line a `lightsout` command prints instead of a traceback.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, cast
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client import ApiException
 
@@ -34,6 +37,10 @@ Obj = dict[str, Any]
 #: Connections kept open to the API server: one per thread that may call at once. The client's
 #: default (5 per CPU) makes a busier operator open and discard a connection per request.
 DEFAULT_POOL_SIZE = 8
+
+
+class KubeconfigError(Exception):
+    """No client configuration: no kubeconfig (or an invalid one), and not in a pod."""
 
 
 class ConflictError(Exception):
@@ -51,19 +58,32 @@ class EvictionBlockedError(Exception):
 class Api:
     """One client of the API server (one connection pool) and the calls made through it."""
 
-    def __init__(self, pool_size: int = DEFAULT_POOL_SIZE) -> None:
-        """In-cluster config, or KUBECONFIG; `pool_size` connections at most (the operator's
-        start-up gives its worker count plus room for the other handlers)."""
-        if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
-            config.load_incluster_config()
-            configuration = client.Configuration.get_default_copy()
-        else:
-            configuration = client.Configuration()
-            config.load_kube_config(
-                config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
-            )
+    def __init__(
+        self, pool_size: int = DEFAULT_POOL_SIZE, connect_timeout: float | None = None
+    ) -> None:
+        """In-cluster config, or KUBECONFIG (KubeconfigError when neither is usable);
+        `pool_size` connections at most (the operator's start-up gives its worker count plus
+        room for the other handlers). `connect_timeout` (seconds, TLS handshake included)
+        bounds each call's connecting that sets no timeout of its own: a command gives up on
+        an API server that does not answer instead of waiting for the kernel's."""
+        in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not os.environ.get(
+            "KUBECONFIG"
+        )
+        try:
+            if in_cluster:
+                config.load_incluster_config()
+                configuration = client.Configuration.get_default_copy()
+            else:
+                configuration = client.Configuration()
+                config.load_kube_config(
+                    config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
+                )
+        except config.ConfigException as exc:
+            raise KubeconfigError(_config_problem(exc, in_cluster)) from exc
         configuration.connection_pool_maxsize = max(1, pool_size)
         self.client = client.ApiClient(configuration)
+        if connect_timeout is not None:
+            _default_connect_timeout(self.client, connect_timeout)
 
     # ------------------------------------------------------------ Lights-Out resources
     def custom(self) -> client.CustomObjectsApi:
@@ -452,11 +472,93 @@ def _typed_items(data: Obj, api_version: str, kind: str) -> list[Obj]:
     return items
 
 
+def _config_problem(exc: config.ConfigException, in_cluster: bool) -> str:
+    """Which configuration was looked for, and what is wrong with it, in one line."""
+    if in_cluster:
+        return f"cannot use the pod's in-cluster configuration: {exc}"
+    named = os.environ.get("KUBECONFIG")
+    paths = [p for p in (named or "").split(os.pathsep) if p] or [
+        os.path.expanduser(config.KUBE_CONFIG_DEFAULT_LOCATION)
+    ]
+    where = ", ".join(paths) + (" (KUBECONFIG)" if named else "")
+    if not any(os.path.exists(path) for path in paths):
+        return f"no kubeconfig: {where} does not exist, and this is not a pod in a cluster"
+    return f"invalid kubeconfig {where}: {exc}"
+
+
+def _default_connect_timeout(api_client: client.ApiClient, seconds: float) -> None:
+    """Every request of `api_client` that names no `_request_timeout` connects within
+    `seconds` (its reading stays unbounded: watches and logs stream for as long as they
+    last)."""
+    request = api_client.rest_client.request
+
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("_request_timeout"):  # (the client passes it by name, or None)
+            kwargs["_request_timeout"] = (seconds, None)
+        return request(*args, **kwargs)
+
+    api_client.rest_client.request = bounded  # type: ignore[method-assign]
+
+
 def error_message(exc: BaseException) -> str:
-    """What a person needs from a failed call: the API server's status code and message."""
+    """What a person needs from a failed call: the API server's status code and message, or
+    why it could not be reached."""
     if isinstance(exc, ApiException):
         return f"{exc.status} {_status_message(exc)}"
+    if isinstance(exc, urllib3.exceptions.MaxRetryError):
+        return _unreachable(exc)
     return str(exc) or type(exc).__name__
+
+
+def cli_problem(exc: BaseException) -> str | None:
+    """The one line a command prints (after `error: `) for a failure to configure, reach or be
+    served by the API server, as kubectl says it; None for anything else (a bug: it keeps its
+    traceback)."""
+    if isinstance(exc, KubeconfigError):
+        return str(exc)
+    if isinstance(exc, ApiException):
+        said = error_message(exc)
+        if exc.status == 401:
+            return f"{said} (the API server does not accept the kubeconfig's credentials)"
+        if exc.status == 404 and not _names_an_object(exc):
+            # An object that is not there is each command's to say; a kind that is not there
+            # is the CRDs'.
+            install = "`lightsout crds | kubectl apply -f -`"
+            return f"{said} (are the Lights-Out CRDs installed? {install})"
+        return said
+    if isinstance(exc, ConflictError):
+        return f"409 conflict: {exc}"
+    if isinstance(exc, urllib3.exceptions.HTTPError | OSError):
+        return error_message(exc)
+    return None
+
+
+def _unreachable(exc: urllib3.exceptions.MaxRetryError) -> str:
+    """`cannot reach the API server https://host:port: connection refused` (or timed out, or
+    the name does not resolve, or the TLS handshake failed)."""
+    pool = exc.pool
+    where = f"{pool.scheme}://{pool.host}:{pool.port}" if pool is not None else str(exc.url)
+    reason = exc.reason
+    cause = reason.__cause__ if reason is not None else None
+    if isinstance(cause, OSError) and cause.strerror:  # refused, no route, unknown name
+        why = cause.strerror[:1].lower() + cause.strerror[1:]
+    elif isinstance(cause, TimeoutError) or isinstance(
+        reason, urllib3.exceptions.ConnectTimeoutError | urllib3.exceptions.ReadTimeoutError
+    ):  # (urllib3's NewConnectionError is a ConnectTimeoutError too: its cause says which)
+        why = "timed out: it does not answer"
+    else:
+        why = str(reason or exc)
+    return f"cannot reach the API server {where}: {why}"
+
+
+def _names_an_object(exc: ApiException) -> bool:
+    import json
+
+    try:
+        details = json.loads(exc.body or "{}").get("details") or {}
+    except (ValueError, AttributeError):
+        return False
+    return bool(details.get("name"))
 
 
 def _status_message(exc: ApiException) -> str:
