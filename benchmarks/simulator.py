@@ -18,8 +18,8 @@ from typing import Any
 
 from lightsout.simulate.engine import Options, Policy, replay
 from lightsout.simulate.generate import scale_week
-from lightsout.simulate.optimum import solve
-from lightsout.simulate.report import summarise
+from lightsout.simulate.optimum import Bound, solve
+from lightsout.simulate.report import longest_wait, summarise
 from lightsout.simulate.trace import load
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
@@ -30,13 +30,27 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
 
 
+def _ratio(used: float, bound: float | None) -> str:
+    return "-" if not bound else f"{used / bound:.3f}"
+
+
+def _bound(bound: Bound) -> str:
+    if bound.kwh is None:
+        return f"none ({bound.note})"
+    gap = "gap unknown" if bound.gap is None else f"{bound.gap * 100:.1f}%"
+    return f"{bound.kwh:.2f} ({bound.kind}, {bound.source}, {gap})"
+
+
 def row(name: str, time_limit: float) -> dict[str, Any]:
     trace = load(TRACES / name)
     started = time.monotonic()
-    ours = summarise(replay(trace))
+    ours_result = replay(trace)
+    ours = summarise(ours_result)
     replay_seconds = time.monotonic() - started
-    reactive = summarise(replay(trace, Options(policy=Policy.REACTIVE)))
-    bound = solve(trace, time_limit)
+    reactive_result = replay(trace, Options(policy=Policy.REACTIVE))
+    reactive = summarise(reactive_result)
+    waited = max(longest_wait(ours_result), longest_wait(reactive_result))
+    bound = solve(trace, time_limit, max_wait=waited)
     return {
         "trace": name,
         "ours": ours,
@@ -63,10 +77,10 @@ def main() -> None:
         other = ours["waits"]["other"]
         cycles = max(m["powerCyclesPerDay"] for m in ours["machines"])
         print(
-            f"| {name} | {e['usedKWh']:.2f} | {e['usedKWh'] / bound.kwh:.3f} "
+            f"| {name} | {e['usedKWh']:.2f} | {_ratio(e['usedKWh'], bound.kwh)} "
             f"| {reactive['energy']['usedKWh']:.2f} "
-            f"| {reactive['energy']['usedKWh'] / bound.kwh:.3f} "
-            f"| {bound.kwh:.2f} ({bound.source}, {bound.gap * 100:.1f}%) "
+            f"| {_ratio(reactive['energy']['usedKWh'], bound.kwh)} "
+            f"| {_bound(bound)} "
             f"| {e['savedKWh']:.1f} kWh ({e['savedShare'] * 100:.0f}%) "
             f"| {_seconds(ours['waits']['cronjob']['p95Seconds'])} "
             f"| {_seconds(other['p50Seconds'])}/{_seconds(other['p95Seconds'])}/"

@@ -21,7 +21,7 @@ from lightsout.planning.autoscale import plan
 from lightsout.planning.wake import next_wake
 from lightsout.simulate import generate, optimum
 from lightsout.simulate.engine import Options, Policy, Result, Scoring, Simulator, replay
-from lightsout.simulate.report import percentile, summarise
+from lightsout.simulate.report import longest_wait, percentile, render_text, summarise
 from lightsout.simulate.trace import Durations, Trace, TracePod, load, write
 from lightsout.state import (
     CRONJOBS_KEY,
@@ -331,7 +331,8 @@ def test_optimum_of_one_pod_is_the_hand_computed_energy() -> None:
     # 2 h standby at 5 W, 1 h up at idle-standby 35 W, the pod's quarter of (120-40) W for 1 h,
     # one cycle of 10+50+20 s at 35 W.
     expected = 10 + 35 + 20 + 80 / 3600 * 35
-    assert bound.kind == "optimum"
+    assert (bound.kind, bound.source, bound.gap) == (optimum.ZERO_WAIT, "MIP optimum", 0.0)
+    assert bound.kwh is not None
     assert bound.kwh * 1000 == pytest.approx(expected, rel=1e-4)
     simulated = summarise(replay(t))["energy"]["usedKWh"]
     assert simulated >= bound.kwh
@@ -341,10 +342,84 @@ def test_optimum_packs_two_pods_on_the_cheaper_machine() -> None:
     machines = [node("big", cpu=8, watts=(200, 80, 5)), node("small", cpu=4, watts=(60, 20, 2))]
     t = trace([pod(600, 1800, "a"), pod(600, 1800, "b")], machines=machines)
     bound = optimum.solve(t, time_limit=20)
+    assert bound.kwh is not None
     # Both on "small": 0.5 h x 18 W + 2 x (40 W x 1/4 x 0.5 h) + a cycle + standby of both.
     standby = (5 + 2) * 2
     expected = standby + 0.5 * 18 + 2 * 40 * 0.25 * 0.5 + 80 / 3600 * 18
     assert bound.kwh * 1000 == pytest.approx(expected, rel=1e-4)
+
+
+def _contended() -> Trace:
+    """Two pods needing 3 of the one machine's 4 cpu, overlapping: no zero-wait schedule."""
+    return trace(
+        [pod(600, 1800, "a", cpu="3"), pod(900, 1800, "b", cpu="3")], machines=[node("m1")]
+    )
+
+
+def _strict(text: str) -> Any:
+    def refuse(constant: str) -> None:
+        raise ValueError(f"non-finite JSON number {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_contended_pods_get_no_bound_from_the_infeasible_zero_wait_model() -> None:
+    bound = optimum.solve(_contended(), time_limit=20)
+    assert (bound.kind, bound.kwh, bound.gap) == (optimum.NO_BOUND, None, None)
+    assert "no zero-wait schedule" in bound.note
+    _strict(json.dumps(bound.as_json(), allow_nan=False))
+
+
+def test_contended_pods_are_bounded_with_waits_below_the_replay_and_above_their_work() -> None:
+    t = _contended()
+    result = replay(t)
+    waited = longest_wait(result)
+    assert waited > 1000  # b waited for a
+    bound = optimum.solve(t, time_limit=20, max_wait=waited)
+    assert (bound.kind, bound.source, bound.gap) == (optimum.WITH_WAITS, "LP relaxation", None)
+    assert bound.kwh is not None
+    # Standby 2 h x 5 W, the machine up at least 1 h (the pods cannot overlap) x 35 W, each
+    # pod's 3/4 of 80 W for 0.5 h; at most one cycle of 80 s x 35 W on top.
+    work = 10 + 35 + 2 * 80 * 0.75 * 0.5
+    assert work <= bound.kwh * 1000 <= work + 80 / 3600 * 35 + 1e-6
+    assert bound.kwh <= summarise(result)["energy"]["usedKWh"]
+
+
+def test_the_with_waits_bound_is_below_the_zero_wait_one_it_relaxes() -> None:
+    t = trace([pod(600, 1800, "a"), pod(3000, 600, "b", cpu="2")], machines=[node("m1")])
+    zero = optimum.solve(t, time_limit=20)
+    assert zero.kind == optimum.ZERO_WAIT and zero.kwh is not None
+    waits, upper = optimum._waits_problem(t, optimum.zero_wait_runs(t), 0.0)
+    h = optimum._highs(__import__("highspy"), __import__("numpy"), waits, upper, 20)
+    h.run()
+    relaxed = (h.getInfo().objective_function_value + waits.constant) / 1000
+    assert relaxed <= zero.kwh + 1e-9
+    assert relaxed >= zero.kwh * 0.9
+
+
+def test_contended_simulate_prints_the_kind_gap_and_why_beside_the_ratio_in_strict_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = write(_contended(), tmp_path / "t")
+    assert cli.main(["simulate", str(directory), "--optimum", "-o", "json"]) == 0
+    out = _strict(capsys.readouterr().out)
+    bound = out["bound"]
+    assert bound["kind"] == "with waits" and bound["gap"] is None
+    assert bound["kWh"] <= out["energy"]["usedKWh"]
+    assert "each pod may wait up to" in bound["note"]
+    assert cli.main(["simulate", str(directory), "--optimum"]) == 0
+    text = capsys.readouterr().out
+    assert "offline bound (with waits, LP relaxation, solver Optimal, gap unknown)" in text
+    assert "Lights-Out / bound = " in text and "no zero-wait schedule" in text
+
+
+def test_no_bound_prints_no_ratio_and_says_why() -> None:
+    t = _contended()
+    summary = summarise(replay(t))
+    bound = optimum.solve(t, time_limit=20).as_json()
+    line = render_text(summary, None, bound).splitlines()[-1]
+    assert line.startswith("offline bound: none, so no ratio (no zero-wait schedule")
+    assert "/ bound" not in line
 
 
 # --- the command ----------------------------------------------------------------------------

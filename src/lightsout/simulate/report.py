@@ -46,6 +46,22 @@ def max_in_window(times: Sequence[float], window: float) -> int:
     return best
 
 
+def longest_wait(result: Result) -> float:
+    """The longest any pod of the replay waited before its last start, seconds: a pod that never
+    (re)started counts as waiting to the trace's end. The with-waits offline bound
+    (`optimum.solve(max_wait=...)`) covers every schedule waiting no longer, this one included."""
+    end = result.trace.duration_seconds
+    return (
+        max(
+            (end if p.started is None else p.started) - p.arrival
+            for p in result.pods
+            if p.arrival < end
+        )
+        if result.pods
+        else 0.0
+    )
+
+
 def _waits(pods: Sequence[SimPod]) -> dict[str, Any]:
     waits = [p.wait for p in pods if p.wait is not None]
     return {
@@ -190,12 +206,17 @@ def render_text(
 def _bound_line(
     summary: Mapping[str, Any], baseline: Mapping[str, Any] | None, bound: Mapping[str, Any]
 ) -> str:
+    """The bound, its kind, gap and why, and only then the ratios (none without a bound)."""
     kwh = bound["kWh"]
-    ratio = summary["energy"]["usedKWh"] / kwh if kwh else float("nan")
+    if kwh is None:
+        return f"offline bound: none, so no ratio ({bound['note']})"
+    gap = "unknown" if bound["gap"] is None else f"{bound['gap'] * 100:.2f}%"
     text = (
-        f"offline {bound['kind']}: {kwh:.2f} kWh (solver {bound['status']}, gap "
-        f"{bound['gap'] * 100:.2f}%); Lights-Out / bound = {ratio:.3f}"
+        f"offline bound ({bound['kind']}, {bound['source']}, solver {bound['status']}, gap {gap}): "
+        f"{kwh:.2f} kWh"
     )
-    if baseline is not None and kwh:
-        text += f", reactive / bound = {baseline['energy']['usedKWh'] / kwh:.3f}"
-    return text
+    if kwh > 0:
+        text += f"; Lights-Out / bound = {summary['energy']['usedKWh'] / kwh:.3f}"
+        if baseline is not None:
+            text += f", reactive / bound = {baseline['energy']['usedKWh'] / kwh:.3f}"
+    return text + f"\n  ({bound['note']})"
