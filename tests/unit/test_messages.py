@@ -94,7 +94,7 @@ def context() -> KubeMachine:
     }
     config = OperatorConfig(identity="test")
     # No client: building the wanted status calls no API.
-    return KubeMachine(None, node, node_spec(node), None, config, {}, [])
+    return KubeMachine(None, node, node_spec(node), None, config)
 
 
 @pytest.mark.parametrize("count", [7, 40])

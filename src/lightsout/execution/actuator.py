@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lightsout import API_GROUP, API_VERSION
@@ -77,10 +77,14 @@ class KubeMachine:
     spec: NodeSpec
     group_spec: GroupSpec | None
     config: OperatorConfig
-    labels: Mapping[str, str]
-    taints: list[dict[str, str]]
     #: The share of its cpu the pods on it request (its energy draw, written with the status).
     cpu_utilisation: float = 0.0
+    #: What its core Node should carry: the Group's labels and taints, then the machine's.
+    labels: Mapping[str, str] = field(init=False)
+    taints: list[dict[str, str]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.labels, self.taints = inputs.wanted_metadata(self.node, self.spec, self.group_spec)
 
     @property
     def name(self) -> str:

@@ -273,16 +273,7 @@ class Reconciler:
         node, spec, group = view.node, view.spec, view.group_spec
         if node["metadata"].get("deletionTimestamp"):
             return None
-        labels, taints = inputs.wanted_metadata(node, spec, group)
-        ctx = actuator.KubeMachine(
-            api=self.api,
-            node=node,
-            spec=spec,
-            group_spec=group,
-            config=self.config,
-            labels=labels,
-            taints=taints,
-        )
+        ctx = actuator.KubeMachine(self.api, node, spec, group, self.config)
         key = f"{ctx.namespace}/{ctx.name}"
         now = dt.datetime.now(dt.UTC)
         machine = inputs.machine_state(node, spec, group)
@@ -329,8 +320,8 @@ class Reconciler:
         obs = inputs.observations(
             job=observed_job,
             core_node=core_node,
-            labels=labels,
-            taints=taints,
+            labels=ctx.labels,
+            taints=ctx.taints,
             drain=drain,
             lease=lease,
             power_state=checked.power_state,

@@ -122,16 +122,7 @@ async def core_node_registering(
     except inputs.InvalidSpecError as error:  # as without the webhook
         log.warning("%s: core Node %s registers as its kubelet asks", error, name)
         return
-    labels, taints = inputs.wanted_metadata(machine, spec, group_spec)
-    ctx = actuator.KubeMachine(
-        api=reconcilers.api,
-        node=machine,
-        spec=spec,
-        group_spec=group_spec,
-        config=reconcilers.config,
-        labels=labels,
-        taints=taints,
-    )
+    ctx = actuator.KubeMachine(reconcilers.api, machine, spec, group_spec, reconcilers.config)
     mutation = await asyncio.to_thread(ctx.kubelet_registering, dict(body))
     if mutation is not None:
         patch["metadata"] = {"labels": mutation[0]}
