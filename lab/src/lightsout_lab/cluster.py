@@ -189,6 +189,23 @@ class Cluster:
             raise ClusterError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
         return proc
 
+    def wait_established(self, crds: Sequence[str], timeout: float = 60.0) -> None:
+        """Wait until every CRD named is Established. `kubectl wait --for=condition=...` fails
+        at once instead of waiting when the CRD has no condition yet (".status.conditions
+        accessor error: <nil>", seen on a loaded machine right after the apply: one cold CI
+        lost every test of a worker to it), so this reads the condition until it is True."""
+        path = '{.status.conditions[?(@.type=="Established")].status}'
+        deadline = time.monotonic() + timeout
+        for name in crds:
+            while True:
+                got = self.kubectl("get", f"crd/{name}", "-o", f"jsonpath={path}", check=False)
+                if got.returncode == 0 and got.stdout.strip() == "True":
+                    break
+                if time.monotonic() > deadline:
+                    seen = got.stderr.strip() or got.stdout.strip() or "no condition yet"
+                    raise ClusterError(f"CRD {name} not Established after {timeout:.0f}s: {seen}")
+                time.sleep(0.2)
+
     # ----------------------------------------------------------------- internals
     def _spawn(self, name: str, argv: Sequence[str]) -> None:
         proc = process.spawn(argv, self.logs / f"{name}.log", self.directory)

@@ -125,9 +125,7 @@ class Lab:
             ],
         ).start()
         cluster.kubectl("apply", "--server-side", "-f", str(root / "crds"))
-        cluster.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{c}" for c in CRDS)
-        )
+        cluster.wait_established(CRDS)
         cluster.kubectl("create", "namespace", self.namespace)
         items = json.dumps(
             {"apiVersion": "v1", "kind": "List", "items": [*self.objects, *extra_objects]}
