@@ -44,6 +44,10 @@ class EventRecorder:
             name, count = self._posted.get(key, ("", 0))
         events = client.CoreV1Api(self.api)
         try:
+            if not name:
+                # A create whose answer was lost (an apiserver timeout under load) may still
+                # have stored the Event: count that one up rather than post a second.
+                name, count = self._stored(events, meta, reason, message)
             if name and not self._count_up(events, meta, name, count + 1, message):
                 name = ""  # deleted meanwhile (events expire): start over, as the recorder does
             if not name:
@@ -60,6 +64,22 @@ class EventRecorder:
         with self._lock:
             for key in [k for k in self._posted if k[0] == uid]:
                 del self._posted[key]
+
+    def _stored(
+        self, events: client.CoreV1Api, meta: Mapping[str, Any], reason: str, message: str
+    ) -> tuple[str, int]:
+        """This node's Event for the pod, reason and message already stored, with its count;
+        ("", 0) when there is none."""
+        found = events.list_namespaced_event(
+            meta["namespace"],
+            field_selector=f"involvedObject.name={meta['name']},reason={reason}",
+        )
+        for event in found.items:
+            same_pod = event.involved_object.uid == meta.get("uid")
+            ours = event.source is not None and event.source.host == self.host
+            if same_pod and ours and event.message == message:
+                return str(event.metadata.name), event.count or 1
+        return "", 0
 
     def _count_up(
         self,
