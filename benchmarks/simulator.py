@@ -1,6 +1,7 @@
 """Benchmark: Lights-Out against the offline optimum and the reactive baseline, per trace.
 
-For each shipped trace (traces/homelab-week, batch-heavy, bursty-random) it replays the
+For each shipped trace (traces/homelab-week, batch-heavy, bursty-random,
+household-contention) it replays the
 built-in planner, the reactive baseline (cluster-autoscaler's defaults) and always-on, solves
 the offline bound with HiGHS and prints one table: energy / bound for both policies, energy
 saved against always-on, pod waits (CronJob pods apart), power cycles. Then it times the replay
@@ -23,7 +24,7 @@ from lightsout.simulate.report import longest_wait, summarise
 from lightsout.simulate.trace import load
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
-NAMES = ("homelab-week", "batch-heavy", "bursty-random")
+NAMES = ("homelab-week", "batch-heavy", "bursty-random", "household-contention")
 
 
 def _seconds(value: float | None) -> str:

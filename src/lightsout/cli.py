@@ -445,7 +445,9 @@ def _add_simulation_commands(sub: argparse._SubParsersAction[argparse.ArgumentPa
     trace = sub.add_parser("trace", help="workload traces for `lightsout simulate`")
     trace_sub = trace.add_subparsers(dest="trace_command", required=True)
     gen = trace_sub.add_parser("generate", help="write one of the seeded, generated weeks")
-    gen.add_argument("name", choices=["homelab-week", "batch-heavy", "bursty-random"])
+    gen.add_argument(
+        "name", choices=["homelab-week", "batch-heavy", "bursty-random", "household-contention"]
+    )
     gen.add_argument("-o", "--output", required=True, help="the trace directory to write")
     gen.add_argument("--seed", type=int, help="another seed than the shipped trace's")
     gen.set_defaults(func=cmd_trace_generate)
