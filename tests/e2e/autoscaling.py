@@ -78,6 +78,7 @@ class Fleet:
                     else "",
                     power=bmc.power_reader(self.uuids[short]),
                     capacity=capacity,
+                    boot_seconds=float(size.get("boot_seconds", 2.0)),
                 )
             )
         return MachineSimulator(api=api, machines=machines).start()

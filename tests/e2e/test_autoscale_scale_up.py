@@ -10,6 +10,8 @@ and machines, the Group's status, `lightsout plan`, and the power requests at th
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -33,6 +35,9 @@ from tests.e2e.autoscaling import (
 from tests.e2e.conftest import PATIENCE, wait_phase
 from tests.harness import fleet
 from tests.harness.wait import get_json, wait_for
+
+#: A CronJob's Job names its pods with this label.
+JOB_NAME = "batch.kubernetes.io/job-name"
 
 
 @pytest.fixture
@@ -192,3 +197,106 @@ def test_a_dry_run_group_explains_and_changes_nothing(
     assert three_bmc.count_power_requests() == 0
     group_status = get_json(crds, "lsg", "autoscaled", "-n", namespace).get("status") or {}
     assert "lastScaleUp" not in group_status, group_status
+
+
+#: Both machines hold the run. `slow` draws less (LowestEnergy powers it on first) and boots
+#: in about 150 s, as the operator learned last week; `fast` is expected within its 40 s boot
+#: timeout, so while `slow` comes up, a power-on of `fast` would be Ready sooner.
+ANNOUNCED = {
+    "slow": {"cpu": "4", "memory": "8Gi", "watts": 15, "boot_seconds": 120.0},
+    "fast": {"cpu": "4", "memory": "8Gi", "watts": 120},
+}
+SLOW_LEARNED_BOOT = 150
+FAST_BOOT_TIMEOUT = 40
+
+
+@pytest.fixture
+def announced(namespace: str) -> Fleet:
+    return Fleet(namespace, ANNOUNCED)
+
+
+@pytest.fixture
+def announced_bmc(
+    kube_api: client.ApiClient, cluster: Cluster, announced: Fleet
+) -> Iterator[SushyEmulator]:
+    with running(kube_api, cluster, announced) as (bmc, _):
+        yield bmc
+
+
+def test_an_announced_run_powers_on_one_machine_even_when_another_boots_sooner(
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    announced: Fleet,
+    announced_bmc: SushyEmulator,
+) -> None:
+    """A CronJob's next run, announced live: the slow machine powered on for it will be Ready
+    before the run is due, so the fast one (which would be Ready sooner) is not powered on too;
+    the run's pod runs on the slow machine and only its BMC heard a power-on."""
+    slow, fast = announced.name("slow"), announced.name("fast")
+    nodes = announced.nodes(announced_bmc)
+    nodes[1]["spec"]["power"]["bootTimeoutSeconds"] = FAST_BOOT_TIMEOUT
+    group = fleet.group(
+        "autoscaled",
+        autoscaler="builtin",
+        minNodes=0,
+        scaleUp={"maxConcurrentOperations": 2},
+        scaleDown={"unneededSeconds": 600},
+    )
+    fleet.apply(crds, namespace, [*fleet.bmc_secrets(announced_bmc), group, *nodes])
+    for name in (slow, fast):
+        wait_phase(crds, namespace, name, "Off")
+    # What the operator learned of `slow` in an earlier power cycle, as it keeps it.
+    learned = {"bootSamples": [SLOW_LEARNED_BOOT], "bootSeconds": SLOW_LEARNED_BOOT}
+    crds.kubectl(
+        "patch",
+        "lsn",
+        slow,
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": {"learned": learned}}),
+    )
+    # The run falls on a whole minute more than the slow machine's lead time (150 s + 15 s)
+    # ahead, so the pre-warm is decided while the CronJob exists, not at once.
+    due = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=200)).replace(second=0, microsecond=0)
+    due += dt.timedelta(minutes=1)
+    template = pod("nightly", "2")
+    cronjob = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "nightly"},
+        "spec": {
+            "schedule": f"{due.minute} {due.hour} {due.day} {due.month} *",
+            "jobTemplate": {
+                "spec": {"template": {"spec": {**template["spec"], "restartPolicy": "Never"}}}
+            },
+        },
+    }
+    fleet.apply(crds, namespace, [cronjob])
+
+    def power_ons(short: str) -> int:
+        return announced_bmc.count_power_requests(announced.uuids[short], reset_types=POWER_ON)
+
+    with diagnosed(crds, namespace):
+        wait_for(lambda: desired(crds, namespace, slow) == "On", PATIENCE + 200, "pre-warm")
+        said = [m for r, m in reasons(crds, namespace, slow) if r == "ScaleUp"]
+        assert said and "nightly" in said[0], said
+        run = wait_for(
+            lambda: [
+                p["metadata"]["name"]
+                for p in (get_json(crds, "pods", "-n", namespace) or {}).get("items", [])
+                if p["metadata"].get("labels", {}).get(JOB_NAME, "").startswith("nightly-")
+                and p["spec"].get("nodeName")
+            ],
+            PATIENCE + 200,
+            "the run's pod bound to a machine",
+        )
+        assert pod_node(crds, namespace, run[0]) == slow
+        assert (power_ons("slow"), power_ons("fast")) == (1, 0)
+        assert desired(crds, namespace, fast) == "Off"
+        # The learned boot was the one the planner went by (the operator kept it).
+        status = get_json(crds, "lsn", slow, "-n", namespace)["status"]
+        assert status["learned"]["bootSamples"][0] == SLOW_LEARNED_BOOT, status["learned"]
