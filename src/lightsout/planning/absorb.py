@@ -251,7 +251,7 @@ def _in_time(
         at = due.get(cls.id)
         due_in = 0.0 if at is None else max(0.0, (at - cluster.now).total_seconds())
         if not learned or seconds <= due_in + COMING_MARGIN_SECONDS:
-            usable.append(left)  # no machine could be Ready soon enough to shorten the wait
+            usable.append(left)  # Ready when they need it, or only a guess says otherwise
             continue
         if cls.id in fresh:
             quicker = fresh[cls.id]
