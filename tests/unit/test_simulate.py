@@ -525,6 +525,55 @@ def test_prewarming_makes_cronjob_runs_start_without_waiting() -> None:
     assert cold["p50Seconds"] == pytest.approx(60.1)
 
 
+def test_prewarming_powers_one_machine_on_per_run_just_in_time() -> None:
+    # A household: a frugal tower that boots in about 3 minutes (LowestEnergy picks it for the
+    # hourly 2-CPU backup), a NUC that boots in 95 s (the only one with the Zigbee stick, so
+    # it learns its boot at once), a 1-CPU Pi too small for the backup that never boots, so
+    # its 600 s boot timeout is all the planner knows of it.
+    def machine(name: str, cpu: int, watts: tuple[int, int, int], **labels: str) -> Any:
+        spec = node(name, cpu, watts)
+        spec["spec"]["labels"] = labels
+        return spec
+
+    zigbee = {**pod_spec(), "nodeSelector": {"zigbee": "true"}}
+    backup = cronjob("30 * * * *", jobTemplate={"spec": {"template": {"spec": pod_spec("2")}}})
+    t = Trace(
+        name="household",
+        start=START,
+        duration_seconds=6 * 3600,
+        machines=(
+            group(),
+            machine("pi", 1, (6, 3, 1)),
+            machine("nuc", 4, (35, 15, 1), zigbee="true"),
+            machine("tower", 8, (30, 10, 2)),
+        ),
+        cronjobs=(backup,),
+        pods=(TracePod(0, 60, "home", "zigbee", zigbee, "Job", "zigbee"),),
+        durations={
+            "pi": Durations(3, 60, 10),
+            "nuc": Durations(5, 90, 15),
+            "tower": Durations(8, 170, 20),
+        },
+        cron_run_seconds={"ops/backup": 60.0},
+    )
+    result = replay(t)
+    summary = summarise(result)
+    assert summary["waits"]["cronjob"]["pods"] == 6
+    assert summary["waits"]["cronjob"]["maxSeconds"] == 0.0
+    # One power-on per run, all of the tower: the NUC, quicker but Ready no sooner than it
+    # is needed, is not powered on as well (it only comes on for the Zigbee pod).
+    powered = {m["name"]: m["powerOns"] for m in summary["machines"]}
+    assert powered == {"pi": 0, "nuc": 1, "tower": 6}
+    # Once the tower's boot is learned (178 s), it is powered on its boot and the 15 s margin
+    # before each run, not the Pi's 600 s boot timeout before.
+    (tower,) = [m for m in result.machines if m.template.key.name == "tower"]
+    starts = [moment for moment, phase in tower.timeline if phase == Phase.POWERING_ON.value]
+    runs = [1800.0 + 3600 * hour for hour in range(6)]
+    assert [round(run - start) for start, run in zip(starts[1:], runs[1:], strict=True)] == [
+        193
+    ] * 5
+
+
 def test_a_pod_waiting_past_its_machines_boot_is_counted() -> None:
     result = replay(trace([pod(60, 600, "a")]))
     assert summarise(result)["otherPodsWaitingPastBoot"] == 0  # 60.1 s: power-on + boot

@@ -8,6 +8,9 @@ machine coming up takes pods as kube-scheduler will bind them: the one expected 
 that fit, whatever their class; and a pod is only counted on one that is Ready no later than a
 fresh power-on of an off machine would be (plus `COMING_MARGIN_SECONDS`; a machine whose boot
 is not learned yet always counts), else it is left to `choose` and its explanation says why.
+A pod announced for later (a CronJob run being pre-warmed: `planning.prewarm`) waits for
+nothing that is Ready before it is due, so any machine coming up that is Ready by then takes
+it: "sooner" only matters for the part of a pod's wait a quicker machine would save.
 It returns what it decided (`Absorbed`) and changes nothing it is given.
 """
 
@@ -17,7 +20,7 @@ import bisect
 import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 from lightsout.models.enums import Phase
 from lightsout.planning.cluster import (
@@ -107,11 +110,16 @@ class Absorbed:
 
 
 def absorb(
-    cluster: Cluster, classes: Sequence[PodClass], room: Mapping[ObjectKey, int]
+    cluster: Cluster,
+    classes: Sequence[PodClass],
+    room: Mapping[ObjectKey, int],
+    announced: Mapping[ObjectKey, datetime] | None = None,
 ) -> Absorbed:
     """Place pending pods on Ready nodes the scheduler may not have tried and on machines
-    already powering on."""
+    already powering on. `announced` gives the pods that do not exist yet (CronJob runs
+    being pre-warmed) and when each is due."""
     now, grace = cluster.now, SCHEDULER_GRACE.total_seconds()
+    due = _due_by_class(classes, announced or {})
     waiting = [Waiting(cls) for cls in classes]
     ready = [Filling(target) for target in cluster.ready_bins]
     notes: dict[ObjectKey, str] = {}
@@ -153,6 +161,7 @@ def absorb(
             learned=arriving.info is not None
             and arriving.info.machine.learned_boot_seconds is not None,
             waiting=waiting,
+            due=due,
             room=room,
             fresh=fresh,
         )
@@ -164,7 +173,10 @@ def absorb(
         coming_bins[index], takes = _fill_oldest_first(cluster, arriving, verdict.usable)
         for left, count in takes:
             pods = left.take_front(count)
-            notes.update((pod.key, note) for pod in pods)
+            at = due.get(left.cls.id)
+            # A run not created yet: say why a machine Ready later than a fresh one serves.
+            said = note if at is None else f"{note}, Ready before the run is due at {_hms(at)}"
+            notes.update((pod.key, said) for pod in pods)
             coming.update((pod.key, arriving.name) for pod in pods)
     return Absorbed(
         cluster=replace(
@@ -177,6 +189,26 @@ def absorb(
         coming=coming,
         late={key: note for key, note in late.items() if key not in notes},
     )
+
+
+def _due_by_class(
+    classes: Sequence[PodClass], announced: Mapping[ObjectKey, datetime]
+) -> dict[int, datetime]:
+    """For each class whose pods are all announced for later, when the first of them is due.
+    A class with a pod that exists is absent: its pods are waiting now."""
+    if not announced:
+        return {}
+    out: dict[int, datetime] = {}
+    for cls in classes:
+        moments = [announced.get(pod.key) for pod in cls.pods]
+        known = [moment for moment in moments if moment is not None]
+        if known and len(known) == len(moments):
+            out[cls.id] = min(known)
+    return out
+
+
+def _hms(moment: datetime) -> str:
+    return f"{moment.astimezone(UTC):%H:%M:%SZ}"
 
 
 @dataclass(frozen=True)
@@ -197,13 +229,17 @@ def _in_time(
     seconds: float,
     learned: bool,
     waiting: Sequence[Waiting],
+    due: Mapping[int, datetime],
     room: Mapping[ObjectKey, int],
     fresh: Mapping[int, FreshPowerOn | None],
 ) -> _InTime:
     """The classes with pods left (`waiting`) that fit on `target`, a machine coming up that is
-    Ready in `seconds`, and may count on it: no off machine they could get would be Ready more
-    than `COMING_MARGIN_SECONDS` sooner (`fresh`: those looked up before). A machine whose boot
-    is not `learned` yet is always counted on: its estimate is the boot timeout, an upper
+    Ready in `seconds`, and may count on it: their pods would not wait more than
+    `COMING_MARGIN_SECONDS` longer for it than for any off machine they could get (`fresh`:
+    those looked up before). A pod that exists waits until the machine is Ready; a pod
+    announced for later (its class's moment in `due`) only for what is Ready after it is due,
+    so a machine Ready before then serves it however quick another would be. A machine whose
+    boot is not `learned` yet is always counted on: its estimate is the boot timeout, an upper
     bound, and starting a second machine on it would be a power-on bought on a guess."""
     usable: list[Waiting] = []
     late: dict[ObjectKey, str] = {}
@@ -212,14 +248,22 @@ def _in_time(
         cls = left.cls
         if not left.remaining or not cluster.placer.capacity(cls, target):
             continue
+        at = due.get(cls.id)
+        due_in = 0.0 if at is None else max(0.0, (at - cluster.now).total_seconds())
+        if not learned or seconds <= due_in + COMING_MARGIN_SECONDS:
+            usable.append(left)  # Ready when they need it, or only a guess says otherwise
+            continue
         if cls.id in fresh:
             quicker = fresh[cls.id]
         else:
             quicker = found[cls.id] = fresh_power_on(cluster, cls, cls.pods[left.lo], room)
-        if quicker is not None and learned and seconds > quicker.seconds + COMING_MARGIN_SECONDS:
+        # The pods wait `seconds - due_in` for it, and at least `quicker.seconds - due_in` for
+        # the quickest off machine.
+        if quicker is not None and seconds > max(quicker.seconds, due_in) + COMING_MARGIN_SECONDS:
             # No running seconds in it: the operator posts a changed note as a new event.
+            after = "" if at is None else f"Ready after the run is due at {_hms(at)}, and "
             note = (
-                f"not counted on machine {target.name}, already powering on: machine "
+                f"not counted on machine {target.name}, already powering on: {after}machine "
                 f"{quicker.info.key.name} powered on now would be Ready sooner (boot "
                 f"about {quicker.info.machine.boot_estimate:.0f}s)"
             )

@@ -10,7 +10,8 @@ In order:
 
 1. No decision on an incomplete snapshot: a missing pod list looks like an idle cluster.
    Expected pods (CronJob runs) within their lead time join the pending pods
-   (`prewarm.due`), so their capacity is powered on before they exist.
+   (`prewarm.due`), so their capacity is powered on before they exist; they form classes of
+   their own (one per due moment), since a machine Ready before they are due serves them.
 2. Pending Unschedulable pods (DaemonSet pods aside: they target one node) are grouped by their
    scheduling requirements and placed on capacity that exists or is coming
    (`absorb.absorb`), then on a set of powered-off machines (`scaleup.choose`); what is left
@@ -31,7 +32,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from lightsout.models.enums import Autoscaler
 from lightsout.planning.absorb import absorb
@@ -46,7 +47,7 @@ from lightsout.planning.cluster import (
 from lightsout.planning.decisions import Explanations, Plan, PowerOff, PowerOn, ScaleAction
 from lightsout.planning.explain import Explainer
 from lightsout.planning.policy import EnergyModel, describe
-from lightsout.planning.prewarm import due, lead_times
+from lightsout.planning.prewarm import Lead, due, lead_times
 from lightsout.planning.scaledown import Upcoming, scale_down
 from lightsout.planning.scaleup import Chosen, choose, eligible_classes, room_of, top_up
 from lightsout.state.types import ExpectedPod, ObjectKey, Pod, SchedulingRequirements, Snapshot
@@ -67,7 +68,7 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)  # API times are aware; a naive clock is taken as UTC
     leads = lead_times(snapshot)
-    upcoming = [Upcoming(e, leads[e.key].total_seconds()) for e in snapshot.expected]
+    upcoming = [Upcoming(e, leads[e.key].seconds) for e in snapshot.expected]
     expected = due(snapshot, now, leads)
     if expected:
         # CronJob runs about to start count as pending pods (see `planning.prewarm`).
@@ -75,9 +76,11 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
     cluster = build_cluster(snapshot, now)
     energy = EnergyModel.of(snapshot.machines, snapshot.groups)
 
-    classes, pod_notes = _classes(cluster)
+    made_pending = {pod.key for pod in expected}
+    announced = {e.key: e.at for e in snapshot.expected if e.key in made_pending}  # when due
+    classes, pod_notes = _classes(cluster, announced)
     room: Mapping[ObjectKey, int] = room_of(cluster)
-    absorbed = absorb(cluster, classes, room)
+    absorbed = absorb(cluster, classes, room, announced)
     cluster = absorbed.cluster
     pod_notes.update(absorbed.notes)
     choice = choose(cluster, eligible_classes(cluster, absorbed.classes), room, energy)
@@ -86,9 +89,9 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
 
     actions: list[ScaleAction] = []
     machine_notes: dict[ObjectKey, list[str]] = defaultdict(list)
-    announced = {e.key: (e, leads[e.key]) for e in snapshot.expected}
+    runs = {e.key: (e, leads[e.key]) for e in snapshot.expected}
     for entry in choice.chosen:
-        power_on = _power_on(entry, announced, now)
+        power_on = _power_on(entry, runs, now)
         actions.append(power_on)
         note = f"powering on machine {power_on.machine.name} for it"
         pod_notes.update((key, note) for key in power_on.pods)
@@ -144,23 +147,26 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
     )
 
 
-def _classes(cluster: Cluster) -> tuple[list[PodClass], dict[ObjectKey, str]]:
-    """Pending pods grouped by scheduling requirements, oldest verdict first within a class,
-    heaviest class first; and a note for each pending DaemonSet pod, left out of them."""
-    by_req: dict[SchedulingRequirements, list[Pod]] = {}
+def _classes(
+    cluster: Cluster, announced: Mapping[ObjectKey, datetime]
+) -> tuple[list[PodClass], dict[ObjectKey, str]]:
+    """Pending pods grouped by scheduling requirements and, for pods announced for later (CronJob
+    runs, `announced`), the moment they are due; oldest verdict first within a class, heaviest
+    class first; and a note for each pending DaemonSet pod, left out of them."""
+    by_req: dict[tuple[SchedulingRequirements, datetime | None], list[Pod]] = {}
     notes: dict[ObjectKey, str] = {}
     for pod in cluster.pending:
         if pod.daemonset:
             notes[pod.key] = "a DaemonSet pod targets one node; it never calls for a new machine"
             continue
-        by_req.setdefault(pod.scheduling, []).append(pod)
+        by_req.setdefault((pod.scheduling, announced.get(pod.key)), []).append(pod)
     now = cluster.now
     capacities = [b.view.allocatable.as_dict() for b in cluster.ready_bins]
     capacities += [i.view.allocatable.as_dict() for i in cluster.infos if i.view is not None]
     classes = pod_weights(
         (
             PodClass(i, req, tuple(sorted(pods, key=lambda p: (-since_verdict(p, now), p.key))))
-            for i, (req, pods) in enumerate(by_req.items())
+            for i, ((req, _), pods) in enumerate(by_req.items())
         ),
         capacities,
     )
@@ -170,7 +176,7 @@ def _classes(cluster: Cluster) -> tuple[list[PodClass], dict[ObjectKey, str]]:
 
 def _power_on(
     entry: Chosen,
-    announced: Mapping[ObjectKey, tuple[ExpectedPod, timedelta]],
+    announced: Mapping[ObjectKey, tuple[ExpectedPod, Lead]],
     now: datetime,
 ) -> PowerOn:
     info = entry.bin.info
@@ -187,8 +193,8 @@ def _power_on(
         due_in = (expected.at - now).total_seconds()
         reason = (
             f"pre-warming for the CronJob run {expected.key} due at "
-            f"{expected.at.astimezone(UTC):%H:%M:%SZ} (in {due_in:.0f}s, "
-            f"lead time {lead.total_seconds():.0f}s: boot + margin); {reason}"
+            f"{expected.at.astimezone(UTC):%H:%M:%SZ} (in {due_in:.0f}s, {lead.describe()}); "
+            f"{reason}"
         )
     return PowerOn(info.key, info.group.key, reason, keys, info.group.dry_run)
 

@@ -1,0 +1,168 @@
+"""Table tests of pre-warming for announced CronJob runs (`planning.prewarm`, and how
+`absorb.absorb` counts a run on a machine already coming up): one power-on per run at most, and
+a lead time taken only over machines that can hold the run.
+
+Same style as `test_autoscale_coming`: raw API objects through `snapshot_from` and `plan`, with
+the runs announced as the CronJob watch announces them (`Snapshot.expected`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from lightsout.planning.autoscale import plan
+from lightsout.planning.decisions import Plan, PowerOn
+from lightsout.state.parse import scheduling_requirements
+from lightsout.state.types import ExpectedPod, ObjectKey
+from tests.unit.test_autoscale_objects import (
+    APPS,
+    at,
+    group,
+    machine,
+    ons,
+    pod,
+    pod_note,
+    snap,
+    ts,
+)
+
+pytestmark = pytest.mark.unit
+
+NUC_BOOT = 93
+TOWER_BOOT = 180
+#: A machine whose boot is not learned yet: its bootTimeoutSeconds stands in.
+UNLEARNED_BOOT = 420
+
+
+def backup(
+    due_in: float,
+    cpu: str = "2",
+    memory: str = "1Gi",
+    extended: Mapping[str, Any] | None = None,
+    name: str = "backup-1",
+) -> ExpectedPod:
+    """The next run of a nightly backup CronJob, due `due_in` seconds after T0."""
+    spec = pod(name, cpu, memory, extended=extended)["spec"]
+    return ExpectedPod(ObjectKey(APPS, name), at(due_in), scheduling_requirements(spec))
+
+
+def plan_with(*objects: Any, runs: tuple[ExpectedPod, ...], now: float = 0) -> Plan:
+    snapshot = dataclasses.replace(snap(*objects), expected=runs)
+    return plan(snapshot, at(now))
+
+
+def tower_coming(started: float) -> Any:
+    """The tower, powered on `started` seconds ago (learned boot 180 s)."""
+    return machine(
+        "tower",
+        "8",
+        "32Gi",
+        desired="On",
+        phase="Booting",
+        learned={"bootSeconds": TOWER_BOOT, "powerOns": [ts(at(-started))]},
+    )
+
+
+def household() -> list[Any]:
+    """A NUC that boots in 93 s, off; a big server that could take the run too, off, whose
+    boot is not learned yet (so the run's lead time is its 420 s boot timeout)."""
+    return [
+        group(),
+        machine("nuc", "4", "16Gi", learned={"bootSeconds": NUC_BOOT}),
+        machine("server", "32", "128Gi", boot=UNLEARNED_BOOT),
+    ]
+
+
+# --- one power-on per announced run ----------------------------------------------------------
+
+
+def test_a_run_is_counted_on_a_machine_coming_up_that_is_ready_before_it_is_due() -> None:
+    # The tower is Ready in 150 s, the run is due in 300 s: it waits for nothing there. The
+    # NUC would be Ready sooner (93 s), but sooner saves no wait: powering it on as well
+    # would only have it idle and power off again.
+    result = plan_with(*household(), tower_coming(started=30), runs=(backup(300),))
+    assert ons(result) == []
+    assert pod_note(result, "backup-1") == (
+        "will run on machine tower, already powering on (Booting), "
+        "Ready before the run is due at 12:05:00Z"
+    )
+    assert result.explanations.coming == {ObjectKey(APPS, "backup-1"): "tower"}
+
+
+def test_a_run_due_before_the_machine_coming_up_is_ready_still_gets_a_quicker_one() -> None:
+    # Due in 60 s: the tower (Ready in 150 s) would keep the run waiting 90 s, a NUC
+    # powered on now about 33 s. Sooner matters here, and the explanation says why.
+    result = plan_with(*household(), tower_coming(started=30), runs=(backup(60),))
+    assert ons(result) == ["nuc"]
+    note = pod_note(result, "backup-1")
+    assert note.startswith("powering on machine nuc for it")
+    assert (
+        "not counted on machine tower, already powering on: Ready after the run is due at "
+        f"12:01:00Z, and machine nuc powered on now would be Ready sooner (boot about {NUC_BOOT}s)"
+    ) in note
+
+
+def test_a_pod_waiting_now_gets_a_quicker_machine_while_the_run_waits_for_the_slow_one() -> None:
+    # Same requirements, different needs: the waiting pod would wait 150 s for the tower and
+    # gets the NUC; the run, due in 300 s, is served by the tower. One power-on, for the pod.
+    result = plan_with(
+        *household(), tower_coming(started=30), pod("ci-1", "2", "1Gi"), runs=(backup(300),)
+    )
+    assert ons(result) == ["nuc"]
+    assert pod_note(result, "ci-1").startswith("powering on machine nuc for it")
+    assert pod_note(result, "backup-1").startswith("will run on machine tower")
+
+
+# --- lead time over machines that can hold the run --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("resource", "requests"),
+    [
+        ("cpu", {"cpu": "4"}),
+        ("memory", {"memory": "8Gi"}),
+        ("gpu", {"extended": {"nvidia.com/gpu": "1"}}),
+    ],
+)
+def test_a_machine_too_small_for_the_run_does_not_set_its_lead_time(
+    resource: str, requests: dict[str, Any]
+) -> None:
+    # The Pi (2 cpu, 4Gi, no GPU) cannot hold the run; its unlearned 420 s boot timeout must
+    # not make the GPU tower (learned boot 60 s) come on minutes before every run.
+    objects = [
+        group(),
+        machine("pi", "2", "4Gi", boot=UNLEARNED_BOOT),
+        machine(
+            "tower",
+            "8",
+            "32Gi",
+            extended={"nvidia.com/gpu": "1"},
+            learned={"bootSeconds": 60},
+        ),
+    ]
+    run = backup(300, **{"cpu": "1", "memory": "1Gi", **requests})
+    early = plan_with(*objects, runs=(run,))
+    assert ons(early) == [], resource
+    # Within its boot and margin (75 s) the tower is powered on, and the reason names it.
+    timely = plan_with(*objects, runs=(run,), now=230)
+    (action,) = timely.actions
+    assert isinstance(action, PowerOn)
+    assert action.machine.name == "tower"
+    assert action.reason.startswith(
+        "pre-warming for the CronJob run apps/backup-1 due at 12:05:00Z (in 70s, lead time 75s: "
+        "learned boot 60s of machine tower, the slowest that can hold it, + 15s margin); "
+    ), action.reason
+
+
+def test_the_lead_time_names_an_unlearned_boot_timeout_when_it_is_what_counts() -> None:
+    # The server can hold the run and has never booted under Lights-Out: its boot timeout is
+    # the lead, and the power-on says so.
+    result = plan_with(*household(), runs=(backup(300),))
+    (action,) = result.actions
+    assert "lead time 435s: boot timeout 420s (boot not learned yet) of machine server" in (
+        action.reason
+    ), action.reason
