@@ -49,6 +49,18 @@ def _group(name: str, price: float, **spec: Any) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": "Group", "metadata": {"name": name}, "spec": body}
 
 
+def _gpu_group(price: float) -> dict[str, Any]:
+    """The one-GPU box's Group: tainted, so only pods that tolerate it (`_spec(gpu_box=True)`)
+    land there."""
+    return _group(
+        "gpu",
+        price,
+        maxNodes=1,
+        labels={"lightsout.dev/pool": "gpu"},
+        taints=[{"key": "gpu", "value": "true", "effect": "NoSchedule"}],
+    )
+
+
 def _node(
     name: str,
     group: str,
@@ -197,13 +209,7 @@ def homelab_week(seed: int = 1) -> Trace:
     rng = random.Random(seed)  # noqa: S311  (seeded on purpose: the trace must be reproducible)
     machines = [
         _group("homelab", 0.32, labels={"lightsout.dev/pool": "homelab"}),
-        _group(
-            "gpu",
-            0.32,
-            maxNodes=1,
-            labels={"lightsout.dev/pool": "gpu"},
-            taints=[{"key": "gpu", "value": "true", "effect": "NoSchedule"}],
-        ),
+        _gpu_group(0.32),
         _node("nuc-1", "homelab", cpu=4, memory_gi=16, watts=(35, 12, 1), boot_timeout=300),
         _node("nuc-2", "homelab", cpu=4, memory_gi=16, watts=(35, 12, 1), boot_timeout=300),
         _node("tower-1", "homelab", cpu=8, memory_gi=32, watts=(95, 40, 3), boot_timeout=300),
@@ -397,13 +403,7 @@ def household_contention(seed: int = 4) -> Trace:
     rng = random.Random(seed)  # noqa: S311  (seeded on purpose: the trace must be reproducible)
     machines: list[dict[str, Any]] = [
         _group("house", 0.35, maxNodes=3, labels={"lightsout.dev/pool": "house"}),
-        _group(
-            "gpu",
-            0.35,
-            maxNodes=1,
-            labels={"lightsout.dev/pool": "gpu"},
-            taints=[{"key": "gpu", "value": "true", "effect": "NoSchedule"}],
-        ),
+        _gpu_group(0.35),
         # Night CronJobs fit every house machine, and their boot times differ sixfold: the
         # planner must power on one of them per announced run, not a second that boots sooner.
         _node("mini-1", "house", cpu=4, memory_gi=16, watts=(28, 9, 1), boot_timeout=240),
