@@ -101,6 +101,8 @@ class Simulator:
                 f"spec.scaleDown.unneededSeconds={CA_UNNEEDED_SECONDS}",
                 f"spec.scaleDown.utilizationThreshold={CA_UTILIZATION_THRESHOLD}",
                 f"spec.scaleDown.stabilizationWindowSeconds={CA_DELAY_AFTER_ADD_SECONDS}",
+                # cluster-autoscaler evicts a Job's running pod like any other movable pod.
+                "spec.scaleDown.jobGraceSeconds=0",
             ]
         groups, machines = read_machines(trace, overrides, options.policy is Policy.ALWAYS_ON, self)
         #: What the replay produced: its counts are kept as it goes.
