@@ -4,7 +4,8 @@ For each shipped trace (traces/homelab-week, batch-heavy, bursty-random,
 household-contention) it replays the
 built-in planner, the reactive baseline (cluster-autoscaler's defaults) and always-on, solves
 the offline bound with HiGHS and prints one table: energy / bound for both policies, energy
-saved against always-on, pod waits (CronJob pods apart), power cycles. Then it times the replay
+saved against always-on, pod waits (CronJob pods apart), power cycles, evictions of running
+pods (a Job's restarts from zero). Then it times the replay
 of a synthetic week of 20 machines and 5,000 pods. Figures are printed, never asserted.
 
 Run: `.venv/bin/python -m benchmarks.simulator [solver seconds]` (part of `make bench`).
@@ -67,7 +68,7 @@ def main() -> None:
     header = (
         "| trace | Lights-Out kWh | / bound | reactive kWh | / bound | bound kWh (kind, gap) "
         "| saved vs always-on | CronJob wait p95 | other wait p50/p95/max s | past boot+5 s "
-        "| cycles/day (max) | replay s |"
+        "| cycles/day (max) | evictions (of Job pods) ours / reactive | replay s |"
     )
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
@@ -77,6 +78,9 @@ def main() -> None:
         e = ours["energy"]
         other = ours["waits"]["other"]
         cycles = max(m["powerCyclesPerDay"] for m in ours["machines"])
+        evicted = " / ".join(
+            f"{s['evictions']['pods']} ({s['evictions']['jobPods']})" for s in (ours, reactive)
+        )
         print(
             f"| {name} | {e['usedKWh']:.2f} | {_ratio(e['usedKWh'], bound.kwh)} "
             f"| {reactive['energy']['usedKWh']:.2f} "
@@ -86,7 +90,8 @@ def main() -> None:
             f"| {_seconds(ours['waits']['cronjob']['p95Seconds'])} "
             f"| {_seconds(other['p50Seconds'])}/{_seconds(other['p95Seconds'])}/"
             f"{_seconds(other['maxSeconds'])} "
-            f"| {ours['otherPodsWaitingPastBoot']} | {cycles:.1f} | {r['replay']:.1f} |",
+            f"| {ours['otherPodsWaitingPastBoot']} | {cycles:.1f} | {evicted} "
+            f"| {r['replay']:.1f} |",
             flush=True,
         )
     big = scale_week()

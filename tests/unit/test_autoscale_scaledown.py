@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 
+from lightsout.planning.autoscale import plan
+from lightsout.planning.wake import next_wake
 from lightsout.state import DO_NOT_DISRUPT, SAFE_TO_EVICT
 from tests.unit.test_autoscale_objects import (
+    T0,
     at,
     core_node,
     group,
@@ -24,6 +27,8 @@ from tests.unit.test_autoscale_objects import (
     pod,
     ready_machine,
     run,
+    snap,
+    ts,
 )
 
 pytestmark = pytest.mark.unit
@@ -114,6 +119,67 @@ def test_a_bare_pod_blocks_because_it_would_not_come_back() -> None:
     result = run(cluster(owner=None), unneeded_since=LONG_AGO)
     assert result.actions == ()
     assert "no controller" in machine_note(result, "idle")
+
+
+DAY = 86_400  # scaleDown.jobGraceSeconds when unset
+
+
+def started_pod(name: str, started: float, owner: str, owner_name: str) -> dict[str, Any]:
+    """A small pod on `idle`, started `started` seconds from T0, controlled by `owner`."""
+    obj = pod(name, "500m", "512Mi", node="idle", owner=owner)
+    obj["metadata"]["ownerReferences"][0]["name"] = owner_name
+    obj["status"]["startTime"] = ts(at(started))
+    return obj
+
+
+def job_pod(started: float) -> dict[str, Any]:
+    """A pod of the Job apps/nightly-build on `idle`, started `started` seconds from T0."""
+    return started_pod("nightly-build-x7k2p", started, "Job", "nightly-build")
+
+
+def test_a_running_job_pod_keeps_its_machine_and_the_note_names_the_job_and_time_left() -> None:
+    result = run(cluster(job_pod(-100)), unneeded_since=LONG_AGO)
+    assert result.actions == ()
+    # Needed, so its unneeded time starts only once the Job's pod is gone.
+    assert result.unneeded_since == {}
+    note = machine_note(result, "idle")
+    assert note.startswith("needed: Job apps/nightly-build is running")
+    assert "pod apps/nightly-build-x7k2p, for 100s" in note
+    assert f"movable in {DAY - 100}s (scaleDown.jobGraceSeconds {DAY})" in note
+
+
+def test_the_job_grace_is_the_groups_and_the_planner_wakes_when_it_ends() -> None:
+    objects = cluster(job_pod(-3000), group_spec={"scaleDown": {"jobGraceSeconds": 3600}})
+    snapshot = snap(objects, unneeded_since=LONG_AGO)
+    result = plan(snapshot, T0)
+    assert result.actions == ()
+    assert "movable in 600s (scaleDown.jobGraceSeconds 3600)" in machine_note(result, "idle")
+    assert next_wake(snapshot, result, T0) == at(600)
+
+
+def test_past_the_grace_a_job_pod_is_movable_as_before() -> None:
+    # The grace ran out 5 s ago: the machine is unneeded from now, its unneeded time counted as
+    # for any machine whose pods fit elsewhere.
+    first = run(cluster(job_pod(-DAY - 5)))
+    assert first.actions == ()
+    assert first.unneeded_since == {mkey("idle"): at(0)}
+    assert "only for 0s of 600s" in machine_note(first, "idle")
+    due = run(cluster(job_pod(-DAY - 5)), unneeded_since=LONG_AGO)
+    assert offs(due) == ["idle"]
+    assert "its 2 pods fit on other nodes" in due.power_off[0].reason
+
+
+def test_job_grace_zero_makes_a_running_job_pod_movable_at_once() -> None:
+    zero = {"scaleDown": {"jobGraceSeconds": 0}}
+    result = run(cluster(job_pod(-100), group_spec=zero), unneeded_since=LONG_AGO)
+    assert offs(result) == ["idle"]
+    assert "its 2 pods fit on other nodes" in result.power_off[0].reason
+
+
+def test_a_deployments_pod_stays_movable_however_recently_it_started() -> None:
+    deployment = started_pod("api-5d8f-x2", -100, "ReplicaSet", "api-5d8f")
+    result = run(cluster(deployment), unneeded_since=LONG_AGO)
+    assert offs(result) == ["idle"]
 
 
 def test_daemonset_and_mirror_pods_neither_count_nor_block() -> None:

@@ -164,6 +164,15 @@ def test_bound_daemonset_and_mirror_pods() -> None:
     assert mirror.mirror
     (bare,) = snap(pod("bare-1", node="n1", owner=None)).pods
     assert bare.owner_kind is None
+    assert (bare.owner_name, bare.started) == (None, None)
+
+
+def test_a_running_job_pod_names_its_job_and_when_it_started() -> None:
+    obj = pod("build-7-x2k", node="n1", owner="Job")
+    obj["metadata"]["ownerReferences"][0]["name"] = "build-7"
+    obj["status"]["startTime"] = ts(at(-90))
+    (p,) = snap(obj).pods
+    assert (p.owner_kind, p.owner_name, p.started) == ("Job", "build-7", at(-90))
 
 
 def test_core_nodes() -> None:

@@ -54,6 +54,11 @@ UnneededSeconds = Annotated[
     SchemaExtra.cel(UNNEEDED_RULE),
 ]
 Concurrency = Annotated[int, Field(ge=1, le=100)]
+#: `scaleDown.jobGraceSeconds` when unset: a day, longer than most batch Jobs run.
+DEFAULT_JOB_GRACE_SECONDS = 86_400
+#: At most a year: effectively "never evict a running Job's pod", and a deadline that stays a
+#: date the planner can compute.
+JobGrace = Annotated[int, Field(ge=0, le=31_536_000)]
 
 THRESHOLD_RANGE = Rule(
     cel="self >= 0.0 && self <= 1.0",
@@ -96,6 +101,13 @@ class ScaleDownPolicy(ApiModel):
     """No power-off within this long after the Group last scaled up."""
     max_concurrent_operations: Concurrency = 1
     """Drains and power-offs in flight at once in this Group."""
+    job_grace_seconds: JobGrace = DEFAULT_JOB_GRACE_SECONDS
+    """A machine running a pod of a Job is not unneeded until that pod has run this long:
+    evicting it would restart the Job's work from zero. Its unneeded time starts once the pod
+    is gone or this has passed (the pod then counts as movable). 0: Job pods are movable at
+    once, as cluster-autoscaler treats them. Read by the builtin autoscaler only (with
+    cluster-autoscaler, annotate such pods `cluster-autoscaler.kubernetes.io/safe-to-evict:
+    "false"`)."""
 
 
 CORRECTION_LIMITS_NEED_CORRECT = Rule(

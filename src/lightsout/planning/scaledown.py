@@ -10,6 +10,9 @@ pods already placed on them). A Ready machine of a builtin Group with autoscalin
 - none of its pods carries `lightsout.dev/do-not-disrupt: "true"` (or cluster-autoscaler's
   `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`), lacks a controller (it would
   not come back after eviction), or is selected by a PodDisruptionBudget allowing no disruption;
+- none of its pods is a Job's that has run for less than the Group's scaleDown.jobGraceSeconds
+  (counted from the pod's start): evicting it would restart the Job's work from zero. Past
+  that, or with 0, the pod is movable like any other (cluster-autoscaler's rule);
 - every such pod fits on the other Ready nodes. Machines are considered one by one and the
   space their pods would take is reserved, so two machines never count on the same free space,
   and a machine found unneeded no longer offers its own space to the others.
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from lightsout.models.enums import Autoscaler
 from lightsout.planning.breakeven import unneeded_seconds, wear_hold
@@ -46,6 +49,9 @@ from lightsout.planning.policy import EnergyModel, power_off_rank
 from lightsout.planning.scheduling import fits, placement_reasons, selector_matches
 from lightsout.state.resources import CPU, MEMORY
 from lightsout.state.types import DisruptionBudget, ExpectedPod, ObjectKey, Pod
+
+#: The owner kind whose running pods keep their machine for scaleDown.jobGraceSeconds.
+JOB = "Job"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +94,10 @@ def scale_down(
             for pod in cluster.pods_by_node.get(info.machine.kubernetes_node_name, ())
             if not (pod.daemonset or pod.mirror or pod.terminal or pod.deleting)
         ]
-        why = _needed(target, utilisation, threshold, movable, budgets)
+        grace = info.group.scale_down.job_grace_seconds
+        why = _needed(
+            target, utilisation, threshold, movable, budgets, job_grace=grace, now=cluster.now
+        )
         if why is None:
             moved = _reschedule(cluster, info, movable, removed, free)
             if isinstance(moved, str):
@@ -182,6 +191,9 @@ def _needed(
     threshold: float,
     movable: Sequence[Pod],
     budgets: Sequence[DisruptionBudget],
+    *,
+    job_grace: int,
+    now: datetime,
 ) -> str | None:
     """Why the machine is needed whatever the other nodes offer, or None."""
     if target is None:
@@ -196,6 +208,14 @@ def _needed(
             return f"pod {pod.key} has {pod.do_not_disrupt}"
         if pod.owner_kind is None:
             return f"pod {pod.key} has no controller and would not come back after eviction"
+        end = job_grace_end(pod, job_grace, now)
+        if end is not None and end > now:
+            left = (end - now).total_seconds()
+            return (
+                f"Job {pod.key.namespace}/{pod.owner_name or '?'} is running (pod {pod.key}, "
+                f"for {job_grace - left:.0f}s): movable in {left:.0f}s "
+                f"(scaleDown.jobGraceSeconds {job_grace})"
+            )
         for budget in budgets:
             if budget.key.namespace != pod.key.namespace:
                 continue
@@ -204,6 +224,15 @@ def _needed(
             if selector_matches(budget.selector, pod.labels):
                 return f"PodDisruptionBudget {budget.key} allows no disruption (pod {pod.key})"
     return None
+
+
+def job_grace_end(pod: Pod, job_grace_seconds: int, now: datetime) -> datetime | None:
+    """When a Job's pod on a node stops keeping its machine on (scaleDown.jobGraceSeconds after
+    its start; `now` stands in for a start not yet known); None for another pod, or grace 0.
+    `planning.wake` plans again at that moment."""
+    if pod.owner_kind != JOB or job_grace_seconds <= 0:
+        return None
+    return (pod.started or pod.created or now) + timedelta(seconds=job_grace_seconds)
 
 
 def _reschedule(

@@ -16,6 +16,7 @@ from lightsout.planning.cluster import SCHEDULER_GRACE
 from lightsout.planning.decisions import Plan
 from lightsout.planning.policy import EnergyModel
 from lightsout.planning.prewarm import next_due
+from lightsout.planning.scaledown import job_grace_end
 from lightsout.state.types import Snapshot
 
 
@@ -23,11 +24,12 @@ def next_wake(snapshot: Snapshot, plan: Plan, now: datetime) -> datetime | None:
     """The earliest future moment at which the same snapshot would give a different plan.
 
     Time alone changes a plan only through deadlines: a machine's unneeded time running out
-    (a fixed one or its break-even time), a wear limit letting go,
-    a Group's scale-down stabilisation window closing, a pending pod passing its Group's
-    scale-up window, the planner's grace for the scheduler's verdicts running out, and an
-    expected pod (a CronJob run) entering its pre-warming lead time. Between
-    them nothing but a watched change can alter the plan, so the autoscaler sleeps.
+    (a fixed one or its break-even time), a wear limit letting go, a Group's scale-down
+    stabilisation window closing, a running Job's pod passing its Group's
+    scaleDown.jobGraceSeconds, a pending pod passing its Group's scale-up window, the planner's
+    grace for the scheduler's verdicts running out, and an expected pod (a CronJob run) entering
+    its pre-warming lead time. Between them nothing but a watched change can alter the plan, so
+    the autoscaler sleeps.
     """
     moments: list[datetime] = []
     groups = {group.key: group for group in snapshot.groups}
@@ -47,6 +49,17 @@ def next_wake(snapshot: Snapshot, plan: Plan, now: datetime) -> datetime | None:
         if group.last_scale_up is not None:
             window = timedelta(seconds=group.scale_down.stabilization_seconds)
             moments.append(group.last_scale_up + window)
+    group_of = {
+        machine.kubernetes_node_name: groups[machine.group_key]
+        for machine in snapshot.machines
+        if machine.group_key in groups
+    }
+    for pod in snapshot.pods:
+        group = group_of.get(pod.node_name or "")
+        if group is not None and not (pod.terminal or pod.deleting):
+            end = job_grace_end(pod, group.scale_down.job_grace_seconds, now)
+            if end is not None:
+                moments.append(end)
     pending = [pod for pod in snapshot.pods if pod.pending_unschedulable]
     if pending:
         windows = {

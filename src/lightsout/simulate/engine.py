@@ -101,6 +101,8 @@ class Simulator:
                 f"spec.scaleDown.unneededSeconds={CA_UNNEEDED_SECONDS}",
                 f"spec.scaleDown.utilizationThreshold={CA_UTILIZATION_THRESHOLD}",
                 f"spec.scaleDown.stabilizationWindowSeconds={CA_DELAY_AFTER_ADD_SECONDS}",
+                # cluster-autoscaler evicts a Job's running pod like any other movable pod.
+                "spec.scaleDown.jobGraceSeconds=0",
             ]
         groups, machines = read_machines(trace, overrides, options.policy is Policy.ALWAYS_ON, self)
         #: What the replay produced: its counts are kept as it goes.
@@ -153,6 +155,7 @@ class Simulator:
         name: str,
         spec: Mapping[str, Any],
         owner_kind: str | None,
+        owner_name: str | None,
         *,
         run_seconds: float,
         cronjob: str | None = None,
@@ -165,6 +168,7 @@ class Simulator:
             node_name=None,
             scheduling=scheduling_requirements(spec),
             owner_kind=owner_kind,
+            owner_name=owner_name,
             created=self.clock.time(),
         )
         sim = SimPod(key, pod, self.clock.now, run_seconds, cronjob=cronjob)
@@ -176,7 +180,9 @@ class Simulator:
 
     def _arrival(self, index: int) -> None:
         p = self.trace.pods[index]
-        self._new_pod(p.namespace, p.name, p.spec, p.owner_kind, run_seconds=p.run_seconds)
+        self._new_pod(
+            p.namespace, p.name, p.spec, p.owner_kind, p.owner_name, run_seconds=p.run_seconds
+        )
 
     def _cron_fire(self, payload: tuple[cron.CronSpec, datetime]) -> None:
         spec, moment = payload
@@ -191,7 +197,9 @@ class Simulator:
             self.result.replaced_cron_runs += len(active)
         run = self.trace.cron_run_seconds.get(spec.key, 60.0)
         name = cron.job_name(spec, moment)
-        self._new_pod(spec.namespace, name, spec.pod_spec, "Job", run_seconds=run, cronjob=spec.key)
+        self._new_pod(
+            spec.namespace, name, spec.pod_spec, "Job", name, run_seconds=run, cronjob=spec.key
+        )
 
     def _pod_done(self, payload: tuple[SimPod, int]) -> None:
         pod, run = payload

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lightsout.planning.energy import cost
+from lightsout.planning.scaledown import JOB
 from lightsout.simulate.engine import Result
 from lightsout.simulate.machines import SimPod
 
@@ -71,6 +72,18 @@ def _waits(pods: Sequence[SimPod]) -> dict[str, Any]:
         "p50Seconds": _round(percentile(waits, 0.50)),
         "p95Seconds": _round(percentile(waits, 0.95)),
         "maxSeconds": _round(max(waits, default=None)),
+    }
+
+
+def _evictions(pods: Sequence[SimPod]) -> dict[str, int]:
+    """Running pods a drain sent back to Pending, each to start over (`SimPod.run` counts a
+    pod's evictions); a Job's pod loses the work it had done."""
+    jobs = [p for p in pods if p.pod.owner_kind == JOB]
+    return {
+        "pods": sum(p.run for p in pods),
+        "distinctPods": sum(1 for p in pods if p.run),
+        "jobPods": sum(p.run for p in jobs),
+        "distinctJobPods": sum(1 for p in jobs if p.run),
     }
 
 
@@ -137,6 +150,7 @@ def summarise(result: Result) -> dict[str, Any]:
         },
         "waits": {"cronjob": _waits(cron_pods), "other": _waits(other)},
         "otherPodsWaitingPastBoot": len(late),
+        "evictions": _evictions(result.pods),
         "cronRunsSkipped": result.skipped_cron_runs,
         "cronRunsReplaced": result.replaced_cron_runs,
         "machines": machines,
@@ -183,6 +197,12 @@ def render_text(
     lines.append(
         f"other pods waiting longer than their machine's boot + {BOOT_SLACK_SECONDS:.0f} s: "
         f"{summary['otherPodsWaitingPastBoot']}"
+    )
+    ev = summary["evictions"]
+    lines.append(
+        f"evictions of running pods (each restarts from zero): {ev['pods']} "
+        f"({ev['distinctPods']} distinct), of them Job pods {ev['jobPods']} "
+        f"({ev['distinctJobPods']} distinct)"
     )
     lines.append(
         "power cycles per day (most power-ons in any 24 h, wear limit): "

@@ -46,7 +46,7 @@ class Scheduler:
             self._unbind(machine, pod)
             pod.run += 1
             pod.started = None
-            pod.pod = replace(pod.pod, phase="Pending", node_name=None)
+            pod.pod = replace(pod.pod, phase="Pending", node_name=None, started=None)
             self.pending[pod.key] = pod
 
     def schedule(self) -> bool:
@@ -98,7 +98,11 @@ class Scheduler:
             pod.wait = now - pod.arrival
             pod.first_host = machine.name
         pod.pod = replace(
-            pod.pod, phase="Running", node_name=machine.name, unschedulable_since=None
+            pod.pod,
+            phase="Running",
+            node_name=machine.name,
+            unschedulable_since=None,
+            started=self.clock.time(),
         )
         machine.pods[pod.key] = pod
         for name, value in pod.pod.requests:

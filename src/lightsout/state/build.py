@@ -24,6 +24,7 @@ from lightsout.state.parse import (
     as_str,
     condition,
     controller_kind,
+    controller_name,
     dig,
     merge_taints,
     parse_label_selector,
@@ -190,10 +191,12 @@ def _pod(obj: Mapping[str, Any], _notes: list[str]) -> Pod | None:
         scheduling=scheduling_requirements(spec),
         labels=str_map(dig(metadata, "labels")),
         owner_kind=controller_kind(metadata),
+        owner_name=controller_name(metadata),
         mirror=MIRROR_POD in annotations,
         do_not_disrupt=_do_not_disrupt(annotations),
         unschedulable_since=unschedulable_since,
         created=created,
+        started=parse_time(dig(status, "startTime")),
         deleting=dig(metadata, "deletionTimestamp") is not None,
     )
 
@@ -245,6 +248,7 @@ def _group(obj: Mapping[str, Any], notes: list[str]) -> Group | None:
             utilization_threshold=down.utilization_threshold,
             stabilization_seconds=down.stabilization_window_seconds,
             max_concurrent=down.max_concurrent_operations,
+            job_grace_seconds=down.job_grace_seconds,
         ),
         selection_policy=spec.selection_policy,
         labels=dict(spec.labels or {}),

@@ -192,12 +192,23 @@ def scheduling_requirements(pod_spec: object) -> SchedulingRequirements:
 
 def controller_kind(metadata: object) -> str | None:
     """Kind of the owner marked `controller: true` (else of the first owner), None if none."""
+    owner = _controller(metadata)
+    return None if owner is None else str(owner["kind"])
+
+
+def controller_name(metadata: object) -> str | None:
+    """Name of the owner whose kind `controller_kind` gives (a Job's name for its pod)."""
+    owner = _controller(metadata)
+    return None if owner is None else as_str(owner.get("name")) or None
+
+
+def _controller(metadata: object) -> Mapping[str, Any] | None:
     owners = [o for o in as_list(dig(metadata, "ownerReferences")) if isinstance(o, Mapping)]
     for owner in owners:
         if owner.get("controller") is True and isinstance(owner.get("kind"), str):
-            return str(owner["kind"])
+            return owner
     if owners and isinstance(owners[0].get("kind"), str):
-        return str(owners[0]["kind"])
+        return owners[0]
     return None
 
 

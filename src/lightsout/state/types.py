@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from lightsout.models.enums import Autoscaler, Phase, PowerState, SelectionPolicy
+from lightsout.models.group import DEFAULT_JOB_GRACE_SECONDS
 from lightsout.state.resources import Resources
 
 #: Pod annotation that keeps the autoscaler from draining the pod's node.
@@ -118,6 +119,8 @@ class Pod:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: Kind of the controlling owner (`ReplicaSet`, `DaemonSet`, …), None for a bare pod.
     owner_kind: str | None = None
+    #: Name of the controlling owner (a Job's name for a Job's pod), None for a bare pod.
+    owner_name: str | None = None
     mirror: bool = False
     #: The annotation that keeps the planner from evicting it (`lightsout.dev/do-not-disrupt=true`
     #: or `cluster-autoscaler.kubernetes.io/safe-to-evict=false`), empty when none does.
@@ -125,6 +128,8 @@ class Pod:
     #: When the scheduler declared it Unschedulable (PodScheduled=False, reason Unschedulable).
     unschedulable_since: datetime | None = None
     created: datetime | None = None
+    #: status.startTime: when the kubelet accepted it on its node (None until bound).
+    started: datetime | None = None
     deleting: bool = False
 
     @property
@@ -231,6 +236,7 @@ class ScaleDownPolicy:
     utilization_threshold: float = 0.5
     stabilization_seconds: int = 300
     max_concurrent: int = 1
+    job_grace_seconds: int = DEFAULT_JOB_GRACE_SECONDS
 
 
 @dataclass(frozen=True, slots=True)
