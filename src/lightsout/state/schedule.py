@@ -4,15 +4,21 @@ The CronJob controller parses `spec.schedule` with github.com/robfig/cron/v3 `Pa
 (in `spec.timeZone`, loaded with Go's `time.LoadLocation`) and takes each run from that
 library's `SpecSchedule.Next`; the API server refuses what `ParseStandard` refuses. This module
 is the same arithmetic in Python, so that `lightsout.state.cron` announces exactly the runs the
-controller creates, on daylight-saving nights too (`tests/unit/test_schedule.py` holds the table
-recorded from robfig/cron v3.0.1 itself). What that gives, and croniter did not:
+controller creates, on daylight-saving nights too (`tests/unit/test_cron_dst.py` holds a table
+recorded from robfig/cron v3.0.1 itself, `tests/e2e/test_cron_dst.py` compares with the lab's
+controller-manager). What that gives:
 
 - Spring forward: a run at a local time that does not exist that night is skipped, not moved
-  (`0 2 * * *` in New York makes no run on 8 March 2026; the next is on the 9th). So is a daily
-  midnight run where midnight is skipped (Havana, Santiago). `*/15`, `@hourly` and hour ranges
-  simply have no run in the missing hour.
+  to 03:00 as croniter did (`0 2 * * *` in New York makes no run on 8 March 2026; the next is
+  on the 9th). So is a daily midnight run where midnight is skipped (Havana, Santiago).
+  `*/15`, `@hourly` and hour ranges simply have no run in the missing hour.
 - Fall back: a run in the repeated hour happens twice, an hour apart (`0 1 * * *` in New York
-  runs at 01:00 EDT and at 01:00 EST on 1 November 2026; `0 2 * * *` in Berlin likewise).
+  runs at 01:00 EDT and at 01:00 EST on 1 November 2026; `0 2 * * *` in Berlin likewise; also
+  `30 1 1 11 *`, which croniter ran once).
+- Lord Howe's half-hour jump (02:00 -> 02:30): `15 2 * * *` is skipped that night, as above.
+  A jump that does not start at a whole hour (a first made-up zone of the e2e test) is odder:
+  the hour is checked again only when the minute wraps to 0, so a run at a skipped minute can
+  still happen after the jump, in the hour after the one it names; the controller does so too.
 - The parser: five fields or a macro, names for months and weekdays, `?` as `*`, weekdays 0-6
   (7 is refused), no `L`, `W` or `#`. Day-of-month and day-of-week are OR-ed unless either field
   starts with `*` or `?` without a step above 1 (`*/2` counts as a list, so it is OR-ed).
