@@ -5,6 +5,10 @@ binaries built by `tools/controlplane/build.sh`, on free 127.0.0.1 ports with ce
 on the spot, and writes an admin kubeconfig. Used by the session fixture in `tests/conftest.py`,
 by `lightsout-lab dev-cluster up|down|env` and by `lightsout-lab demo`. Every process runs in its
 own session so `stop()` can kill whole process groups even after a test failed half-way.
+
+kube-apiserver and kube-controller-manager look time zones up in `zoneinfo/` first (Go's
+`ZONEINFO`), then in the system's database as usual: a test can put a made-up zone there (a
+CronJob's `spec.timeZone`, `tests/e2e/test_cron_dst.py`) without touching any other zone.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,6 +69,11 @@ class Cluster:
         return f"https://127.0.0.1:{self.ports['apiserver']}"
 
     @property
+    def zoneinfo(self) -> Path:
+        """Extra time zones (TZif files) the API server and the controller-manager can load."""
+        return self.directory / "zoneinfo"
+
+    @property
     def state_file(self) -> Path:
         return self.directory / "cluster.json"
 
@@ -88,6 +97,7 @@ class Cluster:
         bins = find_binaries()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
+        self.zoneinfo.mkdir(exist_ok=True)
         pki = create_pki(self.directory / "pki")
         self.ports = {
             name: process.free_port()
@@ -97,13 +107,19 @@ class Cluster:
         deadline = time.monotonic() + timeout
         try:
             self._spawn("etcd", [str(bins / "etcd"), *self._etcd_args()])
+            # Go reads ZONEINFO before the system's zones: a name not found there is looked up
+            # as usual, so only made-up zones come from it.
+            zones = {**os.environ, "ZONEINFO": str(self.zoneinfo)}
             self._spawn(
-                "kube-apiserver", [str(bins / "kube-apiserver"), *self._apiserver_args(pki)]
+                "kube-apiserver",
+                [str(bins / "kube-apiserver"), *self._apiserver_args(pki)],
+                env=zones,
             )
             self._wait_https("kube-apiserver", f"{self.server}/readyz", deadline, pki)
             self._spawn(
                 "kube-controller-manager",
                 [str(bins / "kube-controller-manager"), *self._controller_manager_args(pki)],
+                env=zones,
             )
             self._spawn("kube-scheduler", [str(bins / "kube-scheduler"), *self._scheduler_args()])
             if self.with_kwok:
@@ -207,8 +223,8 @@ class Cluster:
                 time.sleep(0.2)
 
     # ----------------------------------------------------------------- internals
-    def _spawn(self, name: str, argv: Sequence[str]) -> None:
-        proc = process.spawn(argv, self.logs / f"{name}.log", self.directory)
+    def _spawn(self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+        proc = process.spawn(argv, self.logs / f"{name}.log", self.directory, env)
         self.pids[name] = proc.pid
         self._procs[name] = proc
 

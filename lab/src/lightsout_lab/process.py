@@ -19,7 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Self
@@ -187,9 +187,11 @@ def start_on_free_port(
     raise error(f"{what} did not start: {last_error}\n{log()}")
 
 
-def spawn(argv: Sequence[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
+def spawn(
+    argv: Sequence[str], log: Path, cwd: Path, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """Start ``argv`` in a session of its own (its group can be killed), output appended to
-    ``log``, no standard input."""
+    ``log``, no standard input; ``env`` replaces the environment when given."""
     with log.open("ab") as out:
         return subprocess.Popen(
             argv,
@@ -198,6 +200,7 @@ def spawn(argv: Sequence[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             cwd=cwd,
+            env=env,
         )
 
 

@@ -7,10 +7,13 @@ replay simulator (`lightsout.simulate.engine`) with the trace's CronJobs, lookin
 run up in its own expansion of the same `fire_times`.
 
 `fire_times` expands `spec.schedule` in `spec.timeZone` (the controller's default is its own
-zone: UTC here) with croniter (`expression` and `zone` read them, and say what is wrong; the
-trace check `lightsout.simulate.validate` calls them too), and returns nothing for a suspended
-CronJob. What happens at a fire time depends on the runs still active then, which only the
-replay knows, so `concurrency_policy` is read here and honoured by `lightsout.simulate.engine`:
+zone: UTC here) with `lightsout.state.schedule`, the controller's own schedule arithmetic
+(robfig/cron's `Next`), so daylight-saving nights come out as the controller has them: a run
+at a local time that does not exist that night is skipped, one in the repeated hour happens
+twice. `expression` and `zone` read the two fields and say what is wrong (the trace check
+`lightsout.simulate.validate` calls them too); a suspended CronJob has no runs. What happens
+at a fire time depends on the runs still active then, which only the replay knows, so
+`concurrency_policy` is read here and honoured by `lightsout.simulate.engine`:
 `Allow` starts the run, `Forbid` skips it while the previous run is active, `Replace` deletes
 the active run and starts the new one. Not modelled: `startingDeadlineSeconds` (the simulated
 controller is never down, so no schedule is ever missed) and the Job's retries (simulated pods
@@ -25,22 +28,11 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
-
+from lightsout.state import schedule as cron_schedule
 from lightsout.state.parse import as_str, dig, scheduling_requirements
 from lightsout.state.types import ExpectedPod, ObjectKey, SchedulingRequirements
 
 ALLOW, FORBID, REPLACE = "Allow", "Forbid", "Replace"
-# kube-controller-manager accepts these macros on top of five-field expressions.
-_MACROS = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
 
 
 class CronError(ValueError):
@@ -84,11 +76,12 @@ def read(cronjob: Mapping[str, Any]) -> CronSpec:
 
 
 def expression(cron: CronSpec) -> str:
-    """The schedule as croniter reads it (a macro expanded); raises `CronError`."""
-    text = _MACROS.get(cron.schedule.strip(), cron.schedule)
-    if not croniter.is_valid(text):
-        raise CronError(f"schedule {cron.schedule!r} is not a cron expression")
-    return text
+    """The schedule, once the controller's parser accepts it; raises `CronError`."""
+    try:
+        cron_schedule.parse(cron.schedule, ZoneInfo("UTC"))
+    except cron_schedule.ScheduleError as error:
+        raise CronError(f"schedule {cron.schedule!r} is not a cron expression: {error}") from error
+    return cron.schedule
 
 
 def zone(cron: CronSpec) -> ZoneInfo:
@@ -99,28 +92,26 @@ def zone(cron: CronSpec) -> ZoneInfo:
         raise CronError(f"unknown timeZone {cron.time_zone!r}") from error
 
 
-def _walker(cron: CronSpec, after: datetime) -> croniter:
-    """croniter over the schedule in the CronJob's zone, yielding the times after `after`."""
+def schedule(cron: CronSpec) -> cron_schedule.Schedule:
+    """The schedule read in its zone; raises `CronError` naming the CronJob."""
     try:
-        text, where = expression(cron), zone(cron)
+        return cron_schedule.parse(expression(cron), zone(cron))
     except CronError as error:
         raise CronError(f"{cron.key}: {error}") from error
-    # croniter walks wall-clock time in the zone (DST included).
-    return croniter(text, after.astimezone(where))
 
 
 def fire_times(cron: CronSpec, start: datetime, end: datetime) -> list[datetime]:
     """Every scheduled time in [start, end), as aware datetimes; none when suspended."""
     if cron.suspend:
         return []
-    # Start just before `start` so a run due exactly at `start` is kept.
-    walker = _walker(cron, start - timedelta(microseconds=1))
+    runs = schedule(cron)
     times: list[datetime] = []
-    while True:
-        moment: datetime = walker.get_next(datetime)
-        if moment >= end:
-            return times
+    # Start just before `start` so a run due exactly at `start` is kept.
+    moment = runs.next(start - timedelta(microseconds=1))
+    while moment is not None and moment < end:
         times.append(moment)
+        moment = runs.next(moment)
+    return times
 
 
 def job_name(cron: CronSpec, scheduled: datetime) -> str:
@@ -129,11 +120,10 @@ def job_name(cron: CronSpec, scheduled: datetime) -> str:
 
 
 def next_run(cron: CronSpec, now: datetime) -> datetime | None:
-    """The first scheduled time strictly after `now`; None when suspended."""
+    """The first scheduled time strictly after `now`; None when suspended or never."""
     if cron.suspend:
         return None
-    moment: datetime = _walker(cron, now).get_next(datetime)
-    return moment
+    return schedule(cron).next(now)
 
 
 def expected_pods(
