@@ -294,9 +294,11 @@ def test_an_announced_run_powers_on_one_machine_even_when_another_boots_sooner(
             PATIENCE + 200,
             "the run's pod bound to a machine",
         )
-        assert pod_node(crds, namespace, run[0]) == slow
-        assert (power_ons("slow"), power_ons("fast")) == (1, 0)
+        # Why a second machine was powered on, when one was: its ScaleUp event says.
+        told = "\n".join(m for r, m in reasons(crds, namespace, fast) if r == "ScaleUp")
+        assert (power_ons("slow"), power_ons("fast")) == (1, 0), told
         assert desired(crds, namespace, fast) == "Off"
+        assert pod_node(crds, namespace, run[0]) == slow
         # The learned boot was the one the planner went by (the operator kept it).
         status = get_json(crds, "lsn", slow, "-n", namespace)["status"]
         assert status["learned"]["bootSamples"][0] == SLOW_LEARNED_BOOT, status["learned"]

@@ -562,7 +562,8 @@ def test_a_node_with_the_startup_taint_is_capacity_on_its_way_not_usable_now() -
     notes = {pod_note(result, "web-1"), pod_note(result, "web-2")}
     assert notes == {
         "will run on machine booting, already powering on (Booting)",
-        "will run on machine labelling, already powering on (Ready, startup taint not removed yet)",
+        "will run on machine labelling, already powering on (Ready, its core Node not schedulable "
+        "yet)",
     }
     # A third pod does not fit what is coming and calls for the spare.
     more = run(

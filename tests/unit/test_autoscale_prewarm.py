@@ -21,6 +21,7 @@ from lightsout.state.types import ExpectedPod, ObjectKey
 from tests.unit.test_autoscale_objects import (
     APPS,
     at,
+    core_node,
     group,
     machine,
     ons,
@@ -115,6 +116,33 @@ def test_a_pod_waiting_now_gets_a_quicker_machine_while_the_run_waits_for_the_sl
     assert ons(result) == ["nuc"]
     assert pod_note(result, "ci-1").startswith("powering on machine nuc for it")
     assert pod_note(result, "backup-1").startswith("will run on machine tower")
+
+
+def test_a_machine_just_ready_whose_node_still_has_the_not_ready_taint_takes_the_run() -> None:
+    # The tower has just become Ready; its core Node's `not-ready` taint is still there for the
+    # few seconds until the node lifecycle controller's next pass lifts it. That is capacity
+    # arriving, not a machine that cannot hold the run: powering on the NUC for it as well
+    # (seen live, 21 s before the run) would only have it idle and power off again.
+    tower = machine(
+        "tower",
+        "8",
+        "32Gi",
+        desired="On",
+        phase="Ready",
+        learned={"bootSeconds": TOWER_BOOT, "powerOns": [ts(at(-TOWER_BOOT))]},
+    )
+    lifting = core_node(
+        "tower",
+        "8",
+        "32Gi",
+        ready_since=at(-2),
+        taints=[{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}],
+    )
+    result = plan_with(*household(), tower, lifting, runs=(backup(20),))
+    assert ons(result) == []
+    assert pod_note(result, "backup-1").startswith("will run on machine tower"), pod_note(
+        result, "backup-1"
+    )
 
 
 # --- lead time over machines that can hold the run --------------------------------------------

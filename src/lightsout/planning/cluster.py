@@ -293,7 +293,7 @@ def classify(machine: Machine, node: CoreNode | None) -> tuple[Availability, str
     if machine.desired is PowerState.ON:
         if phase is Phase.READY:
             if starting(node):
-                return Availability.COMING, "powering on (Ready, startup taint not removed yet)"
+                return Availability.COMING, "powering on (Ready, its core Node not schedulable yet)"
             if node is not None and node.ready and not node.deleting:
                 return Availability.READY, "Ready"
             return (

@@ -248,7 +248,20 @@ def _transient(taint: Taint) -> bool:
     return taint.key.startswith(TRANSIENT_TAINT_PREFIXES) or taint.key == STARTUP_TAINT_KEY
 
 
+#: What the node lifecycle controller taints a Node with while its Ready condition is not True;
+#: it lifts them on its next pass (every few seconds) after the Node turns Ready.
+CONDITION_TAINT_KEYS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
 def starting(node: CoreNode | None) -> bool:
-    """The core Node carries Lights-Out's startup taint: its machine is powering on or has not
-    been labelled yet, so no pod can use it now (it is capacity on its way)."""
-    return node is not None and any(t.key == STARTUP_TAINT_KEY for t in node.taints)
+    """The core Node is capacity on its way that no pod can use yet: it carries Lights-Out's
+    startup taint (its machine is powering on or has not been labelled yet), or it is Ready
+    but the node lifecycle controller has not lifted its `not-ready`/`unreachable` taint yet.
+    Counted as nothing for those seconds, a machine that has just come up for an announced run
+    would have another powered on for the same run."""
+    if node is None:
+        return False
+    return any(
+        t.key == STARTUP_TAINT_KEY or (node.ready and t.key in CONDITION_TAINT_KEYS)
+        for t in node.taints
+    )
