@@ -82,7 +82,7 @@ def plot(result: Result, path: Path) -> None:
                     [(start / 3600, (stop - start) / 3600)], (row - 0.4, 0.8), facecolors=colour
                 )
     top.set_yticks(range(len(machines)), [m.template.key.name for m in machines])
-    top.invert_yaxis()
+    top.set_ylim(len(machines) - 0.5, -0.5)  # every row, top down: one never on included
     handles: list[Any] = [
         mpl.patches.Patch(color=COLOURS[p], label=p)
         for p in ("PoweringOn", "Booting", "Ready", "Draining", "PoweringOff")
