@@ -30,7 +30,7 @@ from lightsout.simulate.machines import SimPod, WaitCause
 #: it was promised). The planner only counts a pod on a coming machine Ready no later than a
 #: fresh power-on would be (`absorb.COMING_MARGIN_SECONDS`), so that machine is the pod's
 #: quickest one. Only the time it waited for a power-on counts: time spent waiting for busy
-#: capacity (a machine up that could hold it, its room taken) is no power-on's fault.
+#: capacity (every machine that could hold it up, their room taken) is no power-on's fault.
 BOOT_SLACK_SECONDS = 5.0
 
 #: How the always-on reference places its pods: kube-scheduler's default scoring, whatever the
@@ -61,7 +61,8 @@ class AlwaysOn:
     the reactive baseline had different denominators. One placement has to be chosen, and the
     always-on replay's (kube-scheduler's default scoring over every machine, on from the start)
     is the one a cluster that never powers anything off would make: the reference is a schedule
-    that happens, and always-on saves 0% against it by construction.
+    that happens, and always-on saves 0% against it by construction. (Its machines power on at
+    the start; powering on and booting draw idle, so each is counted at idle or above all week.)
     """
 
     #: kWh per Group.
