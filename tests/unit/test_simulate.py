@@ -21,6 +21,7 @@ from lightsout.planning.autoscale import plan
 from lightsout.planning.wake import next_wake
 from lightsout.simulate import generate, optimum
 from lightsout.simulate.engine import Options, Policy, Result, Scoring, Simulator, replay
+from lightsout.simulate.machines import WaitCause
 from lightsout.simulate.report import longest_wait, percentile, render_text, summarise
 from lightsout.simulate.trace import Durations, Trace, TracePod, load, write
 from lightsout.state import (
@@ -576,10 +577,12 @@ def test_prewarming_powers_one_machine_on_per_run_just_in_time() -> None:
 
 def test_a_pod_waiting_past_its_machines_boot_is_counted() -> None:
     result = replay(trace([pod(60, 600, "a")]))
-    assert summarise(result)["otherPodsWaitingPastBoot"] == 0  # 60.1 s: power-on + boot
+    # 60.1 s for a power-on: power-on + boot (+ the planner's debounce)
+    assert summarise(result)["waits"]["other"]["forPowerOn"]["pastBoot"] == 0
     (sim_pod,) = result.pods
-    sim_pod.wait = TRUTH.power_on_seconds + TRUTH.boot_seconds + 5.5
-    assert summarise(result)["otherPodsWaitingPastBoot"] == 1
+    assert sim_pod.waits == {WaitCause.POWER_ON: pytest.approx(60.1)}
+    sim_pod.waits[WaitCause.POWER_ON] = TRUTH.power_on_seconds + TRUTH.boot_seconds + 5.5
+    assert summarise(result)["waits"]["other"]["forPowerOn"]["pastBoot"] == 1
 
 
 def test_a_pod_counted_on_a_slow_machine_that_starts_sooner_elsewhere_is_not_late() -> None:
@@ -598,7 +601,7 @@ def test_a_pod_counted_on_a_slow_machine_that_starts_sooner_elsewhere_is_not_lat
     assert (later.counted_on, later.first_host, later.powered_for) == ("slow", "fast", None)
     assert later.wait is not None
     assert TRUTH.power_on_seconds + TRUTH.boot_seconds + 5 < later.wait < 210
-    assert summarise(result)["otherPodsWaitingPastBoot"] == 0
+    assert summarise(result)["waits"]["other"]["forPowerOn"]["pastBoot"] == 0
 
 
 def _cycles_trace(**node_autoscaling: Any) -> Trace:

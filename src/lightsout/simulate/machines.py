@@ -12,6 +12,7 @@ import copy
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Protocol
 
 from lightsout.actuation.inputs import group_spec, machine_state, node_spec
@@ -29,6 +30,18 @@ from lightsout.simulate.trace import Trace
 from lightsout.state import CoreNode, Group, Machine, ObjectKey, Pod
 from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, snapshot_from
 from lightsout.state.resources import CPU, Resources
+
+
+class WaitCause(StrEnum):
+    """Why the scheduler could not place a pod (`scheduler.Scheduler.schedule` decides it)."""
+
+    #: A machine that could hold the pod is off, still coming up or going down (or no machine
+    #: up could hold it at all): a power-on can end its wait.
+    POWER_ON = "powerOn"
+    #: Every machine that could hold the pod, were its pods gone, is up and schedulable, and
+    #: other pods hold the room it needs (a GPU taken by another job): only they can end its
+    #: wait, by finishing; no power-on would.
+    BUSY_CAPACITY = "busyCapacity"
 
 
 @dataclass
@@ -52,9 +65,43 @@ class SimPod:
     started: float | None = None
     #: Wait before the first start (an evicted pod's restart does not count again).
     wait: float | None = None
+    #: That wait split by cause: seconds spent unplaced for each reason, closed intervals only
+    #: (`waited` adds the open one).
+    waits: dict[WaitCause, float] = field(default_factory=dict)
+    #: Why the last scheduling pass before its first start could not place it, and since when.
+    blocked: tuple[WaitCause, float] | None = None
     done: bool = False
     #: Bumped on eviction so the finish event of an earlier run is ignored.
     run: int = 0
+
+    def block(self, cause: WaitCause, now: float) -> None:
+        """The scheduler could not place it now, for `cause` (before its first start only:
+        a restart after an eviction is not a wait)."""
+        if self.wait is not None:
+            return
+        if self.blocked is None:
+            self.blocked = (cause, self.arrival)  # scheduled the instant it arrived
+        elif self.blocked[0] is not cause:
+            self._close(now)
+            self.blocked = (cause, now)
+
+    def unblock(self, now: float) -> None:
+        """It starts for the first time: its wait for the last cause ends."""
+        self._close(now)
+        self.blocked = None
+
+    def waited(self, end: float) -> dict[WaitCause, float]:
+        """Seconds it waited for each cause, up to its first start or else `end`."""
+        waits = dict(self.waits)
+        if self.blocked is not None:
+            cause, since = self.blocked
+            waits[cause] = waits.get(cause, 0.0) + max(0.0, end - since)
+        return waits
+
+    def _close(self, now: float) -> None:
+        if self.blocked is not None:
+            cause, since = self.blocked
+            self.waits[cause] = self.waits.get(cause, 0.0) + max(0.0, now - since)
 
 
 class Cluster(Protocol):

@@ -63,12 +63,15 @@ def plot(result: Result, path: Path) -> None:
         ) from error
     end = result.trace.duration_seconds
     machines = result.machines
+    # Constrained layout keeps a band above the axes for the title and the legend, so the
+    # legend covers no machine's row (inside the axes it hid the top row's last 70 hours).
     figure, (top, bottom) = plt.subplots(
         2,
         1,
         sharex=True,
-        figsize=(14, 1.2 + 0.45 * len(machines) + 2.0),
+        figsize=(14, 1.2 + 0.45 * len(machines) + 2.0 + 0.4),
         gridspec_kw={"height_ratios": [max(len(machines), 1), 3]},
+        layout="constrained",
     )
     for row, machine in enumerate(machines):
         spans = [*machine.timeline, (end, "end")]
@@ -79,22 +82,22 @@ def plot(result: Result, path: Path) -> None:
                     [(start / 3600, (stop - start) / 3600)], (row - 0.4, 0.8), facecolors=colour
                 )
     top.set_yticks(range(len(machines)), [m.template.key.name for m in machines])
-    top.invert_yaxis()
+    top.set_ylim(len(machines) - 0.5, -0.5)  # every row, top down: one never on included
     handles: list[Any] = [
         mpl.patches.Patch(color=COLOURS[p], label=p)
         for p in ("PoweringOn", "Booting", "Ready", "Draining", "PoweringOff")
     ]
-    top.legend(handles=handles, loc="upper right", ncols=5, fontsize="small")
     top.set_title(
         f"{result.trace.name}: policy {result.options.policy}, scoring {result.options.scoring}"
     )
+    figure.legend(handles=handles, loc="outside upper center", ncols=5, fontsize="small")
     times, counts = _pending_curve(result)
     bottom.step(times, counts, where="post", color="#34495e")
     bottom.set_ylabel("pods waiting")
     bottom.set_ylim(bottom=0)
+    bottom.yaxis.set_major_locator(mpl.ticker.MaxNLocator(integer=True))  # whole pods
     bottom.set_xlabel("hours since the trace's start")
     bottom.set_xlim(0, end / 3600)
-    figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
 

@@ -1,30 +1,96 @@
 """Figures from a replay: energy and cost per Group, savings, pod waits, power cycles.
 
-`summarise(result)` turns an `engine.Result` into a plain dict (what `-o json` prints);
-`render_text` prints it for a person, with the offline bound and the reactive baseline beside
-it when they were computed. Energy comes from the machines' `planning.energy.Ledger`s; "always
-on" is what the same machines would have drawn never powered off (used + saved, the energy
-module's definition of saved).
+`summarise(result, reference)` turns an `engine.Result` into a plain dict (what `-o json`
+prints); `render_text` prints it for a person, with the offline bound and the reactive baseline
+beside it when they were computed. Energy comes from the machines' `planning.energy.Ledger`s.
+
+"Always-on" is one reference for every policy of a trace (`AlwaysOn`, from
+`always_on_reference`): the always-on replay of the same trace, so "% saved" of Lights-Out, of
+the reactive baseline and of always-on itself (0%) share a denominator. Waits are split by why
+the pod could not be placed (`machines.WaitCause`, decided by the scheduler): waiting for a
+power-on, and waiting for busy capacity on a machine that was up.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from lightsout.planning.energy import cost
 from lightsout.planning.scaledown import JOB
-from lightsout.simulate.engine import Result
-from lightsout.simulate.machines import SimPod
+from lightsout.simulate.engine import Options, Policy, Result, Scoring, replay
+from lightsout.simulate.machines import SimPod, WaitCause
 
-#: A pod that waited longer than its machine's power-on and boot plus this is reported. "Its
-#: machine" is the one it first ran on or, when slower, the one the planner powered on for it
-#: or counted it on while that one was coming up (a pod waiting for a machine that is booting
-#: may start earlier elsewhere as room frees up: it waited less than the boot it was promised).
-#: The planner only counts a pod on a coming machine Ready no later than a fresh power-on
-#: would be (`absorb.COMING_MARGIN_SECONDS`), so that machine is the pod's quickest one.
+#: A pod that waited for a power-on longer than its machine's power-on and boot plus this is
+#: reported. "Its machine" is the one it first ran on or, when slower, the one the planner
+#: powered on for it or counted it on while that one was coming up (a pod waiting for a machine
+#: that is booting may start earlier elsewhere as room frees up: it waited less than the boot
+#: it was promised). The planner only counts a pod on a coming machine Ready no later than a
+#: fresh power-on would be (`absorb.COMING_MARGIN_SECONDS`), so that machine is the pod's
+#: quickest one. Only the time it waited for a power-on counts: time spent waiting for busy
+#: capacity (every machine that could hold it up, their room taken) is no power-on's fault.
 BOOT_SLACK_SECONDS = 5.0
+
+#: How the always-on reference places its pods: kube-scheduler's default scoring, whatever the
+#: replay being judged used, so the reference depends on the trace (and `--set`) alone.
+REFERENCE_SCORING = Scoring.LEAST_ALLOCATED
+
+#: What each wait cause is called in the text report.
+CAUSE_WORDS = {
+    WaitCause.POWER_ON: "waiting for a power-on (a machine that could hold the pod was not up)",
+    WaitCause.BUSY_CAPACITY: (
+        "waiting for busy capacity (every machine that could hold the pod was up, "
+        "other pods held the room)"
+    ),
+}
+#: ... and in `-o json`, under each kind of pod's waits.
+CAUSE_KEYS = {WaitCause.POWER_ON: "forPowerOn", WaitCause.BUSY_CAPACITY: "forBusyCapacity"}
+
+
+@dataclass(frozen=True)
+class AlwaysOn:
+    """The always-on reference: the trace's machines all on all week, none ever powered off.
+
+    Why one replay rather than each policy's own: every policy runs the same pods, so the idle
+    draw of every machine all week is the same whatever the policy, but the busy draw (`on -
+    idle` times each pod's cpu share of its machine) depends on where each pod ran, and each
+    policy places pods differently. Adding each policy's own busy draw to the idle draw (used
+    plus the ledgers' `saved`) made one reference per policy, so "% saved" of Lights-Out and of
+    the reactive baseline had different denominators. One placement has to be chosen, and the
+    always-on replay's (kube-scheduler's default scoring over every machine, on from the start)
+    is the one a cluster that never powers anything off would make: the reference is a schedule
+    that happens, and always-on saves 0% against it by construction. (Its machines power on at
+    the start; powering on and booting draw idle, so each is counted at idle or above all week.)
+    """
+
+    #: kWh per Group.
+    kwh: Mapping[str, float]
+
+    @property
+    def total_kwh(self) -> float:
+        return sum(self.kwh.values())
+
+    @classmethod
+    def of(cls, result: Result) -> AlwaysOn:
+        """The reference from an always-on replay (`always_on_reference` makes it)."""
+        kwh: dict[str, float] = {}
+        for m in result.machines:
+            kwh[m.template.group] = kwh.get(m.template.group, 0.0) + m.ledger.used_wh / 1000
+        return cls(kwh)
+
+
+def always_on_reference(result: Result) -> AlwaysOn:
+    """The always-on reference for `result`'s trace: `result` itself when it is that replay,
+    else the trace replayed always-on (same `--set` overrides, `REFERENCE_SCORING`)."""
+    options = result.options
+    if options.policy is Policy.ALWAYS_ON and options.scoring is REFERENCE_SCORING:
+        return AlwaysOn.of(result)
+    reference = Options(
+        policy=Policy.ALWAYS_ON, scoring=REFERENCE_SCORING, overrides=options.overrides
+    )
+    return AlwaysOn.of(replay(result.trace, reference))
 
 
 def percentile(values: Sequence[float], share: float) -> float | None:
@@ -63,9 +129,9 @@ def longest_wait(result: Result) -> float:
     )
 
 
-def _waits(pods: Sequence[SimPod]) -> dict[str, Any]:
+def _waits(pods: Sequence[SimPod], end: float, boot_of: Mapping[str, float]) -> dict[str, Any]:
     waits = [p.wait for p in pods if p.wait is not None]
-    return {
+    figures: dict[str, Any] = {
         "pods": len(pods),
         "started": len(waits),
         "neverStarted": len(pods) - len(waits),
@@ -73,6 +139,23 @@ def _waits(pods: Sequence[SimPod]) -> dict[str, Any]:
         "p95Seconds": _round(percentile(waits, 0.95)),
         "maxSeconds": _round(max(waits, default=None)),
     }
+    waited = [p.waited(end) for p in pods]
+    for cause, key in CAUSE_KEYS.items():
+        seconds = [w[cause] for w in waited if w.get(cause, 0.0) > 0]
+        figures[key] = {
+            "pods": len(seconds),
+            "p95Seconds": _round(percentile(seconds, 0.95)),
+            "maxSeconds": _round(max(seconds, default=None)),
+        }
+    figures[CAUSE_KEYS[WaitCause.POWER_ON]]["pastBoot"] = sum(
+        1
+        for p, w in zip(pods, waited, strict=True)
+        if p.first_host is not None
+        and w.get(WaitCause.POWER_ON, 0.0)
+        > max(boot_of.get(name or "", 0.0) for name in (p.first_host, p.powered_for, p.counted_on))
+        + BOOT_SLACK_SECONDS
+    )
+    return figures
 
 
 def _evictions(pods: Sequence[SimPod]) -> dict[str, int]:
@@ -91,17 +174,30 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
 
-def summarise(result: Result) -> dict[str, Any]:
-    days = result.trace.duration_seconds / 86_400
+def _energy(used: float, always: float) -> dict[str, float]:
+    return {
+        "usedKWh": round(used, 3),
+        "alwaysOnKWh": round(always, 3),
+        "savedKWh": round(always - used, 3),
+        "savedShare": round(1 - used / always, 4) if always else 0.0,
+    }
+
+
+def summarise(result: Result, reference: AlwaysOn | None = None) -> dict[str, Any]:
+    """The figures of `result`, its savings against `reference` (by default the trace's
+    always-on reference, replayed here: pass it in when summarising several policies)."""
+    if reference is None:
+        reference = always_on_reference(result)
+    end = result.trace.duration_seconds
+    days = end / 86_400
     prices = {g.key.name: g.price_per_kwh for g in result.groups}
     groups: dict[str, dict[str, float]] = {}
     machines: list[dict[str, Any]] = []
     boot_of: dict[str, float] = {}
     for m in result.machines:
-        g = groups.setdefault(m.template.group, {"usedKWh": 0.0, "alwaysOnKWh": 0.0})
+        g = groups.setdefault(m.template.group, {"usedKWh": 0.0})
         used = m.ledger.used_wh / 1000
         g["usedKWh"] += used
-        g["alwaysOnKWh"] += used + m.ledger.saved_wh / 1000
         boot_of[m.name] = m.power_on_seconds + m.boot_seconds
         machines.append(
             {
@@ -116,40 +212,34 @@ def summarise(result: Result) -> dict[str, Any]:
             }
         )
     for name, g in groups.items():
+        g["alwaysOnKWh"] = reference.kwh.get(name, 0.0)
         g["savedKWh"] = g["alwaysOnKWh"] - g["usedKWh"]
         price = prices.get(name)
         g["cost"] = cost(g["usedKWh"] * 1000, price) if price is not None else float("nan")
         g["alwaysOnCost"] = cost(g["alwaysOnKWh"] * 1000, price) if price else float("nan")
     used = sum(g["usedKWh"] for g in groups.values())
-    always = sum(g["alwaysOnKWh"] for g in groups.values())
     cron_pods = [p for p in result.pods if p.cronjob is not None]
     other = [p for p in result.pods if p.cronjob is None]
-    late = [
-        p
-        for p in other
-        if p.wait is not None
-        and p.first_host is not None
-        and p.wait
-        > max(boot_of.get(name or "", 0.0) for name in (p.first_host, p.powered_for, p.counted_on))
-        + BOOT_SLACK_SECONDS
-    ]
     return {
         "trace": result.trace.name,
         "policy": result.options.policy.value,
         "scoring": result.options.scoring.value,
         "days": round(days, 3),
         "energy": {
-            "usedKWh": round(used, 3),
-            "alwaysOnKWh": round(always, 3),
-            "savedKWh": round(always - used, 3),
-            "savedShare": round(1 - used / always, 4) if always else 0.0,
+            **_energy(used, reference.total_kwh),
+            "alwaysOnReference": {
+                "policy": Policy.ALWAYS_ON.value,
+                "scoring": REFERENCE_SCORING.value,
+            },
         },
         "groups": {
             name: {k: round(v, 3) if not math.isnan(v) else None for k, v in g.items()}
             for name, g in sorted(groups.items())
         },
-        "waits": {"cronjob": _waits(cron_pods), "other": _waits(other)},
-        "otherPodsWaitingPastBoot": len(late),
+        "waits": {
+            "cronjob": _waits(cron_pods, end, boot_of),
+            "other": _waits(other, end, boot_of),
+        },
         "evictions": _evictions(result.pods),
         "cronRunsSkipped": result.skipped_cron_runs,
         "cronRunsReplaced": result.replaced_cron_runs,
@@ -167,17 +257,33 @@ def _fmt(value: object, unit: str = "") -> str:
     return f"{value}{unit}"
 
 
+def _cause_line(cause: WaitCause, figures: Mapping[str, Any]) -> str:
+    text = (
+        f"  {CAUSE_WORDS[cause]}: {figures['pods']} pods, p95 {_fmt(figures['p95Seconds'], ' s')}, "
+        f"max {_fmt(figures['maxSeconds'], ' s')}"
+    )
+    if "pastBoot" in figures:
+        text += (
+            f"; {figures['pastBoot']} past their machine's power-on and boot "
+            f"+ {BOOT_SLACK_SECONDS:.0f} s"
+        )
+    return text
+
+
 def render_text(
     summary: Mapping[str, Any],
     baseline: Mapping[str, Any] | None = None,
     bound: Mapping[str, Any] | None = None,
 ) -> str:
     e = summary["energy"]
+    reference = e["alwaysOnReference"]
     lines = [
         f"trace {summary['trace']}: {summary['days']} days, policy {summary['policy']}, "
         f"scheduler scoring {summary['scoring']}",
-        f"energy: {e['usedKWh']:.2f} kWh used, {e['alwaysOnKWh']:.2f} kWh always-on, "
-        f"{e['savedKWh']:.2f} kWh saved ({e['savedShare'] * 100:.1f}%)",
+        f"energy: {e['usedKWh']:.2f} kWh used, {e['savedKWh']:.2f} kWh saved "
+        f"({e['savedShare'] * 100:.1f}%) against always-on {e['alwaysOnKWh']:.2f} kWh "
+        f"(every machine on all week, pods placed by {reference['scoring']}; "
+        "the same reference for every policy)",
     ]
     for name, g in summary["groups"].items():
         price = (
@@ -194,10 +300,8 @@ def render_text(
             f"p95 {_fmt(w['p95Seconds'], ' s')}, max {_fmt(w['maxSeconds'], ' s')}, "
             f"never started {w['neverStarted']}"
         )
-    lines.append(
-        f"other pods waiting longer than their machine's boot + {BOOT_SLACK_SECONDS:.0f} s: "
-        f"{summary['otherPodsWaitingPastBoot']}"
-    )
+        if w["pods"]:
+            lines.extend(_cause_line(cause, w[key]) for cause, key in CAUSE_KEYS.items())
     ev = summary["evictions"]
     lines.append(
         f"evictions of running pods (each restarts from zero): {ev['pods']} "
@@ -214,9 +318,15 @@ def render_text(
     )
     if baseline is not None:
         b = baseline["energy"]
+        other = baseline["waits"]["other"]
+        power_on = other[CAUSE_KEYS[WaitCause.POWER_ON]]
+        busy = other[CAUSE_KEYS[WaitCause.BUSY_CAPACITY]]
         lines.append(
             f"reactive baseline (cluster-autoscaler defaults): {b['usedKWh']:.2f} kWh, "
-            f"other pods' wait p95 {_fmt(baseline['waits']['other']['p95Seconds'], ' s')}"
+            f"{b['savedKWh']:.2f} kWh saved ({b['savedShare'] * 100:.1f}%) against the same "
+            f"always-on; other pods' wait p95 {_fmt(other['p95Seconds'], ' s')}, "
+            f"{power_on['pastBoot']} waiting for a power-on past boot "
+            f"+ {BOOT_SLACK_SECONDS:.0f} s, {busy['pods']} waiting for busy capacity"
         )
     if bound is not None:
         lines.append(_bound_line(summary, baseline, bound))

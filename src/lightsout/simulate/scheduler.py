@@ -2,8 +2,10 @@
 
 Pending pods, oldest first, are bound to Ready, uncordoned nodes that pass the production fit
 check (`planning.scheduling.fits`), scored like kube-scheduler's NodeResourcesFit over cpu and
-memory; a pod no node takes is marked Unschedulable, which is what the planner reacts to. It
-keeps each machine's pods and requested resources, which its draw follows.
+memory; a pod no node takes is marked Unschedulable, which is what the planner reacts to, and
+why is kept on the pod for the report (`machines.WaitCause`: a machine that could hold it is
+not up, or every one is up and its room taken). It keeps each machine's pods and requested
+resources, which its draw follows.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from enum import StrEnum
 from lightsout.planning.scheduling import NodeView, fits
 from lightsout.planning.types import Phase
 from lightsout.simulate.clock import Clock, Kind
-from lightsout.simulate.machines import SimMachine, SimPod
+from lightsout.simulate.machines import SimMachine, SimPod, WaitCause
 from lightsout.state import ObjectKey
 from lightsout.state.resources import CPU, MEMORY, Resources
 
@@ -71,10 +73,25 @@ class Scheduler:
             if chosen is not None:
                 self._bind(pod, chosen)
                 changed = True
-            elif pod.pod.unschedulable_since is None:
+                continue
+            if pod.wait is None:  # a restart after an eviction is no wait
+                pod.block(self._cause(pod, nodes), self.clock.now)
+            if pod.pod.unschedulable_since is None:
                 pod.pod = replace(pod.pod, unschedulable_since=self.clock.time())
                 changed = True
         return changed
+
+    def _cause(self, pod: SimPod, nodes: Sequence[SimMachine]) -> WaitCause:
+        """Why no node took `pod`. Busy capacity: every machine that could hold it (were its
+        pods gone) is up, so only their pods finishing can make room. A power-on: some machine
+        that could hold it is off, still coming up or going down, so a power-on can end the
+        wait (or must: none up could hold it at all); such a pod counts as waiting for a
+        power-on even while an up machine that could hold it is full."""
+        up = {machine.name for machine in nodes}
+        able = [m for m in self.machines if fits(pod.pod, _view(m, empty=True))]
+        if able and all(machine.name in up for machine in able):
+            return WaitCause.BUSY_CAPACITY
+        return WaitCause.POWER_ON
 
     def _score(self, machine: SimMachine, pod: SimPod) -> float:
         """kube-scheduler's NodeResourcesFit score over cpu and memory (0..1, higher wins)."""
@@ -95,6 +112,7 @@ class Scheduler:
         pod.node = pod.host = machine.name
         pod.started = now
         if pod.wait is None:
+            pod.unblock(now)
             pod.wait = now - pod.arrival
             pod.first_host = machine.name
         pod.pod = replace(
@@ -118,11 +136,14 @@ class Scheduler:
         pod.node = None
 
 
-def _view(machine: SimMachine) -> NodeView:
+def _view(machine: SimMachine, *, empty: bool = False) -> NodeView:
+    """The node as the fit check sees it: with its pods' requests, or `empty` of them."""
     return NodeView(
         name=machine.name,
         labels=machine.labels,
         taints=machine.template.taints,
         allocatable=machine.allocatable,
-        requested=Resources.of({k: v for k, v in machine.requested.items() if v}),
+        requested=Resources()
+        if empty
+        else Resources.of({k: v for k, v in machine.requested.items() if v}),
     )
