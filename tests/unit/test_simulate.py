@@ -173,16 +173,28 @@ def test_cron_runs_follow_the_time_zone_and_suspend() -> None:
         cron.fire_times(cron.read(cronjob("every day")), START, START + timedelta(hours=1))
 
 
-@pytest.mark.parametrize(("policy", "runs"), [("Allow", 10), ("Forbid", 5), ("Replace", 10)])
+@pytest.mark.parametrize(
+    ("policy", "deadline", "runs", "late", "skipped"),
+    [
+        ("Allow", None, 10, 0, 0),
+        # The controller leaves a time missed under Forbid unmet and starts it the moment the
+        # active Job ends (a run for :01 at 01:30, one for :03 at 03:00 + scheduling, ...)...
+        ("Forbid", None, 6, 5, 4),
+        # ...unless startingDeadlineSeconds has passed by then: the run is skipped for good.
+        ("Forbid", 10, 5, 0, 5),
+        ("Replace", None, 10, 0, 0),
+    ],
+)
 def test_concurrency_policy_decides_what_a_run_does_to_the_previous_one(
-    policy: str, runs: int
+    policy: str, deadline: int | None, runs: int, late: int, skipped: int
 ) -> None:
-    # A run every minute that takes 90 s: Forbid skips every other one, Replace cuts them short.
-    t = trace([], cronjobs=(cronjob("* * * * *", policy),), hours=10 / 60, cron_run=90, minNodes=1)
+    # A run every minute that takes 90 s: Forbid delays or skips, Replace cuts them short.
+    extra = {} if deadline is None else {"startingDeadlineSeconds": deadline}
+    job = cronjob("* * * * *", policy, **extra)
+    t = trace([], cronjobs=(job,), hours=10 / 60, cron_run=90, minNodes=1)
     result = replay(t)
     assert len(result.pods) == runs
-    if policy == "Forbid":
-        assert result.skipped_cron_runs == 5
+    assert (result.late_cron_runs, result.skipped_cron_runs) == (late, skipped)
     if policy == "Replace":
         assert result.replaced_cron_runs >= 8
 
@@ -663,3 +675,23 @@ def test_plot_draws_the_timeline_into_a_png(tmp_path: Path) -> None:
     plot(replay(_cycles_trace()), target)
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert target.stat().st_size > 10_000
+
+
+def test_a_forbid_run_still_going_is_not_pre_warmed_for_but_the_next_one_is() -> None:
+    # Every 2 h a 1-CPU run on 1-CPU machines that takes 2.5 h: the 02:30 run is due while the
+    # 00:30 one still runs, so the controller does not start it (Forbid), nor later (its
+    # 60 s starting deadline has passed when the 00:30 run ends at 03:00). Pre-warming m2 for
+    # it would be a power-on for nothing; the 04:30 run is pre-warmed for and starts on time.
+    backup = cronjob("30 */2 * * *", "Forbid", startingDeadlineSeconds=60)
+    machines = [node("m1", cpu=1), node("m2", cpu=1)]
+    result = replay(trace([], machines=machines, cronjobs=(backup,), hours=5, cron_run=9000))
+    power_ons = [
+        (m.template.key.name, at)
+        for m in result.machines
+        for at, phase in m.timeline
+        if phase == "PoweringOn"
+    ]
+    assert len(power_ons) == 2, power_ons  # one for 00:30, one for 04:30; none for 02:30
+    assert result.skipped_cron_runs == 1
+    runs = sorted((p.arrival, p.wait) for p in result.pods)
+    assert [(arrival, wait) for arrival, wait in runs] == [(1800.0, 0.0), (16200.0, 0.0)]

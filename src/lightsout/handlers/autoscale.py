@@ -113,20 +113,23 @@ async def autoscaler_daemonsets(body: kopf.Body, **_: Any) -> IndexValue:
 
 @kopf.index("batch", "v1", "cronjobs", labels=NOT_OURS, id="autoscaler_cronjobs")
 async def autoscaler_cronjobs(body: kopf.Body, **_: Any) -> IndexValue:
-    # Only what announces the next run: a CronJob's status (its active Jobs, last schedule)
-    # and the Job template's metadata are nothing the planner reads.
+    # Only what announces the next run (`state.cron.next_created`): the schedule fields, the
+    # Job template's pod spec and how many Jobs `status.active` lists (a Forbid CronJob with
+    # one running starts nothing new); the rest of the status and the template's metadata
+    # are nothing the planner reads.
     spec = body.get("spec") or {}
     pod_spec = (((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}).get(
         "spec"
     )
-    kept = {
-        k: spec[k] for k in ("schedule", "timeZone", "suspend", "concurrencyPolicy") if k in spec
-    }
+    fields = ("schedule", "timeZone", "suspend", "concurrencyPolicy", "startingDeadlineSeconds")
+    kept = {k: spec[k] for k in fields if k in spec}
+    active = (body.get("status") or {}).get("active") or []
     slim = {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
         "metadata": {"namespace": body.metadata.namespace, "name": body.metadata.name},
         "spec": {**kept, "jobTemplate": {"spec": {"template": {"spec": pod_spec or {}}}}},
+        "status": {"active": [{"name": (ref or {}).get("name")} for ref in active]},
     }
     return {None: slim}
 

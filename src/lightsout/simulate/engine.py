@@ -73,7 +73,11 @@ class Result:
     pods: list[SimPod]
     plans: int = 0
     decisions: int = 0
+    #: Scheduled times the controller never started (Forbid, a run still active then and
+    #: no late start for them when it ended).
     skipped_cron_runs: int = 0
+    #: Of the started runs, those started late: when the Forbid run in their way ended.
+    late_cron_runs: int = 0
     replaced_cron_runs: int = 0
 
 
@@ -94,7 +98,11 @@ class Simulator:
         self.cron_active: dict[str, list[SimPod]] = {}
         #: Per CronJob (by key): its spec and its fire times (seconds since start).
         self.cron_specs: list[cron.CronSpec] = []
+        self.cron_spec: dict[str, cron.CronSpec] = {}
         self.cron_times: dict[str, list[float]] = {}
+        #: Per CronJob: the scheduled time of its last started run (`status.lastScheduleTime`).
+        self.cron_last: dict[str, float] = {}
+        self.cron_started = 0
         overrides = list(options.overrides)
         if options.policy is Policy.REACTIVE:
             overrides += [
@@ -124,6 +132,7 @@ class Simulator:
             for moment in times:
                 clock.push(clock.seconds(moment), Kind.CRON, (spec, moment))
             self.cron_specs.append(spec)
+            self.cron_spec[spec.key] = spec
             self.cron_times[spec.key] = [clock.seconds(t) for t in times]
         for machine in self.machines.values():
             machine.reconcile_soon()
@@ -144,6 +153,8 @@ class Simulator:
         for kind, payload in clock.until(self.end):
             handlers[kind](payload)
         clock.now = self.end
+        fired = sum(bisect.bisect_left(t, self.end) for t in self.cron_times.values())
+        self.result.skipped_cron_runs = fired - self.cron_started
         for machine in self.machines.values():
             machine.count_energy()
         return self.result
@@ -185,26 +196,54 @@ class Simulator:
         )
 
     def _cron_fire(self, payload: tuple[cron.CronSpec, datetime]) -> None:
+        """The controller at a scheduled time (`cron.next_created` is what it announces)."""
         spec, moment = payload
-        active = [p for p in self.cron_active.get(spec.key, []) if not p.done]
-        self.cron_active[spec.key] = active
+        if self.cron_last.get(spec.key) == self.clock.seconds(moment):
+            return  # already started, late, the instant a Forbid run ended
+        active = self._cron_running(spec)
         if active and spec.concurrency_policy == cron.FORBID:
-            self.result.skipped_cron_runs += 1
-            return
+            return  # not now; maybe when the active run ends (`_cron_run_ended`)
         if active and spec.concurrency_policy == cron.REPLACE:
             for pod in active:
                 self._finish(pod)
             self.result.replaced_cron_runs += len(active)
+        self._cron_start(spec, moment)
+
+    def _cron_running(self, spec: cron.CronSpec) -> list[SimPod]:
+        active = [p for p in self.cron_active.get(spec.key, []) if not p.done]
+        self.cron_active[spec.key] = active
+        return active
+
+    def _cron_start(self, spec: cron.CronSpec, moment: datetime) -> None:
+        self.cron_last[spec.key] = self.clock.seconds(moment)
+        self.cron_started += 1
         run = self.trace.cron_run_seconds.get(spec.key, 60.0)
         name = cron.job_name(spec, moment)
         self._new_pod(
             spec.namespace, name, spec.pod_spec, "Job", name, run_seconds=run, cronjob=spec.key
         )
 
+    def _cron_run_ended(self, spec: cron.CronSpec) -> None:
+        """A run ended: the controller, re-queued by its Job's update, starts the most recent
+        scheduled time missed meanwhile (Forbid), if `startingDeadlineSeconds` allows."""
+        if spec.concurrency_policy != cron.FORBID or self._cron_running(spec):
+            return
+        times = self.cron_times[spec.key]
+        i = bisect.bisect_right(times, self.clock.now) - 1
+        if i < 0 or times[i] <= self.cron_last.get(spec.key, -1.0):
+            return
+        deadline = spec.starting_deadline
+        if deadline is not None and self.clock.now - times[i] > deadline.total_seconds():
+            return
+        self.result.late_cron_runs += times[i] < self.clock.now
+        self._cron_start(spec, self.clock.time(times[i]))
+
     def _pod_done(self, payload: tuple[SimPod, int]) -> None:
         pod, run = payload
         if run == pod.run and not pod.done:
             self._finish(pod)
+            if pod.cronjob is not None:
+                self._cron_run_ended(self.cron_spec[pod.cronjob])
 
     def _finish(self, pod: SimPod) -> None:
         """The pod ends (succeeded, or deleted by a CronJob's Replace)."""
@@ -280,13 +319,23 @@ class Simulator:
         """Each CronJob's next run, by the code `snapshot_from` uses for a live cluster's."""
         if not self.options.prewarm or self.options.policy is not Policy.LIGHTSOUT:
             return ()
-        return cron.expected_pods(self.cron_specs, self.clock.time(), self._next_fire)
+        return cron.expected_pods(
+            self.cron_specs, self.clock.time(), self._next_fire, self._cron_ends
+        )
 
     def _next_fire(self, spec: cron.CronSpec, now: datetime) -> datetime | None:
         """`cron.next_run`, looked up in the trace's expansion (`cron.fire_times`)."""
         times = self.cron_times[spec.key]
         i = bisect.bisect_right(times, self.clock.seconds(now))
         return self.clock.time(times[i]) if i < len(times) else None
+
+    def _cron_ends(self, spec: cron.CronSpec) -> list[datetime | None]:
+        """When its running runs will end: a pending one runs its whole length from now."""
+        now = self.clock.now
+        return [
+            self.clock.time((now if p.started is None else p.started) + p.run_seconds)
+            for p in self._cron_running(spec)
+        ]
 
     def _apply(self, result: Plan, now: datetime) -> None:
         pending = self.scheduler.pending

@@ -242,6 +242,7 @@ def summarise(result: Result, reference: AlwaysOn | None = None) -> dict[str, An
         },
         "evictions": _evictions(result.pods),
         "cronRunsSkipped": result.skipped_cron_runs,
+        "cronRunsLate": result.late_cron_runs,
         "cronRunsReplaced": result.replaced_cron_runs,
         "machines": machines,
         "plans": result.plans,

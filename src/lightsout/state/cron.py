@@ -11,18 +11,30 @@ zone: UTC here) with `lightsout.state.schedule`, the controller's own schedule a
 (robfig/cron's `Next`), so daylight-saving nights come out as the controller has them: a run
 at a local time that does not exist that night is skipped, one in the repeated hour happens
 twice. `expression` and `zone` read the two fields and say what is wrong (the trace check
-`lightsout.simulate.validate` calls them too); a suspended CronJob has no runs. What happens
-at a fire time depends on the runs still active then, which only the replay knows, so
-`concurrency_policy` is read here and honoured by `lightsout.simulate.engine`:
-`Allow` starts the run, `Forbid` skips it while the previous run is active, `Replace` deletes
-the active run and starts the new one. Not modelled: `startingDeadlineSeconds` (the simulated
-controller is never down, so no schedule is ever missed) and the Job's retries (simulated pods
-succeed).
+`lightsout.simulate.validate` calls them too); a suspended CronJob has no runs.
+
+Which run the controller will create next depends on its active Jobs, and `next_created` is
+the one place that decides it, from what is known of them: live, the CronJob's
+`status.active` (the Jobs are running, their end unknown); in the replay, its running runs
+and when they will end. kube-controller-manager (pkg/controller/cronjob,
+`cronjob_controllerv2.go` `syncCronJob`, `utils.go` `mostRecentScheduleTime`) creates a Job
+for the most recent scheduled time not yet started, when it syncs (at each scheduled time,
+and whenever one of its Jobs changes):
+- `suspend`: nothing.
+- `startingDeadlineSeconds`: a scheduled time more than that long ago is never started
+  ("MissSchedule"); without it, a missed time is started however late.
+- `Forbid` with a Job still active: nothing now ("JobAlreadyActive"), and the scheduled time
+  stays unmet, so when the active Job finishes (its update re-queues the CronJob) the most
+  recent time missed meanwhile is started then, late, if within the deadline; earlier missed
+  times are lost. Live, the end is unknown: nothing is announced until `status.active` empties.
+- `Replace`: the active Jobs are deleted and the run is started on time; `Allow`: started.
+The simulated controller is never down, so the deadline only bites on a Forbid run started
+late. Not modelled: the Job's retries (simulated pods succeed).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -47,6 +59,10 @@ class CronSpec:
     time_zone: str | None
     suspend: bool
     concurrency_policy: str
+    #: `spec.startingDeadlineSeconds`: how late a scheduled time may still be started.
+    starting_deadline: timedelta | None
+    #: How many Jobs `status.active` lists (live; a trace's CronJobs have no status).
+    active: int
     #: The Job template's pod spec.
     pod_spec: Mapping[str, Any]
     #: Its pods' scheduling requirements, read as the planner reads a pod's.
@@ -63,6 +79,8 @@ def read(cronjob: Mapping[str, Any]) -> CronSpec:
     if policy not in (ALLOW, FORBID, REPLACE):
         raise CronError(f"concurrencyPolicy {policy!r} is not Allow, Forbid or Replace")
     template = dig(spec, "jobTemplate", "spec", "template", "spec")
+    deadline = dig(spec, "startingDeadlineSeconds")
+    active = dig(cronjob, "status", "active")
     return CronSpec(
         namespace=as_str(dig(cronjob, "metadata", "namespace"), "default") or "default",
         name=as_str(dig(cronjob, "metadata", "name")),
@@ -70,6 +88,12 @@ def read(cronjob: Mapping[str, Any]) -> CronSpec:
         time_zone=as_str(dig(spec, "timeZone")) or None,
         suspend=dig(spec, "suspend") is True,
         concurrency_policy=policy,
+        starting_deadline=(
+            timedelta(seconds=deadline)
+            if isinstance(deadline, int) and not isinstance(deadline, bool)
+            else None
+        ),
+        active=len(active) if isinstance(active, list) else 0,
         pod_spec=template if isinstance(template, Mapping) else {},
         scheduling=scheduling_requirements(template),
     )
@@ -126,18 +150,68 @@ def next_run(cron: CronSpec, now: datetime) -> datetime | None:
     return schedule(cron).next(now)
 
 
+@dataclass(frozen=True, slots=True)
+class Run:
+    """A Job the controller will create: for `scheduled` (its name), at `created`."""
+
+    scheduled: datetime
+    created: datetime
+
+
+def live_active(cron: CronSpec) -> tuple[datetime | None, ...]:
+    """Live, what is known of the active Jobs: that `status.active` lists them, not when they
+    will end."""
+    return (None,) * cron.active
+
+
+def next_created(
+    cron: CronSpec,
+    now: datetime,
+    active: Sequence[datetime | None] = (),
+    next_of: Callable[[CronSpec, datetime], datetime | None] = next_run,
+) -> Run | None:
+    """The next Job the controller will create after `now`, given its active Jobs' ends
+    (None: active, end unknown); None when it creates none that can be told now.
+
+    Only Forbid looks at the active Jobs: a scheduled time while one still runs is not
+    started then; the last such time before it ends is started when it ends, if the deadline
+    allows, else the first scheduled time after it ends is next."""
+    if cron.suspend:
+        return None
+    at = next_of(cron, now)
+    if at is None:
+        return None
+    if cron.concurrency_policy != FORBID or not active:
+        return Run(at, at)
+    ends = [end for end in active if end is not None]
+    if len(ends) < len(active):
+        return None  # running, for how long nobody knows: announce once it has finished
+    finish = max(ends)
+    if at >= finish:
+        return Run(at, at)
+    missed = at
+    after = next_of(cron, at)
+    while after is not None and after < finish:
+        missed, after = after, next_of(cron, after)
+    if cron.starting_deadline is None or finish <= missed + cron.starting_deadline:
+        return Run(missed, finish)
+    return None if after is None else Run(after, after)
+
+
 def expected_pods(
     crons: Iterable[CronSpec],
     now: datetime,
     next_of: Callable[[CronSpec, datetime], datetime | None] = next_run,
+    active_of: Callable[[CronSpec], Sequence[datetime | None]] = live_active,
 ) -> tuple[ExpectedPod, ...]:
-    """Each CronJob's next run as the pod it will create, soonest first (the planner's
-    `Snapshot.expected`). `next_of` finds the next run; the simulator passes a lookup in its
-    precomputed `fire_times` instead of walking the schedule again on every plan."""
+    """Each CronJob's next created run (`next_created`) as the pod it will create, soonest
+    first (the planner's `Snapshot.expected`). `next_of` finds the next scheduled time and
+    `active_of` the active Jobs' ends: live, `next_run` and `status.active`; the simulator
+    passes a lookup in its precomputed `fire_times` and its running runs' ends."""
     out: list[ExpectedPod] = []
     for cron in crons:
-        at = next_of(cron, now)
-        if at is not None:
-            key = ObjectKey(cron.namespace, job_name(cron, at))
-            out.append(ExpectedPod(key, at, cron.scheduling))
+        run = next_created(cron, now, active_of(cron), next_of)
+        if run is not None:
+            key = ObjectKey(cron.namespace, job_name(cron, run.scheduled))
+            out.append(ExpectedPod(key, run.created, cron.scheduling))
     return tuple(sorted(out, key=lambda e: (e.at, e.key)))
