@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -34,7 +36,7 @@ from tests.e2e.autoscaling import (
 )
 from tests.e2e.conftest import PATIENCE, wait_phase
 from tests.harness import fleet
-from tests.harness.wait import get_json, wait_for
+from tests.harness.wait import get_json, holds, wait_for
 
 #: A CronJob's Job names its pods with this label.
 JOB_NAME = "batch.kubernetes.io/job-name"
@@ -302,3 +304,105 @@ def test_an_announced_run_powers_on_one_machine_even_when_another_boots_sooner(
         # The learned boot was the one the planner went by (the operator kept it).
         status = get_json(crds, "lsn", slow, "-n", namespace)["status"]
         assert status["learned"]["bootSamples"][0] == SLOW_LEARNED_BOOT, status["learned"]
+
+
+#: One machine that holds the run, expected within its 40 s boot timeout: lead time 55 s.
+FORBIDDEN = {"solo": {"cpu": "4", "memory": "8Gi", "watts": 60}}
+
+
+@pytest.fixture
+def forbidden(namespace: str) -> Fleet:
+    return Fleet(namespace, FORBIDDEN)
+
+
+@pytest.fixture
+def forbidden_bmc(
+    kube_api: client.ApiClient, cluster: Cluster, forbidden: Fleet
+) -> Iterator[SushyEmulator]:
+    with running(kube_api, cluster, forbidden) as (bmc, _):
+        yield bmc
+
+
+def test_a_forbid_cronjob_whose_run_still_goes_is_not_pre_warmed_for_but_the_run_after_is(
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    forbidden: Fleet,
+    forbidden_bmc: SushyEmulator,
+) -> None:
+    """A `Forbid` CronJob every 2 minutes whose first run is still going at the second one:
+    kube-controller-manager does not start the second (JobAlreadyActive, and its 20 s starting
+    deadline has passed when the first ends), so the operator powers nothing on for it; once
+    the first run is over, the third run is pre-warmed for.
+
+    kwok completes a Job's pod as soon as it runs, so the first run is kept going by a pod no
+    machine can hold (a node selector no machine has: nothing to power on for it either); the
+    template is then made runnable for the later runs, and the test ends the first run by
+    deleting its Job."""
+    solo = forbidden.name("solo")
+    (node,) = forbidden.nodes(forbidden_bmc)
+    node["spec"]["power"]["bootTimeoutSeconds"] = FAST_BOOT_TIMEOUT
+    group = fleet.group("autoscaled", autoscaler="builtin", minNodes=0)
+    fleet.apply(crds, namespace, [*fleet.bmc_secrets(forbidden_bmc), group, node])
+    wait_phase(crds, namespace, solo, "Off")
+    runnable = {**pod("nightly", "1")["spec"], "restartPolicy": "Never"}
+    stuck = {**runnable, "nodeSelector": {"lightsout.dev/test-nowhere": "true"}}
+
+    def cronjob(template: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": {"name": "nightly"},
+            "spec": {
+                "schedule": "*/2 * * * *",
+                "concurrencyPolicy": "Forbid",
+                "startingDeadlineSeconds": 20,
+                "jobTemplate": {"spec": {"template": {"spec": template}}},
+            },
+        }
+
+    def jobs() -> list[str]:
+        items = (get_json(crds, "jobs", "-n", namespace) or {}).get("items", [])
+        return sorted(j["metadata"]["name"] for j in items)
+
+    def active() -> list[str]:
+        status = (get_json(crds, "cronjob", "nightly", "-n", namespace) or {}).get("status")
+        return [ref["name"] for ref in (status or {}).get("active", [])]
+
+    def power_ons() -> int:
+        return forbidden_bmc.count_power_requests(forbidden.uuids["solo"], reset_types=POWER_ON)
+
+    fleet.apply(crds, namespace, [cronjob(stuck)])
+    with diagnosed(crds, namespace):
+        (first,) = wait_for(active, PATIENCE, "the first run's Job active")
+        minute = int(first.rsplit("-", 1)[1])  # the controller names it by its scheduled minute
+        fleet.apply(crds, namespace, [cronjob(runnable)])
+        second = dt.datetime.fromtimestamp((minute + 2) * 60, dt.UTC)
+        third_job = f"nightly-{minute + 4}"
+        # Until the second run's deadline has passed, nothing is powered on: not for the first
+        # run (no machine holds it), not for the second (the controller will not start it).
+        until = time.monotonic() + (second - dt.datetime.now(dt.UTC)).total_seconds() + 25
+        holds(lambda: power_ons() == 0, until, "no power-on for the skipped run")
+        assert jobs() == [first], jobs()
+        assert any(r == "JobAlreadyActive" for r, _ in reasons(crds, namespace, "nightly"))
+        assert desired(crds, namespace, solo) == "Off"
+        # The first run ends; the second is not started late (past its deadline) and the
+        # third is announced and pre-warmed for.
+        crds.kubectl("delete", "job", first, "-n", namespace, "--wait=false")
+        wait_for(lambda: not active(), PATIENCE, "the first run's Job gone from status.active")
+        wait_for(lambda: desired(crds, namespace, solo) == "On", PATIENCE + 120, "pre-warm")
+        said = [m for r, m in reasons(crds, namespace, solo) if r == "ScaleUp"]
+        assert said and f"pre-warming for the CronJob run {namespace}/{third_job}" in said[0], said
+        run = wait_for(
+            lambda: [
+                p["metadata"]["name"]
+                for p in (get_json(crds, "pods", "-n", namespace) or {}).get("items", [])
+                if p["metadata"].get("labels", {}).get(JOB_NAME) == third_job
+                and p["spec"].get("nodeName")
+            ],
+            PATIENCE + 120,
+            "the third run's pod bound to the machine",
+        )
+        assert pod_node(crds, namespace, run[0]) == solo
+        assert power_ons() == 1
+        assert f"nightly-{minute + 2}" not in jobs(), jobs()
