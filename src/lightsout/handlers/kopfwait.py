@@ -21,21 +21,18 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable, Coroutine
-from typing import Any
 
-from kopf._cogs.aiokits import aiotoggles
+from kopf._cogs.aiokits.aiotoggles import ToggleSet
 
-WaitFor = Callable[[Any, bool], Coroutine[Any, Any, None]]
 #: kopf's own `ToggleSet.wait_for` (also what the shared task runs).
-_KOPF_WAIT_FOR: WaitFor = aiotoggles.ToggleSet.wait_for
+_KOPF_WAIT_FOR = ToggleSet.wait_for
 #: Per toggle set: the task each wanted state is being waited for in.
-_WAITS: weakref.WeakKeyDictionary[Any, dict[bool, asyncio.Future[None]]] = (
+_WAITS: weakref.WeakKeyDictionary[ToggleSet, dict[bool, asyncio.Future[None]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-async def shared_wait_for(toggles: Any, state: bool) -> None:
+async def shared_wait_for(toggles: ToggleSet, state: bool, /) -> None:
     """`ToggleSet.wait_for(state)`, with every caller of one set and state in one wait."""
     waits = _WAITS.setdefault(toggles, {})
     wanted = bool(state)
@@ -48,4 +45,4 @@ async def shared_wait_for(toggles: Any, state: bool) -> None:
 
 def apply() -> None:
     """Make every kopf `ToggleSet` wait through `shared_wait_for` (idempotent)."""
-    aiotoggles.ToggleSet.wait_for = shared_wait_for  # type: ignore[method-assign]
+    ToggleSet.wait_for = shared_wait_for  # type: ignore[method-assign,assignment]
