@@ -2,7 +2,8 @@
 
 For each fleet size N (arguments, e.g. `1 100 1000`) it starts the real stack (control plane,
 sushy-tools emulating N systems, stand-in kubelet, the operator) with N powered-off machines in
-one Group with `autoscaler: none`, and prints:
+Groups with `autoscaler: none` (one Group per 1000 machines, the most a Group's `maxNodes`
+allows), and prints:
 
 - how long after the operator started every Node had a phase;
 - the operator's resident memory and threads once settled;
@@ -52,15 +53,35 @@ class FleetResult:
     timeline: dict[str, float]
 
 
+GROUP_MAX_NODES = 1000  # the Group CRD's ceiling on `maxNodes`
+
+
+def _group_name(index: int) -> str:
+    """The first Group keeps the shared name (so 1000 machines are laid out as before)."""
+    return GROUP if index == 0 else f"{GROUP}-{index}"
+
+
 def _objects(count: int) -> list[dict[str, Any]]:
-    group = {
-        "apiVersion": "lightsout.dev/v1alpha1",
-        "kind": "Group",
-        "metadata": {"name": GROUP},
-        "spec": {"autoscaler": "none", "maxNodes": max(count, 1)},
-    }
-    machines = [redfish_machine(f"m{i:04d}", cpu="8", memory="16Gi") for i in range(count)]
-    return [bmc_secret(), group, *machines]
+    """The Secret, one Group per `GROUP_MAX_NODES` machines, and `count` machines filling them."""
+    groups = [
+        {
+            "apiVersion": "lightsout.dev/v1alpha1",
+            "kind": "Group",
+            "metadata": {"name": _group_name(g)},
+            "spec": {
+                "autoscaler": "none",
+                "maxNodes": max(min(count - g * GROUP_MAX_NODES, GROUP_MAX_NODES), 1),
+            },
+        }
+        for g in range(max(-(-count // GROUP_MAX_NODES), 1))
+    ]
+    machines = [
+        redfish_machine(
+            f"m{i:04d}", cpu="8", memory="16Gi", group=_group_name(i // GROUP_MAX_NODES)
+        )
+        for i in range(count)
+    ]
+    return [bmc_secret(), *groups, *machines]
 
 
 def _until(probe: Callable[[], bool], timeout: float, what: str, every: float = 0.1) -> float:
@@ -202,7 +223,8 @@ def report(result: FleetResult) -> None:
     leases = sum(v for (verb, res), v in rates.items() if res == lease and verb != "WATCH")
     watches = sum(v for (verb, _), v in rates.items() if verb == "WATCH")
     other = {k: v for k, v in rates.items() if k[1] != lease and k[0] != "WATCH"}
-    print(f"\n{result.machines} powered-off Redfish machines, one Group, autoscaler none:")
+    groups = max(-(-result.machines // GROUP_MAX_NODES), 1)
+    print(f"\n{result.machines} powered-off Redfish machines, {groups} Group(s), autoscaler none:")
     print(f"  every Node phased        {result.phased_seconds:8.1f} s after the operator started")
     print(f"  operator once settled    {result.rss_mb:8.1f} MB RSS, {result.threads} threads")
     print(f"  API requests/min at rest (operator minus baseline, {result.rest_seconds:.0f}s each):")

@@ -25,12 +25,17 @@ def bmc_secret() -> dict[str, Any]:
 
 
 def redfish_machine(
-    name: str, *, cpu: str, memory: str, labels: Mapping[str, str] | None = None
+    name: str,
+    *,
+    cpu: str,
+    memory: str,
+    labels: Mapping[str, str] | None = None,
+    group: str = GROUP,
 ) -> dict[str, Any]:
-    """A powered-off Redfish machine of Group ``bench`` with this capacity (and node labels)."""
+    """A powered-off Redfish machine of ``group`` with this capacity (and node labels)."""
     spec: dict[str, Any] = {
         "desiredPowerState": "Off",
-        "group": GROUP,
+        "group": group,
         "kubernetesNodeName": name,
         "driver": {
             "redfish": {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import random
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from lightsout.state import (
     parse_amount,
     snapshot_from,
 )
+from lightsout.state.parse import dig
 from tests.unit.test_autoscale_objects import (
     NS,
     at,
@@ -43,6 +45,16 @@ from tests.unit.test_autoscale_objects import (
 )
 
 pytestmark = pytest.mark.unit
+
+
+def test_dig_reads_any_mapping_as_a_dict_and_stops_at_anything_else() -> None:
+    obj = {"spec": MappingProxyType({"driver": {"redfish": {"systemId": "7"}}}), "items": [1]}
+    assert dig(obj, "spec", "driver", "redfish", "systemId") == "7"
+    assert dig(obj, "spec", "driver", "wol") is None
+    assert dig(obj, "items", "0") is None
+    assert dig("garbage", "spec") is None
+    assert dig(obj) is obj
+
 
 Mi, Gi = 2**20, 2**30
 

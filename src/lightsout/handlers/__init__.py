@@ -1,7 +1,8 @@
 """kopf glue: importing this package registers every handler of the operator.
 
 Handlers are thin: they translate kopf causes into calls of the state builders, the pure
-planners and the executors, and contain no policy of their own.
+planners and the executors, and contain no policy of their own. Importing it also makes kopf's
+start-up wait for its indexes linear in the objects (`kopfwait`).
 """
 
 import kopf
@@ -12,6 +13,7 @@ from lightsout.handlers import (
     autoscale,
     externalgrpc,
     group,
+    kopfwait,
     lifecycle,
     metrics,
     node,
@@ -22,11 +24,14 @@ __all__ = [
     "autoscale",
     "externalgrpc",
     "group",
+    "kopfwait",
     "lifecycle",
     "metrics",
     "node",
     "watch_secrets",
 ]
+
+kopfwait.apply()
 
 
 def watch_secrets() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from lightsout.state.resources import PODS, Resources, parse_resources
 from lightsout.state.types import (
@@ -27,10 +27,16 @@ LABEL_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
 TAINT_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 
 
+def is_mapping(value: object) -> TypeGuard[Mapping[Any, Any]]:
+    """`isinstance(value, Mapping)`, answered at once for a plain dict (what a watch cache holds
+    nearly always is): the ABC check is slow, and `dig` asks it a few dozen times per object."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def dig(value: object, *path: str) -> Any:
     """`value[path[0]][path[1]]…`, or None as soon as a step is not a mapping or is missing."""
     for step in path:
-        if not isinstance(value, Mapping):
+        if not is_mapping(value):
             return None
         value = value.get(step)
     return value

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from lightsout.state.parse import is_mapping
+
 #: The names of a Secret's or ConfigMap's keys, None when the object does not exist.
 Contents = Callable[[str], frozenset[str] | None]
 #: Playbook names the runner image ships (`<action>.yml`): an override naming one of them needs
@@ -44,7 +46,7 @@ class Unresolved:
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    return value if is_mapping(value) else {}
 
 
 def _driver(spec: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
