@@ -22,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import weakref
 
+# A private kopf module (checked with kopf 1.45): pyproject.toml holds kopf below 1.46 until
+# a newer one is checked against this (tests/unit/test_kopfwait.py).
 from kopf._cogs.aiokits.aiotoggles import ToggleSet
 
 #: kopf's own `ToggleSet.wait_for` (also what the shared task runs).
