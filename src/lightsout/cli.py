@@ -10,6 +10,12 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lightsout.simulate.engine import Options
+    from lightsout.simulate.sweep import Sweep
+    from lightsout.simulate.trace import Trace
 
 #: How long a command waits to connect to the API server (TLS handshake included) before it
 #: says the server does not answer; each call is tried 4 times (urllib3's retries).
@@ -209,23 +215,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from lightsout.simulate import engine, generate, report
-    from lightsout.simulate.trace import TraceError, load
-    from lightsout.simulate.validate import validate
+    from lightsout.simulate import engine, report
 
-    path = Path(args.trace)
     try:
-        if path.exists() or args.trace not in generate.GENERATORS:
-            # Checked as the API server would check its objects: every problem, no traceback.
-            problems = validate(path, tuple(args.set or ()))
-            if problems:
-                _print_problems(f"trace {args.trace}", problems)
-                return 2
-            trace = load(path)
-        else:
-            trace = generate.generate(args.trace)  # a shipped trace, by name
-    except TraceError as error:
-        print(f"lightsout simulate: {error}", file=sys.stderr)
+        sweep = _sweep_of(args)
+        trace = _trace_of(args)
+    except _RefusedError:
         return 2
     options = engine.Options(
         policy=engine.Policy(args.policy),
@@ -233,6 +228,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         overrides=tuple(args.set or ()),
         prewarm=args.prewarm,
     )
+    if sweep is not None:
+        return _simulate_sweep(trace, sweep, options, args)
     started = time.monotonic()
     result = engine.replay(trace, options)
     replay_seconds = round(time.monotonic() - started, 2)
@@ -271,6 +268,75 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2, allow_nan=False))
     else:
         sys.stdout.write(report.render_text(summary, baseline, bound))
+    return 0
+
+
+class _RefusedError(Exception):
+    """`lightsout simulate` printed why it cannot go on (exit 2)."""
+
+
+def _trace_of(args: argparse.Namespace) -> Trace:
+    """The trace `lightsout simulate` replays; `_RefusedError` after printing why it cannot."""
+    from lightsout.simulate import generate
+    from lightsout.simulate.trace import TraceError, load
+    from lightsout.simulate.validate import validate
+
+    path = Path(args.trace)
+    try:
+        if path.exists() or args.trace not in generate.GENERATORS:
+            # Checked as the API server would check its objects: every problem, no traceback.
+            problems = validate(path, tuple(args.set or ()))
+            if problems:
+                _print_problems(f"trace {args.trace}", problems)
+                raise _RefusedError
+            return load(path)
+        return generate.generate(args.trace)  # a shipped trace, by name
+    except TraceError as error:
+        print(f"lightsout simulate: {error}", file=sys.stderr)
+        raise _RefusedError from None
+
+
+def _sweep_of(args: argparse.Namespace) -> Sweep | None:
+    """The parsed `--sweep` (None without one); `_RefusedError` after printing why not."""
+    if args.sweep is None:
+        return None
+    from lightsout.simulate.sweep import SweepError, parse
+
+    try:
+        sweep = parse(args.sweep)
+    except SweepError as error:
+        print(f"lightsout simulate: --sweep {error}", file=sys.stderr)
+        raise _RefusedError from None
+    if args.policy != "lightsout" or args.optimum:
+        print(
+            "lightsout simulate: --sweep replays the lightsout policy beside the reactive "
+            "baseline; drop --policy and --optimum",
+            file=sys.stderr,
+        )
+        raise _RefusedError
+    return sweep
+
+
+def _simulate_sweep(trace: Trace, sweep: Sweep, options: Options, args: argparse.Namespace) -> int:
+    """`lightsout simulate TRACE --sweep KNOB[=V1,...]`: a replay per value, the table."""
+    import json
+
+    from lightsout.simulate import sweep as sweeping
+
+    points, baseline = sweeping.run(trace, sweep, options)
+    document = sweeping.as_json(sweep, points, baseline)
+    if args.plot:
+        from lightsout.simulate.plot import PlotMissingError, plot_sweep
+
+        try:
+            plot_sweep(document, Path(args.plot))
+        except PlotMissingError as error:
+            print(f"lightsout simulate: {error}", file=sys.stderr)
+            return 2
+    if args.output == "json":
+        print(json.dumps(document, indent=2, allow_nan=False))
+    else:
+        sys.stdout.write(sweeping.render_text(document))
     return 0
 
 
@@ -420,6 +486,13 @@ def _add_simulation_commands(sub: argparse._SubParsersAction[argparse.ArgumentPa
         action="append",
         metavar="PATH=VALUE",
         help="override a setting of every Group, e.g. group.spec.scaleDown.unneededSeconds=300",
+    )
+    simulate.add_argument(
+        "--sweep",
+        metavar="KNOB[=V1,V2,...]",
+        help="replay once per value of a Group setting and print energy against waits, with "
+        "the reactive baseline: breakEvenMultiple (default 0.25,0.5,1,1.5,2,3,4,6) or "
+        "selectionPolicy (default: every policy); --plot draws the curve",
     )
     simulate.add_argument(
         "--no-baseline",

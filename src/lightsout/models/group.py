@@ -59,6 +59,9 @@ DEFAULT_JOB_GRACE_SECONDS = 86_400
 #: At most a year: effectively "never evict a running Job's pod", and a deadline that stays a
 #: date the planner can compute.
 JobGrace = Annotated[int, Field(ge=0, le=31_536_000)]
+#: `scaleDown.breakEvenMultiple` when unset: one break-even time, the ski-rental rule.
+DEFAULT_BREAK_EVEN_MULTIPLE = 1.0
+BreakEvenMultiple = Annotated[float, Field(ge=0, le=100)]
 
 THRESHOLD_RANGE = Rule(
     cel="self >= 0.0 && self <= 1.0",
@@ -94,6 +97,14 @@ class ScaleDownPolicy(ApiModel):
     time of the machine (its learned boot plus shutdown time, over which a power cycle costs
     what staying on idle would; until its first shutdown is timed, the shutdown is taken
     to be as long as the boot), or 600 s until the boot is learned."""
+    break_even_multiple: BreakEvenMultiple = DEFAULT_BREAK_EVEN_MULTIPLE
+    """With `unneededSeconds: auto`: wait this many break-even times instead of one (ignored
+    for a number of seconds, and for the 600 s before the boot is learned). Above 1 a machine
+    idles longer after each burst and is power-cycled less, so pods that come back within the
+    longer wait find it Ready; below 1 it is powered off sooner. 1, the default, is the
+    ski-rental rule: never more than twice the energy an oracle would spend on the gap.
+    `lightsout simulate TRACE --sweep breakEvenMultiple` shows what each value costs in energy
+    and in waiting on a trace."""
     utilization_threshold: Fraction = Field(default=0.5, json_schema_extra=rules(THRESHOLD_RANGE))
     """A machine whose requested/allocatable CPU and memory are both below this fraction, and
     whose pods fit elsewhere, is unneeded."""

@@ -16,14 +16,15 @@ standby draw never pays back a cycle (infinite break-even).
 
 `scaleDown.unneededSeconds: auto` waits exactly one break-even time for demand nobody
 announced: the ski-rental rule, never more than twice the energy an oracle would spend on the
-gap. A machine's boot is timed on its first power-on (`planning.learning`), its shutdown only on
-its first power-off, which is the very decision `auto` is about: until then the shutdown is
-taken to be as long as the learned boot (a shutdown, an OS halt, is rarely longer than a boot,
-which adds firmware, OS start and the kubelet joining), so the estimate errs towards idling and
-the waste against the true break-even stays bounded (at most twice it, instead of ten times
-for a NUC that boots in a minute and waited the old flat 600 s). Until the boot is timed too
-(a machine that was on before the operator), `auto` waits `UNLEARNED_SECONDS`, the previous
-default.
+gap (`scaleDown.breakEvenMultiple` scales it: more idling, fewer power cycles and waits, or
+the reverse). A machine's boot is timed on its first power-on (`planning.learning`), its
+shutdown only on its first power-off, which is the very decision `auto` is about: until then
+the shutdown is taken to be as long as the learned boot (a shutdown, an OS halt, is rarely
+longer than a boot, which adds firmware, OS start and the kubelet joining), so the estimate
+errs towards idling and the waste against the true break-even stays bounded (at most twice
+it, instead of ten times for a NUC that boots in a minute and waited the old flat 600 s).
+Until the boot is timed too (a machine that was on before the operator), `auto` waits
+`UNLEARNED_SECONDS`, the previous default.
 """
 
 from __future__ import annotations
@@ -67,12 +68,16 @@ def unneeded_seconds(machine: Machine, group: Group, energy: EnergyModel) -> tup
         return even, "auto: idle draw not above standby, powering off saves nothing"
     boot, shutdown = machine.learned_boot_seconds, machine.learned_shutdown_seconds
     assert boot is not None
+    multiple = group.scale_down.break_even_multiple
+    times = "" if multiple == 1 else f" x breakEvenMultiple {multiple:g}"
     if shutdown is None:
-        return even, (
+        return even * multiple, (
             f"auto: break-even, learned boot {boot:.0f}s + shutdown not timed yet, "
-            f"taken as the boot {boot:.0f}s"
+            f"taken as the boot {boot:.0f}s{times}"
         )
-    return even, f"auto: break-even, learned boot {boot:.0f}s + shutdown {shutdown:.0f}s"
+    return even * multiple, (
+        f"auto: break-even, learned boot {boot:.0f}s + shutdown {shutdown:.0f}s{times}"
+    )
 
 
 def wear_hold(machine: Machine, now: datetime) -> tuple[datetime, str] | None:

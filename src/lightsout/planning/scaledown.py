@@ -116,10 +116,14 @@ def scale_down(
         assert group is not None
         since = previous.get(info.key, cluster.now)
         result.unneeded_since[info.key] = since
-        elapsed = int((cluster.now - since).total_seconds())
+        # Compared unrounded: a wait of 97.5 s (a fractional break-even, or a multiple of one)
+        # is over at its deadline, the moment `wake.next_wake` wakes the planner for, and no
+        # deadline is left after it; truncated to 97 s it stayed on until something changed.
+        elapsed_seconds = (cluster.now - since).total_seconds()
+        elapsed = int(elapsed_seconds)
         wait, source = unneeded_seconds(info.machine, group, energy)
         why = (
-            (f"only for {elapsed}s of {wait:.0f}s ({source})" if elapsed < wait else None)
+            (f"only for {elapsed}s of {wait:.0f}s ({source})" if elapsed_seconds < wait else None)
             or _held_back(cluster, info, planned.get(group.key, 0), scaling_up)
             or _announced(cluster, info, upcoming, removed, free)
             or _worn(info, cluster.now)

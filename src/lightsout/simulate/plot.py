@@ -1,13 +1,15 @@
-"""`lightsout simulate --plot FILE.png`: a replay's machines on a timeline, pending pods below.
+"""`lightsout simulate --plot FILE.png`: a replay's machines on a timeline, pending pods below;
+with `--sweep`, energy against the other pods' p95 wait, one labelled point per value.
 
-Called by `lightsout.cli` after a replay. One row per machine shows when it was off (blank),
-powering on or booting, Ready, or draining and powering off; under them, how many pods were
-waiting to start at each moment. Needs matplotlib (`pip install 'kube-lightsout[plot]'`),
+Called by `lightsout.cli` after a replay or a sweep. One row per machine shows when it was off
+(blank), powering on or booting, Ready, or draining and powering off; under them, how many pods
+were waiting to start at each moment. Needs matplotlib (`pip install 'kube-lightsout[plot]'`),
 imported only here so the operator and the rest of the simulator never need it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -50,8 +52,7 @@ def _pending_curve(result: Result) -> tuple[list[float], list[int]]:
     return times, counts
 
 
-def plot(result: Result, path: Path) -> None:
-    """Draw `result` into `path` (PNG, or any format matplotlib infers from the suffix)."""
+def _pyplot() -> tuple[Any, Any]:
     try:
         import matplotlib as mpl
 
@@ -61,6 +62,12 @@ def plot(result: Result, path: Path) -> None:
         raise PlotMissingError(
             "--plot needs matplotlib: pip install 'kube-lightsout[plot]'"
         ) from error
+    return mpl, plt
+
+
+def plot(result: Result, path: Path) -> None:
+    """Draw `result` into `path` (PNG, or any format matplotlib infers from the suffix)."""
+    mpl, plt = _pyplot()
     end = result.trace.duration_seconds
     machines = result.machines
     # Constrained layout keeps a band above the axes for the title and the legend, so the
@@ -102,4 +109,53 @@ def plot(result: Result, path: Path) -> None:
     plt.close(figure)
 
 
-__all__ = ["PlotMissingError", "plot"]
+def plot_sweep(document: Mapping[str, Any], path: Path) -> None:
+    """Draw a sweep (`sweep.as_json`) into `path`: energy (x) against the other pods' p95 wait
+    (y), the points joined in the order swept and labelled with their value, the default and
+    the knee ringed, the reactive baseline a cross."""
+    _, plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(8, 5.5), layout="constrained")
+    points = document["points"]
+    xs = [p["usedKWh"] for p in points]
+    ys = [p["otherWaitP95Seconds"] or 0.0 for p in points]
+    axes.plot(xs, ys, marker="o", color="#34495e", label=f"{document['knob']} (Lights-Out)")
+    for index, (point, x, y) in enumerate(zip(points, xs, ys, strict=True)):
+        # Above and below by turns, so the labels of close points do not overlap.
+        offset = (4, 8) if index % 2 == 0 else (4, -16)
+        axes.annotate(point["value"], (x, y), textcoords="offset points", xytext=offset)
+    marks: dict[str, tuple[str, Callable[[Mapping[str, Any]], bool]]] = {
+        "default": ("#4d9078", lambda p: bool(p["isDefault"])),
+        "knee": ("#f78154", lambda p: bool(p["value"] == document["knee"])),
+    }
+    for word, (colour, hit) in marks.items():
+        marked = [(x, y) for p, x, y in zip(points, xs, ys, strict=True) if hit(p)]
+        if marked:
+            axes.scatter(
+                *zip(*marked, strict=True),
+                s=260,
+                facecolors="none",
+                edgecolors=colour,
+                linewidths=2,
+                label=word,
+            )
+    base = document["baseline"]
+    axes.scatter(
+        [base["usedKWh"]],
+        [base["otherWaitP95Seconds"] or 0.0],
+        marker="X",
+        s=120,
+        color="#c0392b",
+        label="reactive baseline (cluster-autoscaler defaults)",
+    )
+    # From zero (a few seconds' difference does not fill the height), room above the highest.
+    highest = max([*ys, base["otherWaitP95Seconds"] or 0.0])
+    axes.set_ylim(0, highest * 1.15 if highest > 0 else 1.0)
+    axes.set_xlabel("energy used, kWh")
+    axes.set_ylabel("other pods' wait p95, s")
+    axes.set_title(f"{document['trace']}: sweep of {document['setting']}")
+    axes.legend(fontsize="small")
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+__all__ = ["PlotMissingError", "plot", "plot_sweep"]

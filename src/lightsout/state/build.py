@@ -245,6 +245,7 @@ def _group(obj: Mapping[str, Any], notes: list[str]) -> Group | None:
             unneeded_seconds=(
                 down.unneeded_seconds if isinstance(down.unneeded_seconds, int) else None
             ),
+            break_even_multiple=down.break_even_multiple,
             utilization_threshold=down.utilization_threshold,
             stabilization_seconds=down.stabilization_window_seconds,
             max_concurrent=down.max_concurrent_operations,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from lightsout.models.enums import Autoscaler, Phase, PowerState, SelectionPolicy
-from lightsout.models.group import DEFAULT_JOB_GRACE_SECONDS
+from lightsout.models.group import DEFAULT_BREAK_EVEN_MULTIPLE, DEFAULT_JOB_GRACE_SECONDS
 from lightsout.state.resources import Resources
 
 #: Pod annotation that keeps the autoscaler from draining the pod's node.
@@ -233,6 +233,8 @@ class ScaleDownPolicy:
     enabled: bool = True
     #: None is `auto`: one break-even time of each machine (`planning.breakeven`).
     unneeded_seconds: int | None = None
+    #: `auto` waits this many break-even times.
+    break_even_multiple: float = DEFAULT_BREAK_EVEN_MULTIPLE
     utilization_threshold: float = 0.5
     stabilization_seconds: int = 300
     max_concurrent: int = 1
