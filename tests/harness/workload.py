@@ -1,5 +1,5 @@
 """The workload the drain e2e tests put on their machines: a Deployment of web pods and the
-PodDisruptionBudget that guards it (both named ``web``, selecting ``app: web``).
+PodDisruptionBudget that guards it (both named ``web``, selecting ``app: web``), and batch Jobs.
 """
 
 from __future__ import annotations
@@ -44,4 +44,33 @@ def web_pdb(min_available: int) -> dict[str, Any]:
         "kind": "PodDisruptionBudget",
         "metadata": {"name": "web"},
         "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": "web"}}},
+    }
+
+
+def batch_job(
+    name: str, requests: Mapping[str, str], annotations: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """A Job of one busybox pod asking for ``requests``; ``annotations`` go on its pod (the
+    lab's kwok keeps a pod with ``lightsout_lab.kwok_stages.HOLD_ANNOTATION`` Running)."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "backoffLimit": 6,
+            "template": {
+                "metadata": {"labels": {"app": name}, "annotations": dict(annotations or {})},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "tolerations": [KWOK_TOLERATION],
+                    "containers": [
+                        {
+                            "name": "work",
+                            "image": "busybox",
+                            "resources": {"requests": dict(requests)},
+                        }
+                    ],
+                },
+            },
+        },
     }

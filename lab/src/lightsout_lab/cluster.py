@@ -2,7 +2,8 @@
 
 Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and (optionally) kwok from
 binaries built by `tools/controlplane/build.sh`, on free 127.0.0.1 ports with certificates made
-on the spot, and writes an admin kubeconfig. Used by the session fixture in `tests/conftest.py`,
+on the spot, and writes an admin kubeconfig; kwok plays the pods' lives as
+`lightsout_lab.kwok_stages` says. Used by the session fixture in `tests/conftest.py`,
 by `lightsout-lab dev-cluster up|down|env` and by `lightsout-lab demo`. Every process runs in its
 own session so `stop()` can kill whole process groups even after a test failed half-way.
 
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from lightsout_lab import process
+from lightsout_lab import kwok_stages, process
 from lightsout_lab.binaries import find_binaries
 from lightsout_lab.bootstrap import KUBEADM_RBAC
 from lightsout_lab.pki import Pki, create_pki
@@ -301,9 +302,7 @@ class Cluster:
 
     def _kwok_args(self) -> list[str]:
         config = self.directory / "kwok.yaml"
-        config.write_text(
-            "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions: {}\n"
-        )
+        config.write_text(kwok_stages.configuration())
         return [
             f"--kubeconfig={self.kubeconfig}",
             f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
