@@ -218,6 +218,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from lightsout.simulate import engine, report
 
     try:
+        _settings_of(args)
         sweep = _sweep_of(args)
         trace = _trace_of(args)
     except _RefusedError:
@@ -292,6 +293,17 @@ def _trace_of(args: argparse.Namespace) -> Trace:
             return load(path)
         return generate.generate(args.trace)  # a shipped trace, by name
     except TraceError as error:
+        print(f"lightsout simulate: {error}", file=sys.stderr)
+        raise _RefusedError from None
+
+
+def _settings_of(args: argparse.Namespace) -> None:
+    """Refuse a `--set` that could change nothing, once, before any trace is read."""
+    from lightsout.simulate.machines import apply_overrides
+
+    try:
+        apply_overrides({"spec": {}}, args.set or ())
+    except ValueError as error:
         print(f"lightsout simulate: {error}", file=sys.stderr)
         raise _RefusedError from None
 

@@ -119,6 +119,27 @@ def test_a_bad_knob_or_value_is_one_line_and_exit_2(
     assert captured.out == ""
 
 
+@pytest.mark.parametrize(
+    ("setting", "says"),
+    [
+        ("scaleDown.unneededSeconds=5", "a Group setting is under spec"),
+        ("group.scaleDown.unneededSeconds=5", "a Group setting is under spec"),
+        ("spec=5", "a Group setting is under spec"),
+        ("spec.scaleDown.unneededSeconds", "expected PATH=VALUE"),
+    ],
+)
+def test_a_set_that_would_change_nothing_is_one_line_and_exit_2(
+    setting: str, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Set outside spec, the value used to be written where no replay reads it, silently.
+    directory = write(gap_trace(), tmp_path / "t")
+    assert cli.main(["simulate", str(directory), "--set", setting]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith(f"lightsout simulate: --set {setting!r}: {says}"), line
+    assert captured.out == ""
+
+
 def test_a_sweep_of_another_policy_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

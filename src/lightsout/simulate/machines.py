@@ -355,6 +355,12 @@ def apply_overrides(manifest: Mapping[str, Any], overrides: Iterable[str]) -> di
         parts = path.split(".")
         if parts[0] == "group":
             parts = parts[1:]
+        if len(parts) < 2 or parts[0] != "spec":
+            # Anywhere else it would change nothing the replay reads, without a word.
+            raise ValueError(
+                f"--set {setting!r}: a Group setting is under spec "
+                "(e.g. spec.scaleDown.unneededSeconds=300)"
+            )
         target = out
         for part in parts[:-1]:
             target = target.setdefault(part, {})
