@@ -306,9 +306,13 @@ def test_each_expander_picks_the_group_it_documents(
             started = dt.datetime.now(dt.UTC)
             chosen = expander_row(crds, namespace, tmp_path, grpc_address, ca_kubeconfig, row)
             assert chosen in [f"{namespace}/{g}" for g in row.allowed], (row, chosen)
+            chose = (dt.datetime.now(dt.UTC) - started).total_seconds()
             reset(crds, namespace, names, row)
             seconds[row.expander] = (dt.datetime.now(dt.UTC) - started).total_seconds()
-            print(f"\n{row.expander}: {chosen} ({row.why}), row {seconds[row.expander]:.0f} s")
+            print(
+                f"\n{row.expander}: {chosen} ({row.why}); chosen after {chose:.0f} s,"
+                f" reset after {seconds[row.expander] - chose:.0f} s more"
+            )
     finally:
         crds.kubectl("delete", "configmap", PRIORITIES, "-n", "kube-system", "--ignore-not-found")
     print(f"expander matrix: {sum(seconds.values()):.0f} s for {len(seconds)} rows")
@@ -354,15 +358,16 @@ def expander_row(
 
 
 def reset(crds: Cluster, namespace: str, names: dict[str, str], row: Row) -> None:
-    """The row's pods gone and every machine Off again, with no core Node left."""
+    """Every machine Off again, with no core Node left, and the row's pods gone. Intent
+    first: a power-on Job that has not started yet is cancelled rather than run."""
+    for name in names.values():
+        if desired(crds, namespace, name) == "On":
+            patch_desired(crds, namespace, name, "Off")
     for i in range(row.pods):
         crds.kubectl(
             "delete", "pod", f"{row.expander}-{i}", "-n", namespace,
             "--grace-period=0", "--force", "--ignore-not-found",
         )  # fmt: skip
-    for name in names.values():
-        if desired(crds, namespace, name) == "On":
-            patch_desired(crds, namespace, name, "Off")
     for name in names.values():
         wait_phase(crds, namespace, name, "Off")
         wait_for(
