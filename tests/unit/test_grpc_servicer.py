@@ -26,8 +26,10 @@ from lightsout.grpc.protos import externalgrpc_pb2 as pb
 from lightsout.grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from lightsout.grpc.protos import k8s_node_pb2, k8s_pod_pb2
 from lightsout.handlers.externalgrpc import settings_of
+from lightsout.planning import nodegroups as ng
 from lightsout.state import CONFIGMAPS_KEY, GROUPS_KEY, MACHINES_KEY, NODES_KEY, SECRETS_KEY
 from lightsout.state.references import contents_entry
+from lightsout.state.resources import Resources
 from tests.unit.test_autoscale_objects import NS, core_node, group, machine
 
 pytestmark = pytest.mark.unit
@@ -456,6 +458,27 @@ def test_pod_price_is_its_share_of_the_machine_that_holds_it_cheapest(serve: Any
     assert pod_price(stub, pod_bytes("8")) == pytest.approx(0.5 * 0.220)
     # A pod that asks for nothing costs nothing (the expander has its stabilization pod).
     assert pod_price(stub, pod_bytes("0", "0")) == 0.0
+
+
+GI = 2**30
+MACHINE = Resources.of({"cpu": 4000, "memory": 8 * GI, "pods": 110})
+
+
+@pytest.mark.parametrize(
+    ("requests", "capacity", "expected"),
+    [
+        ({"cpu": 3000, "memory": GI, "pods": 1}, MACHINE, 0.75),  # cpu is the larger share
+        ({"cpu": 1000, "memory": 6 * GI, "pods": 1}, MACHINE, 0.75),  # memory is
+        ({"pods": 1}, MACHINE, 0.0),  # asks for nothing: the pod count is not priced
+        ({"cpu": 3000, "pods": 1}, Resources(), 1.0),  # no declared resources: a whole machine
+        ({"cpu": 5000, "pods": 1}, MACHINE, None),  # too big
+        ({"cpu": 1000, "nvidia.com/gpu": 1}, MACHINE, None),  # asks for what it has not
+    ],
+)
+def test_pod_share_is_the_largest_fraction_of_a_resource(
+    requests: dict[str, int], capacity: Resources, expected: float | None
+) -> None:
+    assert ng.pod_share(Resources.of(requests), capacity) == expected
 
 
 def test_a_pod_no_machine_can_hold_is_refused_with_the_reason(serve: Any) -> None:
