@@ -17,24 +17,19 @@ from lightsout_lab.cluster_autoscaler import ClusterAutoscaler
 from lightsout_lab.kubelet import JOB_PLACEMENT_ENV
 from lightsout_lab.operator_process import OperatorProcess
 from tests.harness import fleet
+from tests.harness.ca_flags import readme_flags
 from tests.harness.wait import events_for
 
 ROOT = Path(__file__).resolve().parents[2]
 RBAC = ROOT / "deploy" / "cluster-autoscaler" / "rbac.yaml"
-README = ROOT / "README.md"
-#: The line that introduces README's block of cluster-autoscaler flags.
-FLAGS_HEADING = "The cluster-autoscaler flags that matter"
 #: README flags the lab sets itself (it writes its own cloud config).
 LAB_OWN = ("--cloud-provider", "--cloud-config")
 
 
-def readme_flags() -> list[str]:
-    """The flags of README's "Using cluster-autoscaler" block, comments stripped, but for those
-    the lab sets itself (`LAB_OWN`): what a user copies is what the test runs."""
-    text = README.read_text()
-    block = text[text.index(FLAGS_HEADING) :].split("```", 2)[1]
-    flags = [line.split("#", 1)[0].strip() for line in block.splitlines()]
-    flags = [f for f in flags if f.startswith("--")]
+def lab_flags() -> list[str]:
+    """README's cluster-autoscaler flags but for those the lab sets itself (`LAB_OWN`): what a
+    user copies is what the test runs."""
+    flags = readme_flags()
     assert "--cloud-provider=externalgrpc" in flags, flags
     return [f for f in flags if f.partition("=")[0] not in LAB_OWN]
 

@@ -46,8 +46,8 @@ from tests.e2e.ca_support import (
     ca_group,
     condition_since,
     event_time,
+    lab_flags,
     operator,
-    readme_flags,
 )
 from tests.e2e.conftest import PATIENCE, patch_desired, wait_phase
 from tests.harness import fleet
@@ -216,7 +216,7 @@ def test_price_expander_powers_on_the_group_that_draws_least(
 ) -> None:
     names = apply_priced(crds, namespace, priced, priced_bmc)
     # README's flags as a user copies them; --v=5 logs the price expander's scores.
-    flags = [*readme_flags(), "--v=5"]
+    flags = [*lab_flags(), "--v=5"]
     assert "--expander=price" in flags
     autoscaler = ClusterAutoscaler(
         crds, grpc_address, tmp_path / "ca", kubeconfig=ca_kubeconfig, flags=flags
@@ -323,7 +323,7 @@ def expander_row(
 ) -> str:
     """The node group cluster-autoscaler with `row.expander` scales up for `row.pods` pods,
     once the operator has recorded the intent on one of that group's machines."""
-    flags = [*readme_flags(), f"--expander={row.expander}"]
+    flags = [*lab_flags(), f"--expander={row.expander}"]
     workdir = tmp_path / row.expander
     autoscaler = ClusterAutoscaler(crds, address, workdir, kubeconfig=kubeconfig, flags=flags)
     with autoscaler, diagnosed(crds, namespace):
