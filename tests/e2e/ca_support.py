@@ -17,10 +17,21 @@ from lightsout_lab.cluster_autoscaler import ClusterAutoscaler
 from lightsout_lab.kubelet import JOB_PLACEMENT_ENV
 from lightsout_lab.operator_process import OperatorProcess
 from tests.harness import fleet
+from tests.harness.ca_flags import readme_flags
 from tests.harness.wait import events_for
 
 ROOT = Path(__file__).resolve().parents[2]
 RBAC = ROOT / "deploy" / "cluster-autoscaler" / "rbac.yaml"
+#: README flags the lab sets itself (it writes its own cloud config).
+LAB_OWN = ("--cloud-provider", "--cloud-config")
+
+
+def lab_flags() -> list[str]:
+    """README's cluster-autoscaler flags but for those the lab sets itself (`LAB_OWN`): what a
+    user copies is what the test runs."""
+    flags = readme_flags()
+    assert "--cloud-provider=externalgrpc" in flags, flags
+    return [f for f in flags if f.partition("=")[0] not in LAB_OWN]
 
 
 def operator(

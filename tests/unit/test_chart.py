@@ -15,6 +15,7 @@ import yaml
 from lightsout.execution import registration
 from lightsout.handlers import admission
 from lightsout_lab.binaries import find_helm
+from tests.harness.ca_flags import readme_flags
 from tests.harness.permissions import used
 
 pytestmark = pytest.mark.unit
@@ -216,3 +217,13 @@ def test_core_node_webhook_is_served_behind_a_service_with_the_chart_made_certif
     assert not of_kind(off, "MutatingWebhookConfiguration") and not of_kind(off, "Secret")
     (container,) = of_kind(off, "Deployment")[0]["spec"]["template"]["spec"]["containers"]
     assert not [e for e in container["env"] if e["name"].startswith("LIGHTSOUT_WEBHOOK")]
+
+
+def test_the_cluster_autoscaler_deployment_runs_readmes_flags() -> None:
+    """deploy/cluster-autoscaler's Deployment passes every flag of README's block (the one the
+    end-to-end tests run), so the shipped expander is the documented one."""
+    path = Path(__file__).resolve().parents[2] / "deploy/cluster-autoscaler/cluster-autoscaler.yaml"
+    (deployment,) = [d for d in yaml.safe_load_all(path.read_text()) if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    missing = [f for f in readme_flags() if f not in container["args"]]
+    assert missing == [], missing

@@ -57,6 +57,7 @@ def test_wheel_holds_only_the_operator_package(wheel: Path) -> None:
     # The externalgrpc stubs are generated at build time and shipped, the build backend is not.
     assert "lightsout/grpc/protos/externalgrpc_pb2_grpc.py" in names
     assert "lightsout/grpc/protos/k8s_node_pb2.py" in names
+    assert "lightsout/grpc/protos/k8s_pod_pb2.py" in names
     assert not [n for n in names if "build_backend" in n]
     lab = [n for n in names if any(part in LAB_MODULES for part in Path(n).with_suffix("").parts)]
     assert lab == [], f"lab modules in the operator's wheel: {lab}"

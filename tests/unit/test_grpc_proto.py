@@ -8,8 +8,8 @@ descriptor sets and compared: every RPC with its request and reply, every messag
 number, type and label, every enum value. Upstream's deprecated fields (typed with Kubernetes
 messages) must be reserved on our side instead.
 
-Our k8s_node.proto is checked the same way against core/v1 Node: every field we encode has
-upstream's number and type.
+Our k8s_node.proto and k8s_pod.proto are checked the same way against core/v1 Node and Pod:
+every field we encode or decode has upstream's number and type.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def test_our_proto_is_upstreams_wire_contract(k8s_include: Path, tmp_path: Path)
         assert enums == {e.name: [(v.name, v.number) for v in e.value] for e in up.enum_type}
 
 
-def test_template_node_subset_matches_core_v1(k8s_include: Path, tmp_path: Path) -> None:
+def test_node_and_pod_subsets_match_core_v1(k8s_include: Path, tmp_path: Path) -> None:
     core = _compile(
         k8s_include / "k8s.io/api/core/v1/generated.proto", [k8s_include], tmp_path / "core.pb"
     )
@@ -130,12 +130,14 @@ def test_template_node_subset_matches_core_v1(k8s_include: Path, tmp_path: Path)
         if f.package in ("k8s.io.api.core.v1", "k8s.io.apimachinery.pkg.apis.meta.v1")
         or name == "Quantity"
     }
-    ours = _messages(
-        _file(
-            _compile(OURS / "k8s_node.proto", [OURS.parents[2]], tmp_path / "node.pb"),
-            "k8s_node.proto",
-        )
-    )
+    ours = {
+        name: message
+        for proto in ("k8s_node.proto", "k8s_pod.proto")
+        for name, message in _messages(
+            _file(_compile(OURS / proto, [OURS.parents[2]], tmp_path / f"{proto}.pb"), proto)
+        ).items()
+    }
+    assert {"Node", "Pod", "PodSpec", "Container", "ResourceRequirements"} <= set(ours)
     for name, mine in ours.items():
         theirs = _fields(upstream[name])
         for number, (field, kind, label, type_name) in _fields(mine).items():

@@ -24,10 +24,12 @@ from lightsout.grpc import server
 from lightsout.grpc.cluster import ConflictError
 from lightsout.grpc.protos import externalgrpc_pb2 as pb
 from lightsout.grpc.protos import externalgrpc_pb2_grpc as pb_grpc
-from lightsout.grpc.protos import k8s_node_pb2
+from lightsout.grpc.protos import k8s_node_pb2, k8s_pod_pb2
 from lightsout.handlers.externalgrpc import settings_of
+from lightsout.planning import nodegroups as ng
 from lightsout.state import CONFIGMAPS_KEY, GROUPS_KEY, MACHINES_KEY, NODES_KEY, SECRETS_KEY
 from lightsout.state.references import contents_entry
+from lightsout.state.resources import Resources
 from tests.unit.test_autoscale_objects import NS, core_node, group, machine
 
 pytestmark = pytest.mark.unit
@@ -376,14 +378,180 @@ def test_node_price_is_watts_times_hours_times_the_groups_price(serve: Any) -> N
     assert stub.PricingNodePrice(request).price == pytest.approx(0.1)
 
 
-def test_gpu_label_refresh_cleanup_and_pod_price(serve: Any) -> None:
+def test_gpu_label_refresh_cleanup(serve: Any) -> None:
     stub, _ = serve(*fleet())
     assert stub.GPULabel(pb.GPULabelRequest()).label == "lightsout.dev/gpu-type"
     stub.Refresh(pb.RefreshRequest())
     stub.Cleanup(pb.CleanupRequest())
+
+
+# --- pod prices and cluster-autoscaler's price expander --------------------------------------
+HOUR = (dt.datetime(2026, 1, 1, tzinfo=dt.UTC), dt.datetime(2026, 1, 1, 1, tzinfo=dt.UTC))
+
+
+def pod_bytes(
+    cpu: str,
+    memory: str = "100Mi",
+    *,
+    init: tuple[str, str] | None = None,
+    overhead: Mapping[str, str] | None = None,
+    extended: Mapping[str, str] | None = None,
+) -> bytes:
+    """A core/v1 Pod as cluster-autoscaler marshals it (only the fields priced are set)."""
+
+    def container(name: str, cpu: str, memory: str) -> k8s_pod_pb2.Container:
+        requests = {"cpu": cpu, "memory": memory, **(extended or {})}
+        return k8s_pod_pb2.Container(
+            name=name,
+            resources=k8s_pod_pb2.ResourceRequirements(
+                requests={k: k8s_node_pb2.Quantity(string=v) for k, v in requests.items()}
+            ),
+        )
+
+    spec = k8s_pod_pb2.PodSpec(
+        containers=[container("main", cpu, memory)],
+        initContainers=[container("init", *init)] if init else [],
+        overhead={k: k8s_node_pb2.Quantity(string=v) for k, v in (overhead or {}).items()},
+    )
+    pod = k8s_pod_pb2.Pod(metadata=k8s_node_pb2.ObjectMeta(name="p", namespace="apps"), spec=spec)
+    encoded: bytes = pod.SerializeToString()
+    return encoded
+
+
+def pod_price(stub: pb_grpc.CloudProviderStub, raw: bytes) -> float:
+    request = pb.PricingPodPriceRequest(
+        pod_bytes=raw, startTimestamp=_stamp(HOUR[0]), endTimestamp=_stamp(HOUR[1])
+    )
+    price: float = stub.PricingPodPrice(request).price
+    return price
+
+
+def two_groups(small: tuple[str, float], big: tuple[str, float]) -> list[Obj]:
+    """Issue 28's shape: Group "small" of two machines, Group "big" of one, at 1 per kWh."""
+    (small_cpu, small_watts), (big_cpu, big_watts) = small, big
+    price = {"electricity": {"pricePerKWh": 1.0}}
+    return [
+        ca_group("small", **price),
+        ca_group("big", **price),
+        *(
+            machine(
+                f"s-{i}", small_cpu, "8Gi", group="small", watts=(small_watts, small_watts / 2, 0)
+            )
+            for i in (1, 2)
+        ),
+        machine("b-1", big_cpu, "64Gi", group="big", watts=(big_watts, big_watts / 2, 0)),
+    ]
+
+
+def test_pod_price_is_its_share_of_the_machine_that_holds_it_cheapest(serve: Any) -> None:
+    stub, _ = serve(*two_groups(("4", 30), ("16", 220)))
+    # 3 of 4 cpus of a 30 W machine for an hour: 0.75 * 0.030 kWh at 1 per kWh. On the
+    # 16-cpu machine it would be 3/16 * 0.220, dearer.
+    assert pod_price(stub, pod_bytes("3")) == pytest.approx(0.0225)
+    # Memory counts too: 6 Gi is 6/8 of a small machine (0.0225) but 6/64 of the big one.
+    assert pod_price(stub, pod_bytes("1", "6Gi")) == pytest.approx(6 / 64 * 0.220)
+    # An init container larger than the app containers, and the pod overhead, as the scheduler.
+    assert pod_price(stub, pod_bytes("1", init=("2", "1Gi"), overhead={"cpu": "1"})) == (
+        pytest.approx(0.0225)
+    )
+    # Too big for the small machines: its share of the one that holds it.
+    assert pod_price(stub, pod_bytes("8")) == pytest.approx(0.5 * 0.220)
+    # A pod that asks for nothing costs nothing (the expander has its stabilization pod).
+    assert pod_price(stub, pod_bytes("0", "0")) == 0.0
+
+
+GI = 2**30
+MACHINE = Resources.of({"cpu": 4000, "memory": 8 * GI, "pods": 110})
+
+
+@pytest.mark.parametrize(
+    ("requests", "capacity", "expected"),
+    [
+        ({"cpu": 3000, "memory": GI, "pods": 1}, MACHINE, 0.75),  # cpu is the larger share
+        ({"cpu": 1000, "memory": 6 * GI, "pods": 1}, MACHINE, 0.75),  # memory is
+        ({"pods": 1}, MACHINE, 0.0),  # asks for nothing: the pod count is not priced
+        ({"cpu": 3000, "pods": 1}, Resources(), 1.0),  # no declared resources: a whole machine
+        ({"cpu": 5000, "pods": 1}, MACHINE, None),  # too big
+        ({"cpu": 1000, "nvidia.com/gpu": 1}, MACHINE, None),  # asks for what it has not
+    ],
+)
+def test_pod_share_is_the_largest_fraction_of_a_resource(
+    requests: dict[str, int], capacity: Resources, expected: float | None
+) -> None:
+    assert ng.pod_share(Resources.of(requests), capacity) == expected
+
+
+def test_a_pod_no_machine_can_hold_is_refused_with_the_reason(serve: Any) -> None:
+    stub, _ = serve(*two_groups(("4", 30), ("16", 220)))
+    for raw in (pod_bytes("32"), pod_bytes("1", extended={"nvidia.com/gpu": "1"})):
+        with pytest.raises(grpc.RpcError) as exc:
+            pod_price(stub, raw)
+        assert code(exc) == grpc.StatusCode.FAILED_PRECONDITION
+        assert "apps/p: no machine of a cluster-autoscaler Group can hold" in str(
+            exc.value.details()
+        )
     with pytest.raises(grpc.RpcError) as exc:
-        stub.PricingPodPrice(pb.PricingPodPriceRequest())
-    assert code(exc) == grpc.StatusCode.UNIMPLEMENTED
+        pod_price(stub, b"\xff\xff")
+    assert code(exc) == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def price_expander_choice(
+    stub: pb_grpc.CloudProviderStub, pod_cpus: int, preferred_cpu: int
+) -> str:
+    """The node group cluster-autoscaler's `price` expander (expander/price/price.go, 1.34)
+    picks for one pending pod and one new node, from this servicer's answers: per group,
+    unfitness * (node price + stabilization) / (pod price + stabilization), lowest wins; the
+    stabilization pod asks for 500m cpu and 500Mi, unfitness is the larger ratio of the
+    preferred node's cpus (1 up to 2 nodes in the cluster, 2 up to 6, ...) to the group's.
+    Only groups whose template holds the pod are options."""
+    stabilization = pod_price(stub, pod_bytes("500m", "500Mi"))
+    pod_cost = pod_price(stub, pod_bytes(str(pod_cpus)))
+    scores: dict[str, float] = {}
+    for info in stub.NodeGroups(pb.NodeGroupsRequest()).nodeGroups:
+        template = k8s_node_pb2.Node.FromString(
+            stub.NodeGroupTemplateNodeInfo(
+                pb.NodeGroupTemplateNodeInfoRequest(id=info.id)
+            ).nodeBytes
+        )
+        node = pb.ExternalGrpcNode(
+            name=template.metadata.name, annotations=dict(template.metadata.annotations)
+        )
+        node_cost = stub.PricingNodePrice(
+            pb.PricingNodePriceRequest(
+                node=node, startTimestamp=_stamp(HOUR[0]), endTimestamp=_stamp(HOUR[1])
+            )
+        ).price
+        cpus = int(template.status.capacity["cpu"].string.removesuffix("m")) / 1000
+        if cpus < pod_cpus:
+            continue
+        unfitness = max(preferred_cpu / cpus, cpus / preferred_cpu)
+        scores[info.id] = unfitness * (node_cost + stabilization) / (pod_cost + stabilization)
+    return min(scores, key=lambda gid: scores[gid])
+
+
+@pytest.mark.parametrize(
+    ("small", "big", "pod_cpu", "expected"),
+    [
+        # Issue 28: a 3-cpu pod fits both; the 4-cpu machines at 30 W draw least.
+        (("4", 30), ("16", 220), 3, "small"),
+        # The bigger machine draws less than the smaller one: its Group wins though it wastes
+        # more cpus (least-waste would pick "small").
+        (("4", 90), ("8", 30), 3, "big"),
+        # Too big for the small machines: only "big" holds it.
+        (("4", 30), ("16", 220), 6, "big"),
+    ],
+)
+@pytest.mark.parametrize("preferred_cpu", [1, 2, 4])
+def test_price_expander_prefers_the_group_whose_machines_draw_least(
+    serve: Any,
+    small: tuple[str, float],
+    big: tuple[str, float],
+    pod_cpu: int,
+    expected: str,
+    preferred_cpu: int,
+) -> None:
+    stub, _ = serve(*two_groups(small, big))
+    assert price_expander_choice(stub, pod_cpu, preferred_cpu) == f"{NS}/{expected}"
 
 
 def test_health_reports_serving_on_both_ports_and_not_serving_when_stopping() -> None:

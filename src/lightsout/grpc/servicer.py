@@ -22,10 +22,12 @@ from typing import Any, NoReturn
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
+from google.protobuf.message import DecodeError
 
 from lightsout.grpc.cluster import Cluster, ConflictError, Obj
 from lightsout.grpc.protos import externalgrpc_pb2 as pb
 from lightsout.grpc.protos import k8s_node_pb2 as k8s
+from lightsout.grpc.protos import k8s_pod_pb2 as k8s_pod
 from lightsout.planning import nodegroups as ng
 from lightsout.state import (
     CONFIGMAPS_KEY,
@@ -39,6 +41,7 @@ from lightsout.state import (
     Snapshot,
     snapshot_from,
 )
+from lightsout.state.parse import pod_requests
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +227,22 @@ class CloudProviderServicer:
     def PricingPodPrice(
         self, request: pb.PricingPodPriceRequest, context: Any
     ) -> pb.PricingPodPriceResponse:
-        _fail(context, grpc.StatusCode.UNIMPLEMENTED, "pods are not priced, machines are")
+        try:
+            pod = k8s_pod.Pod.FromString(request.pod_bytes)
+        except DecodeError:
+            _fail(context, grpc.StatusCode.INVALID_ARGUMENT, "pod_bytes is not a core/v1 Pod")
+        snapshot, _ = self._read()
+        start = request.startTimestamp.ToDatetime(tzinfo=dt.UTC)
+        end = request.endTimestamp.ToDatetime(tzinfo=dt.UTC)
+        try:
+            price = ng.pod_price(snapshot, pod_requests(_pod_spec(pod.spec)), start, end)
+        except ng.NodeGroupError as exc:
+            _fail(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"pod {pod.metadata.namespace}/{pod.metadata.name}: {exc}",
+            )
+        return pb.PricingPodPriceResponse(price=price)
 
     def GPULabel(self, request: pb.GPULabelRequest, context: Any) -> pb.GPULabelResponse:
         return pb.GPULabelResponse(label=ng.GPU_LABEL)
@@ -274,6 +292,32 @@ def _instance(instance: ng.Instance) -> pb.Instance:
             )
         )
     return pb.Instance(id=instance.id, status=status)
+
+
+def _pod_spec(spec: k8s_pod.PodSpec) -> dict[str, Any]:
+    """The spec's containers, init containers and overhead as the API's JSON has them, for
+    `lightsout.state.parse.pod_requests` (one reading of a pod's requests, not two)."""
+
+    def quantities(values: Mapping[str, k8s.Quantity]) -> dict[str, str]:
+        return {name: q.string for name, q in values.items()}
+
+    def container(c: k8s_pod.Container) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": c.name,
+            "resources": {
+                "limits": quantities(c.resources.limits),
+                "requests": quantities(c.resources.requests),
+            },
+        }
+        if c.HasField("restartPolicy"):
+            out["restartPolicy"] = c.restartPolicy
+        return out
+
+    return {
+        "containers": [container(c) for c in spec.containers],
+        "initContainers": [container(c) for c in spec.initContainers],
+        "overhead": quantities(spec.overhead),
+    }
 
 
 def _node_bytes(template: ng.TemplateNode) -> bytes:

@@ -24,7 +24,7 @@ from lightsout.models.enums import Autoscaler, Phase, PowerState
 from lightsout.planning.breakeven import UNLEARNED_SECONDS, unneeded_seconds
 from lightsout.planning.policy import EnergyModel, idle_rank
 from lightsout.planning.scheduling import starting
-from lightsout.state.resources import CPU, Resources
+from lightsout.state.resources import CPU, PODS, Resources
 from lightsout.state.types import CoreNode, Group, Machine, ObjectKey, Snapshot, Taint
 
 #: Scheme of the providerID Lights-Out gives a machine's core Node when its spec names none.
@@ -407,6 +407,52 @@ def node_price(
     return watts / 1000.0 * hours * price
 
 
+def pod_share(requests: Resources, capacity: Resources | None) -> float | None:
+    """The fraction of a machine of `capacity` that a pod's `requests` take: the largest
+    fraction of any resource it asks for (the pod count aside), 0 for a pod that asks for
+    nothing, 1 on a machine that declares no resources (the pod is priced a whole machine);
+    None when the machine cannot hold it (too little of something, or none at all)."""
+    if not capacity:
+        return 1.0
+    fractions = [0.0]
+    for name, amount in requests:
+        if name == PODS or amount <= 0:
+            continue
+        available = capacity.get(name)
+        if available < amount:
+            return None
+        fractions.append(amount / available)
+    return max(fractions)
+
+
+def pod_price(
+    snapshot: Snapshot,
+    requests: Resources,
+    start: dt.datetime,
+    end: dt.datetime,
+) -> float:
+    """What a pod with these requests costs from `start` to `end`: its `pod_share` of the machine
+    where that share is cheapest, among the cluster-autoscaler Groups' machines that can hold
+    it, times that machine's `node_price` over the same period.
+
+    So a pod that fills a machine costs what the machine does, and the pods a machine can hold
+    never cost more than it: cluster-autoscaler's `price` expander divides a node group's price
+    by the pods' (plus a "stabilization pod" priced here too), which then ranks the groups by
+    what their machines draw. Raises `NodeGroupError` when no such machine can hold the pod.
+    """
+    keys = {g.key for g in managed_groups(snapshot)}
+    prices = [
+        fraction * node_price(snapshot, m, start, end)
+        for m in snapshot.machines
+        if m.group_key in keys and (fraction := pod_share(requests, m.resources)) is not None
+    ]
+    if not prices:
+        raise NodeGroupError(
+            f"no machine of a cluster-autoscaler Group can hold a pod requesting {requests}"
+        )
+    return min(prices)
+
+
 def gpu_types(snapshot: Snapshot) -> list[str]:
     """GPU types the managed Groups' machines declare (their `GPU_LABEL` label)."""
     keys = {g.key for g in managed_groups(snapshot)}
@@ -442,6 +488,8 @@ __all__ = [
     "node_groups",
     "node_price",
     "options",
+    "pod_price",
+    "pod_share",
     "provider_id",
     "target_size",
     "template_node",
