@@ -43,31 +43,30 @@ JOB_NAME = "batch.kubernetes.io/job-name"
 
 
 @pytest.fixture
-def three(namespace: str) -> Fleet:
-    return Fleet(namespace, SIZES)
+def machines(request: pytest.FixtureRequest, namespace: str) -> Fleet:
+    """The test's machines: `SIZES`, or the sizes it parametrises this fixture with."""
+    return Fleet(namespace, getattr(request, "param", SIZES))
 
 
 @pytest.fixture
-def three_bmc(
-    kube_api: client.ApiClient, cluster: Cluster, three: Fleet
-) -> Iterator[SushyEmulator]:
-    with running(kube_api, cluster, three) as (bmc, _):
-        yield bmc
+def bmc(kube_api: client.ApiClient, cluster: Cluster, machines: Fleet) -> Iterator[SushyEmulator]:
+    with running(kube_api, cluster, machines) as (emulator, _):
+        yield emulator
 
 
 def test_pending_pods_power_on_the_machines_that_fit_and_idle_ones_power_off(
     crds: Cluster,
     namespace: str,
     operator: OperatorProcess,
-    three: Fleet,
-    three_bmc: SushyEmulator,
+    machines: Fleet,
+    bmc: SushyEmulator,
 ) -> None:
     with diagnosed(crds, namespace):
-        scenario(crds, namespace, three, three_bmc)
+        scenario(crds, namespace, machines, bmc)
 
 
-def scenario(crds: Cluster, namespace: str, three: Fleet, three_bmc: SushyEmulator) -> None:
-    small, large, gpu = (three.name(s) for s in ("small", "large", "gpu"))
+def scenario(crds: Cluster, namespace: str, machines: Fleet, bmc: SushyEmulator) -> None:
+    small, large, gpu = (machines.name(s) for s in ("small", "large", "gpu"))
     group = fleet.group(
         "autoscaled",
         autoscaler="builtin",
@@ -79,12 +78,12 @@ def scenario(crds: Cluster, namespace: str, three: Fleet, three_bmc: SushyEmulat
             "maxConcurrentOperations": 3,
         },
     )
-    fleet.apply(crds, namespace, [*fleet.bmc_secrets(three_bmc), group, *three.nodes(three_bmc)])
+    fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), group, *machines.nodes(bmc)])
     for name in (small, large, gpu):
         wait_phase(crds, namespace, name, "Off")
 
     def power_ons(short: str) -> int:
-        return three_bmc.count_power_requests(three.uuids[short], reset_types=POWER_ON)
+        return bmc.count_power_requests(machines.uuids[short], reset_types=POWER_ON)
 
     # (b) Two pods that fit one machine: one machine is powered on, the cheapest that fits.
     fleet.apply(crds, namespace, [pod("web-1", "1"), pod("web-2", "1")])
@@ -147,8 +146,8 @@ def scenario(crds: Cluster, namespace: str, three: Fleet, three_bmc: SushyEmulat
         assert any(r == "Unneeded" for r, _ in events), events
         assert any(r == "ScaleDown" and "unneeded for" in m for r, m in events), events
     for short in SIZES:
-        assert three_bmc.power_state(three.uuids[short]) == "Off"
-        assert three_bmc.count_power_requests(three.uuids[short], reset_types=POWER_OFF) == 1
+        assert bmc.power_state(machines.uuids[short]) == "Off"
+        assert bmc.count_power_requests(machines.uuids[short], reset_types=POWER_OFF) == 1
         assert power_ons(short) == 1
     # The explanation was posted once per reason, not on every plan.
     explained = [m for r, m in reasons(crds, namespace, "huge") if r == "NotTriggerScaleUp"]
@@ -175,12 +174,12 @@ def test_a_dry_run_group_explains_and_changes_nothing(
     crds: Cluster,
     namespace: str,
     operator: OperatorProcess,
-    three: Fleet,
-    three_bmc: SushyEmulator,
+    machines: Fleet,
+    bmc: SushyEmulator,
 ) -> None:
-    small = three.name("small")
+    small = machines.name("small")
     group = fleet.group("autoscaled", autoscaler="builtin", dryRun=True)
-    fleet.apply(crds, namespace, [*fleet.bmc_secrets(three_bmc), group, *three.nodes(three_bmc)])
+    fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), group, *machines.nodes(bmc)])
     wait_phase(crds, namespace, small, "Off")
     fleet.apply(crds, namespace, [pod("web", "1")])
     said = wait_for(
@@ -196,7 +195,7 @@ def test_a_dry_run_group_explains_and_changes_nothing(
     assert actions and actions[0]["action"] == "PowerOn" and actions[0]["dryRun"], shown
     # Nothing changed: the machine stays Off, its BMC never heard from the operator.
     assert desired(crds, namespace, small) == "Off"
-    assert three_bmc.count_power_requests() == 0
+    assert bmc.count_power_requests() == 0
     group_status = get_json(crds, "lsg", "autoscaled", "-n", namespace).get("status") or {}
     assert "lastScaleUp" not in group_status, group_status
 
@@ -212,31 +211,19 @@ SLOW_LEARNED_BOOT = 150
 FAST_BOOT_TIMEOUT = 40
 
 
-@pytest.fixture
-def announced(namespace: str) -> Fleet:
-    return Fleet(namespace, ANNOUNCED)
-
-
-@pytest.fixture
-def announced_bmc(
-    kube_api: client.ApiClient, cluster: Cluster, announced: Fleet
-) -> Iterator[SushyEmulator]:
-    with running(kube_api, cluster, announced) as (bmc, _):
-        yield bmc
-
-
+@pytest.mark.parametrize("machines", [ANNOUNCED], indirect=True, ids=["slow-and-fast"])
 def test_an_announced_run_powers_on_one_machine_even_when_another_boots_sooner(
     crds: Cluster,
     namespace: str,
     operator: OperatorProcess,
-    announced: Fleet,
-    announced_bmc: SushyEmulator,
+    machines: Fleet,
+    bmc: SushyEmulator,
 ) -> None:
     """A CronJob's next run, announced live: the slow machine powered on for it will be Ready
     before the run is due, so the fast one (which would be Ready sooner) is not powered on too;
     the run's pod runs on the slow machine and only its BMC heard a power-on."""
-    slow, fast = announced.name("slow"), announced.name("fast")
-    nodes = announced.nodes(announced_bmc)
+    slow, fast = machines.name("slow"), machines.name("fast")
+    nodes = machines.nodes(bmc)
     nodes[1]["spec"]["power"]["bootTimeoutSeconds"] = FAST_BOOT_TIMEOUT
     group = fleet.group(
         "autoscaled",
@@ -245,7 +232,7 @@ def test_an_announced_run_powers_on_one_machine_even_when_another_boots_sooner(
         scaleUp={"maxConcurrentOperations": 2},
         scaleDown={"unneededSeconds": 600},
     )
-    fleet.apply(crds, namespace, [*fleet.bmc_secrets(announced_bmc), group, *nodes])
+    fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), group, *nodes])
     for name in (slow, fast):
         wait_phase(crds, namespace, name, "Off")
     # What the operator learned of `slow` in an earlier power cycle, as it keeps it.
@@ -280,7 +267,7 @@ def test_an_announced_run_powers_on_one_machine_even_when_another_boots_sooner(
     fleet.apply(crds, namespace, [cronjob])
 
     def power_ons(short: str) -> int:
-        return announced_bmc.count_power_requests(announced.uuids[short], reset_types=POWER_ON)
+        return bmc.count_power_requests(machines.uuids[short], reset_types=POWER_ON)
 
     with diagnosed(crds, namespace):
         wait_for(lambda: desired(crds, namespace, slow) == "On", PATIENCE + 200, "pre-warm")
@@ -310,25 +297,13 @@ def test_an_announced_run_powers_on_one_machine_even_when_another_boots_sooner(
 FORBIDDEN = {"solo": {"cpu": "4", "memory": "8Gi", "watts": 60}}
 
 
-@pytest.fixture
-def forbidden(namespace: str) -> Fleet:
-    return Fleet(namespace, FORBIDDEN)
-
-
-@pytest.fixture
-def forbidden_bmc(
-    kube_api: client.ApiClient, cluster: Cluster, forbidden: Fleet
-) -> Iterator[SushyEmulator]:
-    with running(kube_api, cluster, forbidden) as (bmc, _):
-        yield bmc
-
-
+@pytest.mark.parametrize("machines", [FORBIDDEN], indirect=True, ids=["solo"])
 def test_a_forbid_cronjob_whose_run_still_goes_is_not_pre_warmed_for_but_the_run_after_is(
     crds: Cluster,
     namespace: str,
     operator: OperatorProcess,
-    forbidden: Fleet,
-    forbidden_bmc: SushyEmulator,
+    machines: Fleet,
+    bmc: SushyEmulator,
 ) -> None:
     """A `Forbid` CronJob every 2 minutes whose first run is still going at the second one:
     kube-controller-manager does not start the second (JobAlreadyActive, and its 20 s starting
@@ -339,11 +314,11 @@ def test_a_forbid_cronjob_whose_run_still_goes_is_not_pre_warmed_for_but_the_run
     machine can hold (a node selector no machine has: nothing to power on for it either); the
     template is then made runnable for the later runs, and the test ends the first run by
     deleting its Job."""
-    solo = forbidden.name("solo")
-    (node,) = forbidden.nodes(forbidden_bmc)
+    solo = machines.name("solo")
+    (node,) = machines.nodes(bmc)
     node["spec"]["power"]["bootTimeoutSeconds"] = FAST_BOOT_TIMEOUT
     group = fleet.group("autoscaled", autoscaler="builtin", minNodes=0)
-    fleet.apply(crds, namespace, [*fleet.bmc_secrets(forbidden_bmc), group, node])
+    fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), group, node])
     wait_phase(crds, namespace, solo, "Off")
     runnable = {**pod("nightly", "1")["spec"], "restartPolicy": "Never"}
     stuck = {**runnable, "nodeSelector": {"lightsout.dev/test-nowhere": "true"}}
@@ -370,7 +345,7 @@ def test_a_forbid_cronjob_whose_run_still_goes_is_not_pre_warmed_for_but_the_run
         return [ref["name"] for ref in (status or {}).get("active", [])]
 
     def power_ons() -> int:
-        return forbidden_bmc.count_power_requests(forbidden.uuids["solo"], reset_types=POWER_ON)
+        return bmc.count_power_requests(machines.uuids["solo"], reset_types=POWER_ON)
 
     fleet.apply(crds, namespace, [cronjob(stuck)])
     with diagnosed(crds, namespace):
