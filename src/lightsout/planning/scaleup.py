@@ -330,7 +330,10 @@ def top_up(
                 i.key,
             )
         )
+        reason = f"group {key.name} is below minNodes ({have} of {group.min_nodes})"
+        if group.window_note:
+            reason = f"{group.window_note}; {reason}"
         for info in candidates[:deficit]:
-            out.append((info, f"group {key.name} is below minNodes ({have} of {group.min_nodes})"))
+            out.append((info, reason))
             room_left[key] -= 1
     return TopUp(tuple(out), room_left)
