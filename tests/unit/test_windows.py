@@ -19,7 +19,7 @@ from lightsout.planning.prewarm import MARGIN
 from lightsout.planning.wake import next_wake
 from lightsout.simulate.engine import replay
 from tests.unit import test_simulate as sim
-from tests.unit.test_autoscale_objects import at, group, machine, ons, pod, snap
+from tests.unit.test_autoscale_objects import at, group, machine, ons, pod, pod_note, snap
 
 pytestmark = pytest.mark.unit
 
@@ -154,3 +154,57 @@ def test_a_group_whose_windows_fail_validation_is_planned_without_them_and_says_
     assert snapshot.problems == (
         "groups.lightsout.dev lightsout/lab: spec.windows unreadable, defaults used",
     )
+
+
+def _quiet_household(**window: Any) -> list[Any]:
+    """Group lab (a quiet window open now, T0) with a frugal machine; Group spare with a
+    hungrier one; the lowest-energy choice for a small pod would be lab's."""
+    quiet = {**evening(quiet=True, **window), "schedule": "0 12 * * *"}
+    return [
+        group(windows=[quiet]),
+        machine("frugal", "8", "32Gi", watts=(30, 10, 1), learned={"bootSeconds": NUC_BOOT}),
+        group("spare"),
+        machine("hungry", "4", "16Gi", group="spare", watts=(200, 80, 5)),
+    ]
+
+
+def test_a_quiet_window_leaves_pods_another_group_can_host_to_that_group() -> None:
+    small = pod("small", "1", "1Gi")
+    quiet = plan(snap(*_quiet_household(), small), at(60))
+    assert ons(quiet) == ["hungry"]
+    assert (
+        "window evening (12:00-13:00 UTC): quiet until 13:00"
+        in next(iter(quiet.explanations.groups.values()))[1]
+    )
+    after = plan(snap(*_quiet_household(), small), at(3600))  # closed: lowest energy again
+    assert ons(after) == ["frugal"]
+
+
+def test_a_quiet_window_still_wakes_a_machine_for_a_pod_only_its_group_can_host() -> None:
+    big = pod("big", "6", "1Gi")  # only frugal (8 cpu) can host it
+    assert ons(plan(snap(*_quiet_household(), big), at(60))) == ["frugal"]
+
+
+def test_a_strict_quiet_window_wakes_no_machine_even_for_such_a_pod() -> None:
+    big = pod("big", "6", "1Gi")
+    strict = plan(snap(*_quiet_household(strict=True), big), at(60))
+    assert ons(strict) == []
+    assert "quiet, strict until 13:00: no power-on for any pending pod" in pod_note(strict, "big")
+    assert ons(plan(snap(*_quiet_household(strict=True), big), at(3600))) == ["frugal"]
+
+
+def test_strict_without_quiet_is_refused_naming_the_field() -> None:
+    error = _refusal([evening(minNodes=1, strict=True)])
+    (detail,) = error.errors()
+    assert detail["loc"] == ("windows", 0)
+    assert "strict applies only to a quiet window" in detail["msg"]
+
+
+def test_the_replay_holds_a_pod_through_a_strict_quiet_window() -> None:
+    window = {**evening(quiet=True, strict=True), "schedule": "0 1 * * *"}  # 01:00-02:00 UTC
+    pods = [sim.pod(3600 + 600, 300, "late-job")]  # arrives at 01:10
+    result = replay(sim.trace(pods, hours=4, windows=[window]))
+    (job,) = result.pods
+    assert job.started is not None and job.started > 7200  # after the window closed
+    loud = replay(sim.trace(pods, hours=4))
+    assert loud.pods[0].wait is not None and loud.pods[0].wait < 600

@@ -259,8 +259,13 @@ WINDOW_MIN_NOT_ABOVE_MAX = Rule(
     field_path=".minNodes",
 )
 WINDOW_SETS_SOMETHING = Rule(
-    cel="has(self.minNodes) || has(self.maxNodes)",
-    message="a window sets minNodes, maxNodes or both",
+    cel="has(self.minNodes) || has(self.maxNodes) || (has(self.quiet) && self.quiet)",
+    message="a window sets minNodes, maxNodes, quiet or several of them",
+)
+WINDOW_STRICT_NEEDS_QUIET = Rule(
+    cel="!has(self.strict) || !self.strict || (has(self.quiet) && self.quiet)",
+    message="strict applies only to a quiet window",
+    field_path=".strict",
 )
 
 
@@ -296,7 +301,9 @@ class ScheduleWindow(ApiModel):
     power off on their usual timers. Windows of one Group must never be open at once."""
 
     model_config = ConfigDict(
-        json_schema_extra=rules(WINDOW_MIN_NOT_ABOVE_MAX, WINDOW_SETS_SOMETHING)
+        json_schema_extra=rules(
+            WINDOW_MIN_NOT_ABOVE_MAX, WINDOW_SETS_SOMETHING, WINDOW_STRICT_NEEDS_QUIET
+        )
     )
 
     name: Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=WINDOW_NAME)]
@@ -312,13 +319,23 @@ class ScheduleWindow(ApiModel):
     """The Group's minNodes while the window is open (its machines Ready at the opening)."""
     max_nodes: int | None = Field(default=None, ge=0, le=1000)
     """The Group's maxNodes while the window is open."""
+    quiet: bool = False
+    """While open, none of the Group's machines is powered on for pending pods that a machine
+    of another Group could host (on or off); a pod only this Group can host still wakes one,
+    unless `strict`. A floor still applies."""
+    strict: bool = False
+    """With quiet: no power-on for pending pods at all while open, even for a pod only this
+    Group can host (it waits for the window to close)."""
 
     @model_validator(mode="after")
     def _limits(self) -> Self:
         WINDOW_MIN_NOT_ABOVE_MAX.check(
             self.min_nodes is None or self.max_nodes is None or self.min_nodes <= self.max_nodes
         )
-        WINDOW_SETS_SOMETHING.check(self.min_nodes is not None or self.max_nodes is not None)
+        WINDOW_SETS_SOMETHING.check(
+            self.min_nodes is not None or self.max_nodes is not None or self.quiet
+        )
+        WINDOW_STRICT_NEEDS_QUIET.check(not self.strict or self.quiet)
         return self
 
     def times(self) -> window_times.WindowTimes:

@@ -2,7 +2,9 @@
 
 `effective(group, machines, now)` is the Group the planner sizes at `now`: a floor window's
 minNodes from one lead time before it opens until it closes, a ceiling window's maxNodes while
-it is open, the Group's own limits otherwise. The lead is that of pre-warming
+it is open, a quiet window's `quiet` while it is open (`scaleup.eligible_classes` then offers
+none of the Group's machines to pods another Group could host, or to any pod when strict), the
+Group's own limits otherwise. The lead is that of pre-warming
 (`planning.prewarm`): the boot of the slowest of the Group's machines (its learned boot time,
 else its bootTimeoutSeconds) plus `MARGIN`, so whichever machines `scaleup.top_up` chooses are
 Ready when the window opens. When it closes, the floor's machines are unneeded like any other
@@ -44,6 +46,8 @@ class InForce:
             limits.append(f"minNodes {self.window.min_nodes}")
         if self.window.max_nodes is not None and not self.early:
             limits.append(f"maxNodes {self.window.max_nodes}")
+        if self.window.quiet and not self.early:
+            limits.append("quiet, strict" if self.window.strict else "quiet")
         text = (
             f"window {times.name} ({times.span(self.opens)}): {', '.join(limits)} "
             f"until {self.closes.astimezone(tz):%H:%M}"
@@ -86,7 +90,10 @@ def effective(group: Group, machines: Sequence[Machine], now: datetime) -> Group
     if not applied:
         return group
     min_nodes, max_nodes = group.min_nodes, group.max_nodes
+    quiet: str | None = None
     for entry in applied:
+        if entry.window.quiet and not entry.early:
+            quiet = "strict" if entry.window.strict else "quiet"
         if entry.window.min_nodes is not None:
             min_nodes = entry.window.min_nodes
         if entry.window.max_nodes is not None and not entry.early:
@@ -95,6 +102,7 @@ def effective(group: Group, machines: Sequence[Machine], now: datetime) -> Group
         group,
         min_nodes=min(min_nodes, max_nodes),
         max_nodes=max_nodes,
+        quiet=quiet,
         window_note="; ".join(entry.describe() for entry in applied),
     )
 

@@ -259,7 +259,7 @@ def _group(obj: Mapping[str, Any], notes: list[str]) -> Group | None:
         last_scale_up=parse_time(dig(obj, "status", "lastScaleUp", "time")),
         last_scale_down=parse_time(dig(obj, "status", "lastScaleDown", "time")),
         windows=tuple(
-            Window(window.times(), window.min_nodes, window.max_nodes)
+            Window(window.times(), window.min_nodes, window.max_nodes, window.quiet, window.strict)
             for window in spec.windows or ()
         ),
     )

@@ -263,6 +263,8 @@ class Group:
     #: limits are in force, in words ("window evening (18:00-23:00 Europe/Berlin): minNodes 1
     #: until 23:00").
     window_note: str | None = None
+    #: Set by `planning.windows.effective`: a quiet window is open ("strict" when strict).
+    quiet: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +274,9 @@ class Window:
     times: WindowTimes
     min_nodes: int | None = None
     max_nodes: int | None = None
+    #: No power-on for pods another Group could host (`strict`: for no pending pod at all).
+    quiet: bool = False
+    strict: bool = False
 
 
 @dataclass(frozen=True, slots=True)
