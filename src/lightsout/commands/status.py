@@ -16,6 +16,7 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
+from lightsout.models.group import ScheduleWindow
 from lightsout.planning.energy import Amounts
 from lightsout.planning.energystatus import account_from_status
 
@@ -119,6 +120,21 @@ def machine_row(node: Obj, now: dt.datetime) -> Obj:
     }
 
 
+def window_in_force(spec: Obj, now: dt.datetime) -> str:
+    """The Group's schedule window open at `now` and until when ("evening until 23:00
+    Europe/Berlin"), "-" when none is (or its windows do not validate)."""
+    for raw in spec.get("windows") or ():
+        try:
+            times = ScheduleWindow.model_validate(raw).times()
+        except ValueError:
+            continue
+        opened = times.open_at(now)
+        if opened is not None:
+            closes = times.closes_local(opened)
+            return f"{times.name} until {closes:%H:%M} {times.time_zone}"
+    return "-"
+
+
 def group_row(group: Obj, machines: list[Obj], now: dt.datetime) -> Obj:
     meta, spec, status = (group.get(k) or {} for k in ("metadata", "spec", "status"))
     members = [m for m in machines if m["group"] == meta.get("name")]
@@ -130,6 +146,7 @@ def group_row(group: Obj, machines: list[Obj], now: dt.datetime) -> Obj:
         "autoscaler": spec.get("autoscaler", "builtin"),
         "min": spec.get("minNodes", 0),
         "max": spec.get("maxNodes", "-"),
+        "window": window_in_force(spec, now),
         "on": sum(1 for m in members if m["phase"] == "Ready"),
         "total": len(members),
         "failed": sum(1 for m in members if m["phase"] == "Failed"),
@@ -178,6 +195,7 @@ GROUP_COLUMNS: list[tuple[str, Callable[[Obj], str]]] = [
     ("AUTOSCALER", lambda g: str(g["autoscaler"])),
     ("MIN", lambda g: str(g["min"])),
     ("MAX", lambda g: str(g["max"])),
+    ("WINDOW", lambda g: str(g["window"])),
     ("ON", lambda g: str(g["on"])),
     ("TOTAL", lambda g: str(g["total"])),
     ("FAILED", lambda g: str(g["failed"])),

@@ -11,8 +11,16 @@ import ipaddress
 from datetime import datetime
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
+from lightsout.models import windows as window_times
 from lightsout.models.base import ApiModel, Rule, default_empty, rules
 from lightsout.models.common import Conditions, Currency, Energy, Taints
 from lightsout.models.enums import (
@@ -243,6 +251,99 @@ class AddressPool(ApiModel):
         return self
 
 
+WINDOW_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+TIME_ZONE = r"^[A-Za-z][-+_/A-Za-z0-9]*$"
+WINDOW_MIN_NOT_ABOVE_MAX = Rule(
+    cel="!has(self.minNodes) || !has(self.maxNodes) || self.minNodes <= self.maxNodes",
+    message="a window's minNodes must be less than or equal to its maxNodes",
+    field_path=".minNodes",
+)
+WINDOW_SETS_SOMETHING = Rule(
+    cel="has(self.minNodes) || has(self.maxNodes) || (has(self.quiet) && self.quiet)",
+    message="a window sets minNodes, maxNodes, quiet or several of them",
+)
+WINDOW_STRICT_NEEDS_QUIET = Rule(
+    cel="!has(self.strict) || !self.strict || (has(self.quiet) && self.quiet)",
+    message="strict applies only to a quiet window",
+    field_path=".strict",
+)
+
+
+def _schedule_parses(value: str) -> str:
+    """The schedule as the API server checks a CronJob's (`ParseStandard`), in UTC: the zone
+    changes when a schedule fires, never whether it parses."""
+    try:
+        window_times.parsed(value, "UTC")
+    except ValueError as error:
+        raise ValueError(f"schedule {value!r} is not a valid cron schedule: {error}") from error
+    return value
+
+
+def _zone_exists(value: str) -> str:
+    window_times.zone(value)
+    return value
+
+
+WindowSchedule = Annotated[CronSchedule, AfterValidator(_schedule_parses)]
+TimeZone = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=64, pattern=TIME_ZONE),
+    AfterValidator(_zone_exists),
+]
+
+
+class ScheduleWindow(ApiModel):
+    """A recurring window: from each run of `schedule` (in `timeZone`) for `durationSeconds`,
+    the Group's minNodes and/or maxNodes are these.
+
+    A floor's machines are powered on one learned boot (plus a margin) before the window
+    opens, so they are Ready at its start; once it closes they are unneeded like any other and
+    power off on their usual timers. Windows of one Group must never be open at once."""
+
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            WINDOW_MIN_NOT_ABOVE_MAX, WINDOW_SETS_SOMETHING, WINDOW_STRICT_NEEDS_QUIET
+        )
+    )
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=WINDOW_NAME)]
+    """Names the window in plans, events and status (`evening`)."""
+    schedule: WindowSchedule
+    """When it opens: a five-field cron schedule, read as a CronJob's (`0 18 * * *`)."""
+    duration_seconds: int = Field(ge=60, le=604_800)
+    """How long it stays open after each opening (at most a week)."""
+    time_zone: TimeZone = "UTC"
+    """IANA time zone the schedule is read in (`Europe/Berlin`); daylight saving is followed
+    as the CronJob controller follows it."""
+    min_nodes: int | None = Field(default=None, ge=0, le=1000)
+    """The Group's minNodes while the window is open (its machines Ready at the opening)."""
+    max_nodes: int | None = Field(default=None, ge=0, le=1000)
+    """The Group's maxNodes while the window is open."""
+    quiet: bool = False
+    """While open, none of the Group's machines is powered on for pending pods that a machine
+    of another Group could host (on or off); a pod only this Group can host still wakes one,
+    unless `strict`. A floor still applies."""
+    strict: bool = False
+    """With quiet: no power-on for pending pods at all while open, even for a pod only this
+    Group can host (it waits for the window to close)."""
+
+    @model_validator(mode="after")
+    def _limits(self) -> Self:
+        WINDOW_MIN_NOT_ABOVE_MAX.check(
+            self.min_nodes is None or self.max_nodes is None or self.min_nodes <= self.max_nodes
+        )
+        WINDOW_SETS_SOMETHING.check(
+            self.min_nodes is not None or self.max_nodes is not None or self.quiet
+        )
+        WINDOW_STRICT_NEEDS_QUIET.check(not self.strict or self.quiet)
+        return self
+
+    def times(self) -> window_times.WindowTimes:
+        return window_times.WindowTimes(
+            self.name, self.schedule, self.time_zone, self.duration_seconds
+        )
+
+
 MIN_NOT_ABOVE_MAX = Rule(
     # has(): the CRD's `spec: {}` default is checked before the fields' own defaults exist.
     cel="!has(self.minNodes) || !has(self.maxNodes) || self.minNodes <= self.maxNodes",
@@ -286,11 +387,35 @@ class GroupSpec(ApiModel):
     """Playbook overrides for all machines."""
     address_pool: AddressPool | None = None
     """Static addresses for clones that join by themselves (else they use DHCP)."""
+    windows: list[ScheduleWindow] | None = Field(
+        default=None,
+        max_length=16,
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+        },
+    )
+    """Recurring windows that change minNodes/maxNodes while open (e.g. a warm evening: one
+    machine Ready from 18:00 to 23:00). No two may be open at once; the Group's own limits
+    apply outside them. The API server checks each schedule's shape; the operator checks that
+    it parses as a CronJob's and that windows never overlap (over the next 400 days), and
+    reads a Group that fails either with its windows ignored, saying so in the plan."""
 
     @model_validator(mode="after")
     def _limits(self) -> Self:
         MIN_NOT_ABOVE_MAX.check(self.min_nodes <= self.max_nodes)
         return self
+
+    @field_validator("windows")
+    @classmethod
+    def _no_overlap(cls, value: list[ScheduleWindow] | None) -> list[ScheduleWindow] | None:
+        names = [window.name for window in value or ()]
+        if len(set(names)) != len(names):
+            raise ValueError(f"window names must be unique: {', '.join(names)}")
+        why = window_times.overlap([window.times() for window in value or ()])
+        if why is not None:
+            raise ValueError(why)
+        return value
 
 
 Count = Annotated[int, Field(ge=0)]

@@ -16,7 +16,9 @@ In order:
    scheduling requirements and placed on capacity that exists or is coming
    (`absorb.absorb`), then on a set of powered-off machines (`scaleup.choose`); what is left
    gets an explanation naming each machine's reason (`explain.Explainer`).
-3. Groups below minNodes are topped up with their cheapest machines (`scaleup.top_up`).
+3. Groups below minNodes are topped up with their cheapest machines (`scaleup.top_up`); a
+   schedule window in force sets a Group's minNodes/maxNodes first (`windows.effective`), a
+   floor from one boot before it opens.
 4. Unneeded Ready machines are found and, past their timers (`auto`: one break-even time), powered
    off unless a wear limit or announced demand soon enough keeps them on (`scaledown`).
 
@@ -50,6 +52,7 @@ from lightsout.planning.policy import EnergyModel, describe
 from lightsout.planning.prewarm import Lead, due, lead_times
 from lightsout.planning.scaledown import Upcoming, scale_down
 from lightsout.planning.scaleup import Chosen, choose, eligible_classes, room_of, top_up
+from lightsout.planning.windows import effective
 from lightsout.state.types import ExpectedPod, ObjectKey, Pod, SchedulingRequirements, Snapshot
 
 WAITING_FOR_SYNC = "waiting for every watch to sync: no decision on a partial view of the cluster"
@@ -67,6 +70,10 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
         )
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)  # API times are aware; a naive clock is taken as UTC
+    if any(group.windows for group in snapshot.groups):
+        # Schedule windows in force set the Group's limits for this plan (`planning.windows`).
+        limited = tuple(effective(g, snapshot.machines, now) for g in snapshot.groups)
+        snapshot = replace(snapshot, groups=limited)
     leads = lead_times(snapshot)
     upcoming = [Upcoming(e, leads[e.key].seconds) for e in snapshot.expected]
     expected = due(snapshot, now, leads)
@@ -252,6 +259,8 @@ def _group_notes(
             lines.append(f"sized by {group.autoscaler}: the built-in planner leaves it alone")
             out[key] = tuple(lines)
             continue
+        if group.window_note:
+            lines.append(f"in force: {group.window_note}")
         if group.dry_run:
             lines.append("dryRun: the actions below are planned, not applied")
         ons = [a.machine.name for a in actions if isinstance(a, PowerOn) and a.group == key]

@@ -98,6 +98,9 @@ class Explainer:
             return "pinned (autoscaling.enabled=false)"
         if info.key in self.chosen:
             return "being powered on for other pods"
+        if group.key not in cls.eligible and group.quiet:
+            whom = "any pending pod" if group.quiet == "strict" else "pods another Group can host"
+            return f"{group.window_note}: no power-on for {whom}"
         if group.key not in cls.eligible:
             return (
                 f"pods wait {group.scale_up.stabilization_seconds}s before group "

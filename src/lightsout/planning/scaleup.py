@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lightsout.models.enums import Autoscaler, SelectionPolicy
 from lightsout.planning.cluster import (
@@ -36,6 +36,7 @@ from lightsout.planning.cluster import (
 )
 from lightsout.planning.packing import drop_redundant
 from lightsout.planning.policy import EnergyModel, Fill, best, fill_of, idle_rank, rank
+from lightsout.planning.scheduling import shortfalls
 from lightsout.state.types import Group, ObjectKey, Pod
 
 
@@ -114,9 +115,30 @@ def eligible_classes(cluster: Cluster, classes: Sequence[PodClass]) -> tuple[Pod
             eligible = by_level[passed - 1] if passed else frozenset()
             buckets.setdefault(eligible, []).append(pod)
         for eligible, pods in buckets.items():
-            out.append(PodClass(len(out), cls.req, tuple(pods), cls.weight, eligible))
+            regrouped = PodClass(len(out), cls.req, tuple(pods), cls.weight, eligible)
+            out.append(_quieted(cluster, regrouped))
     out.sort(key=lambda c: (-c.weight, c.pods[0].key))
     return tuple(out)
+
+
+def _quieted(cluster: Cluster, cls: PodClass) -> PodClass:
+    """`cls` without the Groups a quiet schedule window keeps from powering on for it: a strict
+    one always, a quiet one when a machine of another Group could host its pods (on or off,
+    by placement and its allocatable)."""
+    quiet = {key for key in cls.eligible if cluster.groups[key].quiet}
+    if not quiet:
+        return cls
+    others = {
+        info.group.key
+        for info in cluster.infos
+        if info.group is not None
+        and info.group.key not in quiet
+        and info.view is not None
+        and not cluster.placer.reasons(cls, info.shape, info.view)
+        and not shortfalls(cls.req.requests, info.view.allocatable.as_dict())
+    }
+    kept = {key for key in quiet if cluster.groups[key].quiet != "strict" and not (others - {key})}
+    return replace(cls, eligible=cls.eligible - (quiet - kept))
 
 
 def offers_of(cluster: Cluster, energy: EnergyModel) -> list[Offer]:
@@ -330,7 +352,10 @@ def top_up(
                 i.key,
             )
         )
+        reason = f"group {key.name} is below minNodes ({have} of {group.min_nodes})"
+        if group.window_note:
+            reason = f"{group.window_note}; {reason}"
         for info in candidates[:deficit]:
-            out.append((info, f"group {key.name} is below minNodes ({have} of {group.min_nodes})"))
+            out.append((info, reason))
             room_left[key] -= 1
     return TopUp(tuple(out), room_left)

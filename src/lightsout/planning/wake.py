@@ -17,6 +17,7 @@ from lightsout.planning.decisions import Plan
 from lightsout.planning.policy import EnergyModel
 from lightsout.planning.prewarm import next_due
 from lightsout.planning.scaledown import job_grace_end
+from lightsout.planning.windows import moments as window_moments
 from lightsout.state.types import Snapshot
 
 
@@ -27,7 +28,8 @@ def next_wake(snapshot: Snapshot, plan: Plan, now: datetime) -> datetime | None:
     (a fixed one or its break-even time), a wear limit letting go, a Group's scale-down
     stabilisation window closing, a running Job's pod passing its Group's
     scaleDown.jobGraceSeconds, a pending pod passing its Group's scale-up window, the planner's
-    grace for the scheduler's verdicts running out, and an expected pod (a CronJob run) entering
+    grace for the scheduler's verdicts running out, a schedule window opening or closing (a
+    floor one boot ahead of its opening), and an expected pod (a CronJob run) entering
     its pre-warming lead time. Between them nothing but a watched change can alter the plan, so
     the autoscaler sleeps.
     """
@@ -77,6 +79,9 @@ def next_wake(snapshot: Snapshot, plan: Plan, now: datetime) -> datetime | None:
         for machine in snapshot.machines:
             if machine.phase_since is not None:
                 moments.append(machine.phase_since + SCHEDULER_GRACE)
+    for group in snapshot.groups:
+        if group.windows and group.autoscaler is Autoscaler.BUILTIN:
+            moments.extend(window_moments(group, snapshot.machines, now))
     prewarm = next_due(snapshot, now)
     if prewarm is not None:
         moments.append(prewarm)

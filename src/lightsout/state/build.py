@@ -49,6 +49,7 @@ from lightsout.state.types import (
     Pod,
     Snapshot,
     Taint,
+    Window,
 )
 from lightsout.state.types import ScaleDownPolicy as ScaleDown
 from lightsout.state.types import ScaleUpPolicy as ScaleUp
@@ -257,6 +258,10 @@ def _group(obj: Mapping[str, Any], notes: list[str]) -> Group | None:
         price_per_kwh=spec.electricity.price_per_kwh if spec.electricity else None,
         last_scale_up=parse_time(dig(obj, "status", "lastScaleUp", "time")),
         last_scale_down=parse_time(dig(obj, "status", "lastScaleDown", "time")),
+        windows=tuple(
+            Window(window.times(), window.min_nodes, window.max_nodes, window.quiet, window.strict)
+            for window in spec.windows or ()
+        ),
     )
 
 

@@ -7,7 +7,7 @@ replay simulator (`lightsout.simulate.engine`) with the trace's CronJobs, lookin
 run up in its own expansion of the same `fire_times`.
 
 `fire_times` expands `spec.schedule` in `spec.timeZone` (the controller's default is its own
-zone: UTC here) with `lightsout.state.schedule`, the controller's own schedule arithmetic
+zone: UTC here) with `lightsout.models.schedule`, the controller's own schedule arithmetic
 (robfig/cron's `Next`), so daylight-saving nights come out as the controller has them: a run
 at a local time that does not exist that night is skipped, one in the repeated hour happens
 twice. `expression` and `zone` read the two fields and say what is wrong (the trace check
@@ -40,7 +40,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from lightsout.state import schedule as cron_schedule
+from lightsout.models import schedule as cron_schedule
 from lightsout.state.parse import as_str, dig, scheduling_requirements
 from lightsout.state.types import ExpectedPod, ObjectKey, SchedulingRequirements
 

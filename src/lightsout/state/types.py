@@ -17,6 +17,7 @@ from datetime import datetime
 
 from lightsout.models.enums import Autoscaler, Phase, PowerState, SelectionPolicy
 from lightsout.models.group import DEFAULT_BREAK_EVEN_MULTIPLE, DEFAULT_JOB_GRACE_SECONDS
+from lightsout.models.windows import WindowTimes
 from lightsout.state.resources import Resources
 
 #: Pod annotation that keeps the autoscaler from draining the pod's node.
@@ -256,6 +257,26 @@ class Group:
     price_per_kwh: float | None = None
     last_scale_up: datetime | None = None
     last_scale_down: datetime | None = None
+    #: `spec.windows`: recurring floors and ceilings (`planning.windows` applies them).
+    windows: tuple[Window, ...] = ()
+    #: Set by `planning.windows.effective` on the Group the planner sizes: the window whose
+    #: limits are in force, in words ("window evening (18:00-23:00 Europe/Berlin): minNodes 1
+    #: until 23:00").
+    window_note: str | None = None
+    #: Set by `planning.windows.effective`: a quiet window is open ("strict" when strict).
+    quiet: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A schedule window of a Group: its times, and the limits it sets while open."""
+
+    times: WindowTimes
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    #: No power-on for pods another Group could host (`strict`: for no pending pod at all).
+    quiet: bool = False
+    strict: bool = False
 
 
 @dataclass(frozen=True, slots=True)
