@@ -31,6 +31,7 @@ import io
 import ipaddress
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -309,6 +310,25 @@ state = "{d / "containerd" / "state"}"
                     os.kill(int(entry.name), signal.SIGKILL)
 
     # ------------------------------------------------------------------ network
+    def _drop_stale_api_routes(self) -> None:
+        """Delete the DNAT rules of real nodes that are gone: one real node runs at a time
+        (`HOST_LOCK`), so any rule found before this one adds its own was left by a run killed
+        before it could clean up, and, coming first, it would send the pods' API traffic to
+        that run's dead API server."""
+        listed = subprocess.run(
+            ["iptables", "-t", "nat", "-S", "PREROUTING"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        for line in listed.stdout.splitlines():
+            if line.startswith("-A PREROUTING ") and "lightsout real node " in line:
+                subprocess.run(
+                    ["iptables", "-t", "nat", "-D", *shlex.split(line)[1:]],
+                    capture_output=True,
+                    check=False,
+                )
+
     def _route_api_service(self, *, add: bool) -> None:
         """Add (or remove) the DNAT rule that makes the `kubernetes` Service reach the API
         server from pods on the bridge (kube-proxy's job, for this one Service)."""
@@ -320,6 +340,8 @@ state = "{d / "containerd" / "state"}"
             )
             Path(f"/proc/sys/net/ipv4/conf/{BRIDGE}/route_localnet").write_text("1\n")
         host, port = API_SERVICE
+        if add:
+            self._drop_stale_api_routes()
         rule = [
             "PREROUTING", "-i", BRIDGE, "-d", f"{host}/32", "-p", "tcp", "--dport", str(port),
             "-m", "comment", "--comment", f"lightsout real node {self.directory}",
