@@ -246,6 +246,18 @@ def _schedulable(crds: Cluster, name: str) -> bool:
     return ready and not node["spec"].get("unschedulable") and not blocking
 
 
+def _held_job_on(crds: Cluster, namespace: str, job: str, machine: str) -> str:
+    """Start Job `job` with its pod held Running; the pod's name once it runs on `machine`."""
+    fleet.apply(crds, namespace, [batch_job(job, JOB_REQUESTS, HELD)])
+    ((pod, node),) = wait_for(
+        lambda: list(_job_running(crds, namespace, job).items()),
+        PATIENCE,
+        f"Job {job}'s pod Running",
+    )
+    assert node == machine, node
+    return pod
+
+
 def _job_running(crds: Cluster, namespace: str, job: str) -> dict[str, str]:
     """The Job's Running pods, not being deleted, and where each runs."""
     pods = get_json(crds, "pods", "-n", namespace, "-l", f"job-name={job}")
@@ -314,13 +326,7 @@ def test_a_running_jobs_pod_keeps_its_machine_until_it_completes_unless_the_grac
         )
         # The Job's pod goes to the emptier machine (kube-scheduler's least-allocated score);
         # it would fit on `two` too, so without the grace `one` would be unneeded.
-        fleet.apply(crds, namespace, [batch_job("build", JOB_REQUESTS, HELD)])
-        ((build_pod, node),) = wait_for(
-            lambda: list(_job_running(crds, namespace, "build").items()),
-            PATIENCE,
-            "the Job's pod Running",
-        )
-        assert node == one, node
+        build_pod = _held_job_on(crds, namespace, "build", one)
 
         # (1) Scale-down on, the grace at its default: the Job keeps `one` on, and `lightsout
         # plan` names it with the time left.
@@ -388,13 +394,7 @@ def test_a_running_jobs_pod_keeps_its_machine_until_it_completes_unless_the_grac
         patch_desired(crds, namespace, one, "On")
         wait_phase(crds, namespace, one, "Ready")
         wait_for(lambda: _schedulable(crds, one), PATIENCE, "one's core Node schedulable")
-        fleet.apply(crds, namespace, [batch_job("train", JOB_REQUESTS, HELD)])
-        ((first, node),) = wait_for(
-            lambda: list(_job_running(crds, namespace, "train").items()),
-            PATIENCE,
-            "the second Job's pod Running",
-        )
-        assert node == one, node
+        first = _held_job_on(crds, namespace, "train", one)
         _patch_scale_down(crds, namespace, {"enabled": True})
         wait_for(lambda: desired(crds, namespace, one) == "Off", PATIENCE, "one wanted Off")
         moved = wait_for(
