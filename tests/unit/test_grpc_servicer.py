@@ -19,6 +19,7 @@ import pytest
 from google.protobuf import duration_pb2, timestamp_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from lightsout.actuation import inputs
 from lightsout.config import OperatorConfig
 from lightsout.grpc import server
 from lightsout.grpc.cluster import ConflictError
@@ -30,6 +31,7 @@ from lightsout.planning import nodegroups as ng
 from lightsout.state import CONFIGMAPS_KEY, GROUPS_KEY, MACHINES_KEY, NODES_KEY, SECRETS_KEY
 from lightsout.state.references import contents_entry
 from lightsout.state.resources import Resources
+from tests.harness.ca_flags import readme_flags
 from tests.unit.test_autoscale_objects import NS, core_node, group, machine
 
 pytestmark = pytest.mark.unit
@@ -346,6 +348,128 @@ def test_options_start_from_the_defaults_and_override_what_the_group_says(serve:
     assert got.scaleDownGpuUtilizationThreshold == pytest.approx(0.6)
     assert got.ignoreDaemonSetsUtilization is True
     assert got.scaleDownUnreadyDuration.seconds == 1200
+
+
+def test_each_group_answers_its_own_unneeded_time_whatever_the_global_flag(serve: Any) -> None:
+    stub, _ = serve(
+        ca_group("quick", scaleDown={"unneededSeconds": 10}),
+        ca_group("slow", scaleDown={"unneededSeconds": 1800}),
+        machine("q", group="quick"),
+        machine("s", group="slow"),
+    )
+    # README's --scale-down-unneeded-time=10m, as cluster-autoscaler sends it.
+    defaults = pb.NodeGroupAutoscalingOptions(
+        scaleDownUnneededDuration=duration_pb2.Duration(seconds=600)
+    )
+    got = {
+        name: stub.NodeGroupGetOptions(
+            pb.NodeGroupAutoscalingOptionsRequest(id=f"{NS}/{name}", defaults=defaults)
+        ).nodeGroupAutoscalingOptions.scaleDownUnneededDuration.seconds
+        for name in ("quick", "slow")
+    }
+    assert got == {"quick": 10, "slow": 1800}
+
+
+# --- --balance-similar-node-groups: what cluster-autoscaler compares ----------------------------
+#: Labels cluster-autoscaler never compares (processors/nodegroupset: BasicIgnoredLabels).
+CA_IGNORED_LABELS = frozenset(
+    {
+        "kubernetes.io/hostname",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "beta.kubernetes.io/fluentd-ds-ready",
+        "kops.k8s.io/instancegroup",
+    }
+)
+#: README's `--balancing-ignore-label`s.
+README_IGNORED_LABELS = frozenset(
+    flag.partition("=")[2]
+    for flag in readme_flags()
+    if flag.startswith("--balancing-ignore-label=")
+)
+RACK = {
+    "labels": {"pool": "racks"},
+    "taints": [{"key": "dedicated", "value": "racks", "effect": "NoSchedule"}],
+}
+
+
+def template(stub: pb_grpc.CloudProviderStub, name: str) -> k8s_node_pb2.Node:
+    request = pb.NodeGroupTemplateNodeInfoRequest(id=f"{NS}/{name}")
+    return k8s_node_pb2.Node.FromString(stub.NodeGroupTemplateNodeInfo(request).nodeBytes)
+
+
+def similar(a: k8s_node_pb2.Node, b: k8s_node_pb2.Node, ignored: frozenset[str]) -> bool:
+    """cluster-autoscaler's comparison of two empty templates (IsCloudProviderNodeInfoSimilar,
+    1.34): the same capacities, memory within 1.5 % and the others equal; allocatable (here
+    the capacity) alike; the same labels but the `ignored` ones. Taints are not compared."""
+    capacities = [{k: v.string for k, v in n.status.capacity.items()} for n in (a, b)]
+    if capacities[0].keys() != capacities[1].keys():
+        return False
+    for name, amount in capacities[0].items():
+        other = capacities[1][name]
+        if name == "memory":
+            larger, smaller = max(int(amount), int(other)), min(int(amount), int(other))
+            if larger - smaller > 0.015 * larger:
+                return False
+        elif amount != other:
+            return False
+    labels = [{k: v for k, v in n.metadata.labels.items() if k not in ignored} for n in (a, b)]
+    return labels[0] == labels[1]
+
+
+def test_two_groups_alike_are_similar_to_cluster_autoscaler_with_readmes_flags(
+    serve: Any,
+) -> None:
+    stub, _ = serve(
+        ca_group("rack-a", **RACK),
+        ca_group("rack-b", **RACK),
+        machine("a-1", group="rack-a"),
+        machine("b-1", group="rack-b"),
+    )
+    a, b = template(stub, "rack-a"), template(stub, "rack-b")
+    assert similar(a, b, CA_IGNORED_LABELS | README_IGNORED_LABELS)
+    # Each template names its Group and machine, as their core Nodes will: without README's
+    # --balancing-ignore-label flags the two Groups are never alike.
+    assert a.metadata.labels["lightsout.dev/group"] == "rack-a"
+    assert b.metadata.labels["lightsout.dev/node"] == "b-1"
+    assert not similar(a, b, CA_IGNORED_LABELS)
+
+
+@pytest.mark.parametrize(
+    ("b_group", "b_machine"),
+    [
+        ({"labels": {"pool": "other"}}, {}),  # a Group label of its own
+        ({}, {"labels": {"disk": "ssd"}}),  # a machine label of its own
+        ({}, {"cpu": "8"}),  # more cpus
+        ({}, {"memory": "9Gi"}),  # memory beyond 1.5 %
+    ],
+)
+def test_groups_that_differ_are_not_similar_despite_readmes_flags(
+    serve: Any, b_group: dict[str, Any], b_machine: dict[str, Any]
+) -> None:
+    stub, _ = serve(
+        ca_group("rack-a", **RACK),
+        ca_group("rack-b", **{**RACK, **b_group}),
+        machine("a-1", group="rack-a"),
+        machine("b-1", group="rack-b", **b_machine),
+    )
+    a, b = template(stub, "rack-a"), template(stub, "rack-b")
+    assert not similar(a, b, CA_IGNORED_LABELS | README_IGNORED_LABELS)
+
+
+def test_template_labels_are_those_the_operator_puts_on_the_core_node(serve: Any) -> None:
+    """A pod selecting `lightsout.dev/group` makes cluster-autoscaler scale that Group up from
+    zero only if its template carries the label the core Node will."""
+    rack = ca_group("rack-a", labels={"pool": "racks", "zone": "a"})
+    box = machine("a-1", group="rack-a", labels={"zone": "b", "disk": "ssd"})
+    box["spec"]["driver"]["wol"]["ssh"]["privateKeySecretRef"] = {"name": "key"}  # a valid spec
+    stub, _ = serve(rack, box)
+    labels = dict(template(stub, "rack-a").metadata.labels)
+    wanted, _ = inputs.wanted_metadata(box, inputs.node_spec(box), inputs.group_spec(rack))
+    assert labels.pop("kubernetes.io/hostname") == "a-1"
+    assert labels == wanted
 
 
 def _stamp(moment: dt.datetime) -> timestamp_pb2.Timestamp:

@@ -46,6 +46,7 @@ from lightsout.planning.types import (
     OperationResult,
     Phase,
     PowerState,
+    core_node_labels,
 )
 from lightsout.state.references import Unresolved
 from lightsout.text import clip_middle
@@ -352,9 +353,8 @@ def wanted_metadata(
 ) -> tuple[dict[str, str], list[dict[str, str]]]:
     """Labels and taints the core Node must carry: the Group's, then the Node's (which win)."""
     policy = group or GroupSpec()
-    labels = {**(policy.labels or {}), **(spec.labels or {})}
-    labels["lightsout.dev/node"] = node["metadata"]["name"]
-    labels["lightsout.dev/group"] = spec.group
+    merged = {**(policy.labels or {}), **(spec.labels or {})}
+    labels = core_node_labels(merged, node["metadata"]["name"], spec.group)
     taints: dict[tuple[str, str], dict[str, str]] = {}
     for taint in [*(policy.taints or []), *(spec.taints or [])]:
         taints[(taint.key, taint.effect)] = taint.to_dict()

@@ -37,6 +37,8 @@ from lightsout.state.references import Unresolved
 
 __all__ = [
     "ACTION_PHASE",
+    "GROUP_LABEL",
+    "NODE_LABEL",
     "PHASE_ACTION",
     "STARTUP_TAINT_KEY",
     "Action",
@@ -62,6 +64,18 @@ __all__ = [
 #: the Node when it does not exist) and removes once the machine is Ready: no pod lands on a
 #: machine before it carries its Group's and its own labels and taints. Effect NoSchedule.
 STARTUP_TAINT_KEY = "lightsout.dev/unregistered"
+#: Labels on every machine's core Node besides its Group's and its own: the Node resource and
+#: the Group it belongs to (a pod can select a Group by them).
+NODE_LABEL = "lightsout.dev/node"
+GROUP_LABEL = "lightsout.dev/group"
+
+
+def core_node_labels(labels: Mapping[str, str], machine: str, group: str) -> dict[str, str]:
+    """The labels a machine's core Node carries: `labels` (the Group's, then the machine's,
+    already merged) and the two naming the machine and its Group. The operator applies them;
+    cluster-autoscaler's template of a node group shows them (`planning.nodegroups`)."""
+    return {**labels, NODE_LABEL: machine, GROUP_LABEL: group}
+
 
 #: The phase a machine is in while each power action runs (or waits for its retry).
 ACTION_PHASE: Mapping[Action, Phase] = {
