@@ -97,7 +97,8 @@ class ClusterAutoscaler:
     #: Whose rights it runs with: the cluster's admin kubeconfig unless given (see
     #: `service_account_kubeconfig`).
     kubeconfig: Path | None = None
-    #: Flags added to (or overriding) the defaults below, e.g. `--scan-interval=10s`.
+    #: Flags added to (or replacing) the defaults below, e.g. `--scan-interval=10s`; of one
+    #: given twice, cluster-autoscaler takes the last (a list flag, every one).
     flags: Sequence[str] = ()
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
@@ -136,10 +137,11 @@ class ClusterAutoscaler:
             "--max-graceful-termination-sec": "5",
             "--v": "4",
         }
-        for flag in self.flags:
-            name, _, value = flag.partition("=")
-            defaults[name] = value
-        return [str(find_cluster_autoscaler()), *(f"{k}={v}" for k, v in defaults.items())]
+        given = {flag.partition("=")[0] for flag in self.flags}
+        kept = [f"{k}={v}" for k, v in defaults.items() if k not in given]
+        # The given flags as they are, repeats included: cluster-autoscaler collects a repeated
+        # list flag (`--balancing-ignore-label`), and a flag without a value is a boolean one.
+        return [str(find_cluster_autoscaler()), *kept, *self.flags]
 
     def start(self) -> Self:
         self.workdir.mkdir(parents=True, exist_ok=True)
