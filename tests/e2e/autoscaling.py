@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from kubernetes import client
@@ -18,7 +18,7 @@ from kubernetes import client
 from lightsout_lab import Cluster
 from lightsout_lab.machines import MachineSimulator, SimMachine
 from lightsout_lab.sushy import FakeSystem, SushyEmulator
-from tests.e2e.conftest import PATIENCE
+from tests.e2e.conftest import PATIENCE, wait_phase
 from tests.harness import fleet
 from tests.harness.wait import events_for, get_json
 
@@ -59,6 +59,24 @@ class Fleet:
             node = fleet.redfish_node(machine, bmc, group_name=group, resources=resources, **spec)
             out.append(node)
         return out
+
+    def apply(
+        self,
+        crds: Cluster,
+        bmc: SushyEmulator,
+        groups: list[dict[str, Any]],
+        group_of: Mapping[str, str],
+    ) -> dict[str, str]:
+        """The Groups, the BMC's Secrets and every machine in its Group (`group_of`, by short
+        name), all Off once this returns; the machines' names by short name."""
+        nodes = self.nodes(bmc)
+        for short, node in zip(self.sizes, nodes, strict=True):
+            node["spec"]["group"] = group_of[short]
+        fleet.apply(crds, self.namespace, [*fleet.bmc_secrets(bmc), *groups, *nodes])
+        names = {short: self.name(short) for short in self.sizes}
+        for name in names.values():
+            wait_phase(crds, self.namespace, name, "Off")
+        return names
 
     def simulator(
         self, api: client.ApiClient, bmc: SushyEmulator, *, provider_ids: bool = True

@@ -62,6 +62,26 @@ def ca_group(name: str = "ca", **spec: Any) -> dict[str, Any]:
     return fleet.group(name, **{**base, **spec})
 
 
+#: Issue 28's Groups: "small" of two 4-cpu machines at 30 W, "big" of one 16-cpu at 220 W
+#: (`Fleet` sizes, and the Group of each machine).
+PRICED = {
+    "small-1": {"cpu": "4", "memory": "8Gi", "watts": 30},
+    "small-2": {"cpu": "4", "memory": "8Gi", "watts": 30},
+    "big": {"cpu": "16", "memory": "32Gi", "watts": 220},
+}
+PRICED_GROUP_OF = {"small-1": "small", "small-2": "small", "big": "big"}
+
+
+def priced_groups() -> list[dict[str, Any]]:
+    return [ca_group("small"), ca_group("big", maxNodes=1)]
+
+
+def with_flags(flags: list[str], *own: str) -> list[str]:
+    """`flags` (README's) with a test's `own` in place of those of the same names."""
+    names = {flag.partition("=")[0] for flag in own}
+    return [f for f in flags if f.partition("=")[0] not in names] + list(own)
+
+
 def assert_allowed(autoscaler: ClusterAutoscaler) -> None:
     """Nothing cluster-autoscaler tried was refused by RBAC."""
     refused = [line for line in autoscaler.text().splitlines() if "forbidden" in line]

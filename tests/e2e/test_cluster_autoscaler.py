@@ -13,19 +13,16 @@ pod goes, cluster-autoscaler's DeleteNodes powers that machine off through Light
 core Node goes away. With README's flags (`--expander=price`) and two Groups that can both
 hold a pending pod, cluster-autoscaler prices them through PricingNodePrice and
 PricingPodPrice without an error and powers on one machine of the Group that draws least
-(issue 28); on the same Groups, one cluster-autoscaler process per expander (`least-waste`,
-`most-pods`, `priority` with its ConfigMap, `random`) picks the Group that expander documents.
-Over mTLS, cluster-autoscaler with the right client certificate works and a
-client without it is refused. Seconds between the steps are printed, never asserted.
+(issue 28); the other expanders and README's other flags are test_cluster_autoscaler_matrix.py's.
+Over mTLS, cluster-autoscaler with the right client certificate works and a client without it
+is refused. Seconds between the steps are printed, never asserted.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -42,14 +39,17 @@ from lightsout_lab.pki import Pki, create_pki
 from lightsout_lab.sushy import POWER_OFF, POWER_ON, SushyEmulator
 from tests.e2e.autoscaling import Fleet, desired, diagnosed, pod, pod_node, running
 from tests.e2e.ca_support import (
+    PRICED,
+    PRICED_GROUP_OF,
     assert_allowed,
     ca_group,
     condition_since,
     event_time,
     lab_flags,
     operator,
+    priced_groups,
 )
-from tests.e2e.conftest import PATIENCE, patch_desired, wait_phase
+from tests.e2e.conftest import PATIENCE, wait_phase
 from tests.harness import fleet
 from tests.harness.wait import get_json, wait_for
 
@@ -167,12 +167,6 @@ def scale_up_then_down(
 
 
 # ------------------------------------------------------------------------- price expander
-#: Issue 28's Groups: "small" of two 4-cpu machines at 30 W, "big" of one 16-cpu at 220 W.
-PRICED = {
-    "small-1": {"cpu": "4", "memory": "8Gi", "watts": 30},
-    "small-2": {"cpu": "4", "memory": "8Gi", "watts": 30},
-    "big": {"cpu": "16", "memory": "32Gi", "watts": 220},
-}
 #: What cluster-autoscaler logs when a price is missing (expander/price/price.go).
 PRICING_ERRORS = ("Failed to get price", "Failed to calculate", "Not implemented")
 
@@ -190,20 +184,6 @@ def priced_bmc(
         yield emulator
 
 
-def apply_priced(
-    crds: Cluster, namespace: str, priced: Fleet, bmc: SushyEmulator
-) -> dict[str, str]:
-    """Issue 28's two Groups and three machines, all Off; their names by short name."""
-    nodes = priced.nodes(bmc, "small")
-    nodes[2]["spec"]["group"] = "big"
-    groups = [ca_group("small"), ca_group("big", maxNodes=1)]
-    fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), *groups, *nodes])
-    names = {short: priced.name(short) for short in PRICED}
-    for name in names.values():
-        wait_phase(crds, namespace, name, "Off")
-    return names
-
-
 def test_price_expander_powers_on_the_group_that_draws_least(
     crds: Cluster,
     namespace: str,
@@ -214,7 +194,7 @@ def test_price_expander_powers_on_the_group_that_draws_least(
     priced_bmc: SushyEmulator,
     ca_kubeconfig: Path,
 ) -> None:
-    names = apply_priced(crds, namespace, priced, priced_bmc)
+    names = priced.apply(crds, priced_bmc, priced_groups(), PRICED_GROUP_OF)
     # README's flags as a user copies them; --v=5 logs the price expander's scores.
     flags = [*lab_flags(), "--v=5"]
     assert "--expander=price" in flags
@@ -258,121 +238,6 @@ def test_price_expander_powers_on_the_group_that_draws_least(
         f"\nprice expander: pod on {host} {(ran - started).total_seconds():.0f} s after it was"
         " created; scores:\n" + "\n".join(s.split("] ", 1)[-1] for s in scores[:2])
     )
-
-
-@dataclass(frozen=True)
-class Row:
-    """One expander, the 3-cpu pods left pending, and the Groups its documentation allows."""
-
-    expander: str
-    pods: int
-    allowed: tuple[str, ...]
-    why: str
-
-
-#: Each expander's documented choice on issue 28's Groups (price: the test above).
-ROWS = (
-    Row("least-waste", 1, ("small",), "a 4-cpu node idles 1 cpu, a 16-cpu node 13"),
-    Row("most-pods", 3, ("big",), "two small machines hold two 3-cpu pods, one big holds three"),
-    Row("priority", 1, ("big",), "its ConfigMap ranks ^<namespace>/big$ above .*"),
-    Row("random", 1, ("small", "big"), "any Group that holds the pod"),
-)
-PRIORITIES = "cluster-autoscaler-priority-expander"
-SCALE_UP = re.compile(r"\] Scale-up: setting group (\S+) size to (\d+)")
-
-
-def test_each_expander_picks_the_group_it_documents(
-    crds: Cluster,
-    namespace: str,
-    tmp_path: Path,
-    plaintext_operator: OperatorProcess,
-    grpc_address: str,
-    priced: Fleet,
-    priced_bmc: SushyEmulator,
-    ca_kubeconfig: Path,
-) -> None:
-    """One lab and one set of machines, one cluster-autoscaler process per expander with
-    README's flags; each row ends once IncreaseSize has recorded its intent, and the machines
-    it turned on are turned off again before the next row."""
-    names = apply_priced(crds, namespace, priced, priced_bmc)
-    priorities = {"priorities": f"10:\n  - .*\n50:\n  - ^{namespace}/big$\n"}
-    crds.kubectl(
-        "create", "configmap", PRIORITIES, "-n", "kube-system",
-        *(f"--from-literal={k}={v}" for k, v in priorities.items()),
-    )  # fmt: skip
-    seconds: dict[str, float] = {}
-    try:
-        for row in ROWS:
-            started = dt.datetime.now(dt.UTC)
-            chosen = expander_row(crds, namespace, tmp_path, grpc_address, ca_kubeconfig, row)
-            assert chosen in [f"{namespace}/{g}" for g in row.allowed], (row, chosen)
-            chose = (dt.datetime.now(dt.UTC) - started).total_seconds()
-            reset(crds, namespace, names, row)
-            seconds[row.expander] = (dt.datetime.now(dt.UTC) - started).total_seconds()
-            print(
-                f"\n{row.expander}: {chosen} ({row.why}); chosen after {chose:.0f} s,"
-                f" reset after {seconds[row.expander] - chose:.0f} s more"
-            )
-    finally:
-        crds.kubectl("delete", "configmap", PRIORITIES, "-n", "kube-system", "--ignore-not-found")
-    print(f"expander matrix: {sum(seconds.values()):.0f} s for {len(seconds)} rows")
-
-
-def expander_row(
-    crds: Cluster, namespace: str, tmp_path: Path, address: str, kubeconfig: Path, row: Row
-) -> str:
-    """The node group cluster-autoscaler with `row.expander` scales up for `row.pods` pods,
-    once the operator has recorded the intent on one of that group's machines."""
-    flags = [*lab_flags(), f"--expander={row.expander}"]
-    workdir = tmp_path / row.expander
-    autoscaler = ClusterAutoscaler(crds, address, workdir, kubeconfig=kubeconfig, flags=flags)
-    with autoscaler, diagnosed(crds, namespace):
-        for i in range(row.pods):
-            work = pod(f"{row.expander}-{i}", "3")
-            crds.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(work))
-        try:
-            group, size = wait_for(
-                lambda: (m := SCALE_UP.search(autoscaler.text())) and m.groups(),
-                120,
-                f"cluster-autoscaler ({row.expander}) to choose a node group",
-            )
-            members = [
-                o["metadata"]["name"]
-                for o in json.loads(
-                    crds.kubectl("get", "lsn", "-n", namespace, "-o", "json").stdout
-                )["items"]
-                if f"{namespace}/{o['spec']['group']}" == group
-            ]
-            wait_for(
-                lambda: [m for m in members if desired(crds, namespace, m) == "On"],
-                60,
-                f"IncreaseSize of {group} to be recorded",
-            )
-        except AssertionError as error:
-            raise AssertionError(f"{error}\ncluster-autoscaler:\n{autoscaler.tail()}") from error
-        log = autoscaler.text()
-    assert len(SCALE_UP.findall(log)) == 1, SCALE_UP.findall(log)
-    assert size == "1", (group, size)
-    assert_allowed(autoscaler)
-    return str(group)
-
-
-def reset(crds: Cluster, namespace: str, names: dict[str, str], row: Row) -> None:
-    """Every machine Off again, with no core Node left, and the row's pods gone. Intent
-    first: a power-on Job that has not started yet is cancelled rather than run."""
-    for name in names.values():
-        if desired(crds, namespace, name) == "On":
-            patch_desired(crds, namespace, name, "Off")
-    for i in range(row.pods):
-        crds.kubectl(
-            "delete", "pod", f"{row.expander}-{i}", "-n", namespace,
-            "--grace-period=0", "--force", "--ignore-not-found",
-        )  # fmt: skip
-    for name in names.values():
-        wait_phase(crds, namespace, name, "Off")
-        wait_for(
-            lambda n=name: get_json(crds, "node", n) is None, PATIENCE, f"core Node {name} gone"
-        )
 
 
 # ------------------------------------------------------------------------------------ mTLS

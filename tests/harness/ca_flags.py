@@ -1,9 +1,11 @@
 """README's cluster-autoscaler flags, read from its "Using cluster-autoscaler" block.
 
 The end-to-end tests run a real cluster-autoscaler with exactly these
-(tests/e2e/test_cluster_autoscaler.py), and a unit test checks that the shipped Deployment
-(deploy/cluster-autoscaler/cluster-autoscaler.yaml) passes them too, so what a user copies,
-what ships and what is tested cannot drift apart.
+(tests/e2e/test_cluster_autoscaler.py and test_cluster_autoscaler_matrix.py, whose rows add
+only what each is about), tests/unit/test_grpc_servicer.py checks that Groups alike
+are similar under its `--balancing-ignore-label`s, and a unit test checks that the shipped
+Deployment (deploy/cluster-autoscaler/cluster-autoscaler.yaml) passes them too, so what a user
+copies, what ships and what is tested cannot drift apart.
 """
 
 from __future__ import annotations
