@@ -234,8 +234,9 @@ def per_pod_requests() -> int:
     system read, one order, then PowerState reads every poll interval until the transition
     timeout (community.general's listing is not used: the system id resolves directly)."""
     defaults = yaml.safe_load((ROOT / "roles/redfish_power/defaults/main.yml").read_text())
-    polls = defaults["redfish_power_transition_timeout"] // defaults["redfish_power_poll_interval"]
-    return 1 + 1 + polls + 1
+    timeout = defaults["redfish_power_transition_timeout"]
+    polls = -(-timeout // defaults["redfish_power_poll_interval"]) + 1  # the role's ceil + 1
+    return 1 + 1 + polls
 
 
 def test_flapping_bmc_is_retried_with_backoff_and_sent_one_order(lab: FaultLab) -> None:

@@ -183,7 +183,16 @@ class Cluster:
         self._save_state()
         assert self._pki is not None
         self._wait_https(name, f"{self.server}/readyz", time.monotonic() + timeout, self._pki)
-        return time.monotonic()
+        ready = time.monotonic()
+        if "kwok" in self.pids:
+            # kwok (v0.7) plays the machines' kubelets, but unlike a kubelet it never watches
+            # Nodes again after its API server went away: a Node created afterwards (a machine
+            # that boots) would stay NotReady for ever. Started again, it lists them afresh.
+            self.halt("kwok")
+            argv, env = self._launches["kwok"]
+            self._spawn("kwok", argv, env)
+            self._save_state()
+        return ready
 
     def destroy(self) -> None:
         """Stop and remove the directory."""
