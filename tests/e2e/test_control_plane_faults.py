@@ -182,6 +182,12 @@ def finish(lab: FaultLab, back: float, boot: str, drain: str, job: str, label: s
     """After the outage: the booting machine Ready, the draining one (its budget deleted) Off,
     each with exactly one power order and one Job; prints how long each took."""
     release_pod(lab, drain)
+    wait_for(
+        lambda: status(lab.cluster, NAMESPACE, boot).get("phase") in ("Booting", "Ready"),
+        PATIENCE,
+        f"{boot}'s Job result taken",
+    )
+    adopted_after = time.monotonic() - back
     ready = wait_phase(lab.cluster, NAMESPACE, boot, "Ready")
     ready_after = time.monotonic() - back
     wait_phase(lab.cluster, NAMESPACE, drain, "Off")
@@ -189,7 +195,8 @@ def finish(lab: FaultLab, back: float, boot: str, drain: str, job: str, label: s
     boot_orders = orders(lab.bmc, lab.machines[boot])
     drain_orders = orders(lab.bmc, lab.machines[drain])
     print(  # figures for the report, not assertions
-        f"\n[{label}] after the control plane returned: {boot} Ready in {ready_after:.1f}s, "
+        f"\n[{label}] after the control plane returned: {boot}'s Job result taken in "
+        f"{adopted_after:.1f}s, {boot} Ready in {ready_after:.1f}s, "
         f"{drain} Off in {off_after:.1f}s (its budget deleted at once); orders {boot}: "
         f"{boot_orders}, {drain}: {drain_orders}"
     )

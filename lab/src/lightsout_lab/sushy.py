@@ -12,6 +12,9 @@ What it gives you:
   ``disable_power_off=True`` makes the BMC refuse power-off with HTTP 400, and
   ``FakeSystem(..., graceful_shutdown="ignore")`` is a machine whose OS ignores a
   ``GracefulShutdown`` (the BMC accepts it, the machine stays On until a ``ForceOff``).
+- ``middlewares=("module:factory", ...)`` — WSGI middlewares wrapped around sushy's app inside
+  the recorder (``MIDDLEWARES``), e.g. ``lightsout_lab.flapping`` (a BMC failing every other
+  request).
 - ``power_state(uuid)`` / ``wait_power_state(uuid, "On")`` — read a system's PowerState.
 - ``power_requests(...)`` / ``count_power_requests(...)`` — every
   ``POST /redfish/v1/Systems/<id>/Actions/ComputerSystem.Reset`` that reached the emulator,
