@@ -195,8 +195,9 @@ def finish(lab: FaultLab, back: float, boot: str, drain: str, job: str, label: s
     boot_orders = orders(lab.bmc, lab.machines[boot])
     drain_orders = orders(lab.bmc, lab.machines[drain])
     print(  # figures for the report, not assertions
-        f"\n[{label}] after the control plane returned: {boot}'s Job result taken in "
-        f"{adopted_after:.1f}s, {boot} Ready in {ready_after:.1f}s, "
+        f"\n[{label}] after the control plane returned: {boot}'s Job result (the job "
+        f"controller's recovery included) taken in {adopted_after:.1f}s, {boot} Ready in "
+        f"{ready_after:.1f}s, "
         f"{drain} Off in {off_after:.1f}s (its budget deleted at once); orders {boot}: "
         f"{boot_orders}, {drain}: {drain_orders}"
     )
