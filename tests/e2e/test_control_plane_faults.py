@@ -35,6 +35,10 @@ from tests.e2e.conftest import PATIENCE, patch_desired, running_job, status, wai
 from tests.harness import fleet
 from tests.harness.wait import events_for, get_json, holds, wait_for
 
+#: One pytest-xdist worker runs them all (`--dist loadgroup`): they share the module's lab,
+#: which other workers would otherwise each start again.
+pytestmark = pytest.mark.xdist_group("control-plane-faults")
+
 NAMESPACE = "faults"
 #: How long the API server stays down (the issue's figure).
 API_DOWN_SECONDS = 60
