@@ -6,6 +6,9 @@ on the spot, and writes an admin kubeconfig; kwok plays the pods' lives as
 `lightsout_lab.kwok_stages` says. Used by the session fixture in `tests/conftest.py`,
 by `lightsout-lab dev-cluster up|down|env` and by `lightsout-lab demo`. Every process runs in its
 own session so `stop()` can kill whole process groups even after a test failed half-way.
+`halt(name)` and `resume(name)` stop one component and start it again with the same arguments
+(same port, etcd's data kept): what a control-plane node's reboot or an etcd restart looks like
+to the operator (`tests/e2e/test_control_plane_faults.py`).
 
 kube-apiserver and kube-controller-manager look time zones up in `zoneinfo/` first (Go's
 `ZONEINFO`), then in the system's database as usual: a test can put a made-up zone there (a
@@ -56,6 +59,11 @@ class Cluster:
     # Popen objects of processes this instance started, kept so they are reaped (and Python does
     # not warn about children still running when the object would be collected).
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+    #: How each component was started (argv, environment), so `resume` starts it the same way.
+    _launches: dict[str, tuple[list[str], Mapping[str, str] | None]] = field(
+        default_factory=dict, repr=False
+    )
+    _pki: Pki | None = field(default=None, repr=False)
 
     @property
     def kubeconfig(self) -> Path:
@@ -99,7 +107,7 @@ class Cluster:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
         self.zoneinfo.mkdir(exist_ok=True)
-        pki = create_pki(self.directory / "pki")
+        self._pki = pki = create_pki(self.directory / "pki")
         self.ports = {
             name: process.free_port()
             for name in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler")
@@ -154,6 +162,37 @@ class Cluster:
         self.pids.clear()
         self._procs.clear()
         self._save_state()
+
+    def halt(self, name: str) -> None:
+        """Stop one component (`kube-apiserver`, `etcd`, ...) as a crash or reboot would: its
+        process group is killed; its port, certificates and (etcd) data stay for `resume`."""
+        pid = self.pids.pop(name)
+        _kill_group(pid)
+        proc = self._procs.pop(name, None)
+        if proc is not None:
+            proc.wait()
+        self._save_state()
+
+    def resume(self, name: str, timeout: float = 180.0) -> float:
+        """Start a halted component again exactly as before; return once the API server is
+        ready again (its `/readyz` checks etcd too), with the monotonic time it became so."""
+        if name in self.pids:
+            raise ClusterError(f"{name} is running")
+        argv, env = self._launches[name]
+        self._spawn(name, argv, env)
+        self._save_state()
+        assert self._pki is not None
+        self._wait_https(name, f"{self.server}/readyz", time.monotonic() + timeout, self._pki)
+        ready = time.monotonic()
+        if "kwok" in self.pids:
+            # kwok (v0.7) plays the machines' kubelets, but unlike a kubelet it never watches
+            # Nodes again after its API server went away: a Node created afterwards (a machine
+            # that boots) would stay NotReady for ever. Started again, it lists them afresh.
+            self.halt("kwok")
+            argv, env = self._launches["kwok"]
+            self._spawn("kwok", argv, env)
+            self._save_state()
+        return ready
 
     def destroy(self) -> None:
         """Stop and remove the directory."""
@@ -226,6 +265,7 @@ class Cluster:
     # ----------------------------------------------------------------- internals
     def _spawn(self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
         proc = process.spawn(argv, self.logs / f"{name}.log", self.directory, env)
+        self._launches[name] = (list(argv), env)
         self.pids[name] = proc.pid
         self._procs[name] = proc
 

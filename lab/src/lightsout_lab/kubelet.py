@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes import client, watch
 from kubernetes.client import ApiException
 
@@ -425,14 +426,33 @@ class KubeletAgent:
 
     # ------------------------------------------------------------------ status
     def _patch_status(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        """Report the pod's status; while the API server (or its etcd) is away, try again
+        until it answers, as a real kubelet's status manager does: a pod that ended during an
+        outage must not stay Running for ever."""
         meta = pod["metadata"]
-        try:
-            client.CoreV1Api(self.api).patch_namespaced_pod_status(
-                meta["name"], meta["namespace"], {"status": status}
+        delay = 0.5
+        while True:
+            try:
+                client.CoreV1Api(self.api).patch_namespaced_pod_status(
+                    meta["name"], meta["namespace"], {"status": status}
+                )
+                return
+            except ApiException as exc:
+                if exc.status is not None and 0 < exc.status < 500:
+                    if exc.status != 404:
+                        log.warning(
+                            "status of %s/%s: %s", meta["namespace"], meta["name"], exc.reason
+                        )
+                    return
+                problem = str(exc.reason)
+            except urllib3.exceptions.HTTPError as exc:  # no connection to the API server
+                problem = str(exc)
+            log.info(
+                "status of %s/%s not reported yet (%s)", meta["namespace"], meta["name"], problem
             )
-        except ApiException as exc:
-            if exc.status != 404:
-                log.warning("status of %s/%s: %s", meta["namespace"], meta["name"], exc.reason)
+            if self._stop.wait(delay):
+                return
+            delay = min(delay * 2, 5.0)
 
     def _report_creating(self, pod: dict[str, Any], started: str) -> None:
         self._patch_status(pod, pod_status.creating(pod, started))

@@ -12,6 +12,9 @@ What it gives you:
   ``disable_power_off=True`` makes the BMC refuse power-off with HTTP 400, and
   ``FakeSystem(..., graceful_shutdown="ignore")`` is a machine whose OS ignores a
   ``GracefulShutdown`` (the BMC accepts it, the machine stays On until a ``ForceOff``).
+- ``middlewares=("module:factory", ...)`` — WSGI middlewares wrapped around sushy's app inside
+  the recorder (``MIDDLEWARES``), e.g. ``lightsout_lab.flapping`` (a BMC failing every other
+  request).
 - ``power_state(uuid)`` / ``wait_power_state(uuid, "On")`` — read a system's PowerState.
 - ``power_requests(...)`` / ``count_power_requests(...)`` — every
   ``POST /redfish/v1/Systems/<id>/Actions/ComputerSystem.Reset`` that reached the emulator,
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import importlib
 import io
 import json
 import os
@@ -63,6 +67,11 @@ HARNESS_HEADER = "X-Lightsout-Harness"
 
 #: Setting in the emulator's config: the uuids of the systems whose OS ignores GracefulShutdown.
 IGNORES_GRACEFUL_SHUTDOWN = "LIGHTSOUT_IGNORES_GRACEFUL_SHUTDOWN"
+
+#: Setting in the emulator's config: WSGI middlewares ("module:factory") wrapped around sushy's
+#: app inside the recorder (so what they refuse is recorded); each factory is called as
+#: `factory(app, config)` and returns the wrapped app (e.g. `lightsout_lab.flapping:Flapping`).
+MIDDLEWARES = "LIGHTSOUT_MIDDLEWARES"
 
 _RESET_SUFFIX = "/Actions/ComputerSystem.Reset"
 _SYSTEMS_PREFIX = "/redfish/v1/Systems/"
@@ -141,6 +150,7 @@ class SushyEmulator(process.WorkdirService):
         systems: the machines it emulates (at least one).
         username / password: basic-auth credentials it accepts.
         disable_power_off: refuse ForceOff/GracefulShutdown with HTTP 400.
+        middlewares: "module:factory" names of WSGI middlewares to add (see MIDDLEWARES).
         workdir: where the cert, htpasswd, config, state and logs go (default: a temp dir,
             removed on stop).
         start_timeout: seconds to wait for the emulator to answer.
@@ -161,6 +171,7 @@ class SushyEmulator(process.WorkdirService):
         disable_power_off: bool = False,
         workdir: Path | None = None,
         start_timeout: float = 30.0,
+        middlewares: Iterable[str] = (),
     ) -> None:
         self.systems = tuple(systems)
         if not self.systems:
@@ -169,6 +180,7 @@ class SushyEmulator(process.WorkdirService):
         self.password = password
         self.disable_power_off = disable_power_off
         self.start_timeout = start_timeout
+        self.middlewares = tuple(middlewares)
         self.host = "127.0.0.1"
         self.port = 0
         super().__init__(workdir)
@@ -419,6 +431,7 @@ class SushyEmulator(process.WorkdirService):
             IGNORES_GRACEFUL_SHUTDOWN: [
                 s.uuid for s in self.systems if s.graceful_shutdown == "ignore"
             ],
+            MIDDLEWARES: list(self.middlewares),
         }
         lines = [f"{key} = {value!r}" for key, value in settings.items()]
         (self.workdir / "config.py").write_text("\n".join(lines) + "\n")
@@ -557,6 +570,9 @@ def _serve(config_path: str, record_path: str) -> int:
     fakedriver.FakeDriver = _ignoring_graceful_shutdown(
         fakedriver.FakeDriver, app.config.get(IGNORES_GRACEFUL_SHUTDOWN, ())
     )
+    for name in app.config.get(MIDDLEWARES, ()):
+        module, _, factory = name.partition(":")
+        app.wsgi_app = getattr(importlib.import_module(module), factory)(app.wsgi_app, app.config)
     app.wsgi_app = _Recorder(app.wsgi_app, Path(record_path))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(

@@ -35,6 +35,13 @@ from dataclasses import dataclass, field
 log = logging.getLogger(__name__)
 
 
+def backoff(failures: int, base: float, cap: float) -> float:
+    """Seconds to wait before the next try when `failures` tries failed before this failure
+    (0: this is the first): `base`, doubling, never more than `cap`. An API server away for
+    minutes so gets one try per `cap` seconds from each retrying loop, never a storm."""
+    return min(base * float(2 ** min(failures, 32)), cap)
+
+
 @dataclass
 class WorkQueue[K: Hashable]:
     """Pending keys (de-duplicated), keys in processing, timers and per-key failure counts."""
@@ -83,7 +90,7 @@ class WorkQueue[K: Hashable]:
         """Retry `key` after its backoff; returns the delay chosen."""
         failures = self._failures.get(key, 0)
         self._failures[key] = failures + 1
-        delay = min(self.base_delay * float(2**failures), self.max_delay)
+        delay = backoff(failures, self.base_delay, self.max_delay)
         self.add_after(key, delay)
         return delay
 

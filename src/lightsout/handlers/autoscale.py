@@ -39,6 +39,7 @@ from lightsout.actuation.plans import PlanApplier
 from lightsout.config import OperatorConfig
 from lightsout.execution import reconcile as rc
 from lightsout.execution.scaling import KubeScale, LeaderLease, count, gauge_pending
+from lightsout.execution.workqueue import backoff
 from lightsout.handlers.lifecycle import shared_api
 from lightsout.handlers.node import NOT_OURS, slim
 from lightsout.k8s.api import Api
@@ -65,8 +66,10 @@ log = logging.getLogger(__name__)
 
 #: Seconds to let a burst of changes settle into one plan.
 DEBOUNCE = 0.1
-#: Seconds before planning again after a pass failed (API unreachable, …).
+#: Seconds before planning again after a pass failed (API unreachable, …), doubling with each
+#: failure in a row up to `ERROR_RETRY_MAX`; the Lease is tried again no sooner either.
 ERROR_RETRY = 5.0
+ERROR_RETRY_MAX = 60.0
 #: Seconds before planning again when a write lost a race and no watch event came meanwhile.
 CONFLICT_RETRY = 2.0
 
@@ -175,6 +178,7 @@ class Planner:
         loop = asyncio.get_running_loop()
         plan_at: float | None = None  # loop time of the next deadline-driven plan
         renew_at: float | None = None  # loop time the leader Lease needs attention
+        failures = 0  # passes failed in a row
         while True:
             due = [t for t in (plan_at, renew_at) if t is not None]
             timeout = max(0.0, min(due) - loop.time()) if due else None
@@ -190,6 +194,7 @@ class Planner:
             try:
                 leading = await asyncio.to_thread(self._lead)
                 renew_at = loop.time() + self.lease.renew_in(dt.datetime.now(dt.UTC))
+                failures = 0
                 if not leading:
                     plan_at = None
                     continue
@@ -199,8 +204,12 @@ class Planner:
                 wake_in = await self._plan_and_apply()
                 plan_at = None if wake_in is None else loop.time() + wake_in
             except Exception:
-                log.exception("autoscaler pass failed; planning again in %ss", ERROR_RETRY)
-                plan_at = loop.time() + ERROR_RETRY
+                # The Lease's renewal time passed too: without a later one the loop would try
+                # again at once, thousands of requests a minute at an API server that is away.
+                delay = backoff(failures, ERROR_RETRY, ERROR_RETRY_MAX)
+                failures += 1
+                log.exception("autoscaler pass failed; planning again in %ss", delay)
+                plan_at = renew_at = loop.time() + delay
 
     def _lead(self) -> bool:
         leading = self.lease.hold(dt.datetime.now(dt.UTC))

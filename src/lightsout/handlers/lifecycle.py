@@ -35,6 +35,11 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.posting.level = 20  # INFO and above become Kubernetes events
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
+    # While the API server is away (a control-plane node rebooting, etcd restarting) every
+    # watch retries its request with these pauses, then starts over with a fresh list; kopf's
+    # default grows to 21 s, so a watch could notice the return that late. Capped at 5 s: the
+    # watches are back within seconds (one try per watch per 5 s meanwhile, no storm).
+    settings.networking.error_backoffs = (1, 2, 3, 5, 5, 5, 5, 5, 5, 5, 5, 5)
     # Every handler is async except the probe: machines are reconciled by a fixed pool of
     # workers (handlers/node.py), not by a thread per machine.
     settings.execution.max_workers = KOPF_THREADS

@@ -40,6 +40,7 @@ AcquireLease, and every transitional phase renews the Lease on each reconcile):
 | PoweringOn | Job succeeded, power On/unreported | Booting | JobSucceeded |
 | PoweringOn | Job succeeded, power Off | retry | PowerStateMismatch (Drifted=True) |
 | PoweringOn | Job failed | retry | JobFailed (quotes the failed task) |
+| PoweringOn | Job failed: BMC did not answer | retry (maxRetries kept) | BMCUnavailable |
 | Provisioning | Group's address pool exhausted | retry | AddressPoolExhausted (no StartJob) |
 | PoweringOn | Job's pod cannot start | retry | PodStartFailed (DeleteJob; names the cause) |
 | PoweringOn | Job deleted by anyone before it finished | retry | JobLost (not re-created) |
@@ -75,7 +76,11 @@ at Ready removes that taint (and a Ready machine whose Node still has it gets it
 Retries: an attempt that fails (Job failed, wrong power state, registration timeout, Job lost)
 is retried while `attempt <= maxRetries`, after `retry_backoff(attempt)` seconds (30 s doubling
 up to 10 min); the retry is a new Job (`attempt + 1`) for the same intent generation. Then the
-machine is Failed, which is not a dead end: any new generation starts over at attempt 1.
+machine is Failed, which is not a dead end: any new generation starts over at attempt 1. A
+playbook that failed because the BMC (or hypervisor API) refused with 503/429/502/504 or did not
+answer (`planning.outages`) is retried after the same backoff without spending `maxRetries`,
+with reason BMCUnavailable, for 30 minutes in the action's phase; the backoff keeps such an
+outage to a handful of attempts (`outages.attempts_within`), never a request storm.
 
 Drain timeout: eviction is never forced past a PodDisruptionBudget, because powering off a
 machine whose pods a PDB protects is exactly the outage a PDB exists to prevent. After
@@ -99,6 +104,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from lightsout.planning import outages
 from lightsout.planning.effects import (
     AcquireLease,
     ApplyNodeMetadata,
@@ -191,6 +197,7 @@ class Reason(StrEnum):
     POD_START_FAILED = "PodStartFailed"
     ADDRESS_POOL_EXHAUSTED = "AddressPoolExhausted"
     FORCED_POWER_OFF = "ForcedPowerOff"
+    BMC_UNAVAILABLE = "BMCUnavailable"
 
 
 #: Reasons that describe a passing wait rather than the machine; a steady phase replaces them.
@@ -885,7 +892,8 @@ def _running(m: MachineState, obs: Observations, now: datetime, op: Operation) -
         power_state=job.power_state,
         values=job.values,
     )
-    return _attempt_failed(m, failed, Reason.JOB_FAILED, message)
+    cause = Reason.BMC_UNAVAILABLE if _outage(failed) else Reason.JOB_FAILED
+    return _attempt_failed(m, failed, cause, message)
 
 
 def _succeeded(
@@ -1000,7 +1008,7 @@ def _retry_pending(m: MachineState, obs: Observations, now: datetime, op: Operat
             f"desired power state changed to {m.desired}; {op.action} retries abandoned",
         )
     allowed = m.max_retries + 1
-    if op.attempt >= allowed:
+    if op.attempt >= allowed and not _rides_out(m, op, now):
         # maxRetries was lowered while a retry was pending.
         message = f"{op.message} (gave up after {op.attempt} attempts)"
         effects: tuple[Effect, ...] = (
@@ -1011,12 +1019,11 @@ def _retry_pending(m: MachineState, obs: Observations, now: datetime, op: Operat
     due = (op.finished or op.started) + timedelta(seconds=retry_backoff(op.attempt))
     if now < due:
         remaining = (due - now).total_seconds()
-        message = (
-            f"{op.message}; retrying in {int(remaining)}s (attempt {op.attempt + 1} of {allowed})"
-        )
+        message = f"{op.message}; retrying in {int(remaining)}s ({_attempt_note(m, op, now)})"
         effects = (AcquireLease(), Requeue(max(SOON_SECONDS, remaining)))
-        return Decision(m.phase, Reason.RETRY_SCHEDULED, message, effects, op)
-    message = f"retrying {op.action} (attempt {op.attempt + 1} of {allowed}) after: {op.message}"
+        reason = Reason.BMC_UNAVAILABLE if _outage(op) else Reason.RETRY_SCHEDULED
+        return Decision(m.phase, reason, message, effects, op)
+    message = f"retrying {op.action} ({_attempt_note(m, op, now)}) after: {op.message}"
     return _start(m, now, op.action, op.intent_generation, reason=Reason.RETRYING, message=message)
 
 
@@ -1035,16 +1042,20 @@ def _attempt_failed(
         *extra,
     )
     allowed = m.max_retries + 1
-    if failed.attempt < allowed:
+    now = failed.finished or failed.started
+    if failed.attempt < allowed or _rides_out(m, failed, now):
         delay = retry_backoff(failed.attempt)
-        text = f"{message}; retrying in {delay}s (attempt {failed.attempt + 1} of {allowed})"
+        text = f"{message}; retrying in {delay}s ({_attempt_note(m, failed, now)})"
         effects: tuple[Effect, ...] = (
             AcquireLease(),
             *conditions,
             Event(EventType.WARNING, cause, message),
             Requeue(float(delay)),
         )
-        return Decision(ACTION_PHASE[failed.action], Reason.RETRY_SCHEDULED, text, effects, failed)
+        # An outage keeps its own reason while it lasts: what a person needs to read.
+        reason = Reason.BMC_UNAVAILABLE if cause is Reason.BMC_UNAVAILABLE else None
+        phase = ACTION_PHASE[failed.action]
+        return Decision(phase, reason or Reason.RETRY_SCHEDULED, text, effects, failed)
     text = f"{message} (gave up after {failed.attempt} attempts)"
     effects = (
         *conditions,
@@ -1053,6 +1064,24 @@ def _attempt_failed(
         Event(EventType.WARNING, Reason.RETRIES_EXHAUSTED, text),
     )
     return Decision(Phase.FAILED, Reason.RETRIES_EXHAUSTED, text, effects, failed)
+
+
+def _outage(failed: Operation) -> bool:
+    """The attempt's playbook failed because the BMC (or hypervisor API) did not answer."""
+    return failed.failed_task is not None and outages.unavailable(failed.message)
+
+
+def _rides_out(m: MachineState, failed: Operation, now: datetime) -> bool:
+    """A failed attempt that met an unavailable BMC is retried without spending maxRetries
+    while the action is young enough (`planning.outages`)."""
+    return _outage(failed) and outages.rides_out(m.phase_since, now)
+
+
+def _attempt_note(m: MachineState, failed: Operation, now: datetime) -> str:
+    allowed = m.max_retries + 1
+    if failed.attempt < allowed or not _rides_out(m, failed, now):
+        return f"attempt {failed.attempt + 1} of {allowed}"
+    return f"attempt {failed.attempt + 1}; a BMC outage does not use up maxRetries"
 
 
 def _cancel(m: MachineState, now: datetime, op: Operation, when: str) -> Decision:

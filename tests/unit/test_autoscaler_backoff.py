@@ -1,0 +1,58 @@
+"""The built-in autoscaler's loop while the API server is away: it backs off instead of asking
+again at once (it used to: its Lease's renewal time had passed, so the loop never waited, and
+thousands of requests a minute went to an API server that was down)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+
+import pytest
+
+from lightsout.config import OperatorConfig
+from lightsout.execution.workqueue import backoff
+from lightsout.handlers import autoscale
+
+pytestmark = pytest.mark.unit
+
+
+class AwayLease:
+    """A leader Lease held by another replica, to be looked at again in 50 ms; then its API
+    server goes away."""
+
+    def __init__(self) -> None:
+        self.tries = 0
+
+    def hold(self, _now: dt.datetime) -> bool:
+        self.tries += 1
+        if self.tries == 1:
+            return False
+        raise ConnectionError("API server away")
+
+    def renew_in(self, _now: dt.datetime) -> float:
+        return 0.05
+
+
+async def tries_within(seconds: float) -> int:
+    planner = autoscale.Planner(OperatorConfig(identity="me"), {}, api=None)  # type: ignore[arg-type]
+    lease = AwayLease()
+    planner.lease = lease  # type: ignore[assignment]
+    planner.poke()
+    task = asyncio.create_task(planner.run())
+    await asyncio.sleep(seconds)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return lease.tries
+
+
+def test_an_unreachable_api_server_is_tried_once_per_backoff_not_in_a_loop() -> None:
+    # The look at 50 ms fails; the next waits ERROR_RETRY seconds, not 0.
+    assert asyncio.run(tries_within(1.0)) == 2, "the next try waits for the backoff"
+
+
+def test_the_backoff_doubles_up_to_its_cap() -> None:
+    delays = [backoff(n, autoscale.ERROR_RETRY, autoscale.ERROR_RETRY_MAX) for n in range(6)]
+    assert delays == [5, 10, 20, 40, 60, 60]
+    assert backoff(10_000, 1, 120) == 120
