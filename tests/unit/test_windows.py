@@ -7,13 +7,18 @@ overlapping windows, naming the field.
 
 from __future__ import annotations
 
+import itertools
+import re
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from pydantic import ValidationError
 
 from lightsout.commands import status
-from lightsout.models.group import GroupSpec
+from lightsout.handlers.admission import spec_refusal
+from lightsout.models.group import WINDOW_CRON_PATTERN, GroupSpec
+from lightsout.models.schedule import ScheduleError, parse
 from lightsout.planning.autoscale import plan
 from lightsout.planning.prewarm import MARGIN
 from lightsout.planning.wake import next_wake
@@ -103,8 +108,9 @@ def test_overlapping_windows_are_refused_naming_the_field() -> None:
 @pytest.mark.parametrize(
     ("field", "value", "loc", "words"),
     [
-        ("schedule", "0 25 * * *", "schedule", "not a valid cron schedule"),
-        ("schedule", "0 18 * * 7", "schedule", "not a valid cron schedule"),
+        ("schedule", "0 25 * * *", "schedule", "must be a cron schedule whose fields are in"),
+        ("schedule", "0 18 * * 7", "schedule", "must be a cron schedule whose fields are in"),
+        ("schedule", "0 22-6 * * *", "schedule", "not a valid cron schedule"),
         ("timeZone", "Mars/Olympus", "timeZone", "unknown time zone"),
     ],
 )
@@ -115,6 +121,42 @@ def test_a_bad_schedule_or_time_zone_is_refused_naming_the_field(
     (detail,) = error.errors()
     assert detail["loc"] == ("windows", 0, loc)
     assert words in detail["msg"]
+
+
+def test_the_crds_schedule_pattern_admits_no_schedule_the_cronjob_parser_refuses() -> None:
+    """The API server's CEL pattern (`WINDOW_CRON_PATTERN`) against the parser, each field
+    given each tricky value (the fields are read independently): whatever the pattern admits
+    parses, except an inverted range (only the model and the Group webhook see that), and
+    everyday schedules are admitted."""
+    pattern = re.compile(WINDOW_CRON_PATTERN)
+    values = ["0", "+05", "59", "60", "23", "24", "31", "32", "12", "13", "6", "7", "*", "?"]
+    values += ["*/0", "*/15", "1-5", "5-1", "mon-fri", "JAN", "sun,sat", "1#2", "L", "-1", "3,"]
+    admitted = 0
+    for field, value in itertools.product(range(5), values):
+        text = " ".join(value if at == field else "*" for at in range(5))
+        if not pattern.fullmatch(text):
+            continue
+        if "5-1" in text:
+            with pytest.raises(ScheduleError, match="beyond end of range"):
+                parse(text, ZoneInfo("UTC"))
+        else:
+            parse(text, ZoneInfo("UTC"))
+        admitted += 1
+    assert admitted > 30
+    for everyday in ("0 18 * * 1-5", "30 22 * * sun,sat", "*/10 7-9 1,15 * ?", "@daily"):
+        assert pattern.fullmatch(everyday), everyday
+
+
+def test_the_group_webhook_refuses_what_the_model_refuses_naming_the_field() -> None:
+    late = {"name": "late", "schedule": "30 12 * * *", "durationSeconds": 600, "quiet": True}
+
+    overlapping = spec_refusal({"windows": [evening(minNodes=1), late]})
+    inverted = spec_refusal({"windows": [{**evening(minNodes=1), "schedule": "0 22-6 * * *"}]})
+
+    assert overlapping is not None and overlapping.startswith("spec.windows: windows evening")
+    assert inverted is not None and inverted.startswith("spec.windows[0].schedule: schedule")
+    assert spec_refusal({"windows": [evening(minNodes=1)]}) is None
+    assert spec_refusal(None) is None
 
 
 def test_the_replay_has_the_floor_ready_at_its_opening_and_off_after_it() -> None:

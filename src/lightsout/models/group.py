@@ -8,6 +8,7 @@ the status subresource; cluster-autoscaler sees each Group as one node group.
 from __future__ import annotations
 
 import ipaddress
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal, Self
 
@@ -269,6 +270,44 @@ WINDOW_STRICT_NEEDS_QUIET = Rule(
 )
 
 
+def _cron_field(value: str) -> str:
+    """One cron field's regular expression: a comma-separated list of `*`, `?`, `V` or `V-V`,
+    each with an optional `/step`, where `V` is a number in the field's range (with Go's
+    optional `+` and leading zeros, as `strconv.Atoi` reads it) or one of its names."""
+    item = rf"(\*|\?|{value}(-{value})?)(/\+?0*[1-9][0-9]*)?"
+    return f"{item}(,{item})*"
+
+
+def _cron_number(pattern: str) -> str:
+    return rf"\+?0*({pattern})"
+
+
+#: A window's schedule with every field in its range, so that the API server refuses
+#: `0 25 * * *` (the five-field shape alone lets it through). What a regular expression cannot
+#: see, an inverted range (`22-6`), is refused by the model and by the Group webhook.
+WINDOW_CRON_PATTERN = (
+    r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|"
+    + r"\s+".join(
+        _cron_field(value)
+        for value in (
+            _cron_number(r"[1-5]?[0-9]"),
+            _cron_number(r"1?[0-9]|2[0-3]"),
+            _cron_number(r"[1-9]|[12][0-9]|3[01]"),
+            f"({_cron_number(r'[1-9]|1[0-2]')}|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))",
+            f"({_cron_number('[0-6]')}|(?i:sun|mon|tue|wed|thu|fri|sat))",
+        )
+    )
+    + r")$"
+)
+WINDOW_CRON_RULE = Rule(
+    cel=f"self.matches(r'{WINDOW_CRON_PATTERN}')",
+    message=(
+        "must be a cron schedule whose fields are in range: minute 0-59, hour 0-23, day of "
+        "month 1-31, month 1-12 or jan-dec, day of week 0-6 or sun-sat"
+    ),
+)
+
+
 def _schedule_parses(value: str) -> str:
     """The schedule as the API server checks a CronJob's (`ParseStandard`), in UTC: the zone
     changes when a schedule fires, never whether it parses."""
@@ -284,7 +323,12 @@ def _zone_exists(value: str) -> str:
     return value
 
 
-WindowSchedule = Annotated[CronSchedule, AfterValidator(_schedule_parses)]
+WindowSchedule = Annotated[
+    CronSchedule,
+    SchemaExtra.cel(WINDOW_CRON_RULE),
+    checked(WINDOW_CRON_RULE, re.compile(WINDOW_CRON_PATTERN).fullmatch),
+    AfterValidator(_schedule_parses),
+]
 TimeZone = Annotated[
     str,
     StringConstraints(min_length=1, max_length=64, pattern=TIME_ZONE),
@@ -397,9 +441,10 @@ class GroupSpec(ApiModel):
     )
     """Recurring windows that change minNodes/maxNodes while open (e.g. a warm evening: one
     machine Ready from 18:00 to 23:00). No two may be open at once; the Group's own limits
-    apply outside them. The API server checks each schedule's shape; the operator checks that
-    it parses as a CronJob's and that windows never overlap (over the next 400 days), and
-    reads a Group that fails either with its windows ignored, saying so in the plan."""
+    apply outside them. The API server checks each schedule's fields; the operator's Group
+    webhook refuses a schedule that does not parse as a CronJob's and windows that overlap
+    (over the next 400 days); without the webhook the operator reads such a Group with its
+    windows ignored, saying so in the plan."""
 
     @model_validator(mode="after")
     def _limits(self) -> Self:
