@@ -15,6 +15,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from pydantic import ValidationError
 
+from lightsout.actuation.memory import MemoryScale
+from lightsout.actuation.plans import PlanApplier
 from lightsout.commands import status
 from lightsout.handlers.admission import spec_refusal
 from lightsout.models.group import WINDOW_CRON_PATTERN, GroupSpec
@@ -67,6 +69,27 @@ def test_a_floor_powers_on_one_learned_boot_before_its_window_opens() -> None:
     assert "before it opens at 12:10" in action.reason
     group_lines = " ".join(next(iter(due.explanations.groups.values())))
     assert "in force: window evening" in group_lines
+
+
+def test_the_group_is_told_when_its_floor_starts_early_opens_and_closes() -> None:
+    port, applier = MemoryScale(machines={}), PlanApplier(dry_run=True)
+    moments = [OPENS_IN - LEAD - 1, OPENS_IN - LEAD, OPENS_IN, OPENS_IN + 1800, OPENS_IN + 3600]
+    for seconds in (*moments, OPENS_IN + 3700):
+        snapshot = snap(*household(evening(minNodes=1)))
+        applier.apply(port, snapshot, plan(snapshot, at(seconds)), at(seconds))
+
+    said = [(kind, e.reason, e.message) for kind, _, e in port.events]
+    assert [(kind, reason) for kind, reason, _ in said] == [
+        ("Group", "WindowInForce"),  # the floor, early
+        ("Group", "WindowInForce"),  # open
+        ("Group", "WindowClosed"),
+    ]
+    assert said[0][2].startswith("in force: window evening (12:10-13:10 UTC): minNodes 1")
+    assert f"powered on {LEAD:.0f}s before it opens at 12:10" in said[0][2]
+    assert said[1][2] == "in force: window evening (12:10-13:10 UTC): minNodes 1 until 13:10"
+    assert said[2][2] == (
+        "no schedule window in force: the Group's own minNodes 0 and maxNodes 10 apply"
+    )
 
 
 def test_a_floor_no_longer_holds_once_its_window_has_closed() -> None:
