@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -90,6 +91,34 @@ def test_the_group_is_told_when_its_floor_starts_early_opens_and_closes() -> Non
     assert said[2][2] == (
         "no schedule window in force: the Group's own minNodes 0 and maxNodes 10 apply"
     )
+
+
+def test_days_from_to_is_the_same_window_as_its_cron_form_and_runs_past_midnight() -> None:
+    night = {"name": "night", "days": ["sun", "fri"], "from": "22:30", "to": "07:00"}
+    (window,) = GroupSpec.model_validate({"windows": [{**night, "quiet": True}]}).windows or []
+
+    times = window.times()
+
+    assert (times.schedule, times.duration_seconds) == ("30 22 * * sun,fri", 8 * 3600 + 1800)
+    friday = datetime(2026, 11, 27, 23, 0, tzinfo=UTC)  # a Friday, 23:00
+    assert times.open_at(friday) == datetime(2026, 11, 27, 22, 30, tzinfo=UTC)
+    assert times.open_at(friday + timedelta(hours=7, minutes=59)) is not None  # Sat 06:59
+    assert times.open_at(friday + timedelta(hours=8)) is None  # Saturday 07:00: closed
+    assert times.open_at(friday + timedelta(days=1)) is None  # no window on Saturday night
+
+
+@pytest.mark.parametrize(
+    ("window", "words"),
+    [
+        ({"schedule": "0 22 * * *", "durationSeconds": 600, "days": ["mon"]}, "either schedule"),
+        ({"days": ["mon"], "from": "22:00"}, "either schedule"),
+        ({"days": ["mon"], "from": "07:00", "to": "07:00"}, "from and to must differ"),
+        ({"days": ["mon"], "from": "7:00", "to": "08:00"}, "at least 5 characters"),
+    ],
+)
+def test_a_window_in_neither_or_both_forms_is_refused(window: dict[str, Any], words: str) -> None:
+    error = _refusal([{"name": "night", "quiet": True, **window}])
+    assert words in str(error)
 
 
 def test_a_floor_no_longer_holds_once_its_window_has_closed() -> None:

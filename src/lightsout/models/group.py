@@ -263,11 +263,37 @@ WINDOW_SETS_SOMETHING = Rule(
     cel="has(self.minNodes) || has(self.maxNodes) || (has(self.quiet) && self.quiet)",
     message="a window sets minNodes, maxNodes, quiet or several of them",
 )
+WINDOW_ONE_FORM = Rule(
+    cel=(
+        "has(self.schedule) ? has(self.durationSeconds) && !has(self.days) && !has(self.from)"
+        " && !has(self.to) : has(self.days) && has(self.from) && has(self.to)"
+        " && !has(self.durationSeconds)"
+    ),
+    message="a window is either schedule + durationSeconds or days + from + to",
+)
+WINDOW_FROM_NOT_TO = Rule(
+    cel="!has(self.from) || !has(self.to) || self.from != self.to",
+    message="from and to must differ (to before from runs past midnight)",
+    field_path=".to",
+)
 WINDOW_STRICT_NEEDS_QUIET = Rule(
     cel="!has(self.strict) || !self.strict || (has(self.quiet) && self.quiet)",
     message="strict applies only to a quiet window",
     field_path=".strict",
 )
+
+
+CLOCK = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
+#: Weekdays as cron numbers them (Sunday 0), for the days + from/to form.
+WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+Clock = Annotated[str, StringConstraints(min_length=5, max_length=5, pattern=CLOCK)]
+"""A time of day, `HH:MM` (24 h)."""
+Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+
+
+def _minutes(clock: str) -> int:
+    hours, minutes = clock.split(":")
+    return int(hours) * 60 + int(minutes)
 
 
 def _cron_field(value: str) -> str:
@@ -338,7 +364,7 @@ TimeZone = Annotated[
 
 class ScheduleWindow(ApiModel):
     """A recurring window: from each run of `schedule` (in `timeZone`) for `durationSeconds`,
-    the Group's minNodes and/or maxNodes are these.
+    or on each of `days` from `from` to `to`, the Group's limits are these.
 
     A floor's machines are powered on one learned boot (plus a margin) before the window
     opens, so they are Ready at its start; once it closes they are unneeded like any other and
@@ -346,16 +372,34 @@ class ScheduleWindow(ApiModel):
 
     model_config = ConfigDict(
         json_schema_extra=rules(
-            WINDOW_MIN_NOT_ABOVE_MAX, WINDOW_SETS_SOMETHING, WINDOW_STRICT_NEEDS_QUIET
+            WINDOW_MIN_NOT_ABOVE_MAX,
+            WINDOW_SETS_SOMETHING,
+            WINDOW_STRICT_NEEDS_QUIET,
+            WINDOW_ONE_FORM,
+            WINDOW_FROM_NOT_TO,
         )
     )
 
     name: Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=WINDOW_NAME)]
     """Names the window in plans, events and status (`evening`)."""
-    schedule: WindowSchedule
-    """When it opens: a five-field cron schedule, read as a CronJob's (`0 18 * * *`)."""
-    duration_seconds: int = Field(ge=60, le=604_800)
-    """How long it stays open after each opening (at most a week)."""
+    schedule: WindowSchedule | None = None
+    """When it opens: a five-field cron schedule, read as a CronJob's (`0 18 * * *`); with
+    durationSeconds. Or use days, from and to."""
+    duration_seconds: int | None = Field(default=None, ge=60, le=604_800)
+    """How long it stays open after each opening of `schedule` (at most a week)."""
+    days: list[Weekday] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=7,
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    """The days it opens on (`[mon, tue, wed, thu, fri]`), with from and to: the same window
+    as the schedule `MM HH * * mon,tue,...` for the time between from and to."""
+    from_: Clock | None = Field(default=None, alias="from")
+    """When it opens on each of `days`, `HH:MM` in timeZone (`18:00`)."""
+    to: Clock | None = None
+    """When it closes, `HH:MM`; earlier than from runs past midnight into the next day
+    (`22:00` to `07:00`: a night that belongs to the day it starts on)."""
     time_zone: TimeZone = "UTC"
     """IANA time zone the schedule is read in (`Europe/Berlin`); daylight saving is followed
     as the CronJob controller follows it."""
@@ -380,11 +424,28 @@ class ScheduleWindow(ApiModel):
             self.min_nodes is not None or self.max_nodes is not None or self.quiet
         )
         WINDOW_STRICT_NEEDS_QUIET.check(not self.strict or self.quiet)
+        spans = (self.days, self.from_, self.to)
+        WINDOW_ONE_FORM.check(
+            all(part is None for part in spans) and self.duration_seconds is not None
+            if self.schedule is not None
+            else all(part is not None for part in spans) and self.duration_seconds is None
+        )
+        WINDOW_FROM_NOT_TO.check(self.from_ is None or self.from_ != self.to)
         return self
 
     def times(self) -> window_times.WindowTimes:
+        """Its openings as a cron schedule and a length, whichever form it is written in."""
+        if self.schedule is not None and self.duration_seconds is not None:
+            return window_times.WindowTimes(
+                self.name, self.schedule, self.time_zone, self.duration_seconds
+            )
+        opens, closes = _minutes(self.from_ or "00:00"), _minutes(self.to or "00:00")
+        days = ",".join(day for day in WEEKDAYS if day in (self.days or ()))
+        schedule = f"{opens % 60} {opens // 60} * * {days}"
+        # Wall-clock minutes: across a daylight-saving change the window is an hour longer or
+        # shorter in real time that night, as a CronJob-opened window of this length would not be.
         return window_times.WindowTimes(
-            self.name, self.schedule, self.time_zone, self.duration_seconds
+            self.name, schedule, self.time_zone, (closes - opens) % 1440 * 60
         )
 
 
