@@ -407,7 +407,7 @@ def test_a_floor_window_is_ready_when_it_opens_and_a_quiet_window_leaves_the_pod
     """Quiet: a pod that the loud machine (the lowest-energy choice) or the nuc can host gets
     the nuc; the loud machine's BMC hears nothing and its Group says which window holds it.
     Floor: box's Group has a one-minute window with minNodes 1 opening at the next whole minute
-    at least its lead (boot estimate + 15 s) and some set-up time away: box is ordered on when
+    at least its lead (its boot estimate + 15 s) and some set-up time away: box is ordered on when
     the lead starts, Ready by the opening (within 10 s), and powered off once it has closed."""
     loud, nuc, box = (machines.name(s) for s in ("loud", "nuc", "box"))
     lead = dt.timedelta(seconds=BOX_BOOT + 15)

@@ -72,6 +72,21 @@ def test_a_floor_powers_on_one_learned_boot_before_its_window_opens() -> None:
     assert "in force: window evening" in group_lines
 
 
+def test_a_floor_starts_one_boot_of_the_slowest_machine_it_needs_early_not_of_the_groups() -> None:
+    """A slow, hungry tower in the Group is not what a floor of 1 powers on (the NUC is, by
+    lowest energy), so it does not make the floor start 300 s early; a floor of 2 needs it."""
+    tower = machine("tower", "8", "32Gi", watts=(120, 60, 3), learned={"bootSeconds": 300})
+    nuc = machine("nuc", "4", "16Gi", watts=(30, 10, 1), learned={"bootSeconds": NUC_BOOT})
+
+    def household_of(floor: int) -> list[Any]:
+        return [group(windows=[evening(minNodes=floor)]), nuc, tower]
+
+    assert ons(plan(snap(*household_of(1)), at(OPENS_IN - 300 - 15))) == []
+    assert ons(plan(snap(*household_of(1)), at(OPENS_IN - LEAD - 1))) == []
+    assert ons(plan(snap(*household_of(1)), at(OPENS_IN - LEAD))) == ["nuc"]
+    assert sorted(ons(plan(snap(*household_of(2)), at(OPENS_IN - 300 - 15)))) == ["nuc", "tower"]
+
+
 def test_the_group_is_told_when_its_floor_starts_early_opens_and_closes() -> None:
     port, applier = MemoryScale(machines={}), PlanApplier(dry_run=True)
     moments = [OPENS_IN - LEAD - 1, OPENS_IN - LEAD, OPENS_IN, OPENS_IN + 1800, OPENS_IN + 3600]

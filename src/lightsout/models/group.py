@@ -366,9 +366,10 @@ class ScheduleWindow(ApiModel):
     """A recurring window: from each run of `schedule` (in `timeZone`) for `durationSeconds`,
     or on each of `days` from `from` to `to`, the Group's limits are these.
 
-    A floor's machines are powered on one learned boot (plus a margin) before the window
-    opens, so they are Ready at its start; once it closes they are unneeded like any other and
-    power off on their usual timers. Windows of one Group must never be open at once."""
+    A floor's machines are powered on one boot of the slowest of them (learned, plus a margin)
+    before the window opens, so they are Ready at its start; once it closes they are unneeded
+    like any other and power off on their usual timers. Windows of one Group must never be open
+    at once."""
 
     model_config = ConfigDict(
         json_schema_extra=rules(
