@@ -22,12 +22,12 @@
 | LIGHTSOUT_GRPC_TLS_CLIENT_CA | (none) | file: the CA clients' certificates must chain to (mTLS) |
 | LIGHTSOUT_GRPC_HEALTH_ADDRESS | (none) | `host:port`: grpc.health.v1 only, plaintext (probes) |
 | LIGHTSOUT_GRPC_INSECURE | false | true: plaintext when no TLS files are set (tests, loopback) |
-| LIGHTSOUT_WEBHOOK_ADDRESS | (none: off) | `host:port`: serve the core-Node webhook (HTTPS) |
+| LIGHTSOUT_WEBHOOK_ADDRESS | (none: off) | `host:port`: serve the Node and Group webhooks (HTTPS) |
 | LIGHTSOUT_WEBHOOK_TLS_CERT | (none) | file: its certificate (PEM); required with the address |
 | LIGHTSOUT_WEBHOOK_TLS_KEY | (none) | file: its private key (PEM) |
 | LIGHTSOUT_WEBHOOK_TLS_CA | the certificate | file: the caBundle the API server checks it with |
-| LIGHTSOUT_WEBHOOK_URL | (none) | set: the operator writes its webhook configuration |
-| LIGHTSOUT_WEBHOOK_CONFIGURATION | lightsout-core-nodes | that configuration's name |
+| LIGHTSOUT_WEBHOOK_URL | (none) | set: the operator writes its webhook configurations |
+| LIGHTSOUT_WEBHOOK_CONFIGURATION | lightsout-core-nodes | their name (Mutating- and Validating-) |
 | LIGHTSOUT_WEBHOOK_TIMEOUT_SECONDS | 5 | its timeoutSeconds (1 to 30) |
 | LIGHTSOUT_WORKERS | 4 | reconcile passes at once (machines, Groups), whatever the fleet size |
 
@@ -92,7 +92,8 @@ class OperatorConfig:
     webhook_tls_cert: str | None = None
     webhook_tls_key: str | None = None
     webhook_tls_ca: str | None = None
-    #: Set: the operator writes its MutatingWebhookConfiguration (else the installer does).
+    #: Set: the operator writes its Mutating- and ValidatingWebhookConfiguration (else the
+    #: installer does).
     webhook_url: str | None = None
     webhook_configuration: str = "lightsout-core-nodes"
     webhook_timeout_seconds: int = 5

@@ -28,6 +28,7 @@ from tests.e2e.autoscaling import (
     desired,
     diagnosed,
     plan_json,
+    plan_text,
     pod,
     pod_node,
     reasons,
@@ -36,7 +37,7 @@ from tests.e2e.autoscaling import (
 )
 from tests.e2e.conftest import PATIENCE, wait_phase
 from tests.harness import fleet
-from tests.harness.wait import get_json, holds, wait_for
+from tests.harness.wait import events_for, get_json, holds, wait_for
 
 #: A CronJob's Job names its pods with this label.
 JOB_NAME = "batch.kubernetes.io/job-name"
@@ -381,3 +382,99 @@ def test_a_forbid_cronjob_whose_run_still_goes_is_not_pre_warmed_for_but_the_run
         assert pod_node(crds, namespace, run[0]) == solo
         assert power_ons() == 1
         assert f"nightly-{minute + 2}" not in jobs(), jobs()
+
+
+#: A frugal but loud machine in a Group with a quiet window always open, a machine in a Group
+#: without windows that can take the same pods, and one whose Group has a warm-evening floor
+#: (too small for the quiet part's pod, so the two parts cannot meet whatever the timing).
+WINDOWED = {
+    "loud": {"cpu": "4", "memory": "8Gi", "watts": 20},
+    "nuc": {"cpu": "4", "memory": "8Gi", "watts": 60},
+    "box": {"cpu": "1", "memory": "8Gi", "watts": 80},
+}
+#: Box's boot timeout, its boot estimate until one is learned: its floor is powered on this
+#: + 15 s before the window opens (generous: on a loaded machine a power-on Job can start late).
+BOX_BOOT = 90
+
+
+@pytest.mark.parametrize("machines", [WINDOWED], indirect=True, ids=["loud-nuc-box"])
+def test_a_floor_window_is_ready_when_it_opens_and_a_quiet_window_leaves_the_pod_elsewhere(
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    machines: Fleet,
+    bmc: SushyEmulator,
+) -> None:
+    """Quiet: a pod that the loud machine (the lowest-energy choice) or the nuc can host gets
+    the nuc; the loud machine's BMC hears nothing and its Group says which window holds it.
+    Floor: box's Group has a one-minute window with minNodes 1 opening at the next whole minute
+    at least its lead (its boot estimate + 15 s) and some set-up time away: box is ordered on when
+    the lead starts, Ready by the opening (within 10 s), and powered off once it has closed."""
+    loud, nuc, box = (machines.name(s) for s in ("loud", "nuc", "box"))
+    lead = dt.timedelta(seconds=BOX_BOOT + 15)
+    now = dt.datetime.now(dt.UTC)
+    # The next whole minute at least the lead and some set-up time away.
+    opens = (now + lead + dt.timedelta(seconds=60)).replace(second=0, microsecond=0)
+    nodes = {node["metadata"]["name"]: node for node in machines.nodes(bmc)}
+    for name, group_name in ((loud, "rack"), (nuc, "home"), (box, "evening")):
+        nodes[name]["spec"]["group"] = group_name
+    # Never booted yet: its boot estimate is its boot timeout.
+    nodes[box]["spec"]["power"]["bootTimeoutSeconds"] = BOX_BOOT
+    night = {"name": "night", "schedule": "0 * * * *", "durationSeconds": 3600, "quiet": True}
+    evening = {
+        "name": "evening",
+        "schedule": f"{opens.minute} {opens.hour} * * *",
+        "durationSeconds": 60,
+        "minNodes": 1,
+    }
+    down = {"unneededSeconds": 5, "stabilizationWindowSeconds": 0}
+    groups = [
+        fleet.group("rack", autoscaler="builtin", windows=[night]),
+        fleet.group("home", autoscaler="builtin", scaleDown={"unneededSeconds": 600}),
+        fleet.group("evening", autoscaler="builtin", windows=[evening], scaleDown=down),
+    ]
+    fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), *groups, *nodes.values()])
+    for name in (loud, nuc, box):
+        wait_phase(crds, namespace, name, "Off")
+
+    def power_ons(short: str) -> int:
+        return bmc.count_power_requests(machines.uuids[short], reset_types=POWER_ON)
+
+    with diagnosed(crds, namespace):
+        # Quiet: the pod gets the nuc, not the loud machine.
+        fleet.apply(crds, namespace, [pod("chore", "2")])
+        wait_for(lambda: pod_node(crds, namespace, "chore") == nuc, PATIENCE, "chore on nuc")
+        assert (power_ons("loud"), desired(crds, namespace, loud)) == (0, "Off")
+        told = [m for r, m in reasons(crds, namespace, "rack") if r == "WindowInForce"]
+        assert told and "window night" in told[0] and "quiet until" in told[0], told
+        shown = plan_text(crds, namespace)
+        assert "in force: window night" in shown and "quiet until" in shown, shown
+
+        # Floor: box is ordered On when its lead starts (the operator's event says when), not
+        # earlier, and before the window opens.
+        wait_for(lambda: desired(crds, namespace, box) == "On", PATIENCE, "the floor's power-on")
+        (ordered,) = [e for e in events_for(crds, namespace, box) if e["reason"] == "ScaleUp"]
+        assert "window evening" in ordered["message"], ordered["message"]
+        assert "before it opens" in ordered["message"], ordered["message"]
+        at = _event_time(ordered)
+        assert opens - lead - dt.timedelta(seconds=1) <= at < opens, (at, opens)
+        wait_phase(crds, namespace, box, "Ready")
+        ready = get_json(crds, "lsn", box, "-n", namespace)["status"]["phaseSince"]
+        assert _parse(ready) <= opens + dt.timedelta(seconds=10), (ready, opens)
+        said = [m for r, m in reasons(crds, namespace, "evening") if r == "WindowInForce"]
+        assert any("minNodes 1" in m for m in said), said
+
+        # Closed: box is unneeded like any other and powers off; the Group is told.
+        wait_for(lambda: desired(crds, namespace, box) == "Off", PATIENCE, "box off after")
+        closed = [m for r, m in reasons(crds, namespace, "evening") if r == "WindowClosed"]
+        assert closed and "own minNodes 0" in closed[0], closed
+        assert (power_ons("loud"), power_ons("nuc"), power_ons("box")) == (0, 1, 1)
+
+
+def _parse(stamp: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def _event_time(event: dict[str, Any]) -> dt.datetime:
+    stamp = event.get("eventTime") or event.get("firstTimestamp") or event["lastTimestamp"]
+    return _parse(stamp)

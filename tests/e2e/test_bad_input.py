@@ -3,6 +3,9 @@
 Runs every manifest of tests/e2e/bad_inputs/ through `kubectl apply --validate=strict` against
 the real control plane: the apply must fail, the refusal must contain each `# expect:` text, and
 nothing may be left behind (an update refused by a transition rule leaves the object as it was).
+Those marked `# webhook: yes` (what CEL cannot check) are refused by the operator's Group
+admission webhook, run here on the host as in the dev cluster, which lets the same windows
+through once they no longer overlap.
 The positive side: the shipped samples apply cleanly, `kubectl get lightsout` shows the printer
 columns, the API server's defaults equal the models' defaults, and the status subresource keeps
 every status field the models declare.
@@ -11,6 +14,7 @@ every status field the models declare.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,8 +45,10 @@ from lightsout.models import (
     ScaleEvent,
 )
 from lightsout_lab import Cluster
+from lightsout_lab.operator_process import OperatorProcess
+from lightsout_lab.process import free_port
 from tests.e2e.bad_inputs import BAD_INPUTS, BadInput
-from tests.harness.wait import get_json
+from tests.harness.wait import get_json, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -57,8 +63,91 @@ def _samples() -> list[dict[str, Any]]:
     return docs
 
 
-@pytest.mark.parametrize("bad", BAD_INPUTS, ids=[bad.id for bad in BAD_INPUTS])
+CEL_INPUTS = [bad for bad in BAD_INPUTS if not bad.webhook]
+WEBHOOK_INPUTS = [bad for bad in BAD_INPUTS if bad.webhook]
+
+
+@pytest.mark.parametrize("bad", CEL_INPUTS, ids=[bad.id for bad in CEL_INPUTS])
 def test_bad_input_is_refused(crds: Cluster, namespace: str, bad: BadInput) -> None:
+    _refused(crds, namespace, bad)
+
+
+@pytest.fixture(scope="module")
+def webhook_namespace(crds: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A namespace whose Groups the operator's Group webhook checks: the operator serves it on
+    the host with the API server's own serving certificate and writes the configurations
+    (LIGHTSOUT_WEBHOOK_URL), limited to this namespace."""
+    name, port, pki = f"t-webhook-{free_port()}", free_port(), crds.directory / "pki"
+    crds.kubectl("create", "namespace", name)
+    proc = OperatorProcess(
+        cluster=crds,
+        namespaces=(name,),
+        log_dir=tmp_path_factory.mktemp("webhook"),
+        extra_env={
+            "LIGHTSOUT_WEBHOOK_ADDRESS": f"127.0.0.1:{port}",
+            "LIGHTSOUT_WEBHOOK_TLS_CERT": str(pki / "apiserver.crt"),
+            "LIGHTSOUT_WEBHOOK_TLS_KEY": str(pki / "apiserver.key"),
+            "LIGHTSOUT_WEBHOOK_TLS_CA": str(pki / "ca.crt"),
+            "LIGHTSOUT_WEBHOOK_URL": f"https://127.0.0.1:{port}",
+            "LIGHTSOUT_WEBHOOK_CONFIGURATION": name,
+        },
+    )
+    proc.start()
+    try:
+        # The API server reads new webhook configurations a moment after they are written.
+        (overlap,) = [bad for bad in WEBHOOK_INPUTS if "overlap" in bad.id]
+        wait_for(
+            lambda: "overlap" in _dry_run(crds, name, overlap),
+            60,
+            "the API server to call the Group webhook",
+        )
+        yield name
+    finally:
+        proc.stop()
+        for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+            crds.kubectl("delete", kind, name, check=False)
+        crds.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.mark.parametrize("bad", WEBHOOK_INPUTS, ids=[bad.id for bad in WEBHOOK_INPUTS])
+def test_bad_input_is_refused_by_the_group_webhook(
+    crds: Cluster, webhook_namespace: str, bad: BadInput
+) -> None:
+    _refused(crds, webhook_namespace, bad)
+
+
+def test_group_webhook_admits_valid_windows_and_a_spec_it_did_not_change(
+    crds: Cluster, webhook_namespace: str
+) -> None:
+    (overlap,) = [bad for bad in WEBHOOK_INPUTS if "overlap" in bad.id]
+    group = json.loads(json.dumps(overlap.body))
+    group["metadata"]["name"] = "windows-in-turn"
+    # The same two windows, one after the other: admitted.
+    group["spec"]["windows"][1]["schedule"] = "0 23 * * *"
+    group["spec"]["windows"][1]["durationSeconds"] = 25200
+    crds.kubectl("apply", "-n", webhook_namespace, "-f", "-", input=json.dumps(group))
+    # A change that makes them overlap is.
+    proc = crds.kubectl(
+        "patch",
+        "-n",
+        webhook_namespace,
+        "group.lightsout.dev/windows-in-turn",
+        "--type=json",
+        "-p",
+        '[{"op": "replace", "path": "/spec/windows/1/schedule", "value": "0 22 * * *"}]',
+        check=False,
+    )
+    assert proc.returncode != 0 and "windows evening and late overlap" in proc.stderr, proc.stderr
+
+
+def _dry_run(crds: Cluster, namespace: str, bad: BadInput) -> str:
+    proc = crds.kubectl(
+        "apply", "--dry-run=server", "-n", namespace, "-f", str(bad.path), check=False
+    )
+    return proc.stderr
+
+
+def _refused(crds: Cluster, namespace: str, bad: BadInput) -> None:
     before = None
     if bad.given is not None:
         crds.kubectl("apply", "--validate=strict", "-n", namespace, "-f", str(bad.given))

@@ -118,7 +118,7 @@ def webhook_operator(
 ) -> Iterator[OperatorProcess]:
     """The operator serving its core-Node webhook on the host, with the API server's own
     serving certificate (SAN 127.0.0.1, signed by the cluster CA, which is the caBundle); it
-    writes the MutatingWebhookConfiguration itself (LIGHTSOUT_WEBHOOK_URL)."""
+    writes the webhook configurations itself (LIGHTSOUT_WEBHOOK_URL)."""
     port, pki = free_port(), crds.directory / "pki"
     configuration = f"lightsout-core-nodes-{namespace}"
     proc = OperatorProcess(
@@ -140,7 +140,8 @@ def webhook_operator(
         yield proc
     finally:
         proc.stop()
-        crds.kubectl("delete", "mutatingwebhookconfiguration", configuration, check=False)
+        for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+            crds.kubectl("delete", kind, configuration, check=False)
 
 
 def test_node_is_never_schedulable_before_its_labels_and_taints(

@@ -219,6 +219,28 @@ def test_core_node_webhook_is_served_behind_a_service_with_the_chart_made_certif
     assert not [e for e in container["env"] if e["name"].startswith("LIGHTSOUT_WEBHOOK")]
 
 
+def test_group_webhook_is_the_one_the_operator_writes_limited_to_the_watched_namespaces() -> None:
+    (configuration,) = of_kind(render(), "ValidatingWebhookConfiguration")
+    (webhook,) = configuration["webhooks"]
+    client_config = webhook.pop("clientConfig")
+    expected = registration.validating_webhook_configuration("lo-groups", {}, timeout_seconds=5)
+    (expected_webhook,) = expected["webhooks"]
+    expected_webhook.pop("clientConfig")
+    assert webhook == expected_webhook
+    assert client_config["service"]["path"] == f"/{admission.GROUPS_WEBHOOK_ID}"
+
+    scoped = render("watchNamespaces={home,lab}")
+    (webhook,) = of_kind(scoped, "ValidatingWebhookConfiguration")[0]["webhooks"]
+    webhook.pop("clientConfig")
+    expected = registration.validating_webhook_configuration(
+        "lo-groups", {}, timeout_seconds=5, namespaces=("lab", "home")
+    )
+    (expected_webhook,) = expected["webhooks"]
+    expected_webhook.pop("clientConfig")
+    assert webhook == expected_webhook
+    assert not of_kind(render("webhook.enabled=false"), "ValidatingWebhookConfiguration")
+
+
 def test_the_cluster_autoscaler_deployment_runs_readmes_flags() -> None:
     """deploy/cluster-autoscaler's Deployment passes every flag of README's block (the one the
     end-to-end tests run), so the shipped expander is the documented one."""

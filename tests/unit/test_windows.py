@@ -7,13 +7,21 @@ overlapping windows, naming the field.
 
 from __future__ import annotations
 
+import itertools
+import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from pydantic import ValidationError
 
+from lightsout.actuation.memory import MemoryScale
+from lightsout.actuation.plans import PlanApplier
 from lightsout.commands import status
-from lightsout.models.group import GroupSpec
+from lightsout.handlers.admission import spec_refusal
+from lightsout.models.group import WINDOW_CRON_PATTERN, GroupSpec
+from lightsout.models.schedule import ScheduleError, parse
 from lightsout.planning.autoscale import plan
 from lightsout.planning.prewarm import MARGIN
 from lightsout.planning.wake import next_wake
@@ -64,6 +72,70 @@ def test_a_floor_powers_on_one_learned_boot_before_its_window_opens() -> None:
     assert "in force: window evening" in group_lines
 
 
+def test_a_floor_starts_one_boot_of_the_slowest_machine_it_needs_early_not_of_the_groups() -> None:
+    """A slow, hungry tower in the Group is not what a floor of 1 powers on (the NUC is, by
+    lowest energy), so it does not make the floor start 300 s early; a floor of 2 needs it."""
+    tower = machine("tower", "8", "32Gi", watts=(120, 60, 3), learned={"bootSeconds": 300})
+    nuc = machine("nuc", "4", "16Gi", watts=(30, 10, 1), learned={"bootSeconds": NUC_BOOT})
+
+    def household_of(floor: int) -> list[Any]:
+        return [group(windows=[evening(minNodes=floor)]), nuc, tower]
+
+    assert ons(plan(snap(*household_of(1)), at(OPENS_IN - 300 - 15))) == []
+    assert ons(plan(snap(*household_of(1)), at(OPENS_IN - LEAD - 1))) == []
+    assert ons(plan(snap(*household_of(1)), at(OPENS_IN - LEAD))) == ["nuc"]
+    assert sorted(ons(plan(snap(*household_of(2)), at(OPENS_IN - 300 - 15)))) == ["nuc", "tower"]
+
+
+def test_the_group_is_told_when_its_floor_starts_early_opens_and_closes() -> None:
+    port, applier = MemoryScale(machines={}), PlanApplier(dry_run=True)
+    moments = [OPENS_IN - LEAD - 1, OPENS_IN - LEAD, OPENS_IN, OPENS_IN + 1800, OPENS_IN + 3600]
+    for seconds in (*moments, OPENS_IN + 3700):
+        snapshot = snap(*household(evening(minNodes=1)))
+        applier.apply(port, snapshot, plan(snapshot, at(seconds)), at(seconds))
+
+    said = [(kind, e.reason, e.message) for kind, _, e in port.events]
+    assert [(kind, reason) for kind, reason, _ in said] == [
+        ("Group", "WindowInForce"),  # the floor, early
+        ("Group", "WindowInForce"),  # open
+        ("Group", "WindowClosed"),
+    ]
+    assert said[0][2].startswith("in force: window evening (12:10-13:10 UTC): minNodes 1")
+    assert f"powered on {LEAD:.0f}s before it opens at 12:10" in said[0][2]
+    assert said[1][2] == "in force: window evening (12:10-13:10 UTC): minNodes 1 until 13:10"
+    assert said[2][2] == (
+        "no schedule window in force: the Group's own minNodes 0 and maxNodes 10 apply"
+    )
+
+
+def test_days_from_to_is_the_same_window_as_its_cron_form_and_runs_past_midnight() -> None:
+    night = {"name": "night", "days": ["sun", "fri"], "from": "22:30", "to": "07:00"}
+    (window,) = GroupSpec.model_validate({"windows": [{**night, "quiet": True}]}).windows or []
+
+    times = window.times()
+
+    assert (times.schedule, times.duration_seconds) == ("30 22 * * sun,fri", 8 * 3600 + 1800)
+    friday = datetime(2026, 11, 27, 23, 0, tzinfo=UTC)  # a Friday, 23:00
+    assert times.open_at(friday) == datetime(2026, 11, 27, 22, 30, tzinfo=UTC)
+    assert times.open_at(friday + timedelta(hours=7, minutes=59)) is not None  # Sat 06:59
+    assert times.open_at(friday + timedelta(hours=8)) is None  # Saturday 07:00: closed
+    assert times.open_at(friday + timedelta(days=1)) is None  # no window on Saturday night
+
+
+@pytest.mark.parametrize(
+    ("window", "words"),
+    [
+        ({"schedule": "0 22 * * *", "durationSeconds": 600, "days": ["mon"]}, "either schedule"),
+        ({"days": ["mon"], "from": "22:00"}, "either schedule"),
+        ({"days": ["mon"], "from": "07:00", "to": "07:00"}, "from and to must differ"),
+        ({"days": ["mon"], "from": "7:00", "to": "08:00"}, "at least 5 characters"),
+    ],
+)
+def test_a_window_in_neither_or_both_forms_is_refused(window: dict[str, Any], words: str) -> None:
+    error = _refusal([{"name": "night", "quiet": True, **window}])
+    assert words in str(error)
+
+
 def test_a_floor_no_longer_holds_once_its_window_has_closed() -> None:
     objects = household(evening(minNodes=1))
     inside = plan(snap(*objects), at(OPENS_IN + 1800))
@@ -103,8 +175,9 @@ def test_overlapping_windows_are_refused_naming_the_field() -> None:
 @pytest.mark.parametrize(
     ("field", "value", "loc", "words"),
     [
-        ("schedule", "0 25 * * *", "schedule", "not a valid cron schedule"),
-        ("schedule", "0 18 * * 7", "schedule", "not a valid cron schedule"),
+        ("schedule", "0 25 * * *", "schedule", "must be a cron schedule whose fields are in"),
+        ("schedule", "0 18 * * 7", "schedule", "must be a cron schedule whose fields are in"),
+        ("schedule", "0 22-6 * * *", "schedule", "not a valid cron schedule"),
         ("timeZone", "Mars/Olympus", "timeZone", "unknown time zone"),
     ],
 )
@@ -115,6 +188,42 @@ def test_a_bad_schedule_or_time_zone_is_refused_naming_the_field(
     (detail,) = error.errors()
     assert detail["loc"] == ("windows", 0, loc)
     assert words in detail["msg"]
+
+
+def test_the_crds_schedule_pattern_admits_no_schedule_the_cronjob_parser_refuses() -> None:
+    """The API server's CEL pattern (`WINDOW_CRON_PATTERN`) against the parser, each field
+    given each tricky value (the fields are read independently): whatever the pattern admits
+    parses, except an inverted range (only the model and the Group webhook see that), and
+    everyday schedules are admitted."""
+    pattern = re.compile(WINDOW_CRON_PATTERN)
+    values = ["0", "+05", "59", "60", "23", "24", "31", "32", "12", "13", "6", "7", "*", "?"]
+    values += ["*/0", "*/15", "1-5", "5-1", "mon-fri", "JAN", "sun,sat", "1#2", "L", "-1", "3,"]
+    admitted = 0
+    for field, value in itertools.product(range(5), values):
+        text = " ".join(value if at == field else "*" for at in range(5))
+        if not pattern.fullmatch(text):
+            continue
+        if "5-1" in text:
+            with pytest.raises(ScheduleError, match="beyond end of range"):
+                parse(text, ZoneInfo("UTC"))
+        else:
+            parse(text, ZoneInfo("UTC"))
+        admitted += 1
+    assert admitted > 30
+    for everyday in ("0 18 * * 1-5", "30 22 * * sun,sat", "*/10 7-9 1,15 * ?", "@daily"):
+        assert pattern.fullmatch(everyday), everyday
+
+
+def test_the_group_webhook_refuses_what_the_model_refuses_naming_the_field() -> None:
+    late = {"name": "late", "schedule": "30 12 * * *", "durationSeconds": 600, "quiet": True}
+
+    overlapping = spec_refusal({"windows": [evening(minNodes=1), late]})
+    inverted = spec_refusal({"windows": [{**evening(minNodes=1), "schedule": "0 22-6 * * *"}]})
+
+    assert overlapping is not None and overlapping.startswith("spec.windows: windows evening")
+    assert inverted is not None and inverted.startswith("spec.windows[0].schedule: schedule")
+    assert spec_refusal({"windows": [evening(minNodes=1)]}) is None
+    assert spec_refusal(None) is None
 
 
 def test_the_replay_has_the_floor_ready_at_its_opening_and_off_after_it() -> None:

@@ -261,6 +261,8 @@ class MemoryScale:
     def uid(self, kind: str, key: ObjectKey) -> str | None:
         if kind == "Node":
             return str(key) if key in self.machines else None
+        if kind == "Group":  # the plan's Groups are the caller's: known by key
+            return str(key)
         return self.pods.get(key)
 
     def post_event(self, kind: str, key: ObjectKey, event: Event) -> None:

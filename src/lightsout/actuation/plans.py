@@ -11,7 +11,9 @@ replay (`lightsout.simulate`, in memory) both apply plans here:
   nothing else changes;
 - `Plan.unneeded_since` is kept as each machine's unneeded-since mark, so a restarted (or newly
   elected) planner keeps counting a machine's unneeded time;
-- a pending pod no machine can host gets a Warning event explaining why, once per reason.
+- a pending pod no machine can host gets a Warning event explaining why, once per reason;
+- a Group whose schedule window in force changes (one opens, a floor starts early, one
+  closes) gets an event saying which window holds and until when, or that none does.
 
 Plans repeat: the planner runs on every change, and the same decision comes back until the
 cluster catches up. Events are therefore remembered per (object, message) and never posted
@@ -92,6 +94,7 @@ class PlanApplier:
             port.record_scale(group_key, up, actions, now)
         self._persist_unneeded(port, snapshot, plan)
         self._explain_pods(port, plan)
+        self._announce_windows(port, snapshot, plan)
         self._forget(snapshot)
         return done
 
@@ -162,6 +165,22 @@ class PlanApplier:
                 message = f"waiting for machine {machine}, which is already coming up"
                 self._event(port, "Pod", key, "WaitingForScaleUp", message)
 
+    # ------------------------------------------------------------------ schedule windows
+    def _announce_windows(self, port: ScalePort, snapshot: Snapshot, plan: Plan) -> None:
+        if not plan.decided:
+            return
+        for group in snapshot.groups:
+            note = plan.windows.get(group.key)
+            if note is not None:
+                self._event(port, "Group", group.key, "WindowInForce", f"in force: {note}")
+            elif ("Group", group.key) in self._posted and group.windows:
+                # Only after a window was announced: the Group's own limits hold again.
+                message = (
+                    f"no schedule window in force: the Group's own minNodes {group.min_nodes} "
+                    f"and maxNodes {group.max_nodes} apply"
+                )
+                self._event(port, "Group", group.key, "WindowClosed", message)
+
     # ------------------------------------------------------------------ events, once each
     def _event(
         self,
@@ -192,8 +211,10 @@ class PlanApplier:
 
     def _forget(self, snapshot: Snapshot) -> None:
         """Drop memories of objects that are gone, so the memory stays as big as the cluster."""
-        alive = {("Pod", pod.key) for pod in snapshot.pods} | {
-            ("Node", machine.key) for machine in snapshot.machines
-        }
+        alive = (
+            {("Pod", pod.key) for pod in snapshot.pods}
+            | {("Node", machine.key) for machine in snapshot.machines}
+            | {("Group", group.key) for group in snapshot.groups}
+        )
         for who in [w for w in self._posted if w not in alive]:
             del self._posted[who]

@@ -109,7 +109,7 @@ class ScalePort(Protocol):
         ...
 
     def uid(self, kind: str, key: ObjectKey) -> str | None:
-        """The uid of a machine (`kind` "Node") or a pod ("Pod"); None when it is not known
+        """The uid of a machine (`kind` "Node"), a pod ("Pod") or a Group; None when it is not known
         (then nothing is said about it). A re-created object is another one."""
         ...
 

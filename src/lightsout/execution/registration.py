@@ -175,3 +175,53 @@ def mutating_webhook_configuration(
             }
         ],
     }
+
+
+def validating_webhook_configuration(
+    name: str,
+    client_config: Mapping[str, Any],
+    *,
+    timeout_seconds: int,
+    namespaces: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The ValidatingWebhookConfiguration that sends Group CREATEs and UPDATEs to the operator
+    (`handlers.admission.group_admitted`), for what CEL cannot check: a window schedule's full
+    parse and windows open at once.
+
+    Only the `namespaces` the operator watches (all when empty). failurePolicy Ignore: a down
+    operator never blocks editing a Group; it then reads such a Group with its windows ignored
+    and says so in the plan, as before the webhook."""
+    webhook: dict[str, Any] = {
+        "name": "groups.lightsout.dev",
+        "clientConfig": dict(client_config),
+        "rules": [
+            {
+                "apiGroups": ["lightsout.dev"],
+                "apiVersions": ["*"],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["groups"],
+                "scope": "Namespaced",
+            }
+        ],
+        "failurePolicy": "Ignore",
+        "sideEffects": "None",
+        "timeoutSeconds": timeout_seconds,
+        "matchPolicy": "Equivalent",
+        "admissionReviewVersions": ["v1"],
+    }
+    if namespaces:
+        webhook["namespaceSelector"] = {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "In",
+                    "values": sorted(namespaces),
+                }
+            ]
+        }
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "lightsout"}},
+        "webhooks": [webhook],
+    }

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -43,6 +43,10 @@ class KubeScale:
     api: Api
     machines: Mapping[ObjectKey, Obj]
     pods: Mapping[ObjectKey, Obj]
+    groups: Mapping[ObjectKey, Obj] = field(default_factory=dict)
+
+    def _objects(self, kind: str) -> Mapping[ObjectKey, Obj]:
+        return {"Node": self.machines, "Pod": self.pods, "Group": self.groups}[kind]
 
     def set_desired(self, machine: ObjectKey, state: PowerState) -> bool:
         try:
@@ -81,11 +85,11 @@ class KubeScale:
         self.api.patch_resource(machine.namespace, "nodes", machine.name, patch)
 
     def uid(self, kind: str, key: ObjectKey) -> str | None:
-        obj = (self.machines if kind == "Node" else self.pods).get(key)
+        obj = self._objects(kind).get(key)
         return None if obj is None else str(obj["metadata"].get("uid"))
 
     def post_event(self, kind: str, key: ObjectKey, event: Event) -> None:
-        obj = (self.machines if kind == "Node" else self.pods)[key]
+        obj = self._objects(kind)[key]
         self.api.post_event(
             obj, str(event.type), event.reason, event.message, component="lightsout-autoscaler"
         )

@@ -1,18 +1,25 @@
-"""The core-Node admission webhook: a kubelet's own labels and taints reach the Node made
-before power-on. kopf serves it (`@kopf.on.mutate`, `kopf.WebhookServer`) when
-`LIGHTSOUT_WEBHOOK_ADDRESS` is set; what it does is `execution.actuator.kubelet_registering`
-with the rules of `execution.registration`.
+"""The operator's admission webhooks, served by kopf (`kopf.WebhookServer`) when
+`LIGHTSOUT_WEBHOOK_ADDRESS` is set.
 
-The API server calls it for every Node CREATE (the MutatingWebhookConfiguration built by
-`registration.mutating_webhook_configuration`: failurePolicy Ignore, a short timeout,
-sideEffects NoneOnDryRun). Only a Node named like the core Node of a machine in the caches is
-acted on; a dry run never is, nor a Node created with the startup taint already (the
-operator's own, `actuator.prepare_core_node`). With `LIGHTSOUT_WEBHOOK_URL` set (the dev
-cluster, where the operator runs on the host) the operator writes that configuration itself at
-start-up, with the URL and the caBundle; otherwise the installer owns it (the Helm chart:
-deploy/helm/lightsout/templates/webhook.yaml, behind a Service). kopf's own managed
-configurations are not used: they fix timeoutSeconds at 30 s, which a kubelet would wait at
-each registration try while the operator hangs.
+The core-Node one (`@kopf.on.mutate`): a kubelet's own labels and taints reach the Node made
+before power-on; what it does is `execution.actuator.kubelet_registering` with the rules of
+`execution.registration`. The API server calls it for every Node CREATE (the
+MutatingWebhookConfiguration built by `registration.mutating_webhook_configuration`:
+failurePolicy Ignore, a short timeout, sideEffects NoneOnDryRun). Only a Node named like the
+core Node of a machine in the caches is acted on; a dry run never is, nor a Node created with
+the startup taint already (the operator's own, `actuator.prepare_core_node`).
+
+The Group one (`@kopf.on.validate`, `group_admitted`): a Group's CREATE or spec UPDATE that the
+Group model refuses is refused, each problem with its field; it is what CRD CEL cannot check,
+a window schedule that does not parse as a CronJob's (`0 22-6 * * *`) and windows open at once
+(`registration.validating_webhook_configuration`: failurePolicy Ignore, only the watched
+namespaces).
+
+With `LIGHTSOUT_WEBHOOK_URL` set (the dev cluster, where the operator runs on the host) the
+operator writes both configurations itself at start-up, with the URL and the caBundle;
+otherwise the installer owns them (the Helm chart: deploy/helm/lightsout/templates/webhook.yaml,
+behind a Service). kopf's own managed configurations are not used: they fix timeoutSeconds at
+30 s, which a kubelet would wait at each registration try while the operator hangs.
 """
 
 from __future__ import annotations
@@ -25,17 +32,20 @@ from pathlib import Path
 from typing import Any, cast
 
 import kopf
+from pydantic import ValidationError
 
 from lightsout.actuation import inputs
 from lightsout.actuation.nodeops import has_startup_taint
 from lightsout.config import OperatorConfig
 from lightsout.execution import actuator, registration
 from lightsout.handlers.lifecycle import shared_api
+from lightsout.models import GroupSpec
 
 log = logging.getLogger(__name__)
 
-#: The handler id, and so the URL path kopf's server routes to it (`/core-nodes`).
+#: The handler ids, and so the URL paths kopf's server routes to them (`/core-nodes`).
 WEBHOOK_ID = "core-nodes"
+GROUPS_WEBHOOK_ID = "groups"
 
 
 def _host_port(address: str) -> tuple[str, int]:
@@ -44,12 +54,12 @@ def _host_port(address: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104
 
 
-def client_config(config: OperatorConfig) -> dict[str, str]:
+def client_config(config: OperatorConfig, handler: str = WEBHOOK_ID) -> dict[str, str]:
     """How the API server reaches the webhook: the URL (with the handler's path) and the CA it
     checks the certificate with."""
     ca = Path(config.webhook_tls_ca or config.webhook_tls_cert or "").read_bytes()
     return {
-        "url": f"{(config.webhook_url or '').rstrip('/')}/{WEBHOOK_ID}",
+        "url": f"{(config.webhook_url or '').rstrip('/')}/{handler}",
         "caBundle": base64.b64encode(ca).decode("ascii"),
     }
 
@@ -81,13 +91,22 @@ async def start_webhook(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: A
         cafile=config.webhook_tls_ca,
     )
     if config.webhook_url:
-        body = registration.mutating_webhook_configuration(
-            config.webhook_configuration,
-            client_config(config),
-            timeout_seconds=config.webhook_timeout_seconds,
-        )
-        await asyncio.to_thread(shared_api(memo).put_mutating_webhook_configuration, body)
-        log.info("wrote MutatingWebhookConfiguration %s", config.webhook_configuration)
+        # One name for both: they are objects of two kinds.
+        for body in (
+            registration.mutating_webhook_configuration(
+                config.webhook_configuration,
+                client_config(config),
+                timeout_seconds=config.webhook_timeout_seconds,
+            ),
+            registration.validating_webhook_configuration(
+                config.webhook_configuration,
+                client_config(config, GROUPS_WEBHOOK_ID),
+                timeout_seconds=config.webhook_timeout_seconds,
+                namespaces=config.watched_namespaces,
+            ),
+        ):
+            await asyncio.to_thread(shared_api(memo).put_webhook_configuration, body)
+            log.info("wrote %s %s", body["kind"], config.webhook_configuration)
 
 
 @kopf.on.mutate(
@@ -127,3 +146,45 @@ async def core_node_registering(
     if mutation is not None:
         patch["metadata"] = {"labels": mutation[0]}
         patch["spec"] = {"taints": mutation[1]}
+
+
+def spec_refusal(spec: Any) -> str | None:
+    """Why the Group model refuses `spec`, each problem with its field
+    (`spec.windows: windows evening and late overlap: ...`); None when it accepts it."""
+    try:
+        GroupSpec.model_validate(spec if spec is not None else {})
+    except ValidationError as error:
+        problems = error.errors()[:3]
+        return "; ".join(
+            f"{_field_path(e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in problems
+        )
+    return None
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    path = "spec"
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+@kopf.on.validate(
+    "lightsout.dev",
+    "v1alpha1",
+    "groups",
+    id=GROUPS_WEBHOOK_ID,
+    operations=["CREATE", "UPDATE"],
+    side_effects=False,
+    ignore_failures=True,
+)
+async def group_admitted(body: kopf.Body, **kwargs: Any) -> None:
+    """Refuse a Group whose spec the model refuses: what the CRD's CEL cannot check (a window
+    schedule's full parse, overlapping windows). An UPDATE that leaves the spec as it was
+    (kopf's own finalizer, labels) is let through, so a Group refused by a newer model can
+    still be edited back or deleted."""
+    spec, old = body.get("spec"), kwargs.get("old")  # kopf's WebhookFn does not declare old
+    if old is not None and old.get("spec") == spec:
+        return
+    why = spec_refusal(spec)
+    if why is not None:
+        raise kopf.AdmissionError(why, code=422)

@@ -228,7 +228,8 @@ class Planner:
         snapshot, result = await asyncio.to_thread(self._plan, objects, now)
         pods = {_key(p): p for p in objects[PODS_KEY]}
         machines = {_key(m): m for m in objects[MACHINES_KEY]}
-        port = KubeScale(self.api, machines, pods)
+        groups = {_key(g): g for g in objects[GROUPS_KEY]}
+        port = KubeScale(self.api, machines, pods, groups)
         applied = await asyncio.to_thread(self.applier.apply, port, snapshot, result, now)
         count(applied)
         gauge_pending(snapshot, now)

@@ -256,16 +256,18 @@ class Api:
             if exc.status != 404:
                 raise
 
-    def put_mutating_webhook_configuration(self, body: Mapping[str, Any]) -> None:
-        """Create the MutatingWebhookConfiguration, or replace the one of that name."""
+    def put_webhook_configuration(self, body: Mapping[str, Any]) -> None:
+        """Create the Mutating- or ValidatingWebhookConfiguration (by `kind`), or replace the
+        one of that name."""
         admission = client.AdmissionregistrationV1Api(self.client)
+        kind = "mutating" if body["kind"] == "MutatingWebhookConfiguration" else "validating"
         name = body["metadata"]["name"]
-        current = _get(admission.read_mutating_webhook_configuration, name)
+        current = _get(getattr(admission, f"read_{kind}_webhook_configuration"), name)
         if current is None:
-            _raw(admission.create_mutating_webhook_configuration, dict(body))
+            _raw(getattr(admission, f"create_{kind}_webhook_configuration"), dict(body))
             return
         replacement = {**body, "metadata": {**body["metadata"], **_version(current)}}
-        _raw(admission.replace_mutating_webhook_configuration, name, replacement)
+        _raw(getattr(admission, f"replace_{kind}_webhook_configuration"), name, replacement)
 
     def pods_on_node(self, node_name: str) -> list[Obj]:
         data = _raw(

@@ -8,6 +8,7 @@ the status subresource; cluster-autoscaler sees each Group as one node group.
 from __future__ import annotations
 
 import ipaddress
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal, Self
 
@@ -262,10 +263,74 @@ WINDOW_SETS_SOMETHING = Rule(
     cel="has(self.minNodes) || has(self.maxNodes) || (has(self.quiet) && self.quiet)",
     message="a window sets minNodes, maxNodes, quiet or several of them",
 )
+WINDOW_ONE_FORM = Rule(
+    cel=(
+        "has(self.schedule) ? has(self.durationSeconds) && !has(self.days) && !has(self.from)"
+        " && !has(self.to) : has(self.days) && has(self.from) && has(self.to)"
+        " && !has(self.durationSeconds)"
+    ),
+    message="a window is either schedule + durationSeconds or days + from + to",
+)
+WINDOW_FROM_NOT_TO = Rule(
+    cel="!has(self.from) || !has(self.to) || self.from != self.to",
+    message="from and to must differ (to before from runs past midnight)",
+    field_path=".to",
+)
 WINDOW_STRICT_NEEDS_QUIET = Rule(
     cel="!has(self.strict) || !self.strict || (has(self.quiet) && self.quiet)",
     message="strict applies only to a quiet window",
     field_path=".strict",
+)
+
+
+CLOCK = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"
+#: Weekdays as cron numbers them (Sunday 0), for the days + from/to form.
+WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+Clock = Annotated[str, StringConstraints(min_length=5, max_length=5, pattern=CLOCK)]
+"""A time of day, `HH:MM` (24 h)."""
+Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+
+
+def _minutes(clock: str) -> int:
+    hours, minutes = clock.split(":")
+    return int(hours) * 60 + int(minutes)
+
+
+def _cron_field(value: str) -> str:
+    """One cron field's regular expression: a comma-separated list of `*`, `?`, `V` or `V-V`,
+    each with an optional `/step`, where `V` is a number in the field's range (with Go's
+    optional `+` and leading zeros, as `strconv.Atoi` reads it) or one of its names."""
+    item = rf"(\*|\?|{value}(-{value})?)(/\+?0*[1-9][0-9]*)?"
+    return f"{item}(,{item})*"
+
+
+def _cron_number(pattern: str) -> str:
+    return rf"\+?0*({pattern})"
+
+
+#: A window's schedule with every field in its range, so that the API server refuses
+#: `0 25 * * *` (the five-field shape alone lets it through). What a regular expression cannot
+#: see, an inverted range (`22-6`), is refused by the model and by the Group webhook.
+WINDOW_CRON_PATTERN = (
+    r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|"
+    + r"\s+".join(
+        _cron_field(value)
+        for value in (
+            _cron_number(r"[1-5]?[0-9]"),
+            _cron_number(r"1?[0-9]|2[0-3]"),
+            _cron_number(r"[1-9]|[12][0-9]|3[01]"),
+            f"({_cron_number(r'[1-9]|1[0-2]')}|(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))",
+            f"({_cron_number('[0-6]')}|(?i:sun|mon|tue|wed|thu|fri|sat))",
+        )
+    )
+    + r")$"
+)
+WINDOW_CRON_RULE = Rule(
+    cel=f"self.matches(r'{WINDOW_CRON_PATTERN}')",
+    message=(
+        "must be a cron schedule whose fields are in range: minute 0-59, hour 0-23, day of "
+        "month 1-31, month 1-12 or jan-dec, day of week 0-6 or sun-sat"
+    ),
 )
 
 
@@ -284,7 +349,12 @@ def _zone_exists(value: str) -> str:
     return value
 
 
-WindowSchedule = Annotated[CronSchedule, AfterValidator(_schedule_parses)]
+WindowSchedule = Annotated[
+    CronSchedule,
+    SchemaExtra.cel(WINDOW_CRON_RULE),
+    checked(WINDOW_CRON_RULE, re.compile(WINDOW_CRON_PATTERN).fullmatch),
+    AfterValidator(_schedule_parses),
+]
 TimeZone = Annotated[
     str,
     StringConstraints(min_length=1, max_length=64, pattern=TIME_ZONE),
@@ -294,24 +364,43 @@ TimeZone = Annotated[
 
 class ScheduleWindow(ApiModel):
     """A recurring window: from each run of `schedule` (in `timeZone`) for `durationSeconds`,
-    the Group's minNodes and/or maxNodes are these.
+    or on each of `days` from `from` to `to`, the Group's limits are these.
 
-    A floor's machines are powered on one learned boot (plus a margin) before the window
-    opens, so they are Ready at its start; once it closes they are unneeded like any other and
-    power off on their usual timers. Windows of one Group must never be open at once."""
+    A floor's machines are powered on one boot of the slowest of them (learned, plus a margin)
+    before the window opens, so they are Ready at its start; once it closes they are unneeded
+    like any other and power off on their usual timers. Windows of one Group must never be open
+    at once."""
 
     model_config = ConfigDict(
         json_schema_extra=rules(
-            WINDOW_MIN_NOT_ABOVE_MAX, WINDOW_SETS_SOMETHING, WINDOW_STRICT_NEEDS_QUIET
+            WINDOW_MIN_NOT_ABOVE_MAX,
+            WINDOW_SETS_SOMETHING,
+            WINDOW_STRICT_NEEDS_QUIET,
+            WINDOW_ONE_FORM,
+            WINDOW_FROM_NOT_TO,
         )
     )
 
     name: Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=WINDOW_NAME)]
     """Names the window in plans, events and status (`evening`)."""
-    schedule: WindowSchedule
-    """When it opens: a five-field cron schedule, read as a CronJob's (`0 18 * * *`)."""
-    duration_seconds: int = Field(ge=60, le=604_800)
-    """How long it stays open after each opening (at most a week)."""
+    schedule: WindowSchedule | None = None
+    """When it opens: a five-field cron schedule, read as a CronJob's (`0 18 * * *`); with
+    durationSeconds. Or use days, from and to."""
+    duration_seconds: int | None = Field(default=None, ge=60, le=604_800)
+    """How long it stays open after each opening of `schedule` (at most a week)."""
+    days: list[Weekday] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=7,
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    """The days it opens on (`[mon, tue, wed, thu, fri]`), with from and to: the same window
+    as the schedule `MM HH * * mon,tue,...` for the time between from and to."""
+    from_: Clock | None = Field(default=None, alias="from")
+    """When it opens on each of `days`, `HH:MM` in timeZone (`18:00`)."""
+    to: Clock | None = None
+    """When it closes, `HH:MM`; earlier than from runs past midnight into the next day
+    (`22:00` to `07:00`: a night that belongs to the day it starts on)."""
     time_zone: TimeZone = "UTC"
     """IANA time zone the schedule is read in (`Europe/Berlin`); daylight saving is followed
     as the CronJob controller follows it."""
@@ -336,11 +425,28 @@ class ScheduleWindow(ApiModel):
             self.min_nodes is not None or self.max_nodes is not None or self.quiet
         )
         WINDOW_STRICT_NEEDS_QUIET.check(not self.strict or self.quiet)
+        spans = (self.days, self.from_, self.to)
+        WINDOW_ONE_FORM.check(
+            all(part is None for part in spans) and self.duration_seconds is not None
+            if self.schedule is not None
+            else all(part is not None for part in spans) and self.duration_seconds is None
+        )
+        WINDOW_FROM_NOT_TO.check(self.from_ is None or self.from_ != self.to)
         return self
 
     def times(self) -> window_times.WindowTimes:
+        """Its openings as a cron schedule and a length, whichever form it is written in."""
+        if self.schedule is not None and self.duration_seconds is not None:
+            return window_times.WindowTimes(
+                self.name, self.schedule, self.time_zone, self.duration_seconds
+            )
+        opens, closes = _minutes(self.from_ or "00:00"), _minutes(self.to or "00:00")
+        days = ",".join(day for day in WEEKDAYS if day in (self.days or ()))
+        schedule = f"{opens % 60} {opens // 60} * * {days}"
+        # Wall-clock minutes: across a daylight-saving change the window is an hour longer or
+        # shorter in real time that night, as a CronJob-opened window of this length would not be.
         return window_times.WindowTimes(
-            self.name, self.schedule, self.time_zone, self.duration_seconds
+            self.name, schedule, self.time_zone, (closes - opens) % 1440 * 60
         )
 
 
@@ -397,9 +503,10 @@ class GroupSpec(ApiModel):
     )
     """Recurring windows that change minNodes/maxNodes while open (e.g. a warm evening: one
     machine Ready from 18:00 to 23:00). No two may be open at once; the Group's own limits
-    apply outside them. The API server checks each schedule's shape; the operator checks that
-    it parses as a CronJob's and that windows never overlap (over the next 400 days), and
-    reads a Group that fails either with its windows ignored, saying so in the plan."""
+    apply outside them. The API server checks each schedule's fields; the operator's Group
+    webhook refuses a schedule that does not parse as a CronJob's and windows that overlap
+    (over the next 400 days); without the webhook the operator reads such a Group with its
+    windows ignored, saying so in the plan."""
 
     @model_validator(mode="after")
     def _limits(self) -> Self:

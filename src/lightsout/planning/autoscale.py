@@ -139,6 +139,7 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
         f"incoming capacity, {placed} on machines being powered on, {blocked} without capacity"
     )
     return Plan(
+        windows={g.key: g.window_note for g in snapshot.groups if g.window_note},
         actions=tuple(actions),
         explanations=Explanations(
             groups=_group_notes(cluster, actions, explainer, room),

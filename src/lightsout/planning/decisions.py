@@ -58,6 +58,9 @@ class Plan:
     #: False when the planner refused to decide (the snapshot was incomplete).
     decided: bool = True
     summary: str = ""
+    #: The schedule window in force per Group that has one (`planning.windows`), described:
+    #: the plan applier says on the Group when it changes.
+    windows: Mapping[ObjectKey, str] = field(default_factory=dict)
 
     @property
     def power_on(self) -> tuple[PowerOn, ...]:

@@ -3,8 +3,9 @@
 Each `NN-short-name.yaml` here holds one object and starts with comment lines:
 `# expect: <text>` (one or more; every text must appear in the refusal), optionally
 `# given: <file>` (a valid object under `given/` applied first, for rules checked on update
-only) and `# Why: <reason>`. Read by tests/e2e/test_bad_input.py (against the API server) and
-by the unit tests (against the pydantic models and docs/crds.md).
+only), optionally `# webhook: yes` (refused by the operator's Group webhook, not by the CRD:
+what CEL cannot check) and `# Why: <reason>`. Read by tests/e2e/test_bad_input.py (against the
+API server) and by the unit tests (against the pydantic models and docs/crds.md).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class BadInput:
     why: str
     given: Path | None
     body: dict[str, Any]
+    #: Refused by the Group admission webhook (`handlers.admission`), so only with the operator.
+    webhook: bool = False
 
     @property
     def id(self) -> str:
@@ -51,6 +54,7 @@ def load(path: Path) -> BadInput:
     expects: list[str] = []
     given: Path | None = None
     why = ""
+    webhook = False
     for line in text.splitlines():
         if not line.startswith("#"):
             break
@@ -61,12 +65,21 @@ def load(path: Path) -> BadInput:
             given = HERE / "given" / value
         elif key == "Why":
             why = value
+        elif key == "webhook":
+            webhook = value == "yes"
     if not text.startswith("# expect: ") or not expects:
         raise ValueError(f"{path.name}: the first line must be '# expect: <text>'")
     documents = [doc for doc in yaml.safe_load_all(text) if doc]
     if len(documents) != 1 or documents[0].get("kind") not in ("Group", "Node"):
         raise ValueError(f"{path.name}: must hold exactly one Group or Node")
-    return BadInput(path=path, expects=tuple(expects), why=why, given=given, body=documents[0])
+    return BadInput(
+        path=path,
+        expects=tuple(expects),
+        why=why,
+        given=given,
+        body=documents[0],
+        webhook=webhook,
+    )
 
 
 BAD_INPUTS: list[BadInput] = [load(path) for path in sorted(HERE.glob("[0-9][0-9]-*.yaml"))]
