@@ -126,6 +126,7 @@ def test_a_bad_knob_or_value_is_one_line_and_exit_2(
         ("group.scaleDown.unneededSeconds=5", "a Group setting is under spec"),
         ("spec=5", "a Group setting is under spec"),
         ("spec.scaleDown.unneededSeconds", "expected PATH=VALUE"),
+        ("spec.scaleDown.unneededSeconds=[", "the value is not YAML"),
     ],
 )
 def test_a_set_that_would_change_nothing_is_one_line_and_exit_2(

@@ -13,7 +13,14 @@ import yaml
 
 from lightsout import cli
 from lightsout.simulate import generate
-from lightsout.simulate.trace import CRONJOBS_FILE, MACHINES_FILE, PODS_FILE, TRACE_FILE, write
+from lightsout.simulate.trace import (
+    CRONJOBS_FILE,
+    MACHINES_FILE,
+    PODS_FILE,
+    TRACE_FILE,
+    load,
+    write,
+)
 from lightsout.simulate.validate import validate
 from tests.unit.test_simulate import ROOT, cronjob, pod, trace
 
@@ -237,3 +244,26 @@ def test_a_bad_set_override_is_refused_by_the_group_model(
 def test_not_a_trace_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["trace", "validate", str(tmp_path / "missing")]) == 2
     assert "no trace.yaml: not a trace directory" in capsys.readouterr().err
+
+
+def test_an_unquoted_time_of_day_is_read_as_kubectl_reads_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # YAML 1.1 (PyYAML's default) reads `from: 17:00` as 1020; kubectl keeps "17:00".
+    directory = valid(tmp_path)
+
+    def add_window(docs: list[dict[str, Any]]) -> None:
+        (group,) = [d for d in docs if d["kind"] == "Group"]
+        window = {"name": "evening", "days": ["mon"], "from": "17:00", "to": "21:30", "minNodes": 1}
+        group.setdefault("spec", {})["windows"] = [window]
+
+    edit_yaml(directory / MACHINES_FILE, add_window)
+    text = (directory / MACHINES_FILE).read_text()
+    unquoted = text.replace("'17:00'", "17:00").replace("'21:30'", "21:30")
+    assert "from: 17:00" in unquoted
+    (directory / MACHINES_FILE).write_text(unquoted)
+
+    assert cli.main(["trace", "validate", str(directory)]) == 0, capsys.readouterr().err
+    (group,) = [m for m in load(directory).machines if m["kind"] == "Group"]
+    assert group["spec"]["windows"][0]["from"] == "17:00"
+    assert group["spec"]["windows"][0]["to"] == "21:30"

@@ -345,7 +345,7 @@ def read_machines(
 
 def apply_overrides(manifest: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
     """A copy of a Group manifest with `spec.a.b=value` settings (values read as YAML)."""
-    import yaml
+    from lightsout.simulate import yamlfile
 
     out = copy.deepcopy(dict(manifest))
     for setting in overrides:
@@ -366,5 +366,9 @@ def apply_overrides(manifest: Mapping[str, Any], overrides: Iterable[str]) -> di
             target = target.setdefault(part, {})
             if not isinstance(target, dict):
                 raise ValueError(f"--set {setting!r}: {part} is not an object")
-        target[parts[-1]] = yaml.safe_load(raw)
+        try:
+            target[parts[-1]] = yamlfile.load(raw)
+        except yamlfile.YAMLError as error:
+            problem = str(getattr(error, "problem", None) or "not YAML")
+            raise ValueError(f"--set {setting!r}: the value is not YAML ({problem})") from None
     return out

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from lightsout.simulate import yamlfile
 from lightsout.state.parse import as_str, dig, parse_time
 
 TRACE_FILE = "trace.yaml"
@@ -85,7 +86,7 @@ def _documents(path: Path) -> tuple[Mapping[str, Any], ...]:
     if not path.exists():
         return ()
     try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        docs = [d for d in yamlfile.load_all(path.read_text()) if d is not None]
     except yaml.YAMLError as error:
         raise TraceError(f"{path}: not YAML ({error})") from error
     bad = [d for d in docs if not isinstance(d, Mapping)]
@@ -126,7 +127,7 @@ def load(directory: Path | str) -> Trace:
     meta_path = root / TRACE_FILE
     if not meta_path.is_file():
         raise TraceError(f"{root}: no {TRACE_FILE}: not a trace directory")
-    meta = yaml.safe_load(meta_path.read_text()) or {}
+    meta = yamlfile.load(meta_path.read_text()) or {}
     if not isinstance(meta, Mapping):
         raise TraceError(f"{meta_path}: must be an object")
     start = parse_time(meta.get("start"))

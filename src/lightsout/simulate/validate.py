@@ -30,6 +30,7 @@ from pydantic import BaseModel, ValidationError
 from lightsout.models.base import RuleViolationError
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
+from lightsout.simulate import yamlfile
 from lightsout.simulate.machines import apply_overrides
 from lightsout.simulate.trace import CRONJOBS_FILE, MACHINES_FILE, PODS_FILE, TRACE_FILE
 from lightsout.state import cron
@@ -159,7 +160,7 @@ def _number(found: _Found, obj: str, field: str, value: object, required: bool =
 # ------------------------------------------------------------------------------- trace.yaml
 def _trace_meta(found: _Found, path: Path) -> Mapping[str, Any]:
     try:
-        meta = yaml.safe_load(path.read_text()) or {}
+        meta = yamlfile.load(path.read_text()) or {}
     except yaml.YAMLError as error:
         found.add("", "", f"not YAML ({error})")
         return {}
@@ -203,7 +204,7 @@ def _documents(found: _Found, path: Path) -> list[tuple[int, Mapping[str, Any]]]
     if not path.exists():
         return []
     try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        docs = [d for d in yamlfile.load_all(path.read_text()) if d is not None]
     except yaml.YAMLError as error:
         found.add("", "", f"not YAML ({error})")
         return []
