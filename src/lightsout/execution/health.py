@@ -31,6 +31,7 @@ from typing import Any
 from lightsout import API_GROUP, API_VERSION
 from lightsout.actuation.inputs import InvalidSpecError, format_time, node_spec, parse_time
 from lightsout.config import OperatorConfig
+from lightsout.execution import inspection
 from lightsout.execution.extravars import action_extravars, credentials_secret
 from lightsout.execution.jobs import (
     CONTAINER_NAME,
@@ -350,6 +351,11 @@ def pod_record(pod: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
         "result": str(runner.result),
         "message": runner.message or problem,
         "powerState": runner.values.get("power_state"),
+        # What the driver measured and inspected, when it reports them (`execution.inspection`).
+        "driver": runner.values.get("driver"),
+        "powerWatts": runner.values.get("power_watts"),
+        "powerSource": runner.values.get("power_source"),
+        "inspected": runner.values.get("inspected"),
     }
     return node, record
 
@@ -371,6 +377,8 @@ class Assessment:
     power_state: PowerState
     power_state_at: dt.datetime | None
     observed_power_state: PowerState | None
+    #: `status.power` / `status.inspected` a new healthy check reported (`execution.inspection`).
+    measured: Mapping[str, Any] | None = None
 
 
 _ACTION_PHASES = frozenset(
@@ -475,7 +483,8 @@ def assess(
             "powerState": str(power),
         }
         condition = SetCondition(ConditionType.HEALTHY, ConditionStatus.TRUE, HEALTHY, text)
-        return Assessment(new, condition, power, started, power)
+        measured = inspection.measured_status(record, str(base["time"])) or None
+        return Assessment(new, condition, power, started, power, measured)
     reason = classify(message)
     new = {**base, "result": "Unhealthy", "reason": reason, "message": message}
     condition = SetCondition(ConditionType.HEALTHY, ConditionStatus.FALSE, reason, message)
