@@ -118,6 +118,21 @@ def test_a_node_without_resources_is_planned_with_its_inspected_capacity() -> No
     assert ons(result) == ["inspected"]
 
 
+def test_the_lowest_energy_choice_follows_measured_draw_over_declared() -> None:
+    # Declared, "a" looks cheaper; measured, "a" idles at 90 W and "b" at 25 W.
+    a = machine("a", "4", "8Gi", watts=(60, 30, 1), learned={"idleWatts": 90.0})
+    b = machine("b", "4", "8Gi", watts=(80, 45, 1), learned={"idleWatts": 25.0})
+    result = run(group(selectionPolicy="LowestEnergy"), a, b, pod("web-1", "1", "1Gi"))
+    assert ons(result) == ["b"]
+    declared_only = run(
+        group(selectionPolicy="LowestEnergy"),
+        machine("a", "4", "8Gi", watts=(60, 30, 1)),
+        machine("b", "4", "8Gi", watts=(80, 45, 1)),
+        pod("web-1", "1", "1Gi"),
+    )
+    assert ons(declared_only) == ["a"]
+
+
 # ---------------------------------------------------------------- health-check reports
 def health_pod(values: dict[str, Any]) -> dict[str, Any]:
     message = {"result": "Succeeded", "values": {"node": "box", "power_state": "On", **values}}

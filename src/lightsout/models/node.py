@@ -171,7 +171,8 @@ class NodeSpec(ApiModel):
     driver: NodeDriver
     """How the machine is powered."""
     resources: NodeResources | None = None
-    """Expected capacity, so the autoscaler can plan a machine that has never joined."""
+    """Expected capacity, so the autoscaler can plan a machine that has never joined; unset,
+    the cpu and memory its controller reported (`status.inspected`) are used."""
     labels: LabelMap | None = None
     """Labels applied to the core Node when it registers."""
     taints: Taints | None = None
