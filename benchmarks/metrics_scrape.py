@@ -34,7 +34,6 @@ from lightsout.metrics.energy import MachineCollector
 from lightsout.metrics.machines import MachineTracker, PhaseCollector
 from lightsout.models.enums import Phase
 from lightsout.models.group import Electricity, GroupSpec
-from lightsout.models.node import PowerProfile
 from lightsout_lab.process import free_port
 
 NOW = dt.datetime.now(dt.UTC)
@@ -42,7 +41,6 @@ GROUP_SIZE = 100
 SCRAPES = 20
 PHASES = list(Phase)
 GROUP = GroupSpec(electricity=Electricity(price_per_kwh=0.3, currency="EUR"))
-POWER = PowerProfile(on_watts=120, idle_watts=40, off_watts=5)
 
 
 def node(index: int, job_state: str) -> dict[str, Any]:
@@ -68,7 +66,7 @@ def node(index: int, job_state: str) -> dict[str, Any]:
             },
         },
     }
-    account = energy.checkpoint(body, POWER, GROUP, phase, 0.25, now=NOW - dt.timedelta(hours=5))
+    account = energy.checkpoint(body, GROUP, phase, 0.25, now=NOW - dt.timedelta(hours=5))
     body["status"]["energy"] = account
     return body
 

@@ -26,29 +26,26 @@ GROUP = {
     "spec": {"electricity": {"pricePerKWh": 0.25, "currency": "EUR"}},
 }
 GROUP_SPEC = GroupSpec.model_validate(GROUP["spec"])
-SPEC = NodeSpec.model_validate(
-    {
-        "group": "lab",
-        "kubernetesNodeName": "box",
-        "driver": {"ipmi": {"host": "10.0.0.5", "credentialsSecretRef": {"name": "bmc"}}},
-        "resources": {"cpu": "8", "memory": "16Gi"},
-        "power": {"onWatts": 120, "idleWatts": 40, "offWatts": 5},
-    }
-)
+SPEC_RAW: dict[str, Any] = {
+    "group": "lab",
+    "kubernetesNodeName": "box",
+    "driver": {"ipmi": {"host": "10.0.0.5", "credentialsSecretRef": {"name": "bmc"}}},
+    "resources": {"cpu": "8", "memory": "16Gi"},
+    "power": {"onWatts": 120, "idleWatts": 40, "offWatts": 5},
+}
+SPEC = NodeSpec.model_validate(SPEC_RAW)
 
 
 def checkpoint(
     node: dict[str, Any], phase: str, utilisation: float, now: dt.datetime
 ) -> dict[str, Any] | None:
-    return energy.checkpoint(node, SPEC.power, GROUP_SPEC, Phase(phase), utilisation, now=now)
+    return energy.checkpoint(node, GROUP_SPEC, Phase(phase), utilisation, now=now)
 
 
 def machine(name: str = "box", **status: Any) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "namespace": "ns"},
-        "spec": {
-            "group": "lab",
-        },
+        "spec": SPEC_RAW,
         "status": status,
     }
 
@@ -73,10 +70,10 @@ def test_checkpoints_only_when_the_rate_changes_and_reads_back_what_it_wrote() -
     # Same phase, same cpu: nothing to write, however much time passed.
     assert checkpoint(node, "Off", 0.0, later(90)) is None
     # Powered on at 09:30 with 2 of its 8 cores requested: 40 + 80 x 0.25 = 60 W from then on.
-    on = checkpoint(node, "Ready", energy.cpu_utilisation(SPEC, None, []), later(90))
+    on = checkpoint(node, "Ready", energy.cpu_utilisation(node, None, []), later(90))
     assert on is not None and on["watts"] == 40.0  # no pods yet
     pods = [pod("2"), pod("4000m", "Succeeded")]  # the second one finished
-    busy = checkpoint(node, "Ready", energy.cpu_utilisation(SPEC, None, pods), T0)
+    busy = checkpoint(node, "Ready", energy.cpu_utilisation(node, None, pods), T0)
     assert busy is not None and busy["watts"] == 60.0
     node["status"]["energy"] = on
     assert on["usedWattHours"] == pytest.approx(1.5 * 5)
@@ -89,11 +86,14 @@ def test_checkpoints_only_when_the_rate_changes_and_reads_back_what_it_wrote() -
 def test_the_core_nodes_allocatable_cpu_is_the_capacity_when_known() -> None:
     core = {"status": {"allocatable": {"cpu": "4"}}}
     pods = [pod("3")]
-    assert energy.cpu_utilisation(SPEC, core, pods) == 0.75
-    assert energy.cpu_utilisation(SPEC, None, pods) == 0.38  # of the declared 8, to 1 %
-    assert energy.cpu_utilisation(SPEC, core, pods * 3) == 1.0
-    undeclared = SPEC.model_copy(update={"resources": None})
+    node = machine()
+    assert energy.cpu_utilisation(node, core, pods) == 0.75
+    assert energy.cpu_utilisation(node, None, pods) == 0.38  # of the declared 8, to 1 %
+    assert energy.cpu_utilisation(node, core, pods * 3) == 1.0
+    undeclared = {**node, "spec": {k: v for k, v in SPEC_RAW.items() if k != "resources"}}
     assert energy.cpu_utilisation(undeclared, None, pods) == 0.0
+    inspected = {**undeclared, "status": {"inspected": {"cpu": 6, "memory": "8Gi"}}}
+    assert energy.cpu_utilisation(inspected, None, pods) == 0.5  # of the inspected 6
 
 
 def test_a_restarted_operator_counts_the_gap_at_the_rate_status_recorded() -> None:

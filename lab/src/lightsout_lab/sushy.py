@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 from lightsout_lab import process
+from lightsout_lab.redfish_power_meter import POWER_METERS, PowerMeter, PowerMeterMiddleware
 
 PowerState = Literal["On", "Off"]
 GracefulShutdown = Literal["obey", "ignore"]
@@ -86,6 +87,8 @@ class FakeSystem:
     ``graceful_shutdown="ignore"``: the machine's OS ignores the ACPI power button. Redfish's
     ``GracefulShutdown`` asks the OS to shut down and power off; a BMC accepts the order
     (HTTP 204) and the system stays ``On`` until ``ForceOff`` cuts the power.
+    ``meter=PowerMeter(on_watts=…, memory_gib=…)``: the BMC reports consumed watts that follow
+    the PowerState, and processors and memory (`lightsout_lab.redfish_power_meter`).
     """
 
     uuid: str
@@ -93,6 +96,8 @@ class FakeSystem:
     power_state: PowerState = "Off"
     mac: str | None = None
     graceful_shutdown: GracefulShutdown = "obey"
+    #: Measured draw and inventory to report (`redfish_power_meter`); None: none, as sushy.
+    meter: PowerMeter | None = None
 
     def to_sushy(self) -> dict[str, Any]:
         """The dict sushy's fake driver expects in SUSHY_EMULATOR_FAKE_SYSTEMS."""
@@ -432,6 +437,7 @@ class SushyEmulator(process.WorkdirService):
                 s.uuid for s in self.systems if s.graceful_shutdown == "ignore"
             ],
             MIDDLEWARES: list(self.middlewares),
+            POWER_METERS: {s.uuid: s.meter.to_config() for s in self.systems if s.meter},
         }
         lines = [f"{key} = {value!r}" for key, value in settings.items()]
         (self.workdir / "config.py").write_text("\n".join(lines) + "\n")
@@ -570,6 +576,10 @@ def _serve(config_path: str, record_path: str) -> int:
     fakedriver.FakeDriver = _ignoring_graceful_shutdown(
         fakedriver.FakeDriver, app.config.get(IGNORES_GRACEFUL_SHUTDOWN, ())
     )
+    # Inside the recorder, outside sushy's auth (the meter checks auth through the app).
+    app.wsgi_app = PowerMeterMiddleware(app.wsgi_app, app.config.get(POWER_METERS, {}))
+    # Faults (lab/src/lightsout_lab/flapping.py) go around the meter: a refused request never
+    # reaches a system; the recorder outside them still counts it.
     for name in app.config.get(MIDDLEWARES, ()):
         module, _, factory = name.partition(":")
         app.wsgi_app = getattr(importlib.import_module(module), factory)(app.wsgi_app, app.config)

@@ -205,9 +205,22 @@ def learned_from_status(raw: Any) -> Learned:
             return ()
         return tuple(v for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 0)
 
+    def watts(name: str) -> float | None:
+        value = raw.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            return None
+        return float(value)
+
     times = raw.get("powerOns")
     power_ons = tuple(t for t in map(parse_time, times if isinstance(times, list) else []) if t)
-    return Learned(samples("bootSamples"), samples("shutdownSamples"), power_ons)
+    return Learned(
+        samples("bootSamples"),
+        samples("shutdownSamples"),
+        power_ons,
+        off_watts=watts("offWatts"),
+        idle_watts=watts("idleWatts"),
+        busy_watts=watts("busyWatts"),
+    )
 
 
 def learned_to_status(learned: Learned) -> dict[str, Any]:
@@ -220,6 +233,9 @@ def learned_to_status(learned: Learned) -> dict[str, Any]:
         "bootSamples": list(learned.boot_samples),
         "shutdownSamples": list(learned.shutdown_samples),
         "powerOns": [format_time(t) for t in learned.power_ons],
+        "offWatts": learned.off_watts,
+        "idleWatts": learned.idle_watts,
+        "busyWatts": learned.busy_watts,
     }
     return {key: value for key, value in out.items() if value is not None}
 

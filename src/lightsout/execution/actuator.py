@@ -485,7 +485,7 @@ def wanted_status(
     # Counted up to now at the rate in force since the last checkpoint, which this pass's phase
     # and requested cpu replace; unchanged rate: nothing to write.
     checkpoint = energy.checkpoint(
-        ctx.node, ctx.spec.power, ctx.group_spec, decision.phase, cpu_utilisation, now=now
+        ctx.node, ctx.group_spec, decision.phase, cpu_utilisation, now=now
     )
     if checkpoint is not None:
         new["energy"] = checkpoint
@@ -493,6 +493,8 @@ def wanted_status(
         new["lastHealthCheck"] = dict(decision.health_check)
     if decision.learned is not None:
         new["learned"] = inputs.learned_to_status(decision.learned)
+    if decision.measured is not None:
+        new.update(decision.measured)
     if decision.drift_corrections is not None:
         # None removes the list (merge patch) once no correction counts any more.
         new["driftCorrections"] = [

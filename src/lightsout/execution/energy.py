@@ -1,7 +1,7 @@
 """Energy accounting kept in status: when a machine's or a Group's `status.energy` is rewritten.
 
 Called by the reconcile pass (`execution.reconcile`), which checkpoints a machine's
-`status.energy` whenever its rate changes (phase, requested cpu, declared watts, price), and by
+`status.energy` whenever its rate changes (phase, requested cpu, watts, price), and by
 the Group recount (`handlers.group`), which writes the sum of its machines'. `lightsout status`
 and the metrics read what they wrote and count an account on to the present with `Account.at`
 — no write is needed for the figures to move. How an account is written in status and read
@@ -16,12 +16,13 @@ from dataclasses import astuple, replace
 from typing import Any
 
 from lightsout.models.group import GroupSpec
-from lightsout.models.node import NodeSpec, PowerProfile
 from lightsout.planning.energy import Account, Draw, Rate, combine, is_powered
 from lightsout.planning.energystatus import account_from_status, account_to_status, rounded_rate
 from lightsout.planning.types import Phase
 from lightsout.state import parse_resources
+from lightsout.state.measured import expected_resources, expected_watts
 from lightsout.state.parse import dig, pod_requests
+from lightsout.state.resources import Resources
 
 Obj = Mapping[str, Any]
 _TERMINAL = {"Succeeded", "Failed"}
@@ -38,17 +39,20 @@ def price(group: GroupSpec | None) -> tuple[float, str | None]:
     return electricity.price_per_kwh, electricity.currency
 
 
-def draw(power: PowerProfile) -> Draw:
-    return Draw.declared(on=power.on_watts, idle=power.idle_watts, off=power.off_watts)
+def draw(node: Obj) -> Draw:
+    """The machine's draw: learned from measured watts, else declared (`state.measured`, which
+    the planner's snapshot and so the simulator read too)."""
+    watts = expected_watts(node)
+    return Draw.declared(on=watts.on, idle=watts.idle, off=watts.off)
 
 
-def cpu_utilisation(spec: NodeSpec, core_node: Obj | None, pods: Sequence[Obj]) -> float:
+def cpu_utilisation(node: Obj, core_node: Obj | None, pods: Sequence[Obj]) -> float:
     """Requested cpu of the pods on the machine's core Node over its allocatable cpu (else the
-    machine's declared cpu); 0 when neither is known. Rounded to whole percents, so a pod of a
-    few millicores does not make a checkpoint."""
+    machine's declared, else inspected cpu); 0 when none is known. Rounded to whole percents,
+    so a pod of a few millicores does not make a checkpoint."""
     allocatable = parse_resources(dig(core_node, "status", "allocatable"))
-    declared = {"cpu": spec.resources.cpu} if spec.resources is not None else None
-    capacity = allocatable.get("cpu") or parse_resources(declared).get("cpu")
+    expected = expected_resources(node) or Resources()
+    capacity = allocatable.get("cpu") or expected.get("cpu")
     if capacity <= 0:
         return 0.0
     requested = sum(
@@ -60,14 +64,14 @@ def cpu_utilisation(spec: NodeSpec, core_node: Obj | None, pods: Sequence[Obj]) 
 
 
 def rate(
-    power: PowerProfile, group: GroupSpec | None, phase: Phase | str | None, utilisation: float
+    machine_draw: Draw, group: GroupSpec | None, phase: Phase | str | None, utilisation: float
 ) -> Rate:
     """What the machine draws, saves and pays from now on, in that phase at that utilisation."""
     try:
         current = Phase(str(phase)) if phase is not None else None
     except ValueError:
         current = None
-    return rounded_rate(Rate.of(draw(power), is_powered(current), utilisation, price(group)[0]))
+    return rounded_rate(Rate.of(machine_draw, is_powered(current), utilisation, price(group)[0]))
 
 
 def whole_second(now: dt.datetime) -> dt.datetime:
@@ -78,7 +82,6 @@ def whole_second(now: dt.datetime) -> dt.datetime:
 
 def checkpoint(
     node: Obj,
-    power: PowerProfile,
     group: GroupSpec | None,
     phase: Phase | str | None,
     utilisation: float,
@@ -88,7 +91,7 @@ def checkpoint(
     """The machine's new status.energy when its rate changes at `now` (or accounting starts);
     None when the rate in force is still right (nothing to write)."""
     now = whole_second(now)
-    wanted = rate(power, group, phase, utilisation)
+    wanted = rate(draw(node), group, phase, utilisation)
     current = account_from_status((node.get("status") or {}).get("energy"))
     if current is None:
         account = Account.opened(now, wanted)

@@ -31,6 +31,7 @@ from typing import Any
 from lightsout import API_GROUP, API_VERSION
 from lightsout.actuation.inputs import InvalidSpecError, format_time, node_spec, parse_time
 from lightsout.config import OperatorConfig
+from lightsout.execution import inspection
 from lightsout.execution.extravars import action_extravars, credentials_secret
 from lightsout.execution.jobs import (
     CONTAINER_NAME,
@@ -319,6 +320,41 @@ def job_from_cronjob(cronjob: Mapping[str, Any], name: str) -> dict[str, Any]:
     }
 
 
+def entry_hashes(configmap: Mapping[str, Any]) -> dict[str, str]:
+    """Each machine's entry in a health-check ConfigMap (its extravars), hashed, by name."""
+    data = configmap.get("data") or {}
+    listed = json.loads(data.get(MACHINES_FILE) or "[]")
+    return {
+        str(entry["node"]): stable_hash(data.get(f"{index}.json", ""), 16)
+        for index, entry in enumerate(listed)
+    }
+
+
+def needing_first_check(
+    machines: Sequence[tuple[Mapping[str, Any], NodeSpec]],
+    before: Mapping[str, str] | None,
+    after: Mapping[str, str],
+) -> list[str]:
+    """The machines to check now rather than at the next scheduled run: listed and never
+    checked, or (when this operator wrote the list before) new to it or with a changed entry."""
+    names = []
+    for machine, _spec in machines:
+        name = str(machine["metadata"]["name"])
+        if name not in after:
+            continue
+        never = not (machine.get("status") or {}).get("lastHealthCheck")
+        if never or (before is not None and before.get(name) != after[name]):
+            names.append(name)
+    return sorted(names)
+
+
+def first_check_job(cronjob: Mapping[str, Any], spec_hash: str) -> dict[str, Any]:
+    """The Job checking the Group's machines now, after a new or edited machine, named after
+    the machine list's hash (one Job per list, also across operator restarts)."""
+    name = f"{str(cronjob['metadata']['name'])[:CRONJOB_NAME_MAX]}-{spec_hash[:8]}"
+    return job_from_cronjob(cronjob, name)
+
+
 # ---------------------------------------------------------------- results
 def pod_record(pod: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """(machine name, the small record the watch cache keeps) of a finished health-check pod."""
@@ -350,6 +386,11 @@ def pod_record(pod: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
         "result": str(runner.result),
         "message": runner.message or problem,
         "powerState": runner.values.get("power_state"),
+        # What the driver measured and inspected, when it reports them (`execution.inspection`).
+        "driver": runner.values.get("driver"),
+        "powerWatts": runner.values.get("power_watts"),
+        "powerSource": runner.values.get("power_source"),
+        "inspected": runner.values.get("inspected"),
     }
     return node, record
 
@@ -371,6 +412,8 @@ class Assessment:
     power_state: PowerState
     power_state_at: dt.datetime | None
     observed_power_state: PowerState | None
+    #: `status.power` / `status.inspected` a new healthy check reported (`execution.inspection`).
+    measured: Mapping[str, Any] | None = None
 
 
 _ACTION_PHASES = frozenset(
@@ -475,7 +518,8 @@ def assess(
             "powerState": str(power),
         }
         condition = SetCondition(ConditionType.HEALTHY, ConditionStatus.TRUE, HEALTHY, text)
-        return Assessment(new, condition, power, started, power)
+        measured = inspection.measured_status(record, str(base["time"])) or None
+        return Assessment(new, condition, power, started, power, measured)
     reason = classify(message)
     new = {**base, "result": "Unhealthy", "reason": reason, "message": message}
     condition = SetCondition(ConditionType.HEALTHY, ConditionStatus.FALSE, reason, message)

@@ -6,6 +6,12 @@ ConfigMap and CronJob built by `execution.health` are created or replaced when t
 changed; disabled, both are deleted. A deleted Group's CronJob and ConfigMap are removed by the
 garbage collector (the Group owns them). What was last written is remembered per Group by its
 hash, so a pass with nothing new sends nothing; after a restart the first pass writes once.
+
+A machine is known from the first minute: when a write adds a machine to the list or changes
+its entry (a new or edited Node), or lists a machine never checked (also after a restart), a
+Job is made from the CronJob at once (`health.first_check_job`), so its power state, health,
+draw and inspection are in its status within a minute of `kubectl apply`, not at the next
+scheduled run. The Job is named after the list's hash: one run per new list, never two.
 """
 
 from __future__ import annotations
@@ -31,9 +37,12 @@ class HealthCronJobs:
     config: OperatorConfig
     api: Api
     written: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: Each machine's entry (its hash) in the list last written, by (namespace, Group).
+    entries: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
 
     def forget(self, namespace: str, group: str) -> None:
         self.written.pop((namespace, group), None)
+        self.entries.pop((namespace, group), None)
 
     def sync(
         self,
@@ -61,8 +70,23 @@ class HealthCronJobs:
         self.api.apply_configmap(key[0], objects.configmap)
         name = objects.cronjob["metadata"]["name"]
         try:
-            self.api.create_cronjob(key[0], objects.cronjob)
+            cronjob = self.api.create_cronjob(key[0], objects.cronjob)
             log.info("health check of group %s/%s: CronJob %s created", *key, name)
         except ConflictError:
-            self.api.replace_cronjob(key[0], name, objects.cronjob)
+            cronjob = self.api.replace_cronjob(key[0], name, objects.cronjob)
         self.written[key] = objects.spec_hash
+        entries = health.entry_hashes(objects.configmap)
+        new = health.needing_first_check(members, self.entries.get(key), entries)
+        self.entries[key] = entries
+        if new:
+            job = health.first_check_job(cronjob, objects.spec_hash)
+            try:
+                self.api.create_job(key[0], job)
+                log.info(
+                    "health check of group %s/%s: Job %s checks %s now (new or edited)",
+                    *key,
+                    job["metadata"]["name"],
+                    ", ".join(new),
+                )
+            except ConflictError:
+                pass  # this list's first check already runs

@@ -31,6 +31,7 @@ from lightsout.execution import (
     actuator,
     energy,
     health,
+    inspection,
     leases,
     providerid,
 )
@@ -43,11 +44,14 @@ from lightsout.planning import fsm
 from lightsout.planning.effects import (
     Decision,
 )
+from lightsout.planning.learning import learn_draw
 from lightsout.planning.types import (
     Action,
     DrainStatus,
+    Learned,
     MachineState,
     Phase,
+    PowerState,
 )
 from lightsout.state import references
 from lightsout.state.references import Unresolved
@@ -329,8 +333,9 @@ class Reconciler:
             unresolved=view.unresolved,
         )
         decision = providerid.report(fsm.decide(machine, obs, now), core_node, provider_id)
-        ctx.cpu_utilisation = energy.cpu_utilisation(spec, core_node, view.pods_on_node)
-        return self.apply(ctx, machine, _with_health(decision, checked), now)
+        ctx.cpu_utilisation = energy.cpu_utilisation(node, core_node, view.pods_on_node)
+        decision = _with_health(decision, checked, machine, ctx.cpu_utilisation)
+        return self.apply(ctx, machine, _with_inspection(decision, spec, node), now)
 
     def apply(
         self,
@@ -346,9 +351,37 @@ class Reconciler:
         return carried.requeue_after
 
 
-def _with_health(decision: Decision, checked: health.Assessment) -> Decision:
+def _with_inspection(decision: Decision, spec: NodeSpec, node: Obj) -> Decision:
+    """The decision plus the InspectionMismatch verdict on the declared spec against what the
+    controller reported (the new check's report when this pass brings one)."""
+    status = {**(node.get("status") or {}), **(decision.measured or {})}
+    judged = inspection.judge(spec, status)
+    effects = tuple(e for e in (judged.condition, judged.event) if e is not None)
+    return replace(decision, effects=(*decision.effects, *effects)) if effects else decision
+
+
+def _learned_draw(
+    decision: Decision, checked: health.Assessment, machine: MachineState, utilisation: float
+) -> Learned | None:
+    """The learned record with the draw a new reading teaches (None: nothing new)."""
+    power = (checked.measured or {}).get("power")
+    if not isinstance(power, Mapping) or checked.observed_power_state not in (
+        PowerState.ON,
+        PowerState.OFF,
+    ):
+        return decision.learned
+    before = decision.learned or machine.learned
+    powered = checked.observed_power_state is PowerState.ON
+    after = learn_draw(before, float(power["watts"]), powered, utilisation)
+    return after if after != before else decision.learned
+
+
+def _with_health(
+    decision: Decision, checked: health.Assessment, machine: MachineState, utilisation: float
+) -> Decision:
     """The decision plus what a new health check found (the state machine's own power
-    observation, from an action's result, wins over the check's)."""
+    observation, from an action's result, wins over the check's), and the draw its measured
+    watts teach."""
     if checked.record is None and checked.condition is None:
         return decision
     effects = (
@@ -364,4 +397,6 @@ def _with_health(decision: Decision, checked: health.Assessment) -> Decision:
         effects=effects,
         observed_power_state=decision.observed_power_state or checked.observed_power_state,
         health_check=checked.record,
+        measured=checked.measured,
+        learned=_learned_draw(decision, checked, machine, utilisation),
     )

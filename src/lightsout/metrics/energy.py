@@ -1,4 +1,5 @@
-"""Per-machine figures at scrape time: power state, draw, and energy used and saved as counters.
+"""Per-machine figures at scrape time: power state, draw (counted and measured), and energy used
+and saved as counters.
 
 `MachineCollector` reads what `MachineTracker` last saw of each Node (its phase and the energy
 account checkpointed in its status) and counts each account on to the scrape's time
@@ -73,10 +74,18 @@ class MachineCollector(Collector):
         state = GaugeMetricFamily("lightsout_machine_power_state", _STATE_HELP, labels=_LABELS)
         watts = GaugeMetricFamily(
             "lightsout_machine_power_watts",
-            "What each machine draws now, estimated from its declared watts, phase and "
-            "requested cpu.",
+            "What each machine draws now, estimated from its measured (else declared) idle and "
+            "busy watts, phase and requested cpu: the rate its energy is counted at.",
             labels=_LABELS,
         )
+        measured = GaugeMetricFamily(
+            "lightsout_machine_measured_power_watts",
+            "The draw each machine's controller (BMC, hypervisor, plug) reported at the last "
+            "health check (status.power).",
+            labels=[*_LABELS, "source"],
+        )
+        for namespace, name, group, reading, source in self.tracker.measured():
+            measured.add_metric([namespace, group, name, source], reading)
         used = CounterMetricFamily(
             "lightsout_energy_used_joules",
             "Energy each machine drew since its accounting began (status.energy.since).",
@@ -121,7 +130,7 @@ class MachineCollector(Collector):
             # A machine deleted and declared again starts its counters afresh.
             for key in [k for k in self._exported if k[:2] not in live]:
                 del self._exported[key]
-        yield from (state, watts, used, saved, used_cost, saved_cost)
+        yield from (state, watts, measured, used, saved, used_cost, saved_cost)
 
 
 def _phase(value: str) -> Phase:

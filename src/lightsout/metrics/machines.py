@@ -48,6 +48,8 @@ class _Seen:
     #: The energy account checkpointed in its status, and the Group's currency.
     energy: Account | None = None
     currency: str = ""
+    #: status.power: the draw last measured (watts) and who measured it.
+    measured: tuple[float, str] | None = None
 
 
 def _time(value: Any) -> datetime | None:
@@ -57,6 +59,15 @@ def _time(value: Any) -> datetime | None:
         return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def _measured(power: Any) -> tuple[float, str] | None:
+    if not isinstance(power, Mapping):
+        return None
+    watts = power.get("watts")
+    if isinstance(watts, bool) or not isinstance(watts, int | float):
+        return None
+    return float(watts), str(power.get("source") or "")
 
 
 def _driver(spec: Mapping[str, Any]) -> str:
@@ -94,6 +105,7 @@ class MachineTracker:
         finished_job = op.get("job") if op.get("result") in _FINISHED else None
         energy = status.get("energy") or {}
         account, currency = account_from_status(energy), str(energy.get("currency") or "")
+        measured = _measured(status.get("power"))
         with self._lock:
             seen = self._seen.get(key)
             if seen is None:
@@ -107,10 +119,11 @@ class MachineTracker:
                     None,
                     account,
                     currency,
+                    measured,
                 )
                 return
             seen.group, seen.phase = str(spec.get("group") or ""), phase
-            seen.energy, seen.currency = account, currency
+            seen.energy, seen.currency, seen.measured = account, currency, measured
             if finished_job and finished_job != seen.last_job:
                 seen.last_job = finished_job
                 self._count_action(spec, op)
@@ -142,6 +155,15 @@ class MachineTracker:
             return [
                 (ns, name, s.group, s.phase, s.energy, s.currency)
                 for (ns, name), s in sorted(self._seen.items())
+            ]
+
+    def measured(self) -> list[tuple[str, str, str, float, str]]:
+        """(namespace, name, Group, watts, source) of every machine with a measured draw."""
+        with self._lock:
+            return [
+                (ns, name, s.group, *s.measured)
+                for (ns, name), s in sorted(self._seen.items())
+                if s.measured is not None
             ]
 
     def phases(self) -> dict[tuple[str, str], Counter[str]]:

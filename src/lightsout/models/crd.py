@@ -56,6 +56,13 @@ NODE_COLUMNS = [
         description="When the machine was last health-checked",
         priority=1,
     ),
+    _column(
+        "Watts",
+        ".status.power.watts",
+        "number",
+        "Draw last measured by the machine's controller",
+        priority=1,
+    ),
     _column("K8s-Node", ".spec.kubernetesNodeName", description="Core Node name", priority=1),
     _column("Reason", ".status.reason", description="Reason for the phase", priority=1),
     _column(

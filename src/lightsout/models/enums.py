@@ -169,6 +169,8 @@ class ConditionType(StrEnum):
     PROVIDER_ID_CONFLICT = "ProviderIDConflict"
     #: False while a power action waits for an object it needs (Group, Secret, ConfigMap).
     REFERENCES_RESOLVED = "ReferencesResolved"
+    #: True while spec.resources (or the arch label) claims more than the controller reported.
+    INSPECTION_MISMATCH = "InspectionMismatch"
     # Group
     READY = "Ready"
     SCALING_LIMITED = "ScalingLimited"

@@ -171,7 +171,8 @@ class NodeSpec(ApiModel):
     driver: NodeDriver
     """How the machine is powered."""
     resources: NodeResources | None = None
-    """Expected capacity, so the autoscaler can plan a machine that has never joined."""
+    """Expected capacity, so the autoscaler can plan a machine that has never joined; unset,
+    the cpu and memory its controller reported (`status.inspected`) are used."""
     labels: LabelMap | None = None
     """Labels applied to the core Node when it registers."""
     taints: Taints | None = None
@@ -216,6 +217,12 @@ class Learned(ApiModel):
     """The last power-offs' durations in seconds, oldest first."""
     power_ons: list[datetime] | None = Field(default=None, max_length=MAX_POWER_ONS_KEPT)
     """When the machine was asked to power on within the last 24 hours, oldest first."""
+    off_watts: Watts | None = None
+    """Draw measured while off (BMC, standby), learned from the health checks' readings."""
+    idle_watts: Watts | None = None
+    """Draw measured while on with (almost) no cpu requested."""
+    busy_watts: Watts | None = None
+    """Draw at full cpu, extrapolated from readings taken while pods requested cpu."""
 
 
 class LastOperation(ApiModel):
@@ -281,6 +288,36 @@ class HealthCheckRecord(ApiModel):
     """Name of the Job that ran the check."""
 
 
+class MeasuredPower(ApiModel):
+    """The machine's draw as its controller (BMC, hypervisor, smart plug) last reported it."""
+
+    watts: Watts
+    """Consumed watts."""
+    observed_at: datetime
+    """When the reading was taken (the health check's time)."""
+    source: ShortText
+    """Who measured it: the driver (`redfish`, `ipmi`, `proxmox`) or a plug."""
+
+
+class Inspected(ApiModel):
+    """What the machine's controller says it is: the BMC's inventory (Redfish ProcessorSummary,
+    MemorySummary, Processors) or the hypervisor's VM configuration. A Node without
+    `spec.resources` is planned with this capacity."""
+
+    cpu: int | None = Field(default=None, ge=1, le=100_000)
+    """Logical processors (threads where the controller reports them, else cores)."""
+    memory: Quantity | None = None
+    """Installed memory (`64Gi`)."""
+    architecture: ShortText | None = None
+    """Processor architecture as Kubernetes names it (`amd64`, `arm64`)."""
+    gpus: int | None = Field(default=None, ge=0, le=1_000)
+    """GPUs (Processors of type GPU, PCIe display controllers)."""
+    observed_at: datetime
+    """When the controller was read."""
+    source: ShortText
+    """Who reported it (the driver)."""
+
+
 class NodeStatus(ApiModel):
     """What the operator observed. Written through the status subresource only."""
 
@@ -289,7 +326,8 @@ class NodeStatus(ApiModel):
     observed_power_state: ObservedPowerState | None = None
     """Power state last seen on the machine."""
     conditions: Conditions | None = None
-    """Registered, Healthy, PowerActionSucceeded, Drifted, Draining, ProviderIDConflict."""
+    """Registered, Healthy, PowerActionSucceeded, Drifted, Draining, ProviderIDConflict,
+    InspectionMismatch."""
     last_operation: LastOperation | None = None
     """The most recent action."""
     provider_id: ProviderID | None = Field(default=None, alias="providerID")
@@ -314,7 +352,12 @@ class NodeStatus(ApiModel):
     last_health_check: HealthCheckRecord | None = None
     """The last health check's result."""
     learned: Learned | None = None
-    """Boot and shutdown durations measured from the phase history, and recent power-ons."""
+    """Boot and shutdown durations measured from the phase history, recent power-ons, and the
+    draw learned from measured watts."""
+    power: MeasuredPower | None = None
+    """The last measured draw (health checks of controllers that report it)."""
+    inspected: Inspected | None = None
+    """Capacity and architecture the controller reported at the last health check."""
     clone: CloneRecord | None = None
     """Ephemeral machines: the VM made by the last provision, kept until a deprovision
     confirms it is gone (also when the provision failed after cloning)."""

@@ -228,7 +228,10 @@ def _machine_states(
         elif not info.machine.autoscaling_enabled:
             notes[info.key] = f"pinned (autoscaling.enabled=false): {info.state}"
         elif info.view is None:
-            notes[info.key] = "capacity unknown: set spec.resources to autoscale it"
+            notes[info.key] = (
+                "capacity unknown: set spec.resources (or let a health check inspect it) "
+                "to autoscale it"
+            )
         elif info.availability is not Availability.OFF:
             notes[info.key] = info.state
         elif room.get(group.key, 0) <= 0:

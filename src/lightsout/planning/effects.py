@@ -175,6 +175,8 @@ class Decision:
     health_check: Mapping[str, Any] | None = None
     #: `status.learned` to write when this transition taught something, None to leave it.
     learned: Learned | None = None
+    #: `status.power` / `status.inspected` a new health check reported, None to leave them.
+    measured: Mapping[str, Any] | None = None
     #: `status.driftCorrections` to write, None to leave it.
     drift_corrections: tuple[datetime, ...] | None = None
 

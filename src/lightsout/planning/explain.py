@@ -65,7 +65,7 @@ class Explainer:
     def _never_reasons(self, cls: PodClass, info: MachineInfo) -> tuple[str, ...]:
         view = info.view
         if view is None:
-            return ("capacity unknown (no spec.resources and never registered)",)
+            return ("capacity unknown (no spec.resources, none inspected, never registered)",)
         key = (cls.static_key, cls.demand, info.shape, view.allocatable, view.requested)
         found = self._never.get(key)
         if found is None:

@@ -210,11 +210,15 @@ class DrainStatus:
 @dataclass(frozen=True)
 class Learned:
     """`status.learned`: measured durations of the last power-ons and power-offs (seconds,
-    oldest first) and the power-on requests of the last 24 hours (`planning.learning`)."""
+    oldest first), the power-on requests of the last 24 hours, and the draw learned from
+    measured watts (`planning.learning`)."""
 
     boot_samples: tuple[int, ...] = ()
     shutdown_samples: tuple[int, ...] = ()
     power_ons: tuple[datetime, ...] = ()
+    off_watts: float | None = None
+    idle_watts: float | None = None
+    busy_watts: float | None = None
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,10 @@ as the API returns them) to `build`, which makes the `trace.Trace` that `trace.w
 in the one documented format (docs/simulator.md, "Recording a live cluster"):
 
 - the Lights-Out `Group`s and `Node`s as manifests (spec, name, namespace, labels; no status),
-  each machine's durations from its `status.learned` when the operator has learned them;
+  each machine's durations from its `status.learned` when the operator has learned them, and
+  in each Node's spec what the operator measured in place of what was declared
+  (`node_spec_as_measured`: the learned draw in `spec.power`, the inspected capacity in
+  `spec.resources` when none was declared), so the replay plans and counts with them;
 - the `batch/v1` CronJobs as they are in the cluster, their pod template reduced to what
   scheduling reads, and each one's run time from the runs seen (pods of a Job owned by it);
 - every other pod as a trace line: arrival from `creationTimestamp`, run time from its first
@@ -27,6 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from lightsout.simulate.trace import Durations, Trace, TracePod
+from lightsout.state.measured import declared_resources, expected_watts, inspected_resources
 from lightsout.state.parse import as_list, as_str, dig, parse_time
 from lightsout.state.types import MIRROR_POD
 
@@ -214,18 +218,45 @@ def is_workload(pod: Mapping[str, Any]) -> bool:
 
 
 def machine_manifest(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A Group or Node as one would apply it: apiVersion, kind, name, namespace, labels, spec."""
+    """A Group or Node as one would apply it: apiVersion, kind, name, namespace, labels, spec
+    (a Node's as measured: `node_spec_as_measured`)."""
     metadata: dict[str, Any] = {"name": as_str(dig(obj, "metadata", "name"))}
     for key in ("namespace", "labels"):
         value = dig(obj, "metadata", key)
         if value:
             metadata[key] = value
+    spec = obj.get("spec") or {}
     return {
         "apiVersion": obj.get("apiVersion"),
         "kind": obj.get("kind"),
         "metadata": metadata,
-        "spec": obj.get("spec") or {},
+        "spec": node_spec_as_measured(obj) if obj.get("kind") == "Node" else spec,
     }
+
+
+def node_spec_as_measured(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The Node's spec with what `state.measured` prefers written in: the draw learned from
+    measured watts in place of the declared `spec.power` watts, and the inspected cpu and
+    memory as `spec.resources` when none is declared (a replay has no status to read them
+    from)."""
+    spec = dict(node.get("spec") or {})
+    on, idle, off = expected_watts(node)
+    # A measured figure next to a declared one may break the spec's order (off <= idle <= on),
+    # which the replay's validation enforces as the API server does: clamp as `Draw` does.
+    if on is not None and idle is not None:
+        idle = min(idle, on)
+    if off is not None:
+        off = min([off, *(v for v in (idle, on) if v is not None)])
+    power = dict(spec.get("power") or {})
+    for key, value in (("onWatts", on), ("idleWatts", idle), ("offWatts", off)):
+        if value is not None:
+            power[key] = value
+    if power:
+        spec["power"] = power
+    inspected = dig(node, "status", "inspected")
+    if declared_resources(spec.get("resources")) is None and inspected_resources(inspected):
+        spec["resources"] = {"cpu": str(inspected["cpu"]), "memory": str(inspected["memory"])}
+    return spec
 
 
 def learned_durations(node: Mapping[str, Any]) -> Durations | None:

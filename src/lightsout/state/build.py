@@ -20,6 +20,7 @@ from lightsout.models.enums import Phase, PowerState, ProxmoxMode
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import AutoscalingSettings, PowerProfile
 from lightsout.state import cron, references
+from lightsout.state.measured import declared_resources, expected_resources, expected_watts
 from lightsout.state.parse import (
     as_str,
     condition,
@@ -33,7 +34,7 @@ from lightsout.state.parse import (
     scheduling_requirements,
     str_map,
 )
-from lightsout.state.resources import CPU, MEMORY, PODS, Resources, parse_amount, parse_resources
+from lightsout.state.resources import parse_resources
 from lightsout.state.types import (
     DO_NOT_DISRUPT,
     MIRROR_POD,
@@ -316,12 +317,12 @@ def _machine(
     group_name = as_str(dig(spec, "group"))
     group = groups.get(ObjectKey(key.namespace, group_name))
     autoscaling = _model(AutoscalingSettings, dig(spec, "autoscaling"), notes, "spec.autoscaling")
-    power = _model(PowerProfile, dig(spec, "power"), notes, "spec.power")
+    watts = expected_watts(obj)
     phase = as_str(dig(obj, "status", "phase"))
     desired = as_str(dig(spec, "desiredPowerState"))
-    resources = _expected_resources(dig(spec, "resources"))
-    if dig(spec, "resources") is not None and resources is None:
+    if dig(spec, "resources") is not None and declared_resources(dig(spec, "resources")) is None:
         notes.append("spec.resources unreadable (cpu and memory are required), ignored")
+    power = _model(PowerProfile, dig(spec, "power"), notes, "spec.power")
     return Machine(
         key=key,
         group=group_name,
@@ -330,12 +331,12 @@ def _machine(
         desired=_enum(PowerState, desired, PowerState.OFF),
         autoscaling_enabled=autoscaling.enabled,
         priority=autoscaling.priority,
-        resources=resources,
+        resources=expected_resources(obj),
         labels={**(group.labels if group else {}), **str_map(dig(spec, "labels"))},
         taints=merge_taints(group.taints if group else (), parse_taints(dig(spec, "taints"))),
-        watts_on=power.on_watts,
-        watts_idle=power.idle_watts,
-        watts_off=power.off_watts,
+        watts_on=watts.on,
+        watts_idle=watts.idle,
+        watts_off=watts.off,
         boot_seconds=power.boot_timeout_seconds,
         learned_boot_seconds=_seconds(dig(obj, "status", "learned", "bootSeconds")),
         learned_shutdown_seconds=_seconds(dig(obj, "status", "learned", "shutdownSeconds")),
@@ -368,18 +369,6 @@ def _enum[E: StrEnum](kind: type[E], value: str, default: E) -> E:
         return kind(value)
     except ValueError:
         return default
-
-
-def _expected_resources(value: object) -> Resources | None:
-    """spec.resources as amounts; None unless cpu and memory are both readable."""
-    if not isinstance(value, Mapping):
-        return None
-    cpu, memory = parse_amount(CPU, value.get("cpu")), parse_amount(MEMORY, value.get("memory"))
-    if not cpu or not memory:
-        return None
-    pods = value.get("pods", 110)
-    amounts = {CPU: cpu, MEMORY: memory, PODS: pods if isinstance(pods, int) and pods > 0 else 110}
-    return Resources.of(amounts) + parse_resources(value.get("extended"))
 
 
 def _pdb(obj: Mapping[str, Any], _notes: list[str]) -> DisruptionBudget | None:
