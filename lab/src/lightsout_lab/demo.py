@@ -8,10 +8,11 @@ planner powers on the machine that fits at the lowest energy cost, then a second
 workload grows; when the workload goes away the machines drain and power off after the Group's
 unneeded time. Then a short tour of the other drivers, machines the autoscaler leaves alone (Group
 `lab-extras`, `autoscaler: none`): an IPMI server (OpenIPMI's ipmi_sim), a Wake-on-LAN + SSH mini
-PC (a magic-packet listener and an sshd on loopback) and an Ephemeral Proxmox VM (fakepve: cloned
-on power-on, destroyed on power-off) are patched On together, then Off, each emulator saying
-what it saw. Prints a timeline and the kubectl commands to look around; ends by itself within a
-few minutes and cleans up.
+PC (a magic-packet listener and an sshd on loopback), a mini PC behind a Shelly plug (the
+lab's plug emulator: OS shutdown over SSH first, then the relay) and an Ephemeral Proxmox VM
+(fakepve: cloned on power-on, destroyed on power-off) are patched On together, then Off, each
+emulator saying what it saw. Prints a timeline and the kubectl commands to look around; ends by
+itself within a few minutes and cleans up.
 """
 
 from __future__ import annotations
@@ -257,6 +258,7 @@ TOUR_POLL_SECONDS = 1.0
 DRIVER_TITLES = {
     "ipmi": "IPMI, ipmi_sim",
     "wol": "Wake-on-LAN + SSH, magic-packet listener and sshd",
+    "shelly": "smart plug, Shelly Gen2 emulator and sshd",
     "proxmox": "Proxmox VM, Ephemeral, fakepve",
 }
 
