@@ -11,6 +11,7 @@ usage: machine.py DIR TOKEN
 """
 
 import json
+import os
 import signal
 import sys
 import time
@@ -19,6 +20,13 @@ from pathlib import Path
 from lightsout_lab.plug_apis import HomeAssistant, ShellyPlug, TasmotaPlug
 from lightsout_lab.plugs import PlugMachine
 from lightsout_lab.sshd import SshMachine
+
+
+def write(path: Path, text: str) -> None:
+    """Replace the file at once: the playbooks read these while they change."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
 
 
 def main(workdir: str, token: str) -> None:
@@ -31,7 +39,8 @@ def main(workdir: str, token: str) -> None:
             TasmotaPlug(plug) as tasmota,
             HomeAssistant(plug, token=token) as ha,
         ):
-            (out / "connection.json").write_text(
+            write(
+                out / "connection.json",
                 json.dumps(
                     {
                         "shelly": shelly.endpoint,
@@ -43,7 +52,7 @@ def main(workdir: str, token: str) -> None:
                         "known_hosts": box.ssh.known_hosts_line,
                         "shutdown_command": box.shutdown_command,
                     }
-                )
+                ),
             )
             while True:
                 orders = [
@@ -56,8 +65,8 @@ def main(workdir: str, token: str) -> None:
                     }
                     for o in plug.orders()
                 ]
-                (out / "orders.json").write_text(json.dumps(orders))
-                (out / "shutdowns").write_text(str(box.shutdown_requests()))
+                write(out / "orders.json", json.dumps(orders))
+                write(out / "shutdowns", str(box.shutdown_requests()))
                 time.sleep(0.1)
 
 
