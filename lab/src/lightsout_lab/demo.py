@@ -331,7 +331,7 @@ def run_demo(keep: bool = False) -> int:
     print(
         "Lights-Out demo: a local control plane, three emulated Redfish servers of different "
         "sizes and wattages, the operator with its built-in autoscaler; then an IPMI server, "
-        "a Wake-on-LAN mini PC and a Proxmox VM, powered by hand."
+        "a Wake-on-LAN mini PC, a mini PC behind a smart plug and a Proxmox VM, powered by hand."
     )
     extras = default_extras(NAMESPACE)
     lab = Lab(
