@@ -3,8 +3,8 @@
 Used by end-to-end tests: one call gives a BMC Secret, a Group and Nodes pointing at a running
 sushy-tools emulator, and a `MachineSimulator` that registers each machine's core Node once the
 emulator says it is On. `ipmi_node`, `wol_node` and `proxmox_node` build Nodes of the other
-drivers (for ipmi_sim, an sshd + Wake-on-LAN listener, fakepve), `sim_machine` their simulated
-machines.
+drivers (for ipmi_sim, an sshd + Wake-on-LAN listener, fakepve), `plug_node` a smart-plug
+machine's, `sim_machine` their simulated machines.
 """
 
 from __future__ import annotations
@@ -184,6 +184,39 @@ def wol_node(
                 "knownHosts": known_hosts,
                 "shutdownCommand": shutdown_command,
             },
+        }
+    }
+    return _node(name, block, **spec)
+
+
+def plug_node(
+    name: str,
+    kind: str,
+    endpoint: str,
+    *,
+    ssh_host: str,
+    ssh_port: int,
+    ssh_user: str,
+    known_hosts: str,
+    shutdown_command: str,
+    secret_name: str,
+    plug: Mapping[str, Any] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A smart-plug Node (`kind`: shelly, tasmota, homeassistant) whose OS is shut down over
+    SSH; `plug` adds fields of the driver block (switchEntity, force, …)."""
+    block = {
+        kind: {
+            "endpoint": endpoint,
+            "ssh": {
+                "host": ssh_host,
+                "port": ssh_port,
+                "user": ssh_user,
+                "privateKeySecretRef": {"name": secret_name, "key": "ssh-privatekey"},
+                "knownHosts": known_hosts,
+                "shutdownCommand": shutdown_command,
+            },
+            **(plug or {}),
         }
     }
     return _node(name, block, **spec)

@@ -8,10 +8,11 @@ planner powers on the machine that fits at the lowest energy cost, then a second
 workload grows; when the workload goes away the machines drain and power off after the Group's
 unneeded time. Then a short tour of the other drivers, machines the autoscaler leaves alone (Group
 `lab-extras`, `autoscaler: none`): an IPMI server (OpenIPMI's ipmi_sim), a Wake-on-LAN + SSH mini
-PC (a magic-packet listener and an sshd on loopback) and an Ephemeral Proxmox VM (fakepve: cloned
-on power-on, destroyed on power-off) are patched On together, then Off, each emulator saying
-what it saw. Prints a timeline and the kubectl commands to look around; ends by itself within a
-few minutes and cleans up.
+PC (a magic-packet listener and an sshd on loopback), a mini PC behind a Shelly plug (the
+lab's plug emulator: OS shutdown over SSH first, then the relay) and an Ephemeral Proxmox VM
+(fakepve: cloned on power-on, destroyed on power-off) are patched On together, then Off, each
+emulator saying what it saw. Prints a timeline and the kubectl commands to look around; ends by
+itself within a few minutes and cleans up.
 """
 
 from __future__ import annotations
@@ -257,6 +258,7 @@ TOUR_POLL_SECONDS = 1.0
 DRIVER_TITLES = {
     "ipmi": "IPMI, ipmi_sim",
     "wol": "Wake-on-LAN + SSH, magic-packet listener and sshd",
+    "shelly": "smart plug, Shelly Gen2 emulator and sshd",
     "proxmox": "Proxmox VM, Ephemeral, fakepve",
 }
 
@@ -329,7 +331,7 @@ def run_demo(keep: bool = False) -> int:
     print(
         "Lights-Out demo: a local control plane, three emulated Redfish servers of different "
         "sizes and wattages, the operator with its built-in autoscaler; then an IPMI server, "
-        "a Wake-on-LAN mini PC and a Proxmox VM, powered by hand."
+        "a Wake-on-LAN mini PC, a mini PC behind a smart plug and a Proxmox VM, powered by hand."
     )
     extras = default_extras(NAMESPACE)
     lab = Lab(

@@ -1,9 +1,12 @@
-"""Machines of the other drivers for the lab: an IPMI server, a Wake-on-LAN mini PC, a Proxmox VM.
+"""Machines of the other drivers for the lab: an IPMI server, a Wake-on-LAN mini PC, a mini PC
+behind a smart plug, a Proxmox VM.
 
 `Lab(extras=default_extras())` hosts them next to its Redfish servers, each behind its own
 emulator on 127.0.0.1: OpenIPMI's ipmi_sim as the IPMI BMC (`ipmi.py`); a UDP listener as the
 "LAN" and an sshd as the mini PC, whose magic packet starts the sshd and whose shutdown command
-stops it (`wol.py`, `sshd.py`); fakepve as the Proxmox VE cluster, holding a template that an
+stops it (`wol.py`, `sshd.py`); an emulated Shelly Gen2 plug in front of another sshd machine,
+booting when the plug switches on and shut down over SSH before the plug switches off
+(`plugs.py`, `plug_apis.py`); fakepve as the Proxmox VE cluster, holding a template that an
 Ephemeral machine is cloned from on power-on and destroyed on power-off (`fakepve.py`).
 
 Each machine provides its Secrets and Lights-Out Node (Group `lab-extras`, `autoscaler: none`,
@@ -21,6 +24,8 @@ from typing import Any, Protocol
 from lightsout_lab.fakepve import CLONE, DESTROY, FakePveCluster, Guest
 from lightsout_lab.ipmi import IpmiMachine, IpmiSim
 from lightsout_lab.machines import tcp_probe
+from lightsout_lab.plug_apis import ShellyPlug
+from lightsout_lab.plugs import PlugMachine
 from lightsout_lab.sshd import SshMachine
 from lightsout_lab.wol import WolListener
 
@@ -200,6 +205,62 @@ class WolMiniPc:
         )
 
 
+class PluggedMiniPc:
+    """A mini PC without Wake-on-LAN behind a Shelly plug: "power on after AC loss" boots it,
+    its OS is shut down over SSH before the plug is switched off."""
+
+    driver = "shelly"
+
+    def __init__(self, name: str = "plug-pc") -> None:
+        self.name = name
+        self.box = SshMachine(name, power_state="Off", boot_seconds=1.0, shutdown_seconds=1.0)
+        self.plug = ShellyPlug(PlugMachine(self.box, standby_watts=1.5, idle_watts=12.0))
+
+    def start(self) -> None:
+        self.box.start()
+        self.plug.start()
+
+    def stop(self) -> None:
+        self.plug.stop()
+        self.box.stop()
+
+    def objects(self) -> list[dict[str, Any]]:
+        ssh = self.box.ssh
+        secret = f"{self.name}-ssh"
+        driver = {
+            "shelly": {
+                "endpoint": self.plug.endpoint,
+                "ssh": {
+                    "host": ssh.host,
+                    "port": ssh.port,
+                    "user": ssh.user,
+                    "privateKeySecretRef": {"name": secret, "key": "ssh-privatekey"},
+                    "knownHosts": ssh.known_hosts_line + "\n",
+                    "shutdownCommand": self.box.shutdown_command,
+                },
+                "offWattsThreshold": 5.0,
+            }
+        }
+        return [
+            _secret(secret, {"ssh-privatekey": ssh.client_key}),
+            _node(self.name, driver, cpu=4, memory="8Gi", watts=20),
+        ]
+
+    def power_reader(self) -> Callable[[], str]:
+        return self.plug.machine.power_state
+
+    def report(self) -> str:
+        orders = self.plug.machine.orders()
+        said = ", ".join(
+            f"{'on' if o.on else 'off'} ({o.machine_state}, {o.watts:g} W)" for o in orders
+        )
+        return (
+            f"Shelly {self.plug.endpoint}: relay orders {said or 'none'}; meter "
+            f"{self.plug.machine.watts():g} W; "
+            f"shutdown commands run: {self.box.shutdown_requests()}"
+        )
+
+
 class EphemeralVm:
     """A Proxmox VM that exists only while it is on: cloned from a template, then destroyed."""
 
@@ -263,4 +324,4 @@ class EphemeralVm:
 
 def default_extras(namespace: str) -> list[ExtraMachine]:
     """One machine of each other driver, for Nodes in `namespace`, as `lightsout-lab demo` shows."""
-    return [IpmiServer(), WolMiniPc(), EphemeralVm(namespace)]
+    return [IpmiServer(), WolMiniPc(), PluggedMiniPc(), EphemeralVm(namespace)]

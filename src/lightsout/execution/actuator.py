@@ -168,7 +168,7 @@ class KubeMachine:
                 {"key": key, "operator": "Exists"} for key in self.config.job_tolerations
             ),
             # A magic packet is a broadcast on the node's own network.
-            host_network=self.config.job_host_network or spec.driver.wol is not None,
+            host_network=self.config.job_host_network or spec.driver.sends_magic_packets,
         )
 
     def start_job(self, effect: StartJob) -> None:

@@ -11,19 +11,23 @@ from collections.abc import Mapping
 from typing import Any
 
 from lightsout.models.common import CaSecretRef
-from lightsout.models.drivers import ProxmoxDriver, RedfishDriver, WoLDriver
+from lightsout.models.drivers import PlugDriver, ProxmoxDriver, RedfishDriver, WoLDriver
 from lightsout.models.enums import Action
 from lightsout.models.node import NodeSpec
 
 CREDENTIALS_DIR = "/etc/lightsout/credentials"
 #: The CA file name the playbooks look for without a CA Secret too (the model's default key).
 DEFAULT_CA_KEY = str(CaSecretRef.model_fields["key"].default)
+#: The draw under which a plug machine counts as off when neither the driver block nor the
+#: power profile says better: above a standby draw (1-3 W), under any machine's idle draw.
+DEFAULT_PLUG_OFF_WATTS = 5.0
 
 
 def credentials_secret(spec: NodeSpec) -> tuple[str | None, str | None]:
     """(credentials Secret name, CA Secret name) referenced by the driver block."""
     block = spec.driver.config
-    if isinstance(block, WoLDriver):
+    if isinstance(block, WoLDriver | PlugDriver):
+        # A plug driver's Home Assistant token lives in that same Secret (the model says so).
         return block.ssh.private_key_secret_ref.name, None
     tls = block.tls if isinstance(block, RedfishDriver | ProxmoxDriver) else None
     ca = tls.ca_secret_ref if tls is not None else None
@@ -43,6 +47,17 @@ def _redfish(block: RedfishDriver) -> dict[str, Any]:
         "username_key": ref.username_key,
         "password_key": ref.password_key,
     }
+
+
+def plug_off_watts(spec: NodeSpec, block: PlugDriver) -> float:
+    """The draw under which a plug machine counts as off: the block's threshold, else halfway
+    between the power profile's off draw (else 0) and its idle draw, else the default."""
+    if block.off_watts_threshold is not None:
+        return block.off_watts_threshold
+    power = spec.power
+    if power.idle_watts is not None:
+        return ((power.off_watts or 0.0) + power.idle_watts) / 2
+    return DEFAULT_PLUG_OFF_WATTS
 
 
 def action_extravars(node: Mapping[str, Any], spec: NodeSpec, action: Action) -> dict[str, Any]:
@@ -65,10 +80,12 @@ def action_extravars(node: Mapping[str, Any], spec: NodeSpec, action: Action) ->
     # Other drivers pass their block as the API server stores it (defaults filled in): its
     # Secret references hold only names (which Secret, which key = which mounted file).
     params = block.to_dict()
-    if isinstance(block, WoLDriver):
+    if isinstance(block, WoLDriver | PlugDriver):
         # A Wake-on-LAN machine has no BMC to ask: the playbook waits on the probe port,
         # and must give up inside the Job's deadline (timeout + 120 s) to say why itself.
         params["bootTimeoutSeconds"] = spec.power.boot_timeout_seconds
         params["shutdownTimeoutSeconds"] = spec.power.shutdown_timeout_seconds
+    if isinstance(block, PlugDriver):
+        params["offWattsThreshold"] = plug_off_watts(spec, block)
     out[f"lightsout_{kind}"] = params
     return out

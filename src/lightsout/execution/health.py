@@ -246,7 +246,7 @@ def build_health_objects(
             service_account_name=config.job_service_account,
             # As for action Jobs: a Wake-on-LAN machine is only reached from the host network.
             host_network=config.job_host_network
-            or any(m.driver.wol is not None for _, m in members),
+            or any(m.driver.sends_magic_packets for _, m in members),
         ),
         [{"name": key, "value": value} for key, value in env.items()],
         volumes,

@@ -15,7 +15,17 @@ from pydantic import ConfigDict, Field, StringConstraints, model_validator
 from lightsout.models.base import ApiModel, Rule, RuleReason, default_empty, rules
 from lightsout.models.common import CredentialsSecretRef, SecretKeyRef, TLSConfig
 from lightsout.models.enums import BootOverride, DriverKind, JoinFlavor, ProxmoxMode
-from lightsout.models.types import DnsSubdomain, Host, HttpsUrl, IPv4, MacAddress, Port, SecretKey
+from lightsout.models.types import (
+    DnsSubdomain,
+    Host,
+    HttpsUrl,
+    HttpUrl,
+    IPv4,
+    MacAddress,
+    Port,
+    SecretKey,
+    Watts,
+)
 
 
 class RedfishDriver(ApiModel):
@@ -105,6 +115,102 @@ class WoLDriver(ApiModel):
     """How the machine is shut down."""
     probe: Probe | None = None
     """How the power state is observed; by default the SSH host and port."""
+
+
+class PlugWakeOnLan(ApiModel):
+    """A Wake-on-LAN packet after the plug is switched on, for a machine whose firmware does
+    not boot when its power comes back."""
+
+    mac_address: MacAddress
+    """MAC address of the network card that wakes the machine."""
+    broadcast_address: IPv4 = "255.255.255.255"
+    """Where the magic packet is sent: the machine's subnet broadcast address."""
+    port: Port = 9
+    """UDP port of the magic packet."""
+    delay_seconds: int = Field(default=10, ge=0, le=600)
+    """Seconds between switching the plug on and the packet: the time the machine's standby
+    power needs to come up."""
+
+
+class PlugDriver(ApiModel):
+    """What the smart-plug drivers share: the plug only cuts or gives power, so the OS is shut
+    down over SSH first, and the plug is switched off only once the machine no longer answers
+    and the plug measures a draw under `offWattsThreshold`."""
+
+    ssh: SSHShutdown
+    """How the OS is shut down before the plug is switched off."""
+    probe: Probe | None = None
+    """How to tell the OS is up; by default the SSH host and port."""
+    wake_on_lan: PlugWakeOnLan | None = None
+    """Send a magic packet after switching on (firmware without "power on after AC loss")."""
+    off_watts_threshold: Watts | None = None
+    """The draw under which the machine counts as off, so the plug may be switched off. Unset:
+    halfway between `power.offWatts` (else 0) and `power.idleWatts`, else 5 W. Ignored for a
+    plug without a power meter (a Home Assistant switch without `powerSensorEntity`)."""
+    force: bool = False
+    """When the draw has not fallen under the threshold within `power.shutdownTimeoutSeconds`
+    of the shutdown command: true switches the plug off anyway (a Warning event), false
+    (default) leaves it on and the power-off fails with the reason."""
+
+
+class ShellyDriver(PlugDriver):
+    """A Shelly Gen2+ plug or relay (Plus, Pro, Gen3), driven by its RPC over HTTP."""
+
+    endpoint: HttpUrl
+    """Base URL of the device, e.g. http://192.0.2.40 (`<endpoint>/rpc/Switch.Set`)."""
+    switch_id: int = Field(default=0, ge=0, le=15)
+    """Id of the switch component (0 on a plug)."""
+
+
+class TasmotaDriver(PlugDriver):
+    """A plug running Tasmota, driven by its HTTP commands (`/cm?cmnd=Power1 On`)."""
+
+    endpoint: HttpUrl
+    """Base URL of the device, e.g. http://192.0.2.41."""
+    relay: int = Field(default=1, ge=1, le=32)
+    """Relay number (`Power<relay>`; 1 on a plug)."""
+
+
+class TokenSecretRef(SecretKeyRef):
+    """A Secret key holding a Home Assistant long-lived access token."""
+
+    key: SecretKey = "token"
+    """Key within the Secret."""
+
+
+HA_ONE_SECRET = Rule(
+    cel="self.tokenSecretRef.name == self.ssh.privateKeySecretRef.name",
+    message="tokenSecretRef must name the Secret of ssh.privateKeySecretRef: the action Job"
+    " mounts one credentials Secret, holding both the token and the SSH key",
+    field_path=".tokenSecretRef.name",
+)
+SwitchEntity = Annotated[
+    str, StringConstraints(min_length=8, max_length=255, pattern=r"^switch\.[a-z0-9_]+$")
+]
+SensorEntity = Annotated[
+    str, StringConstraints(min_length=8, max_length=255, pattern=r"^sensor\.[a-z0-9_]+$")
+]
+
+
+class HomeAssistantDriver(PlugDriver):
+    """A switch entity of Home Assistant, driven by its REST API with a long-lived token."""
+
+    model_config = ConfigDict(json_schema_extra=rules(HA_ONE_SECRET))
+
+    endpoint: HttpUrl
+    """Base URL of Home Assistant, e.g. http://homeassistant.local:8123."""
+    token_secret_ref: TokenSecretRef
+    """Secret key with a long-lived access token (the same Secret as the SSH key)."""
+    switch_entity: SwitchEntity
+    """The switch entity powering the machine, e.g. `switch.rack_plug`."""
+    power_sensor_entity: SensorEntity | None = None
+    """A sensor entity measuring the plug's draw in W, e.g. `sensor.rack_plug_power`; without
+    it the machine counts as off once it stops answering."""
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> Self:
+        HA_ONE_SECRET.check(self.token_secret_ref.name == self.ssh.private_key_secret_ref.name)
+        return self
 
 
 TOKEN_KEYS_PAIRED = Rule(
@@ -346,7 +452,8 @@ class ProxmoxDriver(ApiModel):
 
 ONE_DRIVER = Rule(
     cel=" + ".join(f"(has(self.{kind.value}) ? 1 : 0)" for kind in DriverKind) + " == 1",
-    message="exactly one of redfish, ipmi, wol or proxmox must be set",
+    message="exactly one of redfish, ipmi, wol, proxmox, shelly, tasmota or homeassistant must"
+    " be set",
 )
 DRIVER_KIND_IMMUTABLE = Rule(
     cel=" && ".join(f"has(self.{kind.value}) == has(oldSelf.{kind.value})" for kind in DriverKind),
@@ -356,7 +463,8 @@ DRIVER_KIND_IMMUTABLE = Rule(
 
 
 class NodeDriver(ApiModel):
-    """How the machine is powered: exactly one of redfish, ipmi, wol or proxmox."""
+    """How the machine is powered: exactly one of redfish, ipmi, wol, proxmox, shelly, tasmota
+    or homeassistant."""
 
     model_config = ConfigDict(json_schema_extra=rules(ONE_DRIVER, DRIVER_KIND_IMMUTABLE))
 
@@ -368,6 +476,12 @@ class NodeDriver(ApiModel):
     """Wake-on-LAN to power on, SSH to power off."""
     proxmox: ProxmoxDriver | None = None
     """A Proxmox VE virtual machine."""
+    shelly: ShellyDriver | None = None
+    """A Shelly Gen2+ smart plug, with an OS shutdown over SSH."""
+    tasmota: TasmotaDriver | None = None
+    """A Tasmota smart plug, with an OS shutdown over SSH."""
+    homeassistant: HomeAssistantDriver | None = None
+    """A Home Assistant switch entity, with an OS shutdown over SSH."""
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Self:
@@ -383,17 +497,33 @@ class NodeDriver(ApiModel):
         return self._set()[0]
 
     @property
-    def config(self) -> RedfishDriver | IPMIDriver | WoLDriver | ProxmoxDriver:
+    def config(self) -> DriverBlock:
         """The one driver block that is set."""
-        block: RedfishDriver | IPMIDriver | WoLDriver | ProxmoxDriver = getattr(
-            self, self.kind.value
-        )
+        block: DriverBlock = getattr(self, self.kind.value)
         return block
+
+    @property
+    def plug(self) -> PlugDriver | None:
+        """The block of a smart-plug driver (shelly, tasmota, homeassistant), if that is set."""
+        block = self.config
+        return block if isinstance(block, PlugDriver) else None
+
+    @property
+    def sends_magic_packets(self) -> bool:
+        """Whether power-on broadcasts a Wake-on-LAN packet (its Job needs the host network)."""
+        return self.wol is not None or (self.plug is not None and self.plug.wake_on_lan is not None)
+
+
+DriverBlock = RedfishDriver | IPMIDriver | WoLDriver | ProxmoxDriver | PlugDriver
 
 
 __all__ = [
+    "DriverBlock",
+    "HomeAssistantDriver",
     "IPMIDriver",
     "NodeDriver",
+    "PlugDriver",
+    "PlugWakeOnLan",
     "Probe",
     "ProxmoxCredentialsRef",
     "ProxmoxDriver",
@@ -401,6 +531,9 @@ __all__ = [
     "RedfishDriver",
     "SSHKeySecretRef",
     "SSHShutdown",
+    "ShellyDriver",
+    "TasmotaDriver",
+    "TokenSecretRef",
     "VmidRange",
     "WoLDriver",
 ]

@@ -47,6 +47,9 @@ class DriverKind(StrEnum):
     IPMI = "ipmi"
     WOL = "wol"
     PROXMOX = "proxmox"
+    SHELLY = "shelly"
+    TASMOTA = "tasmota"
+    HOMEASSISTANT = "homeassistant"
 
 
 class Action(StrEnum):

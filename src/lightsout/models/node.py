@@ -33,6 +33,7 @@ from lightsout.models.types import (
     PlaybookFile,
     Quantity,
     ShortText,
+    Watts,
 )
 
 ProviderID = Annotated[
@@ -79,8 +80,6 @@ class NodeResources(ApiModel):
         EXTENDED_NAMES.check(all(re.fullmatch(EXTENDED_NAME, name) for name in names))
         return self
 
-
-Watts = Annotated[float, Field(ge=0, le=100_000)]
 
 IDLE_NOT_ABOVE_ON = Rule(
     cel="!has(self.idleWatts) || !has(self.onWatts) || self.idleWatts <= self.onWatts",

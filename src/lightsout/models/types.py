@@ -128,6 +128,29 @@ HttpsUrl = Annotated[
     checked(HTTPS_URL_RULE, _is_https_url),
 ]
 
+HTTP_URL_RULE = Rule(
+    cel="isURL(self) && url(self).getScheme() in ['http', 'https']"
+    " && url(self).getHostname() != ''",
+    message="must be an http:// or https:// URL with a host, e.g. http://192.0.2.40",
+)
+
+
+def _is_http_url(value: str) -> bool:
+    parts = urlsplit(value)
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+#: For LAN devices that speak plain HTTP (smart plugs) as well as HTTPS.
+HttpUrl = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=2048),
+    SchemaExtra.cel(HTTP_URL_RULE),
+    checked(HTTP_URL_RULE, _is_http_url),
+]
+
+#: A power draw in watts.
+Watts = Annotated[float, Field(ge=0, le=100_000)]
+
 MAC_PATTERN = r"^([0-9A-Fa-f]{2}[:-]){5}[0-9A-Fa-f]{2}$"
 MAC_RULE = Rule(
     cel=f"self.matches(r'{MAC_PATTERN}')",
@@ -265,6 +288,7 @@ __all__ = [
     "CronSchedule",
     "DnsSubdomain",
     "Host",
+    "HttpUrl",
     "HttpsUrl",
     "IPv4",
     "IPv4Cidr",
@@ -278,5 +302,6 @@ __all__ = [
     "SchemaExtra",
     "SecretKey",
     "ShortText",
+    "Watts",
     "parse_quantity",
 ]

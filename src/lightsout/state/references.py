@@ -56,15 +56,21 @@ def _driver(spec: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
     return "", {}
 
 
+#: Drivers that shut the OS down over SSH (their `ssh.privateKeySecretRef` is the Secret).
+SSH_DRIVERS = frozenset({"wol", "shelly", "tasmota", "homeassistant"})
+
+
 def _secret_needs(kind: str, block: Mapping[str, Any]) -> list[tuple[str, str, tuple[str, ...]]]:
     """(what, Secret name, keys the driver reads) for each Secret the driver block names."""
     needs: list[tuple[str, str, tuple[str, ...]]] = []
-    if kind == "wol":
+    if kind in SSH_DRIVERS:
         ref = _mapping(_mapping(block.get("ssh")).get("privateKeySecretRef"))
         if ref.get("name"):
-            needs.append(
-                ("SSH key Secret", str(ref["name"]), (str(ref.get("key", "ssh-privatekey")),))
-            )
+            keys: tuple[str, ...] = (str(ref.get("key", "ssh-privatekey")),)
+            token = _mapping(block.get("tokenSecretRef"))
+            if token.get("name"):  # homeassistant: the token is in the same Secret
+                keys += (str(token.get("key", "token")),)
+            needs.append(("SSH key Secret", str(ref["name"]), keys))
     else:
         ref = _mapping(block.get("credentialsSecretRef"))
         if ref.get("name"):
