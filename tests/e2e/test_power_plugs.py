@@ -29,6 +29,8 @@ from lightsout_lab.operator_process import OperatorProcess
 from lightsout_lab.plug_apis import HomeAssistant, ShellyPlug, TasmotaPlug
 from lightsout_lab.plugs import PlugApi, PlugMachine
 from lightsout_lab.sshd import SshMachine
+from tests.e2e.autoscaling import lightsout
+from tests.e2e.conftest import PATIENCE
 from tests.harness import fleet
 from tests.harness.cycle import report, status, wait_phase
 from tests.harness.wait import events_for, wait_for
@@ -159,6 +161,20 @@ def test_each_plug_powers_its_machine_on_and_off_never_under_a_running_os(
             assert [(o.on, o.machine_state) for o in m.plug.orders()] == [(True, "unpowered")]
             assert m.box.reachable() and m.box.shutdown_requests() == 0
             assert m.plug.watts() == 14.0  # idle draw, what the plug's meter reads
+
+        # The plug's meter is the machine's measured draw: a health check, run now as a person
+        # would, carries it into status.power, named after the plug that measured it.
+        check = lightsout(crds, "healthcheck", "--group", "homelab", "-n", namespace)
+        assert check.returncode == 0, check.stdout + check.stderr
+        for m in machines:
+
+            def measured(m: Plugged = m) -> dict[str, Any] | None:
+                power: dict[str, Any] = status(crds, namespace, m.name).get("power") or {}
+                return power if power.get("watts") == 14.0 else None
+
+            power = wait_for(measured, PATIENCE, f"{m.kind}'s measured 14 W in status.power")
+            report(m.kind, "healthcheck while Ready", power=power)
+            assert power["source"] == m.kind
 
         patch_all(crds, namespace, machines, "Off")
         for m in machines:
