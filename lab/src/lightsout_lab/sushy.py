@@ -15,6 +15,9 @@ What it gives you:
 - ``middlewares=("module:factory", ...)`` — WSGI middlewares wrapped around sushy's app inside
   the recorder (``MIDDLEWARES``), e.g. ``lightsout_lab.flapping`` (a BMC failing every other
   request).
+  ``FakeSystem(..., profile="idrac")`` gives a system a vendor family's documented behaviour
+  (``lightsout_lab.redfish_profiles``: idrac, ilo, xcc, ami, etag-strict, sessions-only,
+  idrac10); with any profile the BMC also serves a SessionService (``live_sessions()``).
 - ``power_state(uuid)`` / ``wait_power_state(uuid, "On")`` — read a system's PowerState.
 - ``power_requests(...)`` / ``count_power_requests(...)`` — every
   ``POST /redfish/v1/Systems/<id>/Actions/ComputerSystem.Reset`` that reached the emulator,
@@ -44,6 +47,7 @@ import importlib
 import io
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -53,7 +57,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from lightsout_lab import process
+from lightsout_lab import process, redfish_profiles
 from lightsout_lab.redfish_power_meter import POWER_METERS, PowerMeter, PowerMeterMiddleware
 
 PowerState = Literal["On", "Off"]
@@ -68,6 +72,12 @@ HARNESS_HEADER = "X-Lightsout-Harness"
 
 #: Setting in the emulator's config: the uuids of the systems whose OS ignores GracefulShutdown.
 IGNORES_GRACEFUL_SHUTDOWN = "LIGHTSOUT_IGNORES_GRACEFUL_SHUTDOWN"
+#: Settings in the emulator's config: {uuid: profile name}, {name: uuid}, [username, password].
+PROFILES = "LIGHTSOUT_REDFISH_PROFILES"
+ALIASES = "LIGHTSOUT_REDFISH_ALIASES"
+ACCOUNT = "LIGHTSOUT_REDFISH_ACCOUNT"
+#: Setting in the emulator's config: [low, high] seconds after which an order lands.
+LANDING = "LIGHTSOUT_LANDING_SECONDS"
 
 #: Setting in the emulator's config: WSGI middlewares ("module:factory") wrapped around sushy's
 #: app inside the recorder (so what they refuse is recorded); each factory is called as
@@ -89,6 +99,7 @@ class FakeSystem:
     (HTTP 204) and the system stays ``On`` until ``ForceOff`` cuts the power.
     ``meter=PowerMeter(on_watts=…, memory_gib=…)``: the BMC reports consumed watts that follow
     the PowerState, and processors and memory (`lightsout_lab.redfish_power_meter`).
+    ``profile``: a name in ``redfish_profiles.PROFILES`` (None: sushy-tools as it is).
     """
 
     uuid: str
@@ -98,6 +109,12 @@ class FakeSystem:
     graceful_shutdown: GracefulShutdown = "obey"
     #: Measured draw and inventory to report (`redfish_power_meter`); None: none, as sushy.
     meter: PowerMeter | None = None
+    profile: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.profile is not None and self.profile not in redfish_profiles.PROFILES:
+            known = ", ".join(sorted(redfish_profiles.PROFILES))
+            raise ValueError(f"FakeSystem.profile {self.profile!r} is not one of: {known}")
 
     def to_sushy(self) -> dict[str, Any]:
         """The dict sushy's fake driver expects in SUSHY_EMULATOR_FAKE_SYSTEMS."""
@@ -156,6 +173,8 @@ class SushyEmulator(process.WorkdirService):
         username / password: basic-auth credentials it accepts.
         disable_power_off: refuse ForceOff/GracefulShutdown with HTTP 400.
         middlewares: "module:factory" names of WSGI middlewares to add (see MIDDLEWARES).
+        landing_seconds: an accepted order lands this many seconds later, drawn at random
+            (sushy's own 1-11 s by default; tests with many orders draw from a shorter range).
         workdir: where the cert, htpasswd, config, state and logs go (default: a temp dir,
             removed on stop).
         start_timeout: seconds to wait for the emulator to answer.
@@ -174,6 +193,7 @@ class SushyEmulator(process.WorkdirService):
         username: str = "admin",
         password: str = "lights-out-test-password",
         disable_power_off: bool = False,
+        landing_seconds: tuple[int, int] = (1, 11),
         workdir: Path | None = None,
         start_timeout: float = 30.0,
         middlewares: Iterable[str] = (),
@@ -184,6 +204,7 @@ class SushyEmulator(process.WorkdirService):
         self.username = username
         self.password = password
         self.disable_power_off = disable_power_off
+        self.landing_seconds = landing_seconds
         self.start_timeout = start_timeout
         self.middlewares = tuple(middlewares)
         self.host = "127.0.0.1"
@@ -367,6 +388,38 @@ class SushyEmulator(process.WorkdirService):
         """How many Reset actions matched (see ``power_requests``)."""
         return len(self.power_requests(uuid, reset_types=reset_types, accepted_only=accepted_only))
 
+    def boot_requests(self, uuid: str, *, accepted_only: bool = False) -> list[RecordedRequest]:
+        """PATCHes carrying ``Boot`` for the system (on it or on its settings object)."""
+        return [
+            r
+            for r in self.requests()
+            if r.method == "PATCH"
+            and r.system == uuid
+            and isinstance(r.body, dict)
+            and "Boot" in r.body
+            and (not accepted_only or 200 <= r.status < 300)
+        ]
+
+    def live_sessions(self) -> int:
+        """How many Redfish sessions the BMC holds (clients must delete theirs)."""
+        response = self._request("GET", f"{self.endpoint}{redfish_profiles.SESSIONS}")
+        if response.status_code != 200:
+            raise SushyError(f"GET sessions: HTTP {response.status_code} {response.text}")
+        return len(response.json()["Members"])
+
+    def start_unseen_power_on(self, uuid: str) -> None:
+        """Start a power-on the BMC keeps to itself: PowerState reads Off until a client's
+        Reset for the system arrives (a profile with ``already_on_conflict`` then answers 409
+        to an On). The race in which an iDRAC answers "already powered ON"."""
+        response = self._request(
+            "POST",
+            f"{self.system_url(uuid)}{_RESET_SUFFIX}",
+            json_body={"ResetType": "On"},
+            headers={redfish_profiles.HOLD_HEADER: "1"},
+        )
+        if response.status_code >= 300:
+            raise SushyError(f"Reset On: HTTP {response.status_code} {response.text}")
+
     def clear_requests(self) -> None:
         """Forget the requests recorded so far."""
         with self.record_path.open("w"):
@@ -374,7 +427,13 @@ class SushyEmulator(process.WorkdirService):
 
     # ------------------------------------------------------------------------------ internals
 
-    def _request(self, method: str, url: str, json_body: Any = None) -> Any:
+    def _request(
+        self,
+        method: str,
+        url: str,
+        json_body: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> Any:
         import requests  # only the client side needs it
 
         # verify= per request: the environment may export REQUESTS_CA_BUNDLE.
@@ -383,7 +442,7 @@ class SushyEmulator(process.WorkdirService):
             url,
             json=json_body,
             auth=(self.username, self.password),
-            headers={HARNESS_HEADER: "1"},
+            headers={HARNESS_HEADER: "1", **(headers or {})},
             verify=str(self.ca_path),
             timeout=10,
         )
@@ -432,12 +491,16 @@ class SushyEmulator(process.WorkdirService):
             "SUSHY_EMULATOR_FAKE_SYSTEMS": [s.to_sushy() for s in self.systems],
             "SUSHY_EMULATOR_AUTH_FILE": str(self.workdir / "htpasswd"),
             "SUSHY_EMULATOR_DISABLE_POWER_OFF": self.disable_power_off,
-            # Ours, not sushy's: read by _serve.
+            # Ours, not sushy's: read by serve.
             IGNORES_GRACEFUL_SHUTDOWN: [
                 s.uuid for s in self.systems if s.graceful_shutdown == "ignore"
             ],
             MIDDLEWARES: list(self.middlewares),
             POWER_METERS: {s.uuid: s.meter.to_config() for s in self.systems if s.meter},
+            PROFILES: {s.uuid: s.profile for s in self.systems if s.profile},
+            ALIASES: {s.name: s.uuid for s in self.systems if s.profile},
+            ACCOUNT: [self.username, self.password],
+            LANDING: list(self.landing_seconds),
         }
         lines = [f"{key} = {value!r}" for key, value in settings.items()]
         (self.workdir / "config.py").write_text("\n".join(lines) + "\n")
@@ -561,8 +624,49 @@ def _ignoring_graceful_shutdown(driver: type[Any], uuids: Iterable[str]) -> type
     return OsIgnoresGracefulShutdown
 
 
-def _serve(config_path: str, record_path: str) -> int:
-    """Run sushy's Flask app like ``sushy-emulator --config``, with the recorder outermost."""
+class _Landing(random.Random):
+    """sushy's fake driver draws an order's delay with randint(1, 11): draw from [low, high]."""
+
+    def __init__(self, low: int, high: int) -> None:
+        super().__init__()
+        self.low, self.high = low, high
+
+    def randint(self, a: int, b: int) -> int:  # noqa: ARG002 (sushy's range is replaced)
+        return super().randint(self.low, self.high)
+
+
+class _FakeDriverPower:
+    """`redfish_profiles.PowerBackend` over sushy's fake driver (its pending power change)."""
+
+    #: Far enough ahead that a held change never lands by itself during a test.
+    HELD = 2**40
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    def target_state(self, uuid: str) -> str:
+        system = self.app.systems._get(uuid)
+        pending = system.get("pending_power") or {}
+        wanted = str(pending.get("power_state") or system["power_state"])
+        return "On" if "On" in wanted or "Restart" in wanted else wanted
+
+    def hold(self, uuid: str) -> None:
+        system = self.app.systems._get(uuid)
+        pending = system.get("pending_power")
+        if pending:
+            self.app.systems._update(system, pending_power={**pending, "apply_time": self.HELD})
+
+    def release(self, uuid: str) -> None:
+        system = self.app.systems._get(uuid)
+        pending = system.get("pending_power")
+        if pending and pending["apply_time"] >= self.HELD:
+            landing = int(time.time()) + 1
+            self.app.systems._update(system, pending_power={**pending, "apply_time": landing})
+
+
+def serve(config_path: str, record_path: str) -> int:
+    """Run sushy's Flask app like ``sushy-emulator --config``, with the vendor profiles in front
+    of its auth middleware and the recorder outermost."""
     import ssl
 
     from sushy_tools.emulator import main as emulator  # type: ignore[import-untyped]
@@ -578,6 +682,20 @@ def _serve(config_path: str, record_path: str) -> int:
     )
     # Inside the recorder, outside sushy's auth (the meter checks auth through the app).
     app.wsgi_app = PowerMeterMiddleware(app.wsgi_app, app.config.get(POWER_METERS, {}))
+    low, high = app.config.get(LANDING) or (1, 11)
+    fakedriver.random = _Landing(low, high)
+    profiles = app.config.get(PROFILES) or {}
+    if profiles:
+        username, password = app.config[ACCOUNT]
+        app.wsgi_app = redfish_profiles.ProfileMiddleware(
+            app.wsgi_app,
+            {uuid: redfish_profiles.PROFILES[name] for uuid, name in profiles.items()},
+            aliases=app.config.get(ALIASES) or {},
+            username=username,
+            password=password,
+            backend=_FakeDriverPower(app),
+            harness_header=HARNESS_HEADER,
+        )
     # Faults (lab/src/lightsout_lab/flapping.py) go around the meter: a refused request never
     # reaches a system; the recorder outside them still counts it.
     for name in app.config.get(MIDDLEWARES, ()):
@@ -600,5 +718,5 @@ if __name__ == "__main__":
     # Run as a script, this file's directory is sys.path[0]; keep "sushy" meaning the library.
     sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
     if len(sys.argv) == 4 and sys.argv[1] == "serve":
-        sys.exit(_serve(sys.argv[2], sys.argv[3]))
+        sys.exit(serve(sys.argv[2], sys.argv[3]))
     sys.exit("usage: sushy.py serve CONFIG RECORD")
