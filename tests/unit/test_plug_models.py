@@ -104,6 +104,16 @@ def test_the_off_draw_threshold_the_playbook_gets(
     assert (out["shutdownTimeoutSeconds"], out["bootTimeoutSeconds"]) == (60, 600)
 
 
+def test_the_off_draw_threshold_follows_what_the_plug_measured() -> None:
+    # Declared 20 W idle, 2 W off; the plug has measured 30 W idle and 4 W standby: the
+    # threshold is halfway between what was measured (17 W), not between the declarations.
+    n = node({"tasmota": {"endpoint": "http://192.0.2.40", "ssh": SSH}}, power={"idleWatts": 20})
+    n["spec"]["power"]["offWatts"] = 2
+    n["status"] = {"learned": {"idleWatts": 30.0, "offWatts": 4.0}}
+    out = extravars.action_extravars(n, spec(n), Action.SHUTDOWN)["lightsout_tasmota"]
+    assert out["offWattsThreshold"] == 17.0
+
+
 def test_home_assistant_token_comes_from_the_ssh_keys_secret_and_never_its_value() -> None:
     n = node({"homeassistant": HA})
     out = extravars.action_extravars(n, spec(n), Action.STARTUP)

@@ -14,6 +14,7 @@ from lightsout.models.common import CaSecretRef
 from lightsout.models.drivers import PlugDriver, ProxmoxDriver, RedfishDriver, WoLDriver
 from lightsout.models.enums import Action
 from lightsout.models.node import NodeSpec
+from lightsout.state.measured import expected_watts
 
 CREDENTIALS_DIR = "/etc/lightsout/credentials"
 #: The CA file name the playbooks look for without a CA Secret too (the model's default key).
@@ -49,14 +50,15 @@ def _redfish(block: RedfishDriver) -> dict[str, Any]:
     }
 
 
-def plug_off_watts(spec: NodeSpec, block: PlugDriver) -> float:
+def plug_off_watts(node: Mapping[str, Any], block: PlugDriver) -> float:
     """The draw under which a plug machine counts as off: the block's threshold, else halfway
-    between the power profile's off draw (else 0) and its idle draw, else the default."""
+    between its off draw (else 0) and its idle draw, each as learned from what the plug
+    measured (`status.learned`), else as declared in `spec.power`; else the default."""
     if block.off_watts_threshold is not None:
         return block.off_watts_threshold
-    power = spec.power
-    if power.idle_watts is not None:
-        return ((power.off_watts or 0.0) + power.idle_watts) / 2
+    watts = expected_watts(node)
+    if watts.idle is not None:
+        return round(((watts.off or 0.0) + watts.idle) / 2, 1)
     return DEFAULT_PLUG_OFF_WATTS
 
 
@@ -86,6 +88,6 @@ def action_extravars(node: Mapping[str, Any], spec: NodeSpec, action: Action) ->
         params["bootTimeoutSeconds"] = spec.power.boot_timeout_seconds
         params["shutdownTimeoutSeconds"] = spec.power.shutdown_timeout_seconds
     if isinstance(block, PlugDriver):
-        params["offWattsThreshold"] = plug_off_watts(spec, block)
+        params["offWattsThreshold"] = plug_off_watts(node, block)
     out[f"lightsout_{kind}"] = params
     return out

@@ -145,7 +145,8 @@ class PlugDriver(ApiModel):
     """Send a magic packet after switching on (firmware without "power on after AC loss")."""
     off_watts_threshold: Watts | None = None
     """The draw under which the machine counts as off, so the plug may be switched off. Unset:
-    halfway between `power.offWatts` (else 0) and `power.idleWatts`, else 5 W. Ignored for a
+    halfway between the off draw (else 0) and the idle draw, each as learned from the plug's
+    readings (`status.learned`), else as declared in `power`; else 5 W. Ignored for a
     plug without a power meter (a Home Assistant switch without `powerSensorEntity`)."""
     force: bool = False
     """When the draw has not fallen under the threshold within `power.shutdownTimeoutSeconds`
