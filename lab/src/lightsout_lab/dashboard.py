@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from lightsout_lab.binaries import repo_root
-from lightsout_lab.demo import NAMESPACE, Narrator, Scenario, _credentials, _samples
-from lightsout_lab.lab import Lab
+from lightsout_lab.demo import Narrator, Scenario, _samples, scenario_lab
 from lightsout_lab.process import free_port
 
 SCRAPE_SECONDS = 2
@@ -166,8 +165,7 @@ def query_panels(prom: Prometheus, dashboard: dict[str, Any], start: float) -> l
 def check_dashboard(prometheus: Path | None, dashboard_path: Path) -> int:
     dashboard = json.loads(dashboard_path.read_text())
     objects, nodes = _samples(repo_root())
-    username, password = _credentials(objects)
-    lab = Lab(objects=objects, namespace=NAMESPACE, username=username, password=password)
+    lab, plugged = scenario_lab(objects)
     lab.start()
     assert lab.cluster is not None and lab.operator is not None
     target = urllib.parse.urlsplit(lab.operator.metrics_url).netloc
@@ -177,7 +175,7 @@ def check_dashboard(prometheus: Path | None, dashboard_path: Path) -> int:
         start = time.time()
         narrator = Narrator(lab.cluster)
         narrator.say(f"Prometheus {prom.url} scrapes the operator at {target}")
-        Scenario(narrator, lab).run([node["metadata"]["name"] for node in nodes])
+        Scenario(narrator, lab, plugged).run([node["metadata"]["name"] for node in nodes])
         time.sleep(3 * SCRAPE_SECONDS)  # the last changes scraped
         health = prom.api("targets")["activeTargets"]
         narrator.say(f"scrape target health: {[t['health'] for t in health]}")

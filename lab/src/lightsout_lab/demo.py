@@ -3,16 +3,18 @@
 Starts the local control plane, a Redfish BMC emulator (sushy-tools) for the three sample
 servers (4, 16 and 32 cores; 35, 110 and 180 W), the stand-in kubelet that runs action Jobs, the
 machine simulator that registers a server's core Node once its BMC says On, and the operator.
-It applies deploy/samples with every server Off, then runs a workload that does not fit: the
-planner powers on the machine that fits at the lowest energy cost, then a second one when the
-workload grows; when the workload goes away the machines drain and power off after the Group's
-unneeded time. Then a short tour of the other drivers, machines the autoscaler leaves alone (Group
-`lab-extras`, `autoscaler: none`): an IPMI server (OpenIPMI's ipmi_sim), a Wake-on-LAN + SSH mini
-PC (a magic-packet listener and an sshd on loopback), a mini PC behind a Shelly plug (the
-lab's plug emulator: OS shutdown over SSH first, then the relay) and an Ephemeral Proxmox VM
-(fakepve: cloned on power-on, destroyed on power-off) are patched On together, then Off, each
-emulator saying what it saw. Prints a timeline and the kubectl commands to look around; ends by
-itself within a few minutes and cleans up.
+It applies deploy/samples with every server Off, and adds to their Group a mini PC without a BMC
+behind a Shelly plug (the lab's plug emulator: OS shutdown over SSH first, then the relay). A
+small job comes first: the planner switches the plug on, the mini PC being the machine that fits
+at the lowest energy cost; then a workload that fits no small machine: the planner powers on the
+server that fits at the lowest cost, then a second one when the workload grows; when the work goes
+away the machines drain and power off after the Group's unneeded time, the mini PC's OS shut down
+before its plug is switched off. Then a short tour of the other drivers, machines the autoscaler
+leaves alone (Group `lab-extras`, `autoscaler: none`): an IPMI server (OpenIPMI's ipmi_sim), a
+Wake-on-LAN + SSH mini PC (a magic-packet listener and an sshd on loopback) and an Ephemeral
+Proxmox VM (fakepve: cloned on power-on, destroyed on power-off) are patched On together, then
+Off, each emulator saying what it saw. Prints a timeline and the kubectl commands to look
+around; ends by itself within a few minutes and cleans up.
 """
 
 from __future__ import annotations
@@ -31,7 +33,14 @@ import yaml
 
 from lightsout_lab import Cluster
 from lightsout_lab.binaries import repo_root
-from lightsout_lab.extras import EXTRAS_GROUP, ExtraMachine, default_extras
+from lightsout_lab.extras import (
+    EXTRAS_GROUP,
+    EphemeralVm,
+    ExtraMachine,
+    IpmiServer,
+    PluggedMiniPc,
+    WolMiniPc,
+)
 from lightsout_lab.lab import Lab
 
 NAMESPACE = "lightsout-demo"
@@ -95,6 +104,10 @@ class Narrator:
 
 DEMO_UNNEEDED_SECONDS = 20
 WORKLOAD = "photo-indexer"
+#: A small job that fits the mini PC behind the plug, the cheapest machine of the Group.
+SMALL_JOB = "thumbnailer"
+#: The demo's pods carry this label (whichever Deployment made them).
+DEMO_LABEL = "lightsout.dev/demo"
 
 
 def _samples(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -122,13 +135,15 @@ def _credentials(objects: Iterable[dict[str, Any]]) -> tuple[str, str]:
     return secret["stringData"]["username"], secret["stringData"]["password"]
 
 
-def _workload(replicas: int) -> dict[str, Any]:
-    """A Deployment whose pods (10 cores, 24Gi each) are too big for the small box."""
-    labels = {"app": WORKLOAD}
+def _workload(
+    replicas: int, name: str = WORKLOAD, cpu: str = "10", memory: str = "24Gi"
+) -> dict[str, Any]:
+    """A Deployment; by default pods of 10 cores and 24Gi, too big for the small machines."""
+    labels = {"app": name, DEMO_LABEL: "workload"}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": WORKLOAD, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": labels},
@@ -137,9 +152,9 @@ def _workload(replicas: int) -> dict[str, Any]:
                 "spec": {
                     "containers": [
                         {
-                            "name": "indexer",
-                            "image": "registry.example/photo-indexer:1.0",
-                            "resources": {"requests": {"cpu": "10", "memory": "24Gi"}},
+                            "name": "work",
+                            "image": f"registry.example/{name}:1.0",
+                            "resources": {"requests": {"cpu": cpu, "memory": memory}},
                         }
                     ]
                 },
@@ -151,14 +166,15 @@ def _workload(replicas: int) -> dict[str, Any]:
 class Scenario:
     """The demo's steps, each narrated, each waiting for what a user would wait for."""
 
-    def __init__(self, narrator: Narrator, lab: Lab) -> None:
+    def __init__(self, narrator: Narrator, lab: Lab, plugged: PluggedMiniPc) -> None:
         self.narrator = narrator
         self.lab = lab
+        self.plugged = plugged
         self.pods: dict[str, tuple[str, str]] = {}
 
     def poll_pods(self) -> list[dict[str, Any]]:
         out = self.narrator.cluster.kubectl(
-            "get", "pods", "-n", NAMESPACE, "-l", f"app={WORKLOAD}", "-o", "json"
+            "get", "pods", "-n", NAMESPACE, "-l", f"{DEMO_LABEL}=workload", "-o", "json"
         ).stdout
         pods: list[dict[str, Any]] = json.loads(out)["items"]
         for pod in pods:
@@ -207,23 +223,33 @@ class Scenario:
         self.machines_in("Off", machines)
         self.narrator.show("get", "lightsout", "-n", NAMESPACE)
 
+        say(
+            f"a small job arrives: 1 pod asking for 1 core and 1Gi ({SMALL_JOB}); the machine "
+            f"that fits at the lowest energy cost is {self.plugged.name}, a mini PC without a "
+            "BMC behind a smart plug"
+        )
+        self.apply(_workload(1, SMALL_JOB, cpu="1", memory="1Gi"))
+        self.running(1)
+        say(f"  {self.plugged.name:<10} {self.plugged.report()}")
+
         say(f"a workload arrives: 1 pod asking for 10 cores and 24Gi ({WORKLOAD})")
         self.apply(_workload(1))
-        self.running(1)
+        self.running(2)
         self.narrator.show("get", "lightsout,nodes", "-n", NAMESPACE)
         self.events("Pod")
 
         say("it grows to 3 pods: the running server has room for none of the new ones")
         self.kubectl("scale", "deployment", WORKLOAD, "--replicas=3", quiet=True)
-        self.running(3)
+        self.running(4)
         self.narrator.show("get", "lightsout,nodes", "-n", NAMESPACE)
 
         say(
-            f"the workload goes away: after {DEMO_UNNEEDED_SECONDS}s unneeded, each server "
-            "drains and powers off"
+            f"the work goes away: after {DEMO_UNNEEDED_SECONDS}s unneeded, each machine "
+            "drains and powers off (the mini PC: its OS shut down, then its plug)"
         )
-        self.kubectl("delete", "deployment", WORKLOAD, "--wait=false", quiet=True)
-        self.machines_in("Off", machines)
+        for name in (SMALL_JOB, WORKLOAD):
+            self.kubectl("delete", "deployment", name, "--wait=false", quiet=True)
+        self.machines_in("Off", [*machines, self.plugged.name])
         self.narrator.show("get", "lightsout", "-n", NAMESPACE)
         self.events("Node")
         bmc = self.lab.bmc
@@ -236,6 +262,7 @@ class Scenario:
             + ", ".join(f"{kind} x{count}" for kind, count in sorted(orders.items()))
             + ")"
         )
+        say(f"  {self.plugged.name:<10} {self.plugged.report()}")
 
     def apply(self, obj: dict[str, Any]) -> None:
         self.narrator.say(f"$ kubectl apply -f -   # Deployment {obj['metadata']['name']}")
@@ -324,34 +351,50 @@ class DriverTour:
         return {name: reached[name] for name in started}
 
 
-def run_demo(keep: bool = False) -> int:
-    objects, nodes = _samples(repo_root())
+def scenario_lab(
+    objects: list[dict[str, Any]], tour: Sequence[ExtraMachine] = ()
+) -> tuple[Lab, PluggedMiniPc]:
+    """The lab `Scenario` runs in: the sample objects, a plugged mini PC added to their Group,
+    and the `tour`'s machines (in the extras' Group); not started."""
     username, password = _credentials(objects)
-    names = [node["metadata"]["name"] for node in nodes]
-    print(
-        "Lights-Out demo: a local control plane, three emulated Redfish servers of different "
-        "sizes and wattages, the operator with its built-in autoscaler; then an IPMI server, "
-        "a Wake-on-LAN mini PC, a mini PC behind a smart plug and a Proxmox VM, powered by hand."
-    )
-    extras = default_extras(NAMESPACE)
+    homelab = next(obj for obj in objects if obj["kind"] == "Group")
+    plugged = PluggedMiniPc(group=homelab["metadata"]["name"])
+    # One more machine in the samples' Group: room for it in maxNodes.
+    servers = sum(obj["kind"] == "Node" for obj in objects)
+    homelab["spec"]["maxNodes"] = homelab["spec"].get("maxNodes", servers) + 1
     lab = Lab(
         objects=objects,
         namespace=NAMESPACE,
         username=username,
         password=password,
-        extras=extras,
+        extras=[plugged, *tour],
     )
+    return lab, plugged
+
+
+def run_demo(keep: bool = False) -> int:
+    objects, nodes = _samples(repo_root())
+    names = [node["metadata"]["name"] for node in nodes]
+    print(
+        "Lights-Out demo: a local control plane, three emulated Redfish servers of different "
+        "sizes and wattages and a mini PC behind a smart plug, the operator with its built-in "
+        "autoscaler; then an IPMI server, "
+        "a Wake-on-LAN mini PC and a Proxmox VM, powered by hand."
+    )
+    tour: list[ExtraMachine] = [IpmiServer(), WolMiniPc(), EphemeralVm(NAMESPACE)]
+    lab, plugged = scenario_lab(objects, tour)
     lab.start()
     assert lab.cluster is not None and lab.bmc is not None and lab.operator is not None
     narrator = Narrator(lab.cluster)
     try:
         narrator.say(
             f"control plane up at {lab.cluster.server}; Redfish emulator (sushy-tools) "
-            f"for {len(nodes)} servers at {lab.bmc.endpoint}; ipmi_sim, a Wake-on-LAN "
-            "listener with an sshd, and fakepve for the other drivers; operator running"
+            f"for {len(nodes)} servers at {lab.bmc.endpoint}; a Shelly plug emulator for "
+            f"{plugged.name}; ipmi_sim, a Wake-on-LAN listener with an sshd, and fakepve for the "
+            "other drivers; operator running"
         )
-        Scenario(narrator, lab).run(names)
-        DriverTour(narrator, extras).run()
+        Scenario(narrator, lab, plugged).run(names)
+        DriverTour(narrator, tour).run()
         narrator.say("what the operator reports: its status table and its Prometheus figures")
         narrator.lightsout("status", "-n", NAMESPACE)
         narrator.metrics(lab.operator.metrics_url, "lightsout_actions_total")

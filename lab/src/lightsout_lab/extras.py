@@ -82,23 +82,33 @@ def _secret(name: str, data: Mapping[str, str | bytes]) -> dict[str, Any]:
 
 
 def _node(
-    name: str, driver: Mapping[str, Any], cpu: int, memory: str, watts: int
+    name: str,
+    driver: Mapping[str, Any],
+    cpu: int,
+    memory: str,
+    watts: int,
+    *,
+    group: str = EXTRAS_GROUP,
+    power: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "Node",
-        "metadata": {"name": name},
-        "spec": {
-            "desiredPowerState": "Off",
-            "group": EXTRAS_GROUP,
-            "kubernetesNodeName": name,
-            "driver": dict(driver),
-            "resources": {"cpu": cpu, "memory": memory},
-            "power": {"onWatts": watts, "bootTimeoutSeconds": 180, "shutdownTimeoutSeconds": 180},
-            # Belt and braces with the Group's `autoscaler: none`: pinned to what a person sets.
-            "autoscaling": {"enabled": False},
+    """A machine of `group`; in the extras' Group pinned to what a person sets."""
+    spec: dict[str, Any] = {
+        "desiredPowerState": "Off",
+        "group": group,
+        "kubernetesNodeName": name,
+        "driver": dict(driver),
+        "resources": {"cpu": cpu, "memory": memory},
+        "power": {
+            "onWatts": watts,
+            "bootTimeoutSeconds": 180,
+            "shutdownTimeoutSeconds": 180,
+            **(power or {}),
         },
     }
+    if group == EXTRAS_GROUP:
+        # Belt and braces with the Group's `autoscaler: none`: pinned to what a person sets.
+        spec["autoscaling"] = {"enabled": False}
+    return {"apiVersion": API_VERSION, "kind": "Node", "metadata": {"name": name}, "spec": spec}
 
 
 class IpmiServer:
@@ -211,8 +221,10 @@ class PluggedMiniPc:
 
     driver = "shelly"
 
-    def __init__(self, name: str = "plug-pc") -> None:
+    def __init__(self, name: str = "plug-pc", group: str = EXTRAS_GROUP) -> None:
         self.name = name
+        #: The extras' Group (powered by hand) or an autoscaled one (`lightsout-lab demo`).
+        self.group = group
         self.box = SshMachine(name, power_state="Off", boot_seconds=1.0, shutdown_seconds=1.0)
         self.plug = ShellyPlug(PlugMachine(self.box, standby_watts=1.5, idle_watts=12.0))
 
@@ -243,7 +255,15 @@ class PluggedMiniPc:
         }
         return [
             _secret(secret, {"ssh-privatekey": ssh.client_key}),
-            _node(self.name, driver, cpu=4, memory="8Gi", watts=20),
+            _node(
+                self.name,
+                driver,
+                cpu=4,
+                memory="8Gi",
+                watts=15,
+                group=self.group,
+                power={"idleWatts": 12, "offWatts": 1.5},
+            ),
         ]
 
     def power_reader(self) -> Callable[[], str]:
