@@ -45,7 +45,7 @@ from lightsout.models import (
     ScaleEvent,
 )
 from lightsout_lab import Cluster
-from lightsout_lab.operator_process import OperatorProcess
+from lightsout_lab.operator_process import OperatorProcess, webhook_env
 from lightsout_lab.process import free_port
 from tests.e2e.bad_inputs import BAD_INPUTS, BadInput
 from tests.harness.wait import get_json, wait_for
@@ -77,20 +77,13 @@ def webhook_namespace(crds: Cluster, tmp_path_factory: pytest.TempPathFactory) -
     """A namespace whose Groups the operator's Group webhook checks: the operator serves it on
     the host with the API server's own serving certificate and writes the configurations
     (LIGHTSOUT_WEBHOOK_URL), limited to this namespace."""
-    name, port, pki = f"t-webhook-{free_port()}", free_port(), crds.directory / "pki"
+    name, port = f"t-webhook-{free_port()}", free_port()
     crds.kubectl("create", "namespace", name)
     proc = OperatorProcess(
         cluster=crds,
         namespaces=(name,),
         log_dir=tmp_path_factory.mktemp("webhook"),
-        extra_env={
-            "LIGHTSOUT_WEBHOOK_ADDRESS": f"127.0.0.1:{port}",
-            "LIGHTSOUT_WEBHOOK_TLS_CERT": str(pki / "apiserver.crt"),
-            "LIGHTSOUT_WEBHOOK_TLS_KEY": str(pki / "apiserver.key"),
-            "LIGHTSOUT_WEBHOOK_TLS_CA": str(pki / "ca.crt"),
-            "LIGHTSOUT_WEBHOOK_URL": f"https://127.0.0.1:{port}",
-            "LIGHTSOUT_WEBHOOK_CONFIGURATION": name,
-        },
+        extra_env=webhook_env(crds, port, name),
     )
     proc.start()
     try:

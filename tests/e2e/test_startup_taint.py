@@ -27,7 +27,7 @@ from kubernetes import client
 from lightsout.planning.types import STARTUP_TAINT_KEY
 from lightsout_lab import Cluster
 from lightsout_lab.kubelet import JOB_PLACEMENT_ENV, KubeletAgent
-from lightsout_lab.operator_process import OperatorProcess
+from lightsout_lab.operator_process import OperatorProcess, webhook_env
 from lightsout_lab.process import free_port
 from lightsout_lab.realnode import PAUSE_IMAGE, RealNode
 from lightsout_lab.sushy import POWER_ON, SushyEmulator
@@ -119,21 +119,13 @@ def webhook_operator(
     """The operator serving its core-Node webhook on the host, with the API server's own
     serving certificate (SAN 127.0.0.1, signed by the cluster CA, which is the caBundle); it
     writes the webhook configurations itself (LIGHTSOUT_WEBHOOK_URL)."""
-    port, pki = free_port(), crds.directory / "pki"
+    port = free_port()
     configuration = f"lightsout-core-nodes-{namespace}"
     proc = OperatorProcess(
         cluster=crds,
         namespaces=(namespace,),
         log_dir=tmp_path,
-        extra_env={
-            **JOB_PLACEMENT_ENV,
-            "LIGHTSOUT_WEBHOOK_ADDRESS": f"127.0.0.1:{port}",
-            "LIGHTSOUT_WEBHOOK_TLS_CERT": str(pki / "apiserver.crt"),
-            "LIGHTSOUT_WEBHOOK_TLS_KEY": str(pki / "apiserver.key"),
-            "LIGHTSOUT_WEBHOOK_TLS_CA": str(pki / "ca.crt"),
-            "LIGHTSOUT_WEBHOOK_URL": f"https://127.0.0.1:{port}",
-            "LIGHTSOUT_WEBHOOK_CONFIGURATION": configuration,
-        },
+        extra_env={**JOB_PLACEMENT_ENV, **webhook_env(crds, port, configuration)},
     )
     proc.start()
     try:

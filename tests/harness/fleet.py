@@ -176,17 +176,25 @@ def wol_node(
             "macAddress": mac,
             "broadcastAddress": lan_host,
             "port": lan_port,
-            "ssh": {
-                "host": ssh_host,
-                "port": ssh_port,
-                "user": ssh_user,
-                "privateKeySecretRef": {"name": secret_name, "key": "ssh-privatekey"},
-                "knownHosts": known_hosts,
-                "shutdownCommand": shutdown_command,
-            },
+            "ssh": _ssh(ssh_host, ssh_port, ssh_user, secret_name, known_hosts, shutdown_command),
         }
     }
     return _node(name, block, **spec)
+
+
+def _ssh(
+    host: str, port: int, user: str, secret_name: str, known_hosts: str, shutdown_command: str
+) -> dict[str, Any]:
+    """The `ssh` block of a Wake-on-LAN or plug driver (the key from the Secret's
+    `ssh-privatekey`)."""
+    return {
+        "host": host,
+        "port": port,
+        "user": user,
+        "privateKeySecretRef": {"name": secret_name, "key": "ssh-privatekey"},
+        "knownHosts": known_hosts,
+        "shutdownCommand": shutdown_command,
+    }
 
 
 def plug_node(
@@ -208,14 +216,7 @@ def plug_node(
     block = {
         kind: {
             "endpoint": endpoint,
-            "ssh": {
-                "host": ssh_host,
-                "port": ssh_port,
-                "user": ssh_user,
-                "privateKeySecretRef": {"name": secret_name, "key": "ssh-privatekey"},
-                "knownHosts": known_hosts,
-                "shutdownCommand": shutdown_command,
-            },
+            "ssh": _ssh(ssh_host, ssh_port, ssh_user, secret_name, known_hosts, shutdown_command),
             **(plug or {}),
         }
     }

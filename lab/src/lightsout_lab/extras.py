@@ -111,6 +111,19 @@ def _node(
     return {"apiVersion": API_VERSION, "kind": "Node", "metadata": {"name": name}, "spec": spec}
 
 
+def _ssh_block(box: SshMachine, secret: str) -> dict[str, Any]:
+    """The driver's `ssh` block for `box`, its key in the Secret `secret` (`ssh-privatekey`)."""
+    ssh = box.ssh
+    return {
+        "host": ssh.host,
+        "port": ssh.port,
+        "user": ssh.user,
+        "privateKeySecretRef": {"name": secret, "key": "ssh-privatekey"},
+        "knownHosts": ssh.known_hosts_line + "\n",
+        "shutdownCommand": box.shutdown_command,
+    }
+
+
 class IpmiServer:
     """An old server whose BMC speaks only IPMI-over-LAN: ipmi_sim on a loopback UDP port."""
 
@@ -184,14 +197,7 @@ class WolMiniPc:
                 "macAddress": self.box.mac,
                 "broadcastAddress": self.lan.host,
                 "port": self.lan.port,
-                "ssh": {
-                    "host": ssh.host,
-                    "port": ssh.port,
-                    "user": ssh.user,
-                    "privateKeySecretRef": {"name": secret, "key": "ssh-privatekey"},
-                    "knownHosts": ssh.known_hosts_line + "\n",
-                    "shutdownCommand": self.box.shutdown_command,
-                },
+                "ssh": _ssh_block(self.box, secret),
             }
         }
         return [
@@ -242,14 +248,7 @@ class PluggedMiniPc:
         driver = {
             "shelly": {
                 "endpoint": self.plug.endpoint,
-                "ssh": {
-                    "host": ssh.host,
-                    "port": ssh.port,
-                    "user": ssh.user,
-                    "privateKeySecretRef": {"name": secret, "key": "ssh-privatekey"},
-                    "knownHosts": ssh.known_hosts_line + "\n",
-                    "shutdownCommand": self.box.shutdown_command,
-                },
+                "ssh": _ssh_block(self.box, secret),
                 "offWattsThreshold": 5.0,
             }
         }

@@ -105,3 +105,18 @@ class OperatorProcess:
             except ValueError:
                 continue
         return out
+
+
+def webhook_env(cluster: Cluster, port: int, configuration: str) -> dict[str, str]:
+    """Environment of an operator serving its admission webhooks on 127.0.0.1:`port` with the
+    lab's API server certificate (the API server trusts its CA), writing the webhook
+    configuration `configuration` itself, as in dev."""
+    pki = cluster.directory / "pki"
+    return {
+        "LIGHTSOUT_WEBHOOK_ADDRESS": f"127.0.0.1:{port}",
+        "LIGHTSOUT_WEBHOOK_TLS_CERT": str(pki / "apiserver.crt"),
+        "LIGHTSOUT_WEBHOOK_TLS_KEY": str(pki / "apiserver.key"),
+        "LIGHTSOUT_WEBHOOK_TLS_CA": str(pki / "ca.crt"),
+        "LIGHTSOUT_WEBHOOK_URL": f"https://127.0.0.1:{port}",
+        "LIGHTSOUT_WEBHOOK_CONFIGURATION": configuration,
+    }

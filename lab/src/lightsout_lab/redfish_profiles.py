@@ -119,18 +119,9 @@ PROFILES: dict[str, Profile] = {
             ),
             push_button=True,
         ),
-        Profile(
-            name="xcc",
-            reset_types=(
-                "On",
-                "ForceOff",
-                "GracefulShutdown",
-                "GracefulRestart",
-                "ForceRestart",
-                "Nmi",
-                "ForceOn",
-            ),
-        ),
+        # Lenovo XCC lists no PushPowerButton and refuses it (the profile's 400 for a reset
+        # type it does not list): sushy-tools' own list is exactly that.
+        Profile(name="xcc", reset_types=SUSHY_RESET_TYPES),
         Profile(name="ami", etag="required"),
         Profile(name="etag-strict", etag="strict"),
         Profile(name="sessions-only", sessions_only=True),
