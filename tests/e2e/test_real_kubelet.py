@@ -548,6 +548,17 @@ def test_health_check_in_more_than_one_wave_lands_every_result(
                 f"the CronJob to cover the {MACHINES} machines",
             )
             assert cron["spec"]["jobTemplate"]["spec"]["parallelism"] == PARALLELISM
+            # New machines are checked at once, each once, whatever Jobs their arrival made.
+            wait_for(
+                lambda: all(
+                    (item.get("status") or {}).get("lastHealthCheck")
+                    for item in get_json(crds, "lsn", "-n", namespace)["items"]
+                ),
+                DEADLINE_SECONDS,
+                "the first check of every new machine",
+            )
+            firsts = get_json(crds, "jobs", "-n", namespace)["items"]
+            assert sum(j["spec"]["completions"] for j in firsts) == MACHINES
             started = time.monotonic()
             job = run_check(crds, namespace)
             # Bounded by the Job's own deadline: the pods run 8 at a time on one real node.

@@ -25,6 +25,11 @@ pytestmark = pytest.mark.e2e
 
 TEMPLATE = 9000
 GROUP_TAG = "lightsout-group.homelab"
+#: What a check or a shutdown (which reads the state back) reports of fakepve's default guest,
+#: kept in the Node's status.inspected.
+INSPECTED = {"cpu": Guest(0, "").cores, "memory": f"{Guest(0, '').memory_mib}Mi"}
+#: A power-off that stopped the VM.
+STOPPED = {"power_state": "Off", "driver": "proxmox", "changed": True}
 
 
 def run_runner(
@@ -113,11 +118,16 @@ def test_persistent_vm_starts_once_and_stops(tmp_path: Path) -> None:
 
         health = run_runner(tmp_path, pve, "healthcheck", persistent(100))
         assert health.returncode == 0, health.explain()
-        assert health.values == {"power_state": "On", "driver": "proxmox", "changed": False}
+        assert health.values == {
+            "power_state": "On",
+            "driver": "proxmox",
+            "changed": False,
+            "inspected": INSPECTED,
+        }
 
         down = run_runner(tmp_path, pve, "shutdown", persistent(100))
         assert down.returncode == 0, down.explain()
-        assert down.values == {"power_state": "Off", "driver": "proxmox", "changed": True}
+        assert down.values == {**STOPPED, "inspected": INSPECTED}
         assert pve.status(100) == "stopped"
         assert pve.count(SHUTDOWN, vmid=100, ok_only=True) == 1
 
@@ -178,12 +188,9 @@ def test_ephemeral_vm_is_cloned_spread_and_destroyed(tmp_path: Path) -> None:
 HUNG_SECS = 600
 GRACEFUL = 3
 #: What a power-off reports when Proxmox stopped the guest hard after GRACEFUL seconds.
-FORCED_OFF = {
-    "power_state": "Off",
-    "driver": "proxmox",
-    "changed": True,
-    "forced_after_seconds": GRACEFUL,
-}
+FORCED = {**STOPPED, "forced_after_seconds": GRACEFUL}
+#: ... read back from the VM still there (a deprovision reads nothing back: the clone is gone).
+FORCED_OFF = {**FORCED, "inspected": INSPECTED}
 
 
 def test_a_guest_that_ignores_the_shutdown_is_stopped_hard_and_said_so(tmp_path: Path) -> None:
@@ -207,7 +214,7 @@ def test_a_guest_that_ignores_the_shutdown_is_stopped_hard_and_said_so(tmp_path:
             tmp_path, pve, "shutdown", persistent(101, gracefulShutdownSeconds=GRACEFUL)
         )
         assert clean.returncode == 0, clean.explain()
-        assert clean.values == {"power_state": "Off", "driver": "proxmox", "changed": True}
+        assert clean.values == {**STOPPED, "inspected": INSPECTED}
 
 
 def running_clone(**faults: Any) -> Guest:
@@ -227,7 +234,7 @@ def test_deprovision_of_a_hung_clone_says_it_was_stopped_hard(tmp_path: Path) ->
     with cluster_with_template(clone) as pve:
         run = run_runner(tmp_path, pve, "deprovision", ephemeral(gracefulShutdownSeconds=GRACEFUL))
         assert run.returncode == 0, run.explain()
-        assert run.values == FORCED_OFF
+        assert run.values == FORCED
         assert not pve.exists(300)
 
 

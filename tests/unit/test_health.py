@@ -240,6 +240,19 @@ def test_the_runner_picks_its_machine_by_completion_index(tmp_path: Path) -> Non
         indexed.machine_env({**env, "JOB_COMPLETION_INDEX": "1"})
 
 
+def test_a_first_check_pod_picks_its_machine_by_name(tmp_path: Path) -> None:
+    entries = [{"node": name} for name in ("a", "b", "c")]
+    (tmp_path / "machines.json").write_text(json.dumps(entries))
+    env = {"LIGHTSOUT_MACHINES_DIR": str(tmp_path), "LIGHTSOUT_CHECK_ONLY": "c,b"}
+    picked = [indexed.machine_env({**env, "JOB_COMPLETION_INDEX": i}) for i in ("0", "1")]
+    assert [(node, out["LIGHTSOUT_EXTRAVARS"]) for out, node in picked] == [
+        ("c", str(tmp_path / "2.json")),
+        ("b", str(tmp_path / "1.json")),
+    ]
+    with pytest.raises(ConfigError, match="gone is no longer in the Group's machine list"):
+        indexed.machine_env({**env, "LIGHTSOUT_CHECK_ONLY": "gone", "JOB_COMPLETION_INDEX": "0"})
+
+
 def test_the_cli_words_each_machine_and_counts_the_missing() -> None:
     failed = {"result": "Failed", "message": "HTTP 401: no", "values": {"node": "b"}}
     pods = [pod(OK), pod(failed)]

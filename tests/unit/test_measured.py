@@ -249,14 +249,29 @@ def test_a_new_or_edited_machine_is_checked_at_once_and_only_once_per_list() -> 
     sync.sync(lab, spec, [checked, fresh])
     (job,) = api.jobs
     assert job["metadata"]["ownerReferences"][0]["uid"] == "cj-uid"
-    assert job["spec"]["completions"] == 2
+    assert checks(job) == ["new"]  # the new machine only, not the Group
     sync.written.clear()  # a rewrite of the same list (an operator restart) makes no second Job
     sync.sync(lab, spec, [checked, fresh])
     assert len(api.jobs) == 1
+    # Another machine before the first one's result landed: that one alone, not both again.
+    other = {**node(), "metadata": {"name": "other", "namespace": "ns", "generation": 1}}
+    sync.sync(lab, spec, [checked, fresh, other])
+    assert checks(api.jobs[-1]) == ["other"]
     edited = node({"driver": {"redfish": {**REDFISH, "endpoint": "https://10.0.0.9"}}})
     edited["status"] = checked["status"]
-    sync.sync(lab, spec, [edited, {**fresh, "status": checked["status"]}])
-    assert len(api.jobs) == 2
+    landed = [{**m, "status": checked["status"]} for m in (fresh, other)]
+    sync.sync(lab, spec, [edited, *landed])
+    assert len(api.jobs) == 3
+    assert checks(api.jobs[-1]) == ["box"]
+
+
+def checks(job: dict[str, Any]) -> list[str]:
+    """The machines a first-check Job checks, one pod each."""
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    names = str(env["LIGHTSOUT_CHECK_ONLY"]).split(",")
+    assert job["spec"]["completions"] == len(names)
+    return names
 
 
 # ---------------------------------------------------------------- traces and metrics

@@ -20,6 +20,7 @@ machines only, each at its own path; `lightsout.runner.indexed` picks the one it
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as dt
 import hashlib
 import json
@@ -66,6 +67,8 @@ LABEL_GROUP = "lightsout.dev/group"
 ANNOTATION_SPEC_HASH = "lightsout.dev/spec-hash"
 MACHINES_DIR = "/etc/lightsout/machines"
 MACHINES_FILE = "machines.json"
+#: Names the machines a first-check Job checks (read by `lightsout.runner.indexed`).
+CHECK_ONLY_ENV = "LIGHTSOUT_CHECK_ONLY"
 #: Pods of one health-check Job running at once: each runs Ansible for a few seconds.
 PARALLELISM = 8
 #: The whole Job (every machine of the Group) must end within this.
@@ -348,11 +351,23 @@ def needing_first_check(
     return sorted(names)
 
 
-def first_check_job(cronjob: Mapping[str, Any], spec_hash: str) -> dict[str, Any]:
-    """The Job checking the Group's machines now, after a new or edited machine, named after
-    the machine list's hash (one Job per list, also across operator restarts)."""
+def first_check_job(
+    cronjob: Mapping[str, Any], spec_hash: str, names: Sequence[str]
+) -> dict[str, Any]:
+    """The Job checking `names` (new or edited machines of the Group) now, one pod each, named
+    after the machine list's hash (one Job per list, also across operator restarts). Only those
+    machines: ten Nodes applied one after the other make ten pods, not one to ten each."""
     name = f"{str(cronjob['metadata']['name'])[:CRONJOB_NAME_MAX]}-{spec_hash[:8]}"
-    return job_from_cronjob(cronjob, name)
+    job = job_from_cronjob(cronjob, name)
+    spec = copy.deepcopy(job["spec"])
+    spec["completions"] = len(names)
+    spec["parallelism"] = min(len(names), PARALLELISM)
+    for container in spec["template"]["spec"]["containers"]:
+        container["env"] = [
+            *container.get("env", []),
+            {"name": CHECK_ONLY_ENV, "value": ",".join(names)},
+        ]
+    return {**job, "spec": spec}
 
 
 # ---------------------------------------------------------------- results

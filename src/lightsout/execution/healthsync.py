@@ -11,7 +11,9 @@ A machine is known from the first minute: when a write adds a machine to the lis
 its entry (a new or edited Node), or lists a machine never checked (also after a restart), a
 Job is made from the CronJob at once (`health.first_check_job`), so its power state, health,
 draw and inspection are in its status within a minute of `kubectl apply`, not at the next
-scheduled run. The Job is named after the list's hash: one run per new list, never two.
+scheduled run. The Job checks those machines only, and a machine is asked for once per entry
+(ten Nodes applied one after another make ten pods, not fifty-five). The Job is named after
+the list's hash: one run per new list, never two, also across restarts.
 """
 
 from __future__ import annotations
@@ -39,10 +41,13 @@ class HealthCronJobs:
     written: dict[tuple[str, str], str] = field(default_factory=dict)
     #: Each machine's entry (its hash) in the list last written, by (namespace, Group).
     entries: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    #: The entry (its hash) each machine's first check was asked for, by (namespace, Group).
+    asked: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
 
     def forget(self, namespace: str, group: str) -> None:
         self.written.pop((namespace, group), None)
         self.entries.pop((namespace, group), None)
+        self.asked.pop((namespace, group), None)
 
     def sync(
         self,
@@ -76,10 +81,17 @@ class HealthCronJobs:
             cronjob = self.api.replace_cronjob(key[0], name, objects.cronjob)
         self.written[key] = objects.spec_hash
         entries = health.entry_hashes(objects.configmap)
-        new = health.needing_first_check(members, self.entries.get(key), entries)
+        asked = {n: h for n, h in self.asked.get(key, {}).items() if n in entries}
+        self.asked[key] = asked
+        new = [
+            name
+            for name in health.needing_first_check(members, self.entries.get(key), entries)
+            if asked.get(name) != entries[name]
+        ]
         self.entries[key] = entries
         if new:
-            job = health.first_check_job(cronjob, objects.spec_hash)
+            asked.update({name: entries[name] for name in new})
+            job = health.first_check_job(cronjob, objects.spec_hash, new)
             try:
                 self.api.create_job(key[0], job)
                 log.info(

@@ -9,7 +9,10 @@ completion index Kubernetes gives each pod (`JOB_COMPLETION_INDEX`). `runner.mai
 into the ordinary single-action settings: its extravars file (`N.json` beside the list), and
 its credentials, CA and playbook directories, chosen among the Secrets and ConfigMaps mounted
 into every pod of the Job (`LIGHTSOUT_CREDENTIALS_DIR_<k>`, `LIGHTSOUT_CA_DIR_<k>`,
-`LIGHTSOUT_OVERLAY_DIR_<k>`). Pure apart from reading that one file.
+`LIGHTSOUT_OVERLAY_DIR_<k>`). A Job checking only some of the machines (the first check of new
+ones) names them in `LIGHTSOUT_CHECK_ONLY`, comma-separated: index N then checks the N-th name
+(by name, not by position, since the list may be rewritten before the pod starts). Pure apart
+from reading that one file.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from lightsout.runner.config import ConfigError
 MACHINES_DIR_ENV = "LIGHTSOUT_MACHINES_DIR"
 INDEX_ENV = "JOB_COMPLETION_INDEX"
 MACHINES_FILE = "machines.json"
+CHECK_ONLY_ENV = "LIGHTSOUT_CHECK_ONLY"
 #: The entry's keys naming a mounted volume, and the variable each becomes.
 VOLUME_ENV = {
     "credentials": "LIGHTSOUT_CREDENTIALS_DIR",
@@ -43,7 +47,25 @@ def machine_env(env: Mapping[str, str]) -> tuple[dict[str, str], str]:
     except (OSError, ValueError) as exc:
         listing = directory / MACHINES_FILE
         raise ConfigError(f"the machine list {listing} is unreadable: {exc}") from exc
-    if not isinstance(machines, list) or not 0 <= index < len(machines):
+    if not isinstance(machines, list):
+        raise ConfigError(f"the machine list {directory / MACHINES_FILE} is not a list")
+    only = [name for name in env.get(CHECK_ONLY_ENV, "").split(",") if name]
+    if only:
+        if not 0 <= index < len(only):
+            raise ConfigError(f"no machine at index {index} of {CHECK_ONLY_ENV}")
+        position = next(
+            (
+                i
+                for i, e in enumerate(machines)
+                if isinstance(e, Mapping) and e.get("node") == only[index]
+            ),
+            None,
+        )
+        if position is None:
+            # The machine left the Group after this Job was created: nothing to check.
+            raise ConfigError(f"{only[index]} is no longer in the Group's machine list")
+        index = position
+    if not 0 <= index < len(machines):
         # The Group shrank after this Job was created: nothing to check at this index.
         raise ConfigError(f"no machine at index {index} of the Group's machine list")
     entry = machines[index]
