@@ -10,7 +10,11 @@ the runner image. The chart's core-Node admission webhook is served by the opera
 behind its Service: a Node POSTed for the machine (as its kubelet registering would) while the
 core Node made before power-on waits, carrying a label of its own, ends with that label merged
 into the core Node. Both operator pods are deleted while the startup Job runs; the Deployment's
-new pods follow that Job to its end. One install, one On/Off cycle: the real node is costly.
+new pods follow that Job to its end. README's "Upgrading" block runs while the shutdown Job
+runs, on a copy of the chart as a next release would ship it (new image tags, a label added to
+the CRDs): a rolling update to the new operator image, the CRDs updated in place, the machine's
+spec and status kept, the same Job followed to Off. One install, one On/Off cycle: the real
+node is costly.
 
 The authorizer's answers for the chart's accounts are proven in test_chart_install.py; here they
 are asked only for the accounts the pods actually ran as.
@@ -19,6 +23,7 @@ are asked only for the accounts the pods actually ran as.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from lightsout.execution.results import parse_job_outcome
 from lightsout.planning.types import STARTUP_TAINT_KEY, JobPhase, PowerState
@@ -33,13 +39,14 @@ from lightsout_lab import Cluster
 from lightsout_lab.binaries import find_binaries, find_helm
 from lightsout_lab.machines import MachineSimulator
 from lightsout_lab.realnode import ImageArchive, RealNode, build_images
-from lightsout_lab.sushy import POWER_ON, SushyEmulator
+from lightsout_lab.sushy import POWER_OFF, POWER_ON, SushyEmulator
 from tests.e2e.conftest import (
     PATIENCE,
     can,
     patch_desired,
     post_existing_node,
     running_job,
+    status,
     wait_phase,
 )
 from tests.harness import fleet
@@ -61,12 +68,38 @@ TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 WEBHOOK_TLS = f"{RELEASE}-webhook-tls"
 #: What the machine's kubelet would set itself (--node-labels).
 KUBELET_LABEL = ("example.com/kubelet-says", "hello")
+CHART = "deploy/helm/lightsout"
+#: The next release's image tag, and what its CRDs carry that this release's do not.
+NEXT_TAG = "0.0.0-next"
+NEXT_LABEL = ("lightsout.dev/test-release", "next")
 
 
-def readme_install_block() -> str:
-    """The first bash block of README's "Installing (Helm)" section."""
-    section = README.read_text().split("\n## Installing (Helm)\n", 1)[1]
+def readme_block(heading: str) -> str:
+    """The first bash block under README's `heading` (a whole heading line)."""
+    section = README.read_text().split(f"\n{heading}\n", 1)[1]
     return section.split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+def next_release(chart: Path, images: dict[str, ImageArchive], node: RealNode) -> dict[str, str]:
+    """A copy of the chart at `chart` as a next release would ship it: its image tags moved on
+    (the same images, tagged anew in the real node's containerd) and a label added to each CRD;
+    returns the new image references."""
+    shutil.copytree(ROOT / CHART, chart)
+    values = chart / "values.yaml"
+    old = {name: image.tag.rsplit(":", 1)[1] for name, image in images.items()}
+    assert len(set(old.values())) == 1, old
+    (tag,) = set(old.values())
+    assert values.read_text().count(f'tag: "{tag}"') == len(old)
+    values.write_text(values.read_text().replace(f'tag: "{tag}"', f'tag: "{NEXT_TAG}"'))
+    for crd in (chart / "crds").glob("*.yaml"):
+        body = yaml.safe_load(crd.read_text())
+        body["metadata"].setdefault("labels", {})[NEXT_LABEL[0]] = NEXT_LABEL[1]
+        crd.write_text(yaml.safe_dump(body, sort_keys=False))
+    refs = {}
+    for name, image in images.items():
+        refs[name] = f"{image.tag.rsplit(':', 1)[0]}:{NEXT_TAG}"
+        node.ctr("images", "tag", "--force", image.tag, refs[name])
+    return refs
 
 
 @pytest.fixture(scope="module")
@@ -99,10 +132,8 @@ def uninstall(crds: Cluster) -> Iterator[None]:
     crds.kubectl("delete", "namespace", HOME, "--wait=false", check=False)
 
 
-def run_readme(
-    cluster: Cluster, node: RealNode, namespace: str
-) -> subprocess.CompletedProcess[str]:
-    """README's block in bash, from the checkout, with this cluster's kubectl and helm on PATH
+def run_readme(cluster: Cluster, node: RealNode, script: str) -> subprocess.CompletedProcess[str]:
+    """A README block in bash, from the checkout, with this cluster's kubectl and helm on PATH
     and the real node's containerd as `ctr`'s default."""
     tools = f"{find_helm().parent}:{find_binaries()}:{os.environ['PATH']}"
     # A person's shell: not the variables of the `make test` this may run under (with
@@ -115,7 +146,6 @@ def run_readme(
         "KUBECONFIG": str(cluster.kubeconfig),
         "CONTAINERD_ADDRESS": str(node.socket),
     }
-    script = readme_install_block().replace("homelab", namespace)
     return subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],
         cwd=ROOT,
@@ -153,10 +183,10 @@ def check_operator_pod(pod: dict[str, Any], node: RealNode, image: str) -> None:
     assert spec["nodeName"] == node.node_name
     assert spec["serviceAccountName"] == RELEASE
     assert not spec.get("hostNetwork")
-    (status,) = pod["status"]["containerStatuses"]
-    assert status["image"] == image
-    assert status["containerID"].startswith("containerd://")
     (container,) = spec["containers"]
+    assert container["image"] == image  # (status may name another tag of the same image)
+    (status,) = pod["status"]["containerStatuses"]
+    assert status["containerID"].startswith("containerd://")
     assert "KUBECONFIG" not in {e["name"] for e in container.get("env", [])}
     secrets = [v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v]
     assert secrets == [WEBHOOK_TLS]
@@ -184,8 +214,10 @@ def check_action_pod(
     (container,) = spec["containers"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert TOKEN_PATH not in {m["mountPath"] for m in container["volumeMounts"]}
+    # The image the Job asked for (its status may name another tag of the same image: the
+    # upgrade tags the images anew).
+    assert container["image"] == image
     (status,) = pod["status"]["containerStatuses"]
-    assert status["image"] == image
     assert status["containerID"].startswith("containerd://")
     assert status["state"]["terminated"]["message"], "the result is in the termination message"
     outcome = parse_job_outcome(job, [pod])
@@ -224,12 +256,14 @@ def test_readme_install_runs_the_operator_in_cluster_and_powers_a_machine_on_and
     machine: fleet.MachineDef,
     sim: MachineSimulator,
     uninstall: None,
+    tmp_path: Path,
 ) -> None:
     started = time.monotonic()
     fleet.apply(
         crds, namespace, [*fleet.bmc_secrets(bmc), fleet.group(), fleet.redfish_node(machine, bmc)]
     )
-    installed = run_readme(crds, real_node, namespace)
+    install = readme_block("## Installing (Helm)").replace("homelab", namespace)
+    installed = run_readme(crds, real_node, install)
     assert installed.returncode == 0, installed.stdout + installed.stderr
     install_seconds = time.monotonic() - started
     assert set(real_node.image_refs()) >= {i.tag for i in images.values()}
@@ -262,19 +296,43 @@ def test_readme_install_runs_the_operator_in_cluster_and_powers_a_machine_on_and
     assert bmc.count_power_requests(machine.uuid, reset_types=POWER_ON) == 1
     assert bmc.power_state(machine.uuid) == "On"
 
-    # --- Off.
+    # --- Off, with README's upgrade run while the shutdown Job runs: new images, CRDs in place.
     patch_desired(crds, namespace, machine.name, "Off")
+    shutdown = wait_for(
+        lambda: (job_ := running_job(crds, namespace, machine.name)) != job and job_,
+        PATIENCE,
+        "a running shutdown Job",
+    )
+    kept = status(crds, namespace, machine.name)
+    chart = tmp_path / "next" / "lightsout"
+    refs = next_release(chart, images, real_node)
+    upgrade = readme_block("### Upgrading").replace(CHART, str(chart))
+    upgraded = run_readme(crds, real_node, upgrade)
+    assert upgraded.returncode == 0, upgraded.stdout + upgraded.stderr
+    old = {p["metadata"]["name"] for p in replacements}
+    rolled = wait_for(
+        lambda: replaced(crds, old), PATIENCE, "the upgraded Deployment's two pods to be Ready"
+    )
+    for pod in rolled:
+        check_operator_pod(pod, real_node, refs["operator"])
+    for crd in ("groups.lightsout.dev", "nodes.lightsout.dev"):
+        labels = get_json(crds, "crd", crd)["metadata"].get("labels") or {}
+        assert labels.get(NEXT_LABEL[0]) == NEXT_LABEL[1], (crd, labels)
     off = wait_phase(crds, namespace, machine.name, "Off")
     assert (off["lastOperation"]["action"], off["lastOperation"]["result"]) == (
         "shutdown",
         "Succeeded",
     )
-    shutdown = off["lastOperation"]["job"]
+    assert off["lastOperation"]["job"] == shutdown, "the upgraded pods followed the same Job"
+    assert set(kept) <= set(off), f"status lost {sorted(set(kept) - set(off))} in the upgrade"
+    spec = get_json(crds, "lsn", machine.name, "-n", namespace)["spec"]
+    assert spec["driver"]["redfish"]["systemId"] == machine.uuid, "spec kept"
     assert check_action_pod(crds, namespace, shutdown, real_node, images["runner"].tag) is (
         PowerState.OFF
     )
     assert bmc.power_state(machine.uuid) == "Off"
     assert bmc.count_power_requests(machine.uuid, reset_types=POWER_ON) == 1
+    assert bmc.count_power_requests(machine.uuid, reset_types=POWER_OFF) == 1
 
     # The accounts the pods ran as: the operator's reads no Secret, the Jobs' lists nothing.
     operator = f"{HOME}:{RELEASE}"
@@ -285,5 +343,6 @@ def test_readme_install_runs_the_operator_in_cluster_and_powers_a_machine_on_and
         f"\nREADME install: operator pods Ready {install_seconds:.1f}s after it began; "
         f"startup Job {job} still running when the old operator pods were gone: "
         f"{still_running}; On/Off cycle done {time.monotonic() - started:.1f}s after install "
-        "began; power-on orders seen by the BMC: 1"
+        "began; power-on and power-off orders seen by the BMC: 1 each; README's upgrade ran "
+        f"while the shutdown Job {shutdown} ran, which the upgraded pods followed to its end"
     )
