@@ -1275,6 +1275,20 @@ def test_lease_elsewhere_freezes_every_phase() -> None:
         assert d.operation == m.operation
 
 
+@pytest.mark.parametrize(
+    ("expires_in", "look"),
+    [(8.0, 9.0), (0.2, 1.2), (-3.0, 1.0), (300.0, 30.0)],
+    ids=["as-it-ends", "in-a-moment", "renewal-late", "renewed-far-ahead"],
+)
+def test_a_lease_held_elsewhere_is_looked_at_again_as_its_hold_ends(
+    expires_in: float, look: float
+) -> None:
+    m = machine(Phase.POWERING_ON, ON, operation=op())
+    lease = {"lease": LeaseState.HELD_BY_OTHER, "lease_expires": at(60 + expires_in)}
+    d = decide(m, obs(job=job(), **lease), at(60))
+    assert (d.reason, d.effects) == ("LeaseHeldElsewhere", (Requeue(look),))
+
+
 # --- the core Node before power-on ---------------------------------------------------------
 
 

@@ -546,6 +546,29 @@ OUTCOMES = [
         JobPhase.RUNNING, "", None, None,
         id="running",
     ),
+    # The job controller behind (after an API server outage): its one pod already says it all.
+    pytest.param(
+        job_obj(active=1),
+        [pod(message=result(message="powered on", values={"power_state": "On"}))],
+        JobPhase.SUCCEEDED, "powered on", None, PowerState.ON,
+        id="pod-succeeded-before-the-controller-noticed",
+    ),
+    pytest.param(
+        job_obj(active=1),
+        [pod(message=result(message="powered on")), pod(phase="Running")],
+        JobPhase.RUNNING, "", None, None,
+        id="pod-succeeded-but-another-runs",
+    ),
+    pytest.param(
+        job_obj(active=1), [pod(message=FAILED_RESULT, exit_code=2, phase="Failed")],
+        JobPhase.RUNNING, "", None, None,
+        id="a-failed-pod-waits-for-the-controller",
+    ),
+    pytest.param(
+        job_obj(active=1), [pod()],
+        JobPhase.RUNNING, "", None, None,
+        id="a-pod-without-result-waits-for-the-controller",
+    ),
     pytest.param(
         job_obj(active=1),
         [pod(phase="Pending", waiting={"reason": "ImagePullBackOff", "message": "not found"})],

@@ -107,9 +107,11 @@ class KubeMachine:
         return leases.lease_name(self.namespace, self.name)
 
     # ---------------------------------------------------------------- Lease
-    def read_lease_state(self, now: dt.datetime) -> LeaseState:
+    def read_lease(self, now: dt.datetime) -> tuple[LeaseState, dt.datetime | None]:
+        """The machine's Lease as seen now, and when its hold ends."""
         lease = self.api.get_lease(self.lease_namespace, self.lease_name)
-        return leases.lease_state(lease, self.config.identity, now)
+        state = leases.lease_state(lease, self.config.identity, now)
+        return state, leases.lease_expiry(lease) if lease is not None else None
 
     def acquire_lease(self, now: dt.datetime) -> bool:
         """Take or renew the machine's Lease; False when another holder has it (or won a race)."""

@@ -310,8 +310,9 @@ class Reconciler:
             )
         if view.lease_cached:
             lease = leases.lease_state(view.lease, self.config.identity, now)
+            lease_expires = leases.lease_expiry(view.lease) if view.lease is not None else None
         else:
-            lease = ctx.read_lease_state(now)
+            lease, lease_expires = ctx.read_lease(now)
         checked = health.assess(
             node.get("status") or {},
             health.newest(view.health, spec.group),
@@ -328,6 +329,7 @@ class Reconciler:
             taints=ctx.taints,
             drain=drain,
             lease=lease,
+            lease_expires=lease_expires,
             power_state=checked.power_state,
             power_state_at=checked.power_state_at,
             unresolved=view.unresolved,

@@ -141,7 +141,9 @@ def parse_job_outcome(
 
     Only the terminal conditions `Complete` and `Failed` end a Job: since Kubernetes 1.31 the
     controller first adds `SuccessCriteriaMet`/`FailureTarget` and waits for the pods to stop,
-    and until then a power command may still be in flight.
+    and until then a power command may still be in flight. One exception, before the
+    controller has said anything: a one-pod Job whose pod succeeded with its result and no
+    other pod alive is complete (the controller lags after an API server outage).
     """
     status = _mapping(job.get("status"))
     conditions = {
@@ -162,6 +164,11 @@ def parse_job_outcome(
     if ending is not None:
         detail = ending.get("message") or ending.get("reason") or ending.get("type")
         return JobOutcome(JobPhase.RUNNING, _clip(f"finishing: {detail}"))
+    if runner is not None and _done_by_its_pod(job, pods, pod, terminated):
+        # The job controller may be half a minute behind the pods (its watches back off while
+        # the API server is away); a one-pod Job whose pod succeeded and left its result, with
+        # no other pod alive, has nothing in flight and no other end.
+        return _completed(runner, problem)
     if _started(status, pods):
         return JobOutcome(JobPhase.RUNNING, "")
     stuck = _cannot_start(pods, now) or _cannot_mount(pods, events)
@@ -269,6 +276,22 @@ def _container_failure(pod: Mapping[str, Any] | None, terminated: Mapping[str, A
     if pod_status.get("reason"):
         bits.append(f"pod {pod_status['reason']}: {pod_status.get('message', '')}".rstrip(": "))
     return "; ".join(bits)
+
+
+def _done_by_its_pod(
+    job: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    pod: Mapping[str, Any] | None,
+    terminated: Mapping[str, Any],
+) -> bool:
+    """Whether a Job of one completion is over by its pods alone: the result pod Succeeded
+    (exit 0) and every pod of the Job has stopped."""
+    spec = _mapping(job.get("spec"))
+    if _int(spec.get("completions", 1)) != 1 or pod is None:
+        return False
+    if _mapping(pod.get("status")).get("phase") != "Succeeded" or terminated.get("exitCode") != 0:
+        return False
+    return all(_mapping(p.get("status")).get("phase") in ("Succeeded", "Failed") for p in pods)
 
 
 def _result_pod(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:

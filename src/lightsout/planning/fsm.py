@@ -149,6 +149,9 @@ BOOT_POLL_SECONDS = 15.0
 DRAIN_POLL_SECONDS = 10.0
 DRAIN_BLOCKED_POLL_SECONDS = 30.0
 LEASE_RETRY_SECONDS = 30.0
+#: Seconds after another holder's Lease would end before looking again (clock skew, a late
+#: renewal in flight).
+LEASE_EXPIRY_MARGIN_SECONDS = 1.0
 #: Chaining to the next step right after a transition (e.g. acting on a changed intent).
 SOON_SECONDS = 1.0
 RETRY_BASE_SECONDS = 30
@@ -235,11 +238,17 @@ def decide(machine: MachineState, obs: Observations, now: datetime) -> Decision:
         # Someone else (another replica, a person, a tool) is acting on this machine: touch
         # nothing, not even status conditions, and look again later.
         message = "another holder owns this machine's Lease; waiting for it to be released"
+        look = LEASE_RETRY_SECONDS
+        if obs.lease_expires is not None:
+            # Take over as the hold ends (a holder that is gone renews nothing), not up to 30 s
+            # later; a holder that renews is looked at again at most every 30 s.
+            until = (obs.lease_expires - now).total_seconds() + LEASE_EXPIRY_MARGIN_SECONDS
+            look = min(LEASE_RETRY_SECONDS, max(SOON_SECONDS, until))
         decision = Decision(
             machine.phase,
             Reason.LEASE_HELD_ELSEWHERE,
             message,
-            (Requeue(LEASE_RETRY_SECONDS),),
+            (Requeue(look),),
             machine.operation,
         )
         return _finish(machine, decision, now)

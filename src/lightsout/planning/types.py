@@ -286,6 +286,8 @@ class Observations:
     node_unregistered: bool = False
     drain: DrainStatus | None = None
     lease: LeaseState = LeaseState.FREE
+    #: When another holder's Lease ends unless renewed (None: unknown, or not held elsewhere).
+    lease_expires: datetime | None = None
     #: Last power state reported by a health check, and when; used for Unknown and drift.
     power_state: PowerState = PowerState.UNKNOWN
     power_state_observed_at: datetime | None = None
