@@ -102,6 +102,11 @@ def webhook_namespace(crds: Cluster, tmp_path_factory: pytest.TempPathFactory) -
         crds.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
+#: The webhook's tests on one worker: they share the module's operator process serving it.
+ON_THE_WEBHOOK = pytest.mark.xdist_group("group-webhook")
+
+
+@ON_THE_WEBHOOK
 @pytest.mark.parametrize("bad", WEBHOOK_INPUTS, ids=[bad.id for bad in WEBHOOK_INPUTS])
 def test_bad_input_is_refused_by_the_group_webhook(
     crds: Cluster, webhook_namespace: str, bad: BadInput
@@ -109,6 +114,7 @@ def test_bad_input_is_refused_by_the_group_webhook(
     _refused(crds, webhook_namespace, bad)
 
 
+@ON_THE_WEBHOOK
 def test_group_webhook_admits_valid_windows_and_a_spec_it_did_not_change(
     crds: Cluster, webhook_namespace: str
 ) -> None:

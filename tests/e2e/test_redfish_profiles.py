@@ -29,7 +29,9 @@ from lightsout_lab.redfish_profiles import PROFILES, SESSIONS
 from lightsout_lab.sushy import FakeSystem, SushyEmulator
 from tests.harness.runner import ROOT
 
-pytestmark = pytest.mark.e2e
+#: One worker runs every row: they share the module's one play against one emulator, which
+#: each worker would otherwise run again.
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("redfish-profiles")]
 
 #: Seconds an OS that obeys gets to shut down (orders land 1-3 s late here).
 GRACEFUL_TIMEOUT = 20

@@ -119,4 +119,8 @@ def webhook_env(cluster: Cluster, port: int, configuration: str) -> dict[str, st
         "LIGHTSOUT_WEBHOOK_TLS_CA": str(pki / "ca.crt"),
         "LIGHTSOUT_WEBHOOK_URL": f"https://127.0.0.1:{port}",
         "LIGHTSOUT_WEBHOOK_CONFIGURATION": configuration,
+        # The lab's 2 cores may run three labs at once: an answer later than the default 5 s
+        # is let through without the webhook (failurePolicy Ignore), which a test would read
+        # as a label the webhook failed to merge.
+        "LIGHTSOUT_WEBHOOK_TIMEOUT_SECONDS": "15",
     }
