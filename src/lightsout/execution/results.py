@@ -164,7 +164,7 @@ def parse_job_outcome(
     if ending is not None:
         detail = ending.get("message") or ending.get("reason") or ending.get("type")
         return JobOutcome(JobPhase.RUNNING, _clip(f"finishing: {detail}"))
-    if runner is not None and _done_by_its_pod(job, pods, pod, terminated):
+    if runner is not None and _done_by_its_pod(pods, pod, terminated):
         # The job controller may be half a minute behind the pods (its watches back off while
         # the API server is away); a one-pod Job whose pod succeeded and left its result, with
         # no other pod alive, has nothing in flight and no other end.
@@ -279,15 +279,13 @@ def _container_failure(pod: Mapping[str, Any] | None, terminated: Mapping[str, A
 
 
 def _done_by_its_pod(
-    job: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
     pod: Mapping[str, Any] | None,
     terminated: Mapping[str, Any],
 ) -> bool:
-    """Whether a Job of one completion is over by its pods alone: the result pod Succeeded
-    (exit 0) and every pod of the Job has stopped."""
-    spec = _mapping(job.get("spec"))
-    if _int(spec.get("completions", 1)) != 1 or pod is None:
+    """Whether an action Job (one completion, `jobs.build_action_job`) is over by its pods
+    alone: the result pod Succeeded (exit 0) and every pod of the Job has stopped."""
+    if pod is None:
         return False
     if _mapping(pod.get("status")).get("phase") != "Succeeded" or terminated.get("exitCode") != 0:
         return False
