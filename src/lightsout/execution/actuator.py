@@ -111,7 +111,7 @@ class KubeMachine:
         """The machine's Lease as seen now, and when its hold ends."""
         lease = self.api.get_lease(self.lease_namespace, self.lease_name)
         state = leases.lease_state(lease, self.config.identity, now)
-        return state, leases.lease_expiry(lease) if lease is not None else None
+        return state, leases.lease_expiry(lease)
 
     def acquire_lease(self, now: dt.datetime) -> bool:
         """Take or renew the machine's Lease; False when another holder has it (or won a race)."""

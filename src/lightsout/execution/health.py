@@ -337,13 +337,15 @@ def needing_first_check(
     machines: Sequence[tuple[Mapping[str, Any], NodeSpec]],
     before: Mapping[str, str] | None,
     after: Mapping[str, str],
+    asked: Mapping[str, str],
 ) -> list[str]:
     """The machines to check now rather than at the next scheduled run: listed and never
-    checked, or (when this operator wrote the list before) new to it or with a changed entry."""
+    checked, or (when this operator wrote the list before) new to it or with a changed entry;
+    not one whose check was already asked for with the entry it has now (`asked`)."""
     names = []
     for machine, _spec in machines:
         name = str(machine["metadata"]["name"])
-        if name not in after:
+        if name not in after or asked.get(name) == after[name]:
             continue
         never = not (machine.get("status") or {}).get("lastHealthCheck")
         if never or (before is not None and before.get(name) != after[name]):

@@ -83,11 +83,7 @@ class HealthCronJobs:
         entries = health.entry_hashes(objects.configmap)
         asked = {n: h for n, h in self.asked.get(key, {}).items() if n in entries}
         self.asked[key] = asked
-        new = [
-            name
-            for name in health.needing_first_check(members, self.entries.get(key), entries)
-            if asked.get(name) != entries[name]
-        ]
+        new = health.needing_first_check(members, self.entries.get(key), entries, asked)
         self.entries[key] = entries
         if new:
             asked.update({name: entries[name] for name in new})

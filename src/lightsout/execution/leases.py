@@ -107,8 +107,11 @@ def build_lease(
     }
 
 
-def lease_expiry(lease: Mapping[str, Any]) -> datetime | None:
-    """When the Lease's current hold ends, or None if it cannot be shown to end."""
+def lease_expiry(lease: Mapping[str, Any] | None) -> datetime | None:
+    """When the Lease's current hold ends, or None if it cannot be shown to end (or there is
+    no Lease)."""
+    if lease is None:
+        return None
     spec = _spec(lease)
     duration = spec.get("leaseDurationSeconds")
     if not isinstance(duration, int) or isinstance(duration, bool):

@@ -310,7 +310,7 @@ class Reconciler:
             )
         if view.lease_cached:
             lease = leases.lease_state(view.lease, self.config.identity, now)
-            lease_expires = leases.lease_expiry(view.lease) if view.lease is not None else None
+            lease_expires = leases.lease_expiry(view.lease)
         else:
             lease, lease_expires = ctx.read_lease(now)
         checked = health.assess(
