@@ -27,16 +27,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lightsout.planning.autoscale import plan
-from lightsout.state import (
+from lightsout.state.build import (
     DAEMONSETS_KEY,
     GROUPS_KEY,
     MACHINES_KEY,
     NODES_KEY,
     PDBS_KEY,
     PODS_KEY,
-    Snapshot,
     snapshot_from,
 )
+from lightsout.state.types import Snapshot
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 MACHINES = (10, 100, 1000)

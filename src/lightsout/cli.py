@@ -69,7 +69,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from lightsout.k8s.api import Api
     from lightsout.planning.autoscale import plan
     from lightsout.planning.report import as_json, render_text
-    from lightsout.state import (
+    from lightsout.state.build import (
         CONFIGMAPS_KEY,
         CRONJOBS_KEY,
         DAEMONSETS_KEY,

@@ -22,28 +22,19 @@ from typing import Any
 import pytest
 import yaml
 
-from lightsout.models import (
+from lightsout.models.common import Condition, Energy, EnergyPeriod
+from lightsout.models.enums import (
     Action,
-    Condition,
     ConditionStatus,
     ConditionType,
-    Energy,
-    EnergyPeriod,
-    Group,
-    GroupStatus,
-    HealthCheckRecord,
     HealthCheckResult,
-    Intent,
-    LastOperation,
-    Node,
-    NodeCounts,
-    NodeStatus,
     ObservedPowerState,
     OperationResult,
     Phase,
     PowerState,
-    ScaleEvent,
 )
+from lightsout.models.group import Group, GroupStatus, NodeCounts, ScaleEvent
+from lightsout.models.node import HealthCheckRecord, Intent, LastOperation, Node, NodeStatus
 from lightsout_lab import Cluster
 from lightsout_lab.operator_process import OperatorProcess, webhook_env
 from lightsout_lab.process import free_port

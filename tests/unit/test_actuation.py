@@ -28,9 +28,8 @@ from lightsout.planning.decisions import Explanations, Plan, PowerOff, PowerOn
 from lightsout.planning.effects import Decision
 from lightsout.planning.fsm import Reason, decide
 from lightsout.planning.types import MachineState, Phase, PowerState
-from lightsout.state import Group, Machine, ObjectKey, Pod, Snapshot
 from lightsout.state.parse import scheduling_requirements
-from lightsout.state.types import ScaleDownPolicy
+from lightsout.state.types import Group, Machine, ObjectKey, Pod, ScaleDownPolicy, Snapshot
 
 pytestmark = pytest.mark.unit
 

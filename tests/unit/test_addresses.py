@@ -11,7 +11,8 @@ import pytest
 from lightsout.actuation.pool import PoolExhaustedError
 from lightsout.execution import addresses
 from lightsout.k8s.api import ConflictError
-from lightsout.models import GroupSpec, NodeSpec
+from lightsout.models.group import GroupSpec
+from lightsout.models.node import NodeSpec
 
 pytestmark = pytest.mark.unit
 

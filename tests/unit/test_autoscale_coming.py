@@ -14,8 +14,7 @@ import pytest
 from lightsout.models.enums import Phase, PowerState
 from lightsout.planning.absorb import COMING_MARGIN_SECONDS, ready_in
 from lightsout.planning.cluster import Availability, MachineInfo
-from lightsout.state import Machine
-from lightsout.state.types import ObjectKey
+from lightsout.state.types import Machine, ObjectKey
 from tests.unit.test_autoscale_objects import (
     T0,
     at,

@@ -13,17 +13,16 @@ from typing import Any
 
 from lightsout.planning.autoscale import plan
 from lightsout.planning.decisions import Plan, PowerOff, PowerOn
-from lightsout.state import (
+from lightsout.state.build import (
     DAEMONSETS_KEY,
     GROUPS_KEY,
     MACHINES_KEY,
     NODES_KEY,
     PDBS_KEY,
     PODS_KEY,
-    ObjectKey,
-    Snapshot,
     snapshot_from,
 )
+from lightsout.state.types import ObjectKey, Snapshot
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 NS = "lightsout"  # namespace of the Lights-Out objects

@@ -13,7 +13,7 @@ import pytest
 
 from lightsout.planning.autoscale import plan
 from lightsout.planning.wake import next_wake
-from lightsout.state import DO_NOT_DISRUPT, SAFE_TO_EVICT
+from lightsout.state.types import DO_NOT_DISRUPT, SAFE_TO_EVICT
 from tests.unit.test_autoscale_objects import (
     T0,
     at,

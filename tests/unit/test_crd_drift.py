@@ -15,8 +15,9 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from lightsout.models import GroupStatus, NodeStatus
 from lightsout.models.crd import crd_objects, render_crds
+from lightsout.models.group import GroupStatus
+from lightsout.models.node import NodeStatus
 from lightsout.models.reference import BEGIN, END, render_reference, splice
 from lightsout.models.schema import walk
 from tests.e2e.bad_inputs import BAD_INPUTS

@@ -18,7 +18,8 @@ import pytest
 
 from lightsout.models.enums import Phase
 from lightsout.planning.autoscale import plan
-from lightsout.state import CRONJOBS_KEY, GROUPS_KEY, MACHINES_KEY, cron, snapshot_from
+from lightsout.state import cron
+from lightsout.state.build import CRONJOBS_KEY, GROUPS_KEY, MACHINES_KEY, snapshot_from
 
 pytestmark = pytest.mark.unit
 

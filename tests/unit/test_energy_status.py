@@ -15,8 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from lightsout.execution import energy
 from lightsout.metrics.energy import MachineCollector
 from lightsout.metrics.machines import MachineTracker
-from lightsout.models import GroupSpec, NodeSpec
 from lightsout.models.enums import Phase
+from lightsout.models.group import GroupSpec
+from lightsout.models.node import NodeSpec
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,8 @@ import pytest
 
 from lightsout.actuation import inputs, nodeops
 from lightsout.execution import extravars
-from lightsout.models import GroupSpec, NodeSpec
+from lightsout.models.group import GroupSpec
+from lightsout.models.node import NodeSpec
 from lightsout.planning.types import (
     Action,
     MachineState,
@@ -18,7 +19,7 @@ from lightsout.planning.types import (
     Phase,
     PowerState,
 )
-from lightsout.state import MIRROR_POD
+from lightsout.state.types import MIRROR_POD
 
 pytestmark = pytest.mark.unit
 

@@ -15,8 +15,8 @@ import pytest
 from lightsout.actuation import inputs
 from lightsout.execution import join
 from lightsout.execution.jobs import JOIN_DIR, JobRequest, build_action_job
-from lightsout.models import NodeSpec
 from lightsout.models.drivers import CloudInitJoin
+from lightsout.models.node import NodeSpec
 from lightsout.planning.types import Action
 
 pytestmark = pytest.mark.unit

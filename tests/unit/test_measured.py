@@ -20,8 +20,9 @@ from lightsout.execution.jobs import CONTAINER_NAME
 from lightsout.k8s.api import ConflictError
 from lightsout.metrics.energy import MachineCollector
 from lightsout.metrics.machines import MachineTracker
-from lightsout.models import GroupSpec, NodeSpec
 from lightsout.models.enums import Phase
+from lightsout.models.group import GroupSpec
+from lightsout.models.node import NodeSpec
 from lightsout.planning.learning import learn_draw
 from lightsout.planning.types import ConditionStatus, EventType, Learned, LeaseState
 from lightsout.simulate.record import node_spec_as_measured

@@ -11,24 +11,21 @@ import pytest
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from lightsout.models import (
+from lightsout.models.crd import crd_objects
+from lightsout.models.drivers import ProxmoxDriver, RedfishDriver
+from lightsout.models.enums import (
     Autoscaler,
     BootOverride,
     DriftPolicy,
     DriverKind,
-    Group,
-    GroupSpec,
-    Node,
-    NodeSpec,
     PowerState,
-    ProxmoxDriver,
     ProxmoxMode,
-    RedfishDriver,
     SelectionPolicy,
-    parse_quantity,
 )
-from lightsout.models.crd import crd_objects
+from lightsout.models.group import Group, GroupSpec
+from lightsout.models.node import Node, NodeSpec
 from lightsout.models.schema import walk
+from lightsout.models.types import parse_quantity
 from tests.e2e.bad_inputs import BAD_INPUTS, BadInput
 
 pytestmark = pytest.mark.unit

@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from lightsout.execution import extravars
-from lightsout.models import DriverKind, NodeSpec
-from lightsout.models.enums import Action
+from lightsout.models.enums import Action, DriverKind
+from lightsout.models.node import NodeSpec
 from lightsout.state.references import unresolved
 
 pytestmark = pytest.mark.unit

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from lightsout.execution import providerid
-from lightsout.models import NodeSpec
 from lightsout.models.enums import ConditionStatus, ConditionType
+from lightsout.models.node import NodeSpec
 from lightsout.planning.effects import Decision, SetCondition
 from lightsout.planning.types import Phase
 

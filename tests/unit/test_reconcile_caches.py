@@ -11,8 +11,8 @@ import pytest
 from lightsout.actuation import inputs
 from lightsout.config import OperatorConfig
 from lightsout.execution import reconcile as rc
-from lightsout.models import GroupSpec
-from lightsout.state import MACHINES_KEY, PODS_KEY
+from lightsout.models.group import GroupSpec
+from lightsout.state.build import MACHINES_KEY, PODS_KEY
 
 pytestmark = pytest.mark.unit
 

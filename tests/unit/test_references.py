@@ -28,7 +28,13 @@ from lightsout.planning.types import (
     Phase,
     PowerState,
 )
-from lightsout.state import CONFIGMAPS_KEY, GROUPS_KEY, MACHINES_KEY, SECRETS_KEY, snapshot_from
+from lightsout.state.build import (
+    CONFIGMAPS_KEY,
+    GROUPS_KEY,
+    MACHINES_KEY,
+    SECRETS_KEY,
+    snapshot_from,
+)
 from lightsout.state.references import ReferenceReason, Unresolved, contents_entry, unresolved
 
 pytestmark = pytest.mark.unit

@@ -17,7 +17,8 @@ from lightsout.planning.scheduling import (
     view_of_machine,
     view_of_node,
 )
-from lightsout.state import LabelSelector, Pod, Requirement, Resources
+from lightsout.state.resources import Resources
+from lightsout.state.types import LabelSelector, Pod, Requirement
 from tests.unit.test_autoscale_objects import core_node, daemonset, group, machine, pod, snap
 
 pytestmark = pytest.mark.unit

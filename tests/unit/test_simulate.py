@@ -24,17 +24,10 @@ from lightsout.simulate.engine import Options, Policy, Result, Scoring, Simulato
 from lightsout.simulate.machines import WaitCause
 from lightsout.simulate.report import longest_wait, percentile, render_text, summarise
 from lightsout.simulate.trace import Durations, Trace, TracePod, load, write
-from lightsout.state import (
-    CRONJOBS_KEY,
-    GROUPS_KEY,
-    MACHINES_KEY,
-    ExpectedPod,
-    ObjectKey,
-    Snapshot,
-    cron,
-    snapshot_from,
-)
+from lightsout.state import cron
+from lightsout.state.build import CRONJOBS_KEY, GROUPS_KEY, MACHINES_KEY, snapshot_from
 from lightsout.state.parse import scheduling_requirements
+from lightsout.state.types import ExpectedPod, ObjectKey, Snapshot
 
 pytestmark = pytest.mark.unit
 

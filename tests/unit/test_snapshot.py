@@ -15,21 +15,17 @@ from typing import Any
 import pytest
 
 from lightsout.models.enums import Autoscaler, Phase, PowerState, SelectionPolicy
-from lightsout.state import (
+from lightsout.state.build import (
     DAEMONSETS_KEY,
     GROUPS_KEY,
     MACHINES_KEY,
     PDBS_KEY,
     PODS_KEY,
-    UNNEEDED_SINCE,
-    ObjectKey,
-    Resources,
-    Taint,
-    format_amount,
-    parse_amount,
     snapshot_from,
 )
 from lightsout.state.parse import dig
+from lightsout.state.resources import Resources, format_amount, parse_amount
+from lightsout.state.types import UNNEEDED_SINCE, ObjectKey, Taint
 from tests.unit.test_autoscale_objects import (
     NS,
     at,

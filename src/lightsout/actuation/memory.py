@@ -29,7 +29,7 @@ from lightsout.planning.types import (
     ObservedJob,
     PowerState,
 )
-from lightsout.state import ObjectKey
+from lightsout.state.types import ObjectKey
 
 #: The steps a test can make refuse (`MemoryMachine.fail`).
 LEASE, ADDRESS, CORE_NODE, STATUS = "lease", "address", "core-node", "status"

@@ -31,7 +31,7 @@ from lightsout.models.enums import Autoscaler
 from lightsout.planning.decisions import Plan, PowerOn, ScaleAction
 from lightsout.planning.effects import Event
 from lightsout.planning.types import EventType, PowerState
-from lightsout.state import ObjectKey, Snapshot
+from lightsout.state.types import ObjectKey, Snapshot
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from typing import Protocol
 from lightsout.planning.decisions import ScaleAction
 from lightsout.planning.effects import Decision, DeleteJob, Event, StartJob
 from lightsout.planning.types import DrainStatus, MachineState, PowerState
-from lightsout.state import ObjectKey
+from lightsout.state.types import ObjectKey
 
 
 class MachinePort(Protocol):

@@ -19,10 +19,9 @@ from lightsout.models.group import GroupSpec
 from lightsout.planning.energy import Account, Draw, Rate, combine, is_powered
 from lightsout.planning.energystatus import account_from_status, account_to_status, rounded_rate
 from lightsout.planning.types import Phase
-from lightsout.state import parse_resources
 from lightsout.state.measured import expected_resources, expected_watts
 from lightsout.state.parse import dig, pod_requests
-from lightsout.state.resources import Resources
+from lightsout.state.resources import Resources, parse_resources
 
 Obj = Mapping[str, Any]
 _TERMINAL = {"Succeeded", "Failed"}

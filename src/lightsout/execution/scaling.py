@@ -27,7 +27,7 @@ from lightsout.models.enums import PowerState as Desired
 from lightsout.planning.decisions import PowerOn, ScaleAction
 from lightsout.planning.effects import Event
 from lightsout.planning.types import PowerState
-from lightsout.state import UNNEEDED_SINCE, ObjectKey, Snapshot
+from lightsout.state.types import UNNEEDED_SINCE, ObjectKey, Snapshot
 
 log = logging.getLogger(__name__)
 

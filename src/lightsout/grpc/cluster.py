@@ -19,7 +19,7 @@ from lightsout.k8s.api import Api
 # The write lost a race: the machine changed since it was read.
 from lightsout.k8s.api import ConflictError as ConflictError  # noqa: PLC0414 - the servicer's
 from lightsout.models.enums import PowerState
-from lightsout.state import GROUPS_KEY, MACHINES_KEY, NODES_KEY
+from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, NODES_KEY
 
 log = logging.getLogger(__name__)
 

@@ -29,19 +29,16 @@ from lightsout.grpc.protos import externalgrpc_pb2 as pb
 from lightsout.grpc.protos import k8s_node_pb2 as k8s
 from lightsout.grpc.protos import k8s_pod_pb2 as k8s_pod
 from lightsout.planning import nodegroups as ng
-from lightsout.state import (
+from lightsout.state.build import (
     CONFIGMAPS_KEY,
     GROUPS_KEY,
     MACHINES_KEY,
     NODES_KEY,
     SECRETS_KEY,
-    Group,
-    Machine,
-    ObjectKey,
-    Snapshot,
     snapshot_from,
 )
 from lightsout.state.parse import pod_requests
+from lightsout.state.types import Group, Machine, ObjectKey, Snapshot
 
 log = logging.getLogger(__name__)
 

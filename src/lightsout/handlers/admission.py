@@ -39,7 +39,7 @@ from lightsout.actuation.nodeops import has_startup_taint
 from lightsout.config import OperatorConfig
 from lightsout.execution import actuator, registration
 from lightsout.handlers.lifecycle import shared_api
-from lightsout.models import GroupSpec
+from lightsout.models.group import GroupSpec
 
 log = logging.getLogger(__name__)
 

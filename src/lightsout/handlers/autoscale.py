@@ -46,7 +46,7 @@ from lightsout.k8s.api import Api
 from lightsout.planning.autoscale import plan
 from lightsout.planning.decisions import Plan
 from lightsout.planning.wake import next_wake
-from lightsout.state import (
+from lightsout.state.build import (
     CONFIGMAPS_KEY,
     CRONJOBS_KEY,
     DAEMONSETS_KEY,
@@ -56,11 +56,10 @@ from lightsout.state import (
     PDBS_KEY,
     PODS_KEY,
     SECRETS_KEY,
-    ObjectKey,
-    Snapshot,
     snapshot_from,
 )
 from lightsout.state.references import contents_entry
+from lightsout.state.types import ObjectKey, Snapshot
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 `fsm.decide` takes one machine's phase, intent and observations and returns its next status and
 the effects to apply (start a Job, cordon, drain, ...). `autoscale.plan` takes a whole-cluster
-`lightsout.state.Snapshot` and returns a `decisions.Plan`: which machines to power on or off and
-why (scale-up packing in `scaleup`/`packing`/`scheduling`, scale-down in `scaledown`, the
+`lightsout.state.types.Snapshot` and returns a `decisions.Plan`: which machines to power on or
+off and why (scale-up packing in `scaleup`/`packing`/`scheduling`, scale-down in `scaledown`, the
 Group's choice policy in `policy`, explanations in `explain`).
 
 Nothing in this package performs I/O or imports kopf or the Kubernetes client. Handlers build

@@ -29,8 +29,9 @@ from lightsout.simulate.clock import Clock, Kind
 from lightsout.simulate.machines import SimMachine, SimPod, SimScale, read_machines
 from lightsout.simulate.scheduler import Scheduler, Scoring
 from lightsout.simulate.trace import Trace
-from lightsout.state import ExpectedPod, Group, ObjectKey, Pod, Snapshot, cron
+from lightsout.state import cron
 from lightsout.state.parse import scheduling_requirements
+from lightsout.state.types import ExpectedPod, Group, ObjectKey, Pod, Snapshot
 
 #: The autoscaler handler's debounce (`handlers.autoscale.DEBOUNCE`): a burst makes one plan.
 PLAN_DEBOUNCE = 0.1

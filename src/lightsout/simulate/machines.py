@@ -27,9 +27,9 @@ from lightsout.planning.scheduling import HOSTNAME_LABEL
 from lightsout.planning.types import DrainStatus, JobPhase, MachineState, Phase, PowerState
 from lightsout.simulate.clock import Clock, Kind
 from lightsout.simulate.trace import Trace
-from lightsout.state import CoreNode, Group, Machine, ObjectKey, Pod
 from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, snapshot_from
 from lightsout.state.resources import CPU, Resources
+from lightsout.state.types import CoreNode, Group, Machine, ObjectKey, Pod
 
 
 class WaitCause(StrEnum):

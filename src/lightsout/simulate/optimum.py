@@ -78,16 +78,11 @@ from typing import Any
 from lightsout.planning.energy import Draw
 from lightsout.planning.scheduling import NodeView, placement_reasons, shortfalls, view_of_machine
 from lightsout.simulate.trace import Trace
-from lightsout.state import (
-    GROUPS_KEY,
-    MACHINES_KEY,
-    Machine,
-    SchedulingRequirements,
-    cron,
-    snapshot_from,
-)
+from lightsout.state import cron
+from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, snapshot_from
 from lightsout.state.parse import scheduling_requirements
 from lightsout.state.resources import CPU
+from lightsout.state.types import Machine, SchedulingRequirements
 
 _HOUR = 3600.0
 

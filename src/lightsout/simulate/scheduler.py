@@ -18,8 +18,8 @@ from lightsout.planning.scheduling import NodeView, fits
 from lightsout.planning.types import Phase
 from lightsout.simulate.clock import Clock, Kind
 from lightsout.simulate.machines import SimMachine, SimPod, WaitCause
-from lightsout.state import ObjectKey
 from lightsout.state.resources import CPU, MEMORY, Resources
+from lightsout.state.types import ObjectKey
 
 
 class Scoring(StrEnum):
