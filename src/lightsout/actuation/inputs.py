@@ -48,6 +48,7 @@ from lightsout.planning.types import (
     PowerState,
     core_node_labels,
 )
+from lightsout.state.parse import format_time, parse_time
 from lightsout.state.references import Unresolved
 from lightsout.text import clip_middle
 
@@ -87,22 +88,6 @@ def node_spec(node: Obj) -> NodeSpec:
 def group_spec(group: Obj) -> GroupSpec:
     """The Group's spec as the Group model reads it; raises `InvalidSpecError`."""
     return _parse(GroupSpec, group)
-
-
-def parse_time(value: Any) -> dt.datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
-
-
-def format_time(value: dt.datetime | None) -> str | None:
-    if value is None:
-        return None
-    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _enum[E](kind: type[E], value: Any, default: E) -> E:
@@ -149,7 +134,7 @@ def operation_to_status(op: Operation | None, job_name: str | None) -> dict[str,
         "intent": op.intent_generation,
         "attempt": op.attempt,
         "started": format_time(op.started),
-        "finished": format_time(op.finished),
+        "finished": op.finished and format_time(op.finished),
         "result": str(op.result),
         "failedTask": op.failed_task,
         "message": clip_middle(op.message, OPERATION_MESSAGE_LIMIT),

@@ -24,24 +24,20 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 from lightsout.actuation.port import ScalePort
 from lightsout.models.enums import Autoscaler
 from lightsout.planning.decisions import Plan, PowerOn, ScaleAction
 from lightsout.planning.effects import Event
 from lightsout.planning.types import EventType, PowerState
+from lightsout.state.parse import format_time
 from lightsout.state.types import ObjectKey, Snapshot
 
 log = logging.getLogger(__name__)
 
 #: Pod notes that start like this are the planner saying no machine can take the pod.
 _NO_MACHINE = ("no machine",)
-
-
-def utc(moment: datetime) -> str:
-    """A time as the API stores it (whole seconds, UTC)."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -132,7 +128,7 @@ class PlanApplier:
         for machine in snapshot.machines:
             current = port.unneeded_mark(machine.key)
             since = plan.unneeded_since.get(machine.key)
-            wanted = utc(since) if since is not None else None
+            wanted = format_time(since) if since is not None else None
             if current == wanted:
                 continue
             port.mark_unneeded(machine.key, wanted)

@@ -56,7 +56,7 @@ from lightsout.planning.types import (
     MachineState,
     PowerState,
 )
-from lightsout.state.parse import dig
+from lightsout.state.parse import dig, format_time
 from lightsout.text import clip_middle
 
 log = logging.getLogger(__name__)
@@ -432,7 +432,7 @@ def _merge_conditions(
     current: list[dict[str, Any]], decision: Decision, generation: int, now: dt.datetime
 ) -> list[dict[str, Any]]:
     by_type = {c.get("type"): dict(c) for c in current if isinstance(c, Mapping)}
-    stamp = inputs.format_time(now)
+    stamp = format_time(now)
     for effect in decision.effects:
         if not isinstance(effect, SetCondition):
             continue
@@ -468,7 +468,7 @@ def wanted_status(
     job = job_name(ctx.name, str(op.action), op.intent_generation, op.attempt) if op else None
     new: dict[str, Any] = {
         "phase": str(decision.phase),
-        "phaseSince": inputs.format_time(decision.phase_since or now),
+        "phaseSince": format_time(decision.phase_since or now),
         "reason": decision.reason,
         "message": clip_middle(decision.message),
         "observedGeneration": generation,
@@ -499,9 +499,7 @@ def wanted_status(
         new.update(decision.measured)
     if decision.drift_corrections is not None:
         # None removes the list (merge patch) once no correction counts any more.
-        new["driftCorrections"] = [
-            inputs.format_time(t) for t in decision.drift_corrections
-        ] or None
+        new["driftCorrections"] = [format_time(t) for t in decision.drift_corrections] or None
     return new
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from lightsout import API_GROUP, API_VERSION
-from lightsout.actuation.inputs import InvalidSpecError, format_time, node_spec, parse_time
+from lightsout.actuation.inputs import InvalidSpecError, node_spec
 from lightsout.config import OperatorConfig
 from lightsout.execution import inspection
 from lightsout.execution.extravars import action_extravars, credentials_secret
@@ -59,6 +59,7 @@ from lightsout.planning.types import (
     Phase,
     PowerState,
 )
+from lightsout.state.parse import format_time, parse_time
 from lightsout.state.references import ReferenceReason, Unresolved
 from lightsout.text import clip_middle
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from lightsout.actuation.inputs import parse_time
 from lightsout.execution.jobs import (
     CONTAINER_NAME,
     LABEL_ACTION,
@@ -25,6 +24,7 @@ from lightsout.execution.jobs import (
     LABEL_GENERATION,
 )
 from lightsout.planning.types import Action, JobPhase, ObservedJob, OperationResult, PowerState
+from lightsout.state.parse import parse_time
 from lightsout.text import clip_middle
 
 #: Kubernetes keeps at most this many bytes of a container's termination message.

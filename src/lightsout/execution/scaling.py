@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from lightsout.actuation.plans import Applied, utc
+from lightsout.actuation.plans import Applied
 from lightsout.execution import leases
 from lightsout.execution.actuator import write_desired
 from lightsout.k8s.api import Api, ConflictError
@@ -27,6 +27,7 @@ from lightsout.models.enums import PowerState as Desired
 from lightsout.planning.decisions import PowerOn, ScaleAction
 from lightsout.planning.effects import Event
 from lightsout.planning.types import PowerState
+from lightsout.state.parse import format_time
 from lightsout.state.types import UNNEEDED_SINCE, ObjectKey, Snapshot
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class KubeScale:
         reason = "; ".join(f"{a.machine.name}: {a.reason}" for a in actions)
         body = {
             field_name: {
-                "time": utc(now),
+                "time": format_time(now),
                 "reason": reason[:32768],
                 "nodes": sorted({a.machine.name for a in actions}),
             }

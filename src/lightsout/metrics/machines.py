@@ -29,6 +29,7 @@ from lightsout.metrics.families import ACTION_DURATION, ACTIONS, TRANSITION_DURA
 from lightsout.models.enums import Action, DriverKind, Phase, ProxmoxMode
 from lightsout.planning.energy import Account
 from lightsout.planning.energystatus import account_from_status
+from lightsout.state.parse import parse_time
 
 _FINISHED = {"Succeeded": "succeeded", "Failed": "failed"}
 _POWER_ACTIONS = (Action.STARTUP, Action.SHUTDOWN)
@@ -50,15 +51,6 @@ class _Seen:
     currency: str = ""
     #: status.power: the draw last measured (watts) and who measured it.
     measured: tuple[float, str] | None = None
-
-
-def _time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def _measured(power: Any) -> tuple[float, str] | None:
@@ -139,7 +131,7 @@ class MachineTracker:
     def _count_action(spec: Mapping[str, Any], op: Mapping[str, Any]) -> None:
         driver, action = _driver(spec), str(op.get("action") or "unknown")
         ACTIONS.labels(driver=driver, action=action, result=_FINISHED[op["result"]]).inc()
-        started, finished = _time(op.get("started")), _time(op.get("finished"))
+        started, finished = parse_time(op.get("started")), parse_time(op.get("finished"))
         if started and finished:
             ACTION_DURATION.labels(driver=driver, action=action).observe(
                 max((finished - started).total_seconds(), 0.0)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lightsout.planning.energy import Account, Amounts, Period, Rate
-from lightsout.state.parse import parse_time
+from lightsout.state.parse import format_time, parse_time
 
 Obj = Mapping[str, Any]
 #: Rates in status are rounded to this many decimals (µW): plenty, and readable.
@@ -81,10 +81,6 @@ def _rate_fields(in_force: Rate) -> tuple[float, float, float]:
     return in_force.watts, in_force.saving_watts, in_force.price_per_kwh
 
 
-def _time(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _amounts_to_status(amounts: Amounts) -> dict[str, float]:
     used, saved, used_cost, saved_cost = (round(v, _AMOUNT_DECIMALS) for v in _fields(amounts))
     return {
@@ -95,17 +91,21 @@ def _amounts_to_status(amounts: Amounts) -> dict[str, float]:
     }
 
 
+def _period_to_status(period: Period) -> dict[str, Any]:
+    return {"start": format_time(period.start), **_amounts_to_status(period.amounts)}
+
+
 def account_to_status(account: Account, currency: str | None) -> dict[str, Any]:
     watts, saving, per_kwh = (round(v, _DECIMALS) for v in _rate_fields(account.rate))
     out: dict[str, Any] = {
-        "countedTo": _time(account.counted_to),
-        "since": _time(account.since),
+        "countedTo": format_time(account.counted_to),
+        "since": format_time(account.since),
         "watts": watts,
         "savingWatts": saving,
         "pricePerKWh": per_kwh,
         **_amounts_to_status(account.total),
-        "today": {"start": _time(account.today.start), **_amounts_to_status(account.today.amounts)},
-        "month": {"start": _time(account.month.start), **_amounts_to_status(account.month.amounts)},
+        "today": _period_to_status(account.today),
+        "month": _period_to_status(account.month),
     }
     if currency:
         out["currency"] = currency

@@ -21,14 +21,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from lightsout.simulate import yamlfile
-from lightsout.state.parse import as_str, dig, parse_time
+from lightsout.state.parse import as_str, dig, format_time, parse_time
 
 TRACE_FILE = "trace.yaml"
 MACHINES_FILE = "machines.yaml"
@@ -187,7 +187,7 @@ def write(trace: Trace, directory: Path | str) -> Path:
     meta: dict[str, Any] = {
         "name": trace.name,
         "description": trace.description,
-        "start": trace.start.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "start": format_time(trace.start),
         "durationSeconds": trace.duration_seconds,
         "machines": {
             name: {

@@ -70,6 +70,11 @@ def parse_time(value: object) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+def format_time(moment: datetime) -> str:
+    """A time as the API stores it: RFC 3339, whole seconds, UTC."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def parse_taints(value: object) -> tuple[Taint, ...]:
     taints: list[Taint] = []
     for item in as_list(value):
