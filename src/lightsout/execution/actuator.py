@@ -340,7 +340,7 @@ class KubeMachine:
             try:
                 self.api.evict(meta["namespace"], meta["name"])
             except EvictionBlockedError as exc:
-                pdb = blocking_pdb(pod, self.api.pdbs(meta["namespace"]))
+                pdb = blocking_pdb(pod, self.api.list_pdbs(meta["namespace"]))
                 blocked_by = pdb or f"{meta['namespace']}/{meta['name']}"
                 blocked_message = f"evicting {meta['namespace']}/{meta['name']}: {exc.message}"
         return DrainStatus(

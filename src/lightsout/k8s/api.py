@@ -33,6 +33,8 @@ from lightsout import API_GROUP, API_VERSION
 from lightsout.text import clip_middle
 
 Obj = dict[str, Any]
+#: The Lights-Out API's group and version, as the custom-object calls take them.
+_OURS = (API_GROUP, API_VERSION)
 
 #: Connections kept open to the API server: one per thread that may call at once. The client's
 #: default (5 per CPU) makes a busier operator open and discard a connection per request.
@@ -102,38 +104,17 @@ class Api:
         body: dict[str, Any] = {"status": dict(status)}
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
-        return _raw(
-            self.custom().patch_namespaced_custom_object_status,
-            API_GROUP,
-            API_VERSION,
-            namespace,
-            plural,
-            name,
-            body,
-        )
+        call = self.custom().patch_namespaced_custom_object_status
+        return _raw(call, *_OURS, namespace, plural, name, body)
 
     def get_resource(self, namespace: str, plural: str, name: str) -> Obj | None:
-        return _get(
-            self.custom().get_namespaced_custom_object,
-            API_GROUP,
-            API_VERSION,
-            namespace,
-            plural,
-            name,
-        )
+        return _get(self.custom().get_namespaced_custom_object, *_OURS, namespace, plural, name)
 
     def list_resources(
         self, namespace: str, plural: str, field_selector: str | None = None
     ) -> list[Obj]:
-        data = _raw(
-            self.custom().list_namespaced_custom_object,
-            API_GROUP,
-            API_VERSION,
-            namespace,
-            plural,
-            field_selector=field_selector,
-        )
-        return cast(list[Obj], data.get("items", []))
+        call = self.custom().list_namespaced_custom_object
+        return _items(call, *_OURS, namespace, plural, field_selector=field_selector)
 
     # ------------------------------------------------------------ Jobs and ConfigMaps
     def batch(self) -> client.BatchV1Api:
@@ -146,27 +127,22 @@ class Api:
         return _get(self.batch().read_namespaced_job, name, namespace)
 
     def list_jobs(self, namespace: str, label_selector: str) -> list[Obj]:
-        data = _raw(self.batch().list_namespaced_job, namespace, label_selector=label_selector)
-        return cast(list[Obj], data.get("items", []))
+        return _items(self.batch().list_namespaced_job, namespace, label_selector=label_selector)
 
     def create_job(self, namespace: str, body: Mapping[str, Any]) -> Obj:
         """Create the Job; raises ConflictError when one of that (deterministic) name exists."""
         return _raw(self.batch().create_namespaced_job, namespace, dict(body))
 
     def delete_job(self, namespace: str, name: str) -> None:
-        try:
-            # Foreground: the Job stays visible (and counts as active) until its pods are gone,
-            # so no new power Job can start while a cancelled one's pod might still run.
-            self.batch().delete_namespaced_job(name, namespace, propagation_policy="Foreground")
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        # Foreground: the Job stays visible (and counts as active) until its pods are gone,
+        # so no new power Job can start while a cancelled one's pod might still run.
+        _delete(
+            self.batch().delete_namespaced_job, name, namespace, propagation_policy="Foreground"
+        )
 
     def job_pods(self, namespace: str, job_name: str) -> list[Obj]:
-        data = _raw(
-            self.core().list_namespaced_pod, namespace, label_selector=f"job-name={job_name}"
-        )
-        return cast(list[Obj], data.get("items", []))
+        call = self.core().list_namespaced_pod
+        return _items(call, namespace, label_selector=f"job-name={job_name}")
 
     def apply_configmap(self, namespace: str, body: Mapping[str, Any]) -> None:
         name = body["metadata"]["name"]
@@ -176,11 +152,7 @@ class Api:
             _raw(self.core().replace_namespaced_config_map, name, namespace, dict(body))
 
     def delete_configmap(self, namespace: str, name: str) -> None:
-        try:
-            self.core().delete_namespaced_config_map(name, namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        _delete(self.core().delete_namespaced_config_map, name, namespace)
 
     # ------------------------------------------------------------ CronJobs
     def get_cronjob(self, namespace: str, name: str) -> Obj | None:
@@ -194,14 +166,9 @@ class Api:
         return _raw(self.batch().replace_namespaced_cron_job, name, namespace, dict(body))
 
     def delete_cronjob(self, namespace: str, name: str) -> None:
-        try:
-            # Background: its Jobs and their pods go with it (they are owned by it).
-            self.batch().delete_namespaced_cron_job(
-                name, namespace, propagation_policy="Background"
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        # Background: its Jobs and their pods go with it (they are owned by it).
+        call = self.batch().delete_namespaced_cron_job
+        _delete(call, name, namespace, propagation_policy="Background")
 
     # ------------------------------------------------------------ Leases
     def coordination(self) -> client.CoordinationV1Api:
@@ -270,10 +237,8 @@ class Api:
         _raw(getattr(admission, f"replace_{kind}_webhook_configuration"), name, replacement)
 
     def pods_on_node(self, node_name: str) -> list[Obj]:
-        data = _raw(
-            self.core().list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node_name}"
-        )
-        return cast(list[Obj], data.get("items", []))
+        call = self.core().list_pod_for_all_namespaces
+        return _items(call, field_selector=f"spec.nodeName={node_name}")
 
     def evict(self, namespace: str, name: str) -> None:
         """Ask the Eviction API to evict a pod; EvictionBlockedError when a PDB forbids it now."""
@@ -290,11 +255,6 @@ class Api:
             if exc.status == 429:
                 raise EvictionBlockedError(_status_message(exc)) from exc
             raise
-
-    def pdbs(self, namespace: str) -> list[Obj]:
-        policy = client.PolicyV1Api(self.client)
-        data = _raw(policy.list_namespaced_pod_disruption_budget, namespace)
-        return cast(list[Obj], data.get("items", []))
 
     # ------------------------------------------------------------ Events
     def post_event(
@@ -342,22 +302,14 @@ class Api:
         """Merge-patch a Lights-Out resource (spec or metadata). A `metadata.resourceVersion`
         in the patch makes it conditional: ConflictError when the object changed since it was
         read."""
-        return _raw(
-            self.custom().patch_namespaced_custom_object,
-            API_GROUP,
-            API_VERSION,
-            namespace,
-            plural,
-            name,
-            dict(patch),
-        )
+        call = self.custom().patch_namespaced_custom_object
+        return _raw(call, *_OURS, namespace, plural, name, dict(patch))
 
     def list_all_resources(self, plural: str, namespace: str | None = None) -> list[Obj]:
         """Lights-Out resources of one kind in one namespace, or in all of them."""
         if namespace:
             return self.list_resources(namespace, plural)
-        data = _raw(self.custom().list_cluster_custom_object, API_GROUP, API_VERSION, plural)
-        return cast(list[Obj], data.get("items", []))
+        return _items(self.custom().list_cluster_custom_object, *_OURS, plural)
 
     def list_pods(self, namespace: str | None = None) -> list[Obj]:
         if namespace:
@@ -459,6 +411,19 @@ def _raw(call: Any, *args: Any, **kwargs: Any) -> Obj:
         if exc.status == 409:
             raise ConflictError(str(exc.reason)) from exc
         raise
+
+
+def _items(call: Any, *args: Any, **kwargs: Any) -> list[Obj]:
+    return cast(list[Obj], _raw(call, *args, **kwargs).get("items", []))
+
+
+def _delete(call: Any, *args: Any, **kwargs: Any) -> None:
+    """Delete; an object already gone is fine."""
+    try:
+        call(*args, **kwargs)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
 
 
 def _version(obj: Obj) -> dict[str, Any]:
