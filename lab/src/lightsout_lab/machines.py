@@ -125,7 +125,9 @@ class MachineSimulator:
         try:
             machine.observed = machine.power()
         except Exception as exc:  # an emulator that does not answer counts as unknown
-            log.debug("power of %s unreadable: %s", machine.node_name, exc)
+            # Said once per outage (not every poll): a machine that stays Unknown never boots.
+            if machine.observed != "Unknown":
+                log.warning("power of %s unreadable: %s", machine.node_name, exc)
             machine.observed = "Unknown"
             return
         if machine.observed == "On":

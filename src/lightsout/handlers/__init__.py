@@ -17,6 +17,7 @@ from lightsout.handlers import (
     lifecycle,
     metrics,
     node,
+    resync,
 )
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "lifecycle",
     "metrics",
     "node",
+    "resync",
     "watch_secrets",
 ]
 

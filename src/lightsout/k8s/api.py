@@ -196,6 +196,39 @@ class Api:
             namespace, label_selector=label_selector
         )
 
+    def uid_at(
+        self, group: str, version: str, plural: str, *, namespace: str | None, name: str
+    ) -> str | None:
+        """The uid of the object now named so (None: there is none), for each kind the operator
+        watches: tells an object deleted while a watch was away from one made again under its
+        name. Typed reads, one per kind, so that the chart's rules can be derived from them."""
+        del version  # each kind has the one version the operator watches
+        core, batch = self.core(), self.batch()
+        policy, apps = client.PolicyV1Api(self.client), client.AppsV1Api(self.client)
+        reads: dict[tuple[str, str], tuple[Any, ...]] = {
+            ("", "nodes"): (core.read_node, name),
+            ("", "pods"): (core.read_namespaced_pod, name, namespace),
+            ("", "configmaps"): (core.read_namespaced_config_map, name, namespace),
+            ("batch", "jobs"): (batch.read_namespaced_job, name, namespace),
+            ("batch", "cronjobs"): (batch.read_namespaced_cron_job, name, namespace),
+            ("coordination.k8s.io", "leases"): (
+                self.coordination().read_namespaced_lease,
+                name,
+                namespace,
+            ),
+            ("policy", "poddisruptionbudgets"): (
+                policy.read_namespaced_pod_disruption_budget,
+                name,
+                namespace,
+            ),
+            ("apps", "daemonsets"): (apps.read_namespaced_daemon_set, name, namespace),
+        }
+        if group == API_GROUP:
+            found = self.get_resource(namespace or "", plural, name)
+        else:
+            found = _get(*reads[(group, plural)])
+        return None if found is None else str(found["metadata"]["uid"])
+
     # ------------------------------------------------------------ core Nodes and pods
     def get_node(self, name: str) -> Obj | None:
         return _get(self.core().read_node, name)
