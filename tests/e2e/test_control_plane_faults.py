@@ -187,10 +187,11 @@ def action_jobs(lab: FaultLab, role: str) -> list[str]:
 
 
 def created_after(obj: dict[str, Any], back_wall: float) -> float:
-    """Seconds from the control plane's return to the object's creation (whole seconds: the
-    API server's timestamps have no more)."""
+    """Seconds from the control plane's return to the object's creation, at least 0 (whole
+    seconds: the API server's timestamps have no more, so a creation in the same second as the
+    return reads as up to a second before it)."""
     created = dt.datetime.fromisoformat(obj["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
-    return created.timestamp() - back_wall
+    return max(0.0, created.timestamp() - back_wall)
 
 
 def finish(lab: FaultLab, back: float, boot: str, drain: str, job: str, label: str) -> None:
