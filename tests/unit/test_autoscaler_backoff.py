@@ -56,3 +56,45 @@ def test_the_backoff_doubles_up_to_its_cap() -> None:
     delays = [backoff(n, autoscale.ERROR_RETRY, autoscale.ERROR_RETRY_MAX) for n in range(6)]
     assert delays == [5, 10, 20, 40, 60, 60]
     assert backoff(10_000, 1, 120) == 120
+
+
+class HeldLease:
+    """This replica leads, and keeps leading."""
+
+    def hold(self, _now: dt.datetime) -> bool:
+        return True
+
+    def renew_in(self, _now: dt.datetime) -> float:
+        return 60.0
+
+
+async def plans_while_events_stream(plan_seconds: float, seconds: float = 1.2) -> int:
+    """How many plans a planner makes while a change arrives every 10 ms (thousands of machines
+    being first seen), each plan taking `plan_seconds` to compute."""
+    planner = autoscale.Planner(OperatorConfig(identity="me"), {}, api=None)  # type: ignore[arg-type]
+    planner.lease = HeldLease()  # type: ignore[assignment]
+    plans = 0
+
+    async def plan_and_apply() -> None:
+        nonlocal plans
+        plans += 1
+        planner.plan_seconds = plan_seconds
+        await asyncio.sleep(plan_seconds)
+
+    planner._plan_and_apply = plan_and_apply  # type: ignore[method-assign]
+    task = asyncio.create_task(planner.run())
+    end = asyncio.get_running_loop().time() + seconds
+    while asyncio.get_running_loop().time() < end:
+        planner.poke()
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return plans
+
+
+def test_a_slow_plan_rests_the_planner_in_proportion_while_changes_stream() -> None:
+    # 1.2 s of changes: a 2 ms plan runs after each debounce (about 10 plans); a 200 ms plan
+    # (thousands of machines) rests 600 ms after each: 2 plans instead of about 4.
+    assert asyncio.run(plans_while_events_stream(0.002)) >= 8
+    assert asyncio.run(plans_while_events_stream(0.2)) == 2

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +66,11 @@ log = logging.getLogger(__name__)
 
 #: Seconds to let a burst of changes settle into one plan.
 DEBOUNCE = 0.1
+#: After a plan that took t seconds, a change is planned for no sooner than this many t later:
+#: the planner (every machine parsed, every pod placed) holds the GIL, and while thousands of
+#: machines are first seen it would otherwise plan after every event and starve their passes.
+#: A plan of a few milliseconds (a homelab) is not slowed down in any way one could notice.
+PLAN_REST = 3.0
 #: Seconds before planning again after a pass failed (API unreachable, …), doubling with each
 #: failure in a row up to `ERROR_RETRY_MAX`; the Lease is tried again no sooner either.
 ERROR_RETRY = 5.0
@@ -153,6 +159,8 @@ class Planner:
     #: Set when this replica has just taken the Lease: it plans at once, change or not.
     _just_elected: bool = False
     _last_summary: str = ""
+    #: How long the last plan took to compute (its writes not counted): see `PLAN_REST`.
+    plan_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         self.lease = LeaderLease(
@@ -178,13 +186,14 @@ class Planner:
         plan_at: float | None = None  # loop time of the next deadline-driven plan
         renew_at: float | None = None  # loop time the leader Lease needs attention
         failures = 0  # passes failed in a row
+        rest_until = 0.0  # loop time before which a change is not planned (PLAN_REST)
         while True:
             due = [t for t in (plan_at, renew_at) if t is not None]
             timeout = max(0.0, min(due) - loop.time()) if due else None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout)
             if self.wake.is_set():
-                await asyncio.sleep(DEBOUNCE)
+                await asyncio.sleep(max(DEBOUNCE, rest_until - loop.time()))
             changed = self.wake.is_set()
             self.wake.clear()
             if not self.synced:
@@ -201,6 +210,7 @@ class Planner:
                     continue
                 self._just_elected = False
                 wake_in = await self._plan_and_apply()
+                rest_until = loop.time() + PLAN_REST * self.plan_seconds
                 plan_at = None if wake_in is None else loop.time() + wake_in
             except Exception:
                 # The Lease's renewal time passed too: without a later one the loop would try
@@ -245,8 +255,11 @@ class Planner:
         return wake_in
 
     def _plan(self, objects: Mapping[str, list[Obj]], now: dt.datetime) -> tuple[Snapshot, Plan]:
+        started = time.monotonic()
         snapshot = snapshot_from(objects, complete=True, unneeded_since=self.unneeded, now=now)
-        return snapshot, plan(snapshot, now)
+        planned = plan(snapshot, now)
+        self.plan_seconds = time.monotonic() - started
+        return snapshot, planned
 
     def release(self) -> None:
         self.lease.release(dt.datetime.now(dt.UTC))
