@@ -70,7 +70,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -109,6 +109,44 @@ class Run:
     exclusive: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class ScheduleEnergy:
+    """One machine in the solver's schedule (the MIP's best one, or the with-waits LP's
+    solution), by the objective's own terms, kWh: what `simulate.breakdown` sets Lights-Out's
+    energy against. A schedule, not the bound: only a closed MIP's or the LP's adds up to it."""
+
+    name: str
+    standby: float
+    load: float
+    #: Idle above standby while up.
+    up: float
+    #: Power-on, boot and shutdown above standby (less the last shutdown of one up at the end).
+    cycles: float
+    up_hours: float
+    starts: float
+
+    @property
+    def kwh(self) -> float:
+        return self.standby + self.load + self.up + self.cycles
+
+    def kwh_of(self, group: str) -> float:
+        """One of `breakdown.GROUPS`' names: standby, load, up or cycles."""
+        return {"standby": self.standby, "load": self.load, "up": self.up, "cycles": self.cycles}[
+            group
+        ]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "kWh": round(self.kwh, 6),
+            "standby": round(self.standby, 6),
+            "load": round(self.load, 6),
+            "up": round(self.up, 6),
+            "cycles": round(self.cycles, 6),
+            "upHours": round(self.up_hours, 2),
+            "starts": round(self.starts, 2),
+        }
+
+
 ZERO_WAIT = "zero-wait"
 WITH_WAITS = "with waits"
 NO_BOUND = "none"
@@ -137,6 +175,9 @@ class Bound:
     note: str = ""
     #: The wait the with-waits model allowed every pod, seconds (None for the others).
     max_wait: float | None = None
+    #: The solver's schedule per machine (empty without one), and which schedule it is.
+    schedule: tuple[ScheduleEnergy, ...] = ()
+    schedule_source: str = ""
 
     def as_json(self) -> dict[str, Any]:
         """Strict JSON: every figure finite or null."""
@@ -155,6 +196,8 @@ class Bound:
             "variables": self.variables,
             "constraints": self.constraints,
             "seconds": round(self.seconds, 1),
+            "scheduleSource": self.schedule_source,
+            "schedule": {s.name: s.as_json() for s in self.schedule},
         }
 
 
@@ -213,14 +256,17 @@ def _quiet_stdout() -> Iterator[None]:
 
 @dataclass
 class _Problem:
-    """The MIP in HiGHS' row-wise form: columns x[i,k], s[i,k], then y[p,i]."""
+    """Either model in HiGHS' row-wise form: columns x[i,k] (u[i,k]), s[i,k], e[i] (up at the
+    end), then the pods' columns, y[p,i] (z[p,i,k])."""
 
     machines: list[Machine]
     segments: int
     lengths: list[float]
     costs: list[float] = field(default_factory=list)
-    #: Wh every schedule pays whatever it does: the machines' standby.
-    constant: float = 0.0
+    #: Wh each machine pays whatever it does: its standby all the time.
+    standby: list[float] = field(default_factory=list)
+    #: The machine of each pod column, in column order.
+    owners: list[int] = field(default_factory=list)
     rows_lo: list[float] = field(default_factory=list)
     rows_hi: list[float] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
@@ -237,7 +283,17 @@ class _Problem:
 
     @property
     def y_base(self) -> int:
+        """The first e[i] column; the pods' columns follow the machines' e."""
         return 2 * len(self.machines) * self.segments
+
+    @property
+    def pod_base(self) -> int:
+        return self.y_base + len(self.machines)
+
+    @property
+    def constant(self) -> float:
+        """Wh every schedule pays whatever it does: the machines' standby."""
+        return sum(self.standby)
 
     def row(self, entries: Sequence[tuple[int, float]], lo: float, hi: float) -> None:
         self.starts.append(len(self.idx))
@@ -288,25 +344,38 @@ def _costs(problem: _Problem, trace: Trace, runs: list[Run]) -> None:
         truth = trace.durations_of(m.key.name)
         cycle = truth.power_on_seconds + truth.boot_seconds + truth.shutdown_seconds
         problem.costs.extend([cycle / _HOUR * (d.idle - d.off)] * problem.segments)
-    # A machine up in the last segment never pays its shutdown: x[i,last] earns it back.
-    for i, (m, d) in enumerate(zip(machines, draws, strict=True)):
-        shutdown = trace.durations_of(m.key.name).shutdown_seconds
-        problem.costs[problem.x(i, problem.segments - 1)] -= shutdown / _HOUR * (d.idle - d.off)
+    # A machine up in the last segment never pays its shutdown: e[i] <= x[i,last] earns it back.
+    _end_credits(problem, trace, draws)
     for p, run in enumerate(runs):
         allowed = [i for i, view in enumerate(views) if _allowed(run.requests, view)]
         problem.dropped += not allowed
         for i in allowed:
             problem.pairs.append((p, i))
-            cpu = views[i].allocatable.get(CPU)
-            share = min(1.0, run.requests.requests.get(CPU) / cpu) if cpu else 0.0
-            watts = draws[i].on - draws[i].idle
-            problem.costs.append(watts * share * (run.end - run.start) / _HOUR)
-    problem.constant = sum(d.off for d in draws) * trace.duration_seconds / _HOUR
+            problem.owners.append(i)
+            problem.costs.append(
+                _load_watts(views[i], draws[i], run) * (run.end - run.start) / _HOUR
+            )
+    problem.standby = [d.off * trace.duration_seconds / _HOUR for d in draws]
+
+
+def _end_credits(problem: _Problem, trace: Trace, draws: Sequence[Draw]) -> None:
+    """The e[i] columns' costs: the shutdown a machine up at the end never pays."""
+    for m, d in zip(problem.machines, draws, strict=True):
+        shutdown = trace.durations_of(m.key.name).shutdown_seconds
+        problem.costs.append(-shutdown / _HOUR * (d.idle - d.off))
+
+
+def _load_watts(view: NodeView, draw: Draw, run: Run) -> float:
+    """What the pod adds to the machine's draw while it runs there (its cpu share of on - idle),
+    as `planning.energy.Draw.watts` counts it."""
+    cpu = view.allocatable.get(CPU)
+    share = min(1.0, run.requests.requests.get(CPU) / cpu) if cpu else 0.0
+    return draw.watts(True, share) - draw.watts(True)
 
 
 def _rows(problem: _Problem, runs: list[Run], index: dict[float, int]) -> None:
     inf = math.inf
-    base = problem.y_base
+    base = problem.pod_base
     by_pod: dict[int, list[int]] = {}
     active: list[list[int]] = [[] for _ in range(problem.segments)]
     for col, (p, _i) in enumerate(problem.pairs):
@@ -332,12 +401,14 @@ def _rows(problem: _Problem, runs: list[Run], index: dict[float, int]) -> None:
     for col, (p, i) in enumerate(problem.pairs):
         # The machine is up when the pod starts (tightens the LP relaxation).
         problem.row([(problem.x(i, index[runs[p].start]), 1.0), (base + col, -1.0)], 0, inf)
+    last = problem.segments - 1
     for i in range(len(problem.machines)):
         for k in range(problem.segments):
             entries = [(problem.s(i, k), 1.0), (problem.x(i, k), -1.0)]
             if k:
                 entries.append((problem.x(i, k - 1), 1.0))
             problem.row(entries, 0.0, inf)  # a start-up wherever it goes from off to up
+        problem.row([(problem.x(i, last), 1.0), (problem.y_base + i, -1.0)], 0.0, inf)
 
 
 def _waits_problem(trace: Trace, runs: list[Run], max_wait: float) -> tuple[_Problem, list[float]]:
@@ -369,22 +440,19 @@ def _waits_problem(trace: Trace, runs: list[Run], max_wait: float) -> tuple[_Pro
         cycle = truth.power_on_seconds + truth.boot_seconds + truth.shutdown_seconds
         problem.costs.extend([cycle / _HOUR * (d.idle - d.off)] * n)
         upper.extend([math.inf] * n)
-    for x, d in zip(machines, draws, strict=True):
-        shutdown = trace.durations_of(x.key.name).shutdown_seconds
-        problem.costs.append(-shutdown / _HOUR * (d.idle - d.off))
-        upper.append(1.0)
+    _end_credits(problem, trace, draws)
+    upper.extend([1.0] * m)
     z: dict[tuple[int, int, int], int] = {}  # (pod, machine, segment) -> column
     for p, (run, (start, stop)) in enumerate(zip(runs, windows, strict=True)):
         allowed = [i for i, view in enumerate(views) if _allowed(run.requests, view)]
         problem.dropped += not allowed
         inside = [k for k in range(n) if cuts[k] >= start and cuts[k + 1] <= stop]
         for i in allowed:
-            cpu = views[i].allocatable.get(CPU)
-            share = min(1.0, run.requests.requests.get(CPU) / cpu) if cpu else 0.0
-            watts = draws[i].on - draws[i].idle
+            watts = _load_watts(views[i], draws[i], run)
             for k in inside:
-                z[p, i, k] = problem.y_base + m + len(z)
-                problem.costs.append(watts * share / _HOUR)
+                z[p, i, k] = problem.pod_base + len(z)
+                problem.owners.append(i)
+                problem.costs.append(watts / _HOUR)
                 upper.append(lengths[k])
         least = 0.0 if run.exclusive else max(0.0, min(run.length, end - start - max_wait))
         columns = [z[p, i, k] for i in allowed for k in inside]
@@ -397,7 +465,7 @@ def _waits_problem(trace: Trace, runs: list[Run], max_wait: float) -> tuple[_Pro
         if members and (lo > 0 or hi < len(members)):
             for k in range(n):
                 problem.row([(problem.x(i, k), 1.0) for i in members], lo, hi)
-    problem.constant = sum(d.off for d in draws) * end / _HOUR
+    problem.standby = [d.off * end / _HOUR for d in draws]
     return problem, upper
 
 
@@ -441,6 +509,31 @@ def _waits_rows(
             problem.row(rise, 0.0, inf)
 
 
+def _schedule(problem: _Problem, values: Sequence[float]) -> tuple[ScheduleEnergy, ...]:
+    """Each machine's share of a solution's objective, by term (the columns' own costs)."""
+
+    def wh(columns: Iterable[int]) -> float:
+        return sum(problem.costs[c] * values[c] for c in columns)
+
+    n = problem.segments
+    load = [0.0] * len(problem.machines)
+    for offset, i in enumerate(problem.owners):
+        c = problem.pod_base + offset
+        load[i] += problem.costs[c] * values[c]
+    return tuple(
+        ScheduleEnergy(
+            name=m.key.name,
+            standby=problem.standby[i] / 1000,
+            load=load[i] / 1000,
+            up=wh(problem.x(i, k) for k in range(n)) / 1000,
+            cycles=(wh(problem.s(i, k) for k in range(n)) + wh([problem.y_base + i])) / 1000,
+            up_hours=sum(problem.lengths[k] * values[problem.x(i, k)] for k in range(n)) / _HOUR,
+            starts=sum(values[problem.s(i, k)] for k in range(n)),
+        )
+        for i, m in enumerate(problem.machines)
+    )
+
+
 def _highs(highspy: Any, np: Any, problem: _Problem, upper: list[float], time_limit: float) -> Any:
     """A quiet, single-threaded HiGHS loaded with the problem (all columns continuous)."""
     with _quiet_stdout():
@@ -480,12 +573,16 @@ class _Outcome:
     closed: bool
     #: The solver proved no zero-wait schedule exists.
     infeasible: bool
+    #: The best schedule per machine (empty without one).
+    schedule: tuple[ScheduleEnergy, ...] = ()
 
 
 def _zero_wait(highspy: Any, np: Any, problem: _Problem, time_limit: float) -> _Outcome:
-    n_cols = problem.y_base + len(problem.pairs)
+    n_cols = problem.pod_base + len(problem.pairs)
     starts = len(problem.machines) * problem.segments
-    upper = [1.0] * starts + [math.inf] * (problem.y_base - starts) + [1.0] * len(problem.pairs)
+    upper = (
+        [1.0] * starts + [math.inf] * (problem.y_base - starts) + [1.0] * (n_cols - problem.y_base)
+    )
     h = _highs(highspy, np, problem, upper, time_limit)
     infeasible = highspy.HighsModelStatus.kInfeasible
     optimal = highspy.HighsModelStatus.kOptimal
@@ -495,10 +592,10 @@ def _zero_wait(highspy: Any, np: Any, problem: _Problem, time_limit: float) -> _
     lp_status = h.getModelStatus()
     status = h.modelStatusToString(lp_status)
     if lp_status == infeasible:
-        return _Outcome(n_cols, status, -math.inf, -math.inf, None, False, True)
+        return _Outcome(n_cols, status, -math.inf, -math.inf, None, False, infeasible=True)
     lp = h.getInfo().objective_function_value + problem.constant
     lp = lp if lp_status == optimal else -math.inf
-    integer = np.concatenate([np.arange(0, starts), np.arange(problem.y_base, n_cols)])
+    integer = np.concatenate([np.arange(0, starts), np.arange(problem.pod_base, n_cols)])
     h.changeColsIntegrality(
         len(integer),
         integer.astype(np.int32),
@@ -519,6 +616,7 @@ def _zero_wait(highspy: Any, np: Any, problem: _Problem, time_limit: float) -> _
         incumbent=info.objective_function_value + problem.constant if found else None,
         closed=h.getModelStatus() == optimal,
         infeasible=h.getModelStatus() == infeasible,
+        schedule=_schedule(problem, list(h.getSolution().col_value)) if found else (),
     )
 
 
@@ -540,7 +638,7 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
     mip = _zero_wait(highspy, np, problem, time_limit)
     n_cols, status, lp, dual, incumbent = mip.columns, mip.status, mip.lp, mip.dual, mip.incumbent
     closed = mip.closed
-    sizes = {"runs": len(runs), "segments": problem.segments}
+    runs_count, segments = len(runs), problem.segments
     dropped = f"; {problem.dropped} pod run(s) fit no machine, left out" if problem.dropped else ""
     best = max(dual, lp)  # proven, never the incumbent (the MIP closes at a 1e-4 gap)
     if incumbent is not None and math.isfinite(best):  # zero-wait schedules exist: it bounds them
@@ -552,6 +650,9 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
             + dropped
         )
         return Bound(
+            schedule=mip.schedule,
+            schedule_source=f"the MIP's {'optimum' if closed else 'best schedule'}, "
+            f"{incumbent / 1000:.3f} kWh",
             kind=ZERO_WAIT,
             kwh=best / 1000,
             incumbent_kwh=incumbent / 1000,
@@ -563,7 +664,8 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
             constraints=len(problem.rows_lo),
             seconds=time.monotonic() - started,
             note=note,
-            **sizes,
+            runs=runs_count,
+            segments=segments,
         )
     if mip.infeasible:
         why = "no zero-wait schedule: the pods contend for more than the machines hold"
@@ -584,7 +686,8 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
             constraints=len(problem.rows_lo),
             seconds=time.monotonic() - started,
             note=f"{why}, and no wait limit was given to relax it with",
-            **sizes,
+            runs=runs_count,
+            segments=segments,
         )
     waits, upper = _waits_problem(trace, runs, max_wait)
     h = _highs(highspy, np, waits, upper, max(1.0, time_limit - (time.monotonic() - started)))
@@ -601,6 +704,11 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
         else f"{why}; the with-waits LP did not solve ({status})"
     )
     return Bound(
+        schedule=_schedule(waits, list(h.getSolution().col_value)) if solved else (),
+        schedule_source="the with-waits LP's solution (the bound itself: pods split, machines "
+        "partly up)"
+        if solved
+        else "",
         kind=WITH_WAITS if solved else NO_BOUND,
         kwh=None if value is None else value / 1000,
         incumbent_kwh=None,
