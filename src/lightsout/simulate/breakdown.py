@@ -169,10 +169,13 @@ def render(rows: Sequence[Mapping[str, Any]], schedule_note: str | None) -> str:
     lines = ["energy by machine and cause, kWh (standby: offWatts all week, paid by any schedule)"]
     for row in rows:
         causes = row["causes"]
+        # What rounds to 0.000 is left out (a plan's 0.1 s, say).
         parts = [
-            (f"idle ({hold})", kwh) for hold, kwh in causes[Cause.IDLE.value].items() if kwh > 0
+            (f"idle ({hold})", kwh)
+            for hold, kwh in causes[Cause.IDLE.value].items()
+            if round(kwh, 3) > 0
         ]
-        parts += [(k, v) for k, v in causes.items() if k != Cause.IDLE.value and v > 0]
+        parts += [(k, v) for k, v in causes.items() if k != Cause.IDLE.value and round(v, 3) > 0]
         parts.sort(key=lambda part: -part[1])
         text = ", ".join(f"{name} {kwh:.3f}" for name, kwh in parts)
         lines.append(f"  {row['name']}: {row['kWh']:.3f} = {text}")
@@ -181,7 +184,7 @@ def render(rows: Sequence[Mapping[str, Any]], schedule_note: str | None) -> str:
             lines.append(
                 f"    bound's schedule: {b['kWh']:.3f} (up {b['upHours']:.1f} h, "
                 f"{b['starts']:.1f} starts); Lights-Out above it: "
-                + ", ".join(f"{g} {above[g]:+.3f}" for g in GROUPS)
+                + ", ".join(f"{g} {round(above[g], 3) + 0.0:+.3f}" for g in GROUPS)
             )
     if schedule_note:
         lines.append(f"  (the bound's schedule: {schedule_note})")
