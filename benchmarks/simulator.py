@@ -6,8 +6,10 @@ built-in planner, the reactive baseline (cluster-autoscaler's defaults) and alwa
 the offline bound with HiGHS and prints one table: energy / bound for both policies, energy
 saved against the one always-on reference (`report.always_on_reference`), pod waits (CronJob
 pods apart; pods waiting for a power-on past boot + 5 s, pods waiting for busy capacity),
-power cycles, evictions of running pods (a Job's restarts from zero). Then it times the replay
-of a synthetic week of 20 machines and 5,000 pods. Figures are printed, never asserted.
+power cycles, evictions of running pods (a Job's restarts from zero). Then, per trace, where
+Lights-Out spends above the bound's schedule, by machine and cause (`simulate.breakdown`), and
+the replay time of a synthetic week of 20 machines and 5,000 pods. Figures are printed, never
+asserted.
 
 Run: `.venv/bin/python -m benchmarks.simulator [solver seconds]` (part of `make bench`).
 """
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lightsout.simulate.breakdown import GROUPS, breakdown
 from lightsout.simulate.engine import Options, Policy, replay
 from lightsout.simulate.generate import scale_week
 from lightsout.simulate.optimum import Bound, solve
@@ -41,7 +44,7 @@ def _bound(bound: Bound) -> str:
     if bound.kwh is None:
         return f"none ({bound.note})"
     gap = "gap unknown" if bound.gap is None else f"{bound.gap * 100:.1f}%"
-    return f"{bound.kwh:.2f} ({bound.kind}, {bound.source}, {gap})"
+    return f"{bound.kwh:.2f} ({bound.kind}, {bound.source}, {gap}, {bound.seconds:.0f} s)"
 
 
 def row(name: str, time_limit: float) -> dict[str, Any]:
@@ -61,7 +64,28 @@ def row(name: str, time_limit: float) -> dict[str, Any]:
         "reactive": reactive,
         "bound": bound,
         "replay": replay_seconds,
+        "breakdown": breakdown(ours_result.machines, bound.schedule),
     }
+
+
+def above_bound(name: str, rows: list[dict[str, Any]], bound: Bound, shown: int = 4) -> None:
+    """The machines where Lights-Out spends most above the bound's schedule, and on what."""
+    print(f"\n{name}: Lights-Out above the bound's schedule ({bound.schedule_source}), kWh")
+    print("| machine | Lights-Out | schedule | above | up: Lights-Out's causes | cycles | load |")
+    print("|---|---|---|---|---|---|---|")
+    rows = [r for r in rows if "aboveBound" in r]
+    rows.sort(key=lambda r: -sum(r["aboveBound"].values()))
+    for r in rows[:shown]:
+        above, causes = r["aboveBound"], r["causes"]
+        up = [(f"idle {hold}", kwh) for hold, kwh in causes["idle"].items()]
+        up += [(cause, causes[cause]) for cause in GROUPS["up"] if cause != "idle"]
+        up.sort(key=lambda item: -item[1])
+        words = ", ".join(f"{cause} {kwh:.3f}" for cause, kwh in up[:3] if kwh >= 0.0005)
+        print(
+            f"| {r['name']} | {r['kWh']:.3f} | {r['bound']['kWh']:.3f} "
+            f"| {sum(above.values()):+.3f} | {above['up']:+.3f} ({words}) "
+            f"| {above['cycles']:+.3f} | {above['load']:+.3f} |"
+        )
 
 
 def main() -> None:
@@ -75,8 +99,10 @@ def main() -> None:
     )
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
+    rows = []
     for name in NAMES:
         r = row(name, time_limit)
+        rows.append(r)
         ours, reactive, bound = r["ours"], r["reactive"], r["bound"]
         e = ours["energy"]
         other = ours["waits"]["other"]
@@ -99,6 +125,9 @@ def main() -> None:
             f"| {r['replay']:.1f} |",
             flush=True,
         )
+    for r in rows:
+        if r["bound"].schedule:
+            above_bound(r["trace"], r["breakdown"], r["bound"])
     big = scale_week()
     started = time.monotonic()
     result = replay(big)

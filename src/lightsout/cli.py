@@ -10,10 +10,11 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lightsout.simulate.engine import Options
+    from lightsout.simulate.engine import Options, Result
+    from lightsout.simulate.optimum import Bound
     from lightsout.simulate.sweep import Sweep
     from lightsout.simulate.trace import Trace
 
@@ -212,7 +213,6 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Replay a trace against the production planner; print energy, waits, cycles, bounds."""
-    import json
     import time
 
     from lightsout.simulate import engine, report
@@ -253,23 +253,50 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         reactive_result = engine.replay(trace, reactive)
         baseline = report.summarise(reactive_result, reference)
         max_wait = max(max_wait, report.longest_wait(reactive_result))
-    bound = None
+    solved = None
     if args.optimum:
         from lightsout.simulate.optimum import SolverMissingError, solve
 
         try:
             # If no zero-wait schedule exists, the bound lets pods wait as long as the
             # schedules it is compared with did, so it bounds both of them.
-            bound = solve(trace, args.time_limit, max_wait=max_wait).as_json()
+            solved = solve(trace, args.time_limit, max_wait=max_wait)
         except SolverMissingError as error:
             print(f"lightsout simulate: {error}", file=sys.stderr)
             return 2
+    _print_simulation(args, result, summary, baseline, solved)
+    return 0
+
+
+def _print_simulation(
+    args: argparse.Namespace,
+    result: Result,
+    summary: dict[str, Any],
+    baseline: dict[str, Any] | None,
+    solved: Bound | None,
+) -> None:
+    """`lightsout simulate`'s report, text or JSON, with the bound and the breakdown asked for."""
+    import json
+
+    from lightsout.simulate import report
+
+    bound = None if solved is None else solved.as_json()
+    rows = None
+    if args.breakdown:
+        from lightsout.simulate.breakdown import breakdown
+
+        rows = breakdown(result.machines, None if solved is None else solved.schedule)
     if args.output == "json":  # strict JSON: a non-finite figure fails here, not in a parser
         document = {**summary, "baseline": baseline, "bound": bound}
+        if rows is not None:
+            document["breakdown"] = rows
         print(json.dumps(document, indent=2, allow_nan=False))
     else:
         sys.stdout.write(report.render_text(summary, baseline, bound))
-    return 0
+        if rows is not None:
+            from lightsout.simulate.breakdown import render
+
+            sys.stdout.write(render(rows, None if solved is None else solved.schedule_source))
 
 
 class _RefusedError(Exception):
@@ -319,10 +346,10 @@ def _sweep_of(args: argparse.Namespace) -> Sweep | None:
     except SweepError as error:
         print(f"lightsout simulate: --sweep {error}", file=sys.stderr)
         raise _RefusedError from None
-    if args.policy != "lightsout" or args.optimum:
+    if args.policy != "lightsout" or args.optimum or args.breakdown:
         print(
             "lightsout simulate: --sweep replays the lightsout policy beside the reactive "
-            "baseline; drop --policy and --optimum",
+            "baseline; drop --policy, --optimum and --breakdown",
             file=sys.stderr,
         )
         raise _RefusedError
@@ -522,6 +549,12 @@ def _add_simulation_commands(sub: argparse._SubParsersAction[argparse.ArgumentPa
         "--optimum", action="store_true", help="also solve the offline optimum (needs [sim])"
     )
     simulate.add_argument("--time-limit", type=float, default=60.0, help="solver seconds")
+    simulate.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also print each machine's energy by cause (pods, idle and why, booting, "
+        "shutting down, standby), with --optimum beside the bound's schedule",
+    )
     simulate.add_argument(
         "--plot",
         metavar="FILE.png",

@@ -688,3 +688,17 @@ def test_a_forbid_run_still_going_is_not_pre_warmed_for_but_the_next_one_is() ->
     assert result.skipped_cron_runs == 1
     runs = sorted((p.arrival, p.wait) for p in result.pods)
     assert [(arrival, wait) for arrival, wait in runs] == [(1800.0, 0.0), (16200.0, 0.0)]
+
+
+def test_identical_machines_are_pooled_and_pods_of_more_than_half_a_machine_kept_apart() -> None:
+    # Three 2.5-cpu pods at once on three identical 4-cpu machines: pooled, their 7.5 cpu would
+    # fit in two machines' room; each needs more than half a machine, so three are up.
+    t = trace(
+        [pod(600, 1800, f"p{i}", cpu="2500m") for i in range(3)],
+        machines=[node("m1"), node("m2"), node("m3")],
+    )
+    bound = optimum.solve(t, time_limit=20)
+    standby, idle, load, cycle = 3 * 5 * 2, 3 * 35 * 0.5, 3 * 80 * 2.5 / 4 * 0.5, 3 * 80 / 3600 * 35
+    assert bound.kwh is not None and bound.gap == 0.0
+    assert bound.kwh * 1000 == pytest.approx(standby + idle + load + cycle, rel=1e-4)
+    assert [(s.name, s.starts) for s in bound.schedule] == [("m1", 1), ("m2", 1), ("m3", 1)]

@@ -151,6 +151,7 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
             coming=absorbed.coming,
         ),
         unneeded_since=down.unneeded_since,
+        holds=down.holds,
         summary=summary,
     )
 

@@ -3,6 +3,7 @@
 `lightsout.planning.autoscale.plan` builds a `Plan`; the autoscaler handler applies its actions
 (setting `spec.desiredPowerState`, unless `dry_run`), records `Group.status.lastScaleUp/Down`,
 persists `unneeded_since`, and turns the explanations into events; `lightsout plan` prints them.
+The replay also reads `holds`, why each Ready machine stays on, to charge its idle time.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 
 from lightsout.state.types import ObjectKey
 
@@ -34,6 +36,33 @@ class PowerOff:
 
 
 type ScaleAction = PowerOn | PowerOff
+
+
+class Hold(StrEnum):
+    """Why a Ready machine stays on this plan (its note says it in words)."""
+
+    #: Pending pods, or announced runs made pending by pre-warming, are expected to run on it.
+    PENDING = "pendingPods"
+    #: Its pods are too many to move: utilisation at the threshold, a pod that cannot be
+    #: disrupted or would not fit elsewhere, its node cordoned.
+    BUSY = "busy"
+    #: A Job's pod on it has run for less than scaleDown.jobGraceSeconds, and without the grace
+    #: its pods would move to the other Ready nodes.
+    JOB_GRACE = "jobGrace"
+    #: Unneeded, but not yet for scaleDown.unneededSeconds (with `auto`, its break-even time).
+    UNNEEDED_WAIT = "unneededWait"
+    #: Unneeded, but the Group scaled up within its stabilisation window, or is scaling up.
+    STABILISATION = "stabilisation"
+    #: Unneeded, but powering it off would take its Group below minNodes.
+    MIN_NODES = "minNodes"
+    #: Unneeded, but its Group has scaleDown.maxConcurrentOperations power-offs in flight.
+    IN_FLIGHT = "inFlight"
+    #: Unneeded, but an announced run it would serve comes sooner than a power cycle pays.
+    ANNOUNCED = "announcedRun"
+    #: Unneeded, but a wear limit (minimumOnSeconds, maxPowerCyclesPerDay) holds it.
+    WEAR = "wearLimit"
+    #: Never powered off by the autoscaler (pinned, or its Group's scale-down disabled).
+    PINNED = "pinned"
 
 
 @dataclass(frozen=True)
@@ -61,6 +90,9 @@ class Plan:
     #: The schedule window in force per Group that has one (`planning.windows`), described:
     #: the plan applier says on the Group when it changes.
     windows: Mapping[ObjectKey, str] = field(default_factory=dict)
+    #: Why each Ready machine of a builtin Group that this plan does not power off stays on
+    #: (`planning.scaledown`); its note in `explanations.machines` says it in words.
+    holds: Mapping[ObjectKey, Hold] = field(default_factory=dict)
 
     @property
     def power_on(self) -> tuple[PowerOn, ...]:
@@ -71,4 +103,4 @@ class Plan:
         return tuple(a for a in self.actions if isinstance(a, PowerOff))
 
 
-__all__ = ["Explanations", "Plan", "PowerOff", "PowerOn", "ScaleAction"]
+__all__ = ["Explanations", "Hold", "Plan", "PowerOff", "PowerOn", "ScaleAction"]

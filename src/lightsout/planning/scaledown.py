@@ -26,6 +26,10 @@ on while a wear limit holds it (minimumOnSeconds, maxPowerCyclesPerDay), and whi
 demand it would serve (a CronJob's next run no needed Ready machine can take) comes sooner than
 powering it off and on again would pay: its shutdown time plus the run's pre-warming lead time,
 which is one break-even time plus the lead's margin.
+
+Beside each machine's note (words), `ScaleDown.holds` says as a `Hold` why a Ready machine it
+could power off stays on: the replay's energy breakdown (`simulate.breakdown`) charges a Ready
+machine's idle time to it.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from lightsout.planning.cluster import (
     PodClass,
     count_fit,
 )
-from lightsout.planning.decisions import PowerOff
+from lightsout.planning.decisions import Hold, PowerOff
 from lightsout.planning.policy import EnergyModel, power_off_rank
 from lightsout.planning.scheduling import fits, placement_reasons, selector_matches
 from lightsout.state.resources import CPU, MEMORY
@@ -67,6 +71,8 @@ class ScaleDown:
     actions: list[PowerOff] = field(default_factory=list)
     unneeded_since: dict[ObjectKey, datetime] = field(default_factory=dict)
     notes: dict[ObjectKey, str] = field(default_factory=dict)
+    #: Why each Ready machine of a builtin Group that is not powered off stays on.
+    holds: dict[ObjectKey, Hold] = field(default_factory=dict)
 
 
 def scale_down(
@@ -79,7 +85,7 @@ def scale_down(
     upcoming: Sequence[Upcoming] = (),
 ) -> ScaleDown:
     candidates, notes = _candidates(cluster, energy)
-    result = ScaleDown(notes=notes)
+    result = ScaleDown(notes=notes, holds=dict.fromkeys(notes, Hold.PINNED))
     bins = {b.name: b for b in cluster.ready_bins}
     # Each Ready node's free room less what the pods of unneeded machines would take there.
     free: dict[str, Mapping[str, int]] = {b.name: b.free for b in cluster.ready_bins}
@@ -101,11 +107,17 @@ def scale_down(
         if why is None:
             moved = _reschedule(cluster, info, movable, removed, free)
             if isinstance(moved, str):
-                why = moved
+                why = Hold.BUSY, moved
             else:
                 free.update(moved)
+        elif why[0] is Hold.JOB_GRACE and isinstance(
+            _reschedule(cluster, info, movable, removed, free), str
+        ):
+            # Its pods could not move anyway: the grace is not what keeps it on.
+            why = Hold.BUSY, why[1]
         if why is not None:
-            result.notes[info.key] = f"needed: {why}"
+            result.holds[info.key], text = why
+            result.notes[info.key] = f"needed: {text}"
             continue
         removed.add(info.machine.kubernetes_node_name)
         unneeded.append((info, utilisation, len(movable)))
@@ -122,14 +134,19 @@ def scale_down(
         elapsed_seconds = (cluster.now - since).total_seconds()
         elapsed = int(elapsed_seconds)
         wait, source = unneeded_seconds(info.machine, group, energy)
-        why = (
-            (f"only for {elapsed}s of {wait:.0f}s ({source})" if elapsed_seconds < wait else None)
+        held = (
+            (
+                (Hold.UNNEEDED_WAIT, f"only for {elapsed}s of {wait:.0f}s ({source})")
+                if elapsed_seconds < wait
+                else None
+            )
             or _held_back(cluster, info, planned.get(group.key, 0), scaling_up)
             or _announced(cluster, info, upcoming, removed, free)
             or _worn(info, cluster.now)
         )
-        if why is not None:
-            result.notes[info.key] = f"unneeded, but {why}"
+        if held is not None:
+            result.holds[info.key], text = held
+            result.notes[info.key] = f"unneeded, but {text}"
             continue
         planned[group.key] = planned.get(group.key, 0) + 1
         moving = {0: "no pod to move", 1: "its 1 pod fits on another node"}.get(
@@ -198,24 +215,30 @@ def _needed(
     *,
     job_grace: int,
     now: datetime,
-) -> str | None:
+) -> tuple[Hold, str] | None:
     """Why the machine is needed whatever the other nodes offer, or None."""
     if target is None:
-        return "its node is cordoned or not schedulable; left as it is"
+        return Hold.BUSY, "its node is cordoned or not schedulable; left as it is"
     if target.placed:
         waiting = [pod.key for pods in target.placed.values() for pod in pods]
-        return f"pending pods are expected to run here ({_list(waiting)})"
+        return Hold.PENDING, f"pending pods are expected to run here ({_list(waiting)})"
     if utilisation >= threshold:
-        return f"utilisation {utilisation:.0%} is not under the threshold {threshold:.0%}"
+        return (
+            Hold.BUSY,
+            f"utilisation {utilisation:.0%} is not under the threshold {threshold:.0%}",
+        )
     for pod in movable:
         if pod.do_not_disrupt:
-            return f"pod {pod.key} has {pod.do_not_disrupt}"
+            return Hold.BUSY, f"pod {pod.key} has {pod.do_not_disrupt}"
         if pod.owner_kind is None:
-            return f"pod {pod.key} has no controller and would not come back after eviction"
+            return (
+                Hold.BUSY,
+                f"pod {pod.key} has no controller and would not come back after eviction",
+            )
         end = job_grace_end(pod, job_grace, now)
         if end is not None and end > now:
             left = (end - now).total_seconds()
-            return (
+            return Hold.JOB_GRACE, (
                 f"Job {pod.key.namespace}/{pod.owner_name or '?'} is running (pod {pod.key}, "
                 f"for {job_grace - left:.0f}s): movable in {left:.0f}s "
                 f"(scaleDown.jobGraceSeconds {job_grace})"
@@ -226,7 +249,10 @@ def _needed(
             if (budget.disruptions_allowed or 0) > 0:
                 continue
             if selector_matches(budget.selector, pod.labels):
-                return f"PodDisruptionBudget {budget.key} allows no disruption (pod {pod.key})"
+                return (
+                    Hold.BUSY,
+                    f"PodDisruptionBudget {budget.key} allows no disruption (pod {pod.key})",
+                )
     return None
 
 
@@ -284,34 +310,37 @@ def _held_back(
     info: MachineInfo,
     planned: int,
     scaling_up: Set[ObjectKey],
-) -> str | None:
+) -> tuple[Hold, str] | None:
     group = info.group
     assert group is not None
     policy = group.scale_down
     if group.key in scaling_up:
-        return f"group {group.key.name} is scaling up in this plan"
+        return Hold.STABILISATION, f"group {group.key.name} is scaling up in this plan"
     if group.last_scale_up is not None:
         since = int((cluster.now - group.last_scale_up).total_seconds())
         if since < policy.stabilization_seconds:
-            return (
+            return Hold.STABILISATION, (
                 f"within the stabilisation window: group {group.key.name} scaled up {since}s ago "
                 f"(scaleDown.stabilizationWindowSeconds {policy.stabilization_seconds})"
             )
     active = cluster.active.get(group.key, 0) - planned
     if active - 1 < group.min_nodes:
-        return f"group {group.key.name} is at minNodes ({active} on, minimum {group.min_nodes})"
+        return (
+            Hold.MIN_NODES,
+            f"group {group.key.name} is at minNodes ({active} on, minimum {group.min_nodes})",
+        )
     in_flight = cluster.going.get(group.key, 0) + planned
     if in_flight >= policy.max_concurrent:
-        return (
+        return Hold.IN_FLIGHT, (
             f"group {group.key.name} has {in_flight} power-offs in flight "
             f"(scaleDown.maxConcurrentOperations {policy.max_concurrent})"
         )
     return None
 
 
-def _worn(info: MachineInfo, now: datetime) -> str | None:
+def _worn(info: MachineInfo, now: datetime) -> tuple[Hold, str] | None:
     hold = wear_hold(info.machine, now)
-    return None if hold is None else f"{hold[1]}: on until {hold[0]:%Y-%m-%d %H:%M:%S}"
+    return None if hold is None else (Hold.WEAR, f"{hold[1]}: on until {hold[0]:%Y-%m-%d %H:%M:%S}")
 
 
 def _announced(
@@ -320,7 +349,7 @@ def _announced(
     upcoming: Sequence[Upcoming],
     removed: Set[str],
     free: Mapping[str, Mapping[str, int]],
-) -> str | None:
+) -> tuple[Hold, str] | None:
     """An announced pod this machine would serve, due before a power cycle would pay."""
     view = info.view
     if view is None:
@@ -343,7 +372,7 @@ def _announced(
             for b in cluster.ready_bins
         ):
             continue
-        return (
+        return Hold.ANNOUNCED, (
             f"{item.pod.key} is due in {until:.0f}s, sooner than a power cycle pays "
             f"(shutdown {shutdown:.0f}s + pre-warming lead {item.lead_seconds:.0f}s)"
         )

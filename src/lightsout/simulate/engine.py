@@ -352,6 +352,8 @@ class Simulator:
                         waiting.powered_for = action.machine.name
         self.applier.apply(self.scale, self.snapshot(), result, now)
         self.unneeded = dict(result.unneeded_since)
+        for key, machine in self.machines.items():
+            machine.held(result.holds.get(key))
 
 
 def replay(trace: Trace, options: Options | None = None) -> Result:

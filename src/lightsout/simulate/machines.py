@@ -19,12 +19,13 @@ from lightsout.actuation.inputs import group_spec, machine_state, node_spec
 from lightsout.actuation.memory import MemoryJob, MemoryMachine, MemoryPool, MemoryScale
 from lightsout.actuation.pool import pool_of
 from lightsout.models.enums import PowerState as DesiredPowerState
-from lightsout.planning.decisions import ScaleAction
+from lightsout.planning.decisions import Hold, ScaleAction
 from lightsout.planning.effects import Decision, Event, StartJob
 from lightsout.planning.energy import Draw, Ledger, is_powered
 from lightsout.planning.learning import median
 from lightsout.planning.scheduling import HOSTNAME_LABEL
 from lightsout.planning.types import DrainStatus, JobPhase, MachineState, Phase, PowerState
+from lightsout.simulate.breakdown import Charges
 from lightsout.simulate.clock import Clock, Kind
 from lightsout.simulate.trace import Trace
 from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, snapshot_from
@@ -132,6 +133,10 @@ class SimMachine(MemoryMachine):
     power_on_times: list[float] = field(default_factory=list)
     #: (seconds since start, phase) at every phase change.
     timeline: list[tuple[float, str]] = field(default_factory=list)
+    #: Its energy by cause (`simulate.breakdown`), counted with the ledger.
+    charges: Charges = field(default_factory=Charges)
+    #: Why the last plan kept it on, if it did (`Plan.holds`): what its idle time is charged to.
+    hold: Hold | None = None
     #: The planner's `Machine` and `CoreNode` for the current state, and what they were built
     #: from: rebuilt only when that changes, so a snapshot costs no copy per machine and plan.
     record: tuple[tuple[Any, ...], Machine] | None = None
@@ -155,9 +160,22 @@ class SimMachine(MemoryMachine):
 
     def count_energy(self) -> None:
         """Count its draw up to now at the state it was in (call before a change)."""
-        self.ledger = self.ledger.advance(
-            self.sim.clock.time(), self.draw, is_powered(self.state.phase), self.utilisation()
+        now, utilisation = self.sim.clock.time(), self.utilisation()
+        self.charges.charge(
+            (now - self.ledger.counted_to).total_seconds(),
+            self.draw,
+            self.state.phase,
+            utilisation,
+            pods=self.pods_left() > 0,
+            hold=self.hold,
         )
+        self.ledger = self.ledger.advance(now, self.draw, is_powered(self.state.phase), utilisation)
+
+    def held(self, hold: Hold | None) -> None:
+        """A plan kept it on for `hold` (None: it did not keep it)."""
+        if hold is not self.hold:
+            self.count_energy()  # the time so far goes to the old reason
+            self.hold = hold
 
     def reconcile_soon(self, after: float = 0.0) -> None:
         """Reconcile it `after` seconds from now (on a watched change, or a Requeue)."""

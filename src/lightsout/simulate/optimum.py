@@ -56,8 +56,20 @@ every such schedule is a solution of the LP costing no more than it really did, 
 optimum is at most the cheapest of them. It is loose because pods may be split across machines
 and time and machines may be partly up (what an LP can do and a schedule cannot).
 
+Identical machines (same Group, draw, durations, room and pods allowed) make the MIP branch
+over every permutation of them, and its dual bound hardly moved in the time limit. So the
+zero-wait bound is solved with each set of identical machines pooled (`_pooled`: one integer
+x counting how many are up, a valid relaxation, its docstring says why) for half the time
+limit; a schedule is made from its solution machine by machine (`_realise`) and handed to the
+one-per-machine MIP as a start for the other half, which improves on it. Both dual bounds
+are proven; the larger counts, and the gap is measured against that best real schedule.
+Three kinds of valid rows tighten the LP relaxation: the capacity rows in shares of the
+machine (bytes of memory beside a 0/1 x made the matrix span 1 to 1e11), pods needing more
+than half a machine each need one of their own, and per segment the room up covers the
+demand as a constant (`_cover_rows`).
+
 If the MIP does not close within the time limit, the proven lower bound is the larger of the
-solver's dual bound and the LP relaxation (solved first), but only once the solver has a
+solvers' dual bounds and the LP relaxation (solved first), but only once there is a
 schedule (else the zero-wait problem may be empty and the with-waits bound is used); the
 report says which and the gap to the best schedule found. No figure from an infeasible or
 unsolved model is ever returned: without a proven bound `Bound.kwh` is None and `note` says why.
@@ -70,8 +82,8 @@ import math
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -104,6 +116,44 @@ class Run:
     exclusive: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class ScheduleEnergy:
+    """One machine in the solver's schedule (the MIP's best one, or the with-waits LP's
+    solution), by the objective's own terms, kWh: what `simulate.breakdown` sets Lights-Out's
+    energy against. A schedule, not the bound: only a closed MIP's or the LP's adds up to it."""
+
+    name: str
+    standby: float
+    load: float
+    #: Idle above standby while up.
+    up: float
+    #: Power-on, boot and shutdown above standby (less the last shutdown of one up at the end).
+    cycles: float
+    up_hours: float
+    starts: float
+
+    @property
+    def kwh(self) -> float:
+        return self.standby + self.load + self.up + self.cycles
+
+    def kwh_of(self, group: str) -> float:
+        """One of `breakdown.GROUPS`' names: standby, load, up or cycles."""
+        return {"standby": self.standby, "load": self.load, "up": self.up, "cycles": self.cycles}[
+            group
+        ]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "kWh": round(self.kwh, 6),
+            "standby": round(self.standby, 6),
+            "load": round(self.load, 6),
+            "up": round(self.up, 6),
+            "cycles": round(self.cycles, 6),
+            "upHours": round(self.up_hours, 2),
+            "starts": round(self.starts, 2),
+        }
+
+
 ZERO_WAIT = "zero-wait"
 WITH_WAITS = "with waits"
 NO_BOUND = "none"
@@ -132,6 +182,9 @@ class Bound:
     note: str = ""
     #: The wait the with-waits model allowed every pod, seconds (None for the others).
     max_wait: float | None = None
+    #: The solver's schedule per machine (empty without one), and which schedule it is.
+    schedule: tuple[ScheduleEnergy, ...] = ()
+    schedule_source: str = ""
 
     def as_json(self) -> dict[str, Any]:
         """Strict JSON: every figure finite or null."""
@@ -150,6 +203,8 @@ class Bound:
             "variables": self.variables,
             "constraints": self.constraints,
             "seconds": round(self.seconds, 1),
+            "scheduleSource": self.schedule_source,
+            "schedule": {s.name: s.as_json() for s in self.schedule},
         }
 
 
@@ -208,14 +263,23 @@ def _quiet_stdout() -> Iterator[None]:
 
 @dataclass
 class _Problem:
-    """The MIP in HiGHS' row-wise form: columns x[i,k], s[i,k], then y[p,i]."""
+    """Either model in HiGHS' row-wise form: columns x[i,k] (u[i,k]), s[i,k], e[i] (up at the
+    end), then the pods' columns, y[p,i] (z[p,i,k])."""
 
     machines: list[Machine]
     segments: int
     lengths: list[float]
     costs: list[float] = field(default_factory=list)
-    #: Wh every schedule pays whatever it does: the machines' standby.
-    constant: float = 0.0
+    #: Wh each machine pays whatever it does: its standby all the time.
+    standby: list[float] = field(default_factory=list)
+    #: The machine of each pod column, in column order.
+    owners: list[int] = field(default_factory=list)
+    #: How many identical machines each one stands for (`_pooled`): x[i,k] counts those up.
+    counts: list[int] = field(default_factory=list)
+    #: The machines each one stands for, as indices into the one-per-machine problem's.
+    members: list[list[int]] = field(default_factory=list)
+    #: The segments' bounds (the zero-wait model's: every run's start and end is one).
+    cuts: list[float] = field(default_factory=list)
     rows_lo: list[float] = field(default_factory=list)
     rows_hi: list[float] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
@@ -232,7 +296,17 @@ class _Problem:
 
     @property
     def y_base(self) -> int:
+        """The first e[i] column; the pods' columns follow the machines' e."""
         return 2 * len(self.machines) * self.segments
+
+    @property
+    def pod_base(self) -> int:
+        return self.y_base + len(self.machines)
+
+    @property
+    def constant(self) -> float:
+        """Wh every schedule pays whatever it does: the machines' standby."""
+        return sum(self.standby)
 
     def row(self, entries: Sequence[tuple[int, float]], lo: float, hi: float) -> None:
         self.starts.append(len(self.idx))
@@ -250,7 +324,9 @@ def _views(machines: Sequence[Machine]) -> list[NodeView]:
     return [v for v in views if v is not None]
 
 
-def _problem(trace: Trace, runs: list[Run]) -> _Problem:
+def _problem(trace: Trace, runs: list[Run], *, pooled: bool = False) -> _Problem:
+    """The zero-wait MIP, one x per machine; `pooled`, one integer x per set of identical
+    machines (`_pooled`)."""
     snapshot = snapshot_from(
         {
             GROUPS_KEY: [m for m in trace.machines if m.get("kind") == "Group"],
@@ -258,18 +334,51 @@ def _problem(trace: Trace, runs: list[Run]) -> _Problem:
         }
     )
     machines = [m for m in snapshot.machines if m.resources is not None]
+    members = [[i] for i in range(len(machines))]
+    if pooled:
+        members = _pooled(trace, runs, machines)
+        machines = [machines[m[0]] for m in members]
     cuts = sorted({0.0, trace.duration_seconds, *(r.start for r in runs), *(r.end for r in runs)})
     lengths = [cuts[k + 1] - cuts[k] for k in range(len(cuts) - 1)]
-    problem = _Problem(machines, len(lengths), lengths)
+    counts = [len(m) for m in members]
+    problem = _Problem(machines, len(lengths), lengths, counts=counts, members=members, cuts=cuts)
     _costs(problem, trace, runs)
     _rows(problem, runs, {t: k for k, t in enumerate(cuts)})
     for group in snapshot.groups:
-        members = [i for i, m in enumerate(machines) if m.group_key == group.key]
-        lo, hi = float(min(group.min_nodes, len(members))), float(group.max_nodes)
-        if members and (lo > 0 or hi < len(members)):
+        in_group = [i for i, m in enumerate(machines) if m.group_key == group.key]
+        size = sum(counts[i] for i in in_group)
+        lo, hi = float(min(group.min_nodes, size)), float(group.max_nodes)
+        if in_group and (lo > 0 or hi < size):
             for k in range(problem.segments):
-                problem.row([(problem.x(i, k), 1.0) for i in members], lo, hi)
+                problem.row([(problem.x(i, k), 1.0) for i in in_group], lo, hi)
     return problem
+
+
+def _pooled(trace: Trace, runs: Sequence[Run], machines: Sequence[Machine]) -> list[list[int]]:
+    """The sets of identical machines (same Group, draw, durations, room, and the same pods
+    allowed), each as its machines' indices.
+
+    Why a valid bound: give any schedule's x[i,k] summed over a set, its pods' y summed over the
+    set, and the rises of those sums as start-ups. The set's pods fit in its pooled room while
+    that many are up, a pod starts while one is, the rises are no more than the machines'
+    start-ups, and each term costs what it did: so the pooled optimum is at most any schedule's
+    energy. It drops which machine of the set runs what (a bin-packing detail: pods that each
+    need more than half a machine are kept apart, `_rows`), and with it the symmetry that makes
+    the one-per-machine MIP branch over every permutation of identical machines.
+    """
+    views = _views(machines)
+    sets: dict[tuple[Any, ...], list[int]] = {}
+    for i, (m, view) in enumerate(zip(machines, views, strict=True)):
+        signature = (
+            m.group_key,
+            Draw.declared(m.watts_on, m.watts_idle, m.watts_off),
+            trace.durations_of(m.key.name),
+            tuple(sorted(view.free.as_dict().items())),
+            tuple(sorted(view.allocatable.as_dict().items())),
+            tuple(_allowed(r.requests, view) for r in runs),
+        )
+        sets.setdefault(signature, []).append(i)
+    return list(sets.values())
 
 
 def _costs(problem: _Problem, trace: Trace, runs: list[Run]) -> None:
@@ -283,25 +392,41 @@ def _costs(problem: _Problem, trace: Trace, runs: list[Run]) -> None:
         truth = trace.durations_of(m.key.name)
         cycle = truth.power_on_seconds + truth.boot_seconds + truth.shutdown_seconds
         problem.costs.extend([cycle / _HOUR * (d.idle - d.off)] * problem.segments)
-    # A machine up in the last segment never pays its shutdown: x[i,last] earns it back.
-    for i, (m, d) in enumerate(zip(machines, draws, strict=True)):
-        shutdown = trace.durations_of(m.key.name).shutdown_seconds
-        problem.costs[problem.x(i, problem.segments - 1)] -= shutdown / _HOUR * (d.idle - d.off)
+    # A machine up in the last segment never pays its shutdown: e[i] <= x[i,last] earns it back.
+    _end_credits(problem, trace, draws)
     for p, run in enumerate(runs):
         allowed = [i for i, view in enumerate(views) if _allowed(run.requests, view)]
         problem.dropped += not allowed
         for i in allowed:
             problem.pairs.append((p, i))
-            cpu = views[i].allocatable.get(CPU)
-            share = min(1.0, run.requests.requests.get(CPU) / cpu) if cpu else 0.0
-            watts = draws[i].on - draws[i].idle
-            problem.costs.append(watts * share * (run.end - run.start) / _HOUR)
-    problem.constant = sum(d.off for d in draws) * trace.duration_seconds / _HOUR
+            problem.owners.append(i)
+            problem.costs.append(
+                _load_watts(views[i], draws[i], run) * (run.end - run.start) / _HOUR
+            )
+    problem.standby = [
+        n * d.off * trace.duration_seconds / _HOUR
+        for n, d in zip(problem.counts, draws, strict=True)
+    ]
+
+
+def _end_credits(problem: _Problem, trace: Trace, draws: Sequence[Draw]) -> None:
+    """The e[i] columns' costs: the shutdown a machine up at the end never pays."""
+    for m, d in zip(problem.machines, draws, strict=True):
+        shutdown = trace.durations_of(m.key.name).shutdown_seconds
+        problem.costs.append(-shutdown / _HOUR * (d.idle - d.off))
+
+
+def _load_watts(view: NodeView, draw: Draw, run: Run) -> float:
+    """What the pod adds to the machine's draw while it runs there (its cpu share of on - idle),
+    as `planning.energy.Draw.watts` counts it."""
+    cpu = view.allocatable.get(CPU)
+    share = min(1.0, run.requests.requests.get(CPU) / cpu) if cpu else 0.0
+    return draw.watts(True, share) - draw.watts(True)
 
 
 def _rows(problem: _Problem, runs: list[Run], index: dict[float, int]) -> None:
     inf = math.inf
-    base = problem.y_base
+    base = problem.pod_base
     by_pod: dict[int, list[int]] = {}
     active: list[list[int]] = [[] for _ in range(problem.segments)]
     for col, (p, _i) in enumerate(problem.pairs):
@@ -316,23 +441,71 @@ def _rows(problem: _Problem, runs: list[Run], index: dict[float, int]) -> None:
         free = view.free.as_dict()
         for k in range(problem.segments):
             columns = [c for c in active[k] if problem.pairs[c][1] == i]
+            big: set[int] = set()
             for name in names if columns else ():
+                cap = float(free.get(name, 0))
                 entries = [
                     (base + c, float(amount))
                     for c in columns
                     if (amount := runs[problem.pairs[c][0]].requests.requests.get(name))
                 ]
                 if entries:  # what runs fits, and only while the machine is up
-                    problem.row([*entries, (problem.x(i, k), -float(free.get(name, 0)))], -inf, 0)
+                    # In shares of the machine: bytes of memory next to a 0/1 x made a matrix
+                    # of coefficients 1 to 1e11, which slowed every LP the solver made.
+                    scaled = [(c, amount / cap) for c, amount in entries] if cap > 0 else entries
+                    problem.row([*scaled, (problem.x(i, k), -1.0 if cap > 0 else 0.0)], -inf, 0)
+                big.update(c for c, amount in entries if 2 * amount > cap)
+            if len(big) > 1:  # pods needing more than half a machine each need one of their own
+                problem.row([*((c, 1.0) for c in sorted(big)), (problem.x(i, k), -1.0)], -inf, 0)
+    _cover_rows(problem, runs, index, views, names)
     for col, (p, i) in enumerate(problem.pairs):
         # The machine is up when the pod starts (tightens the LP relaxation).
         problem.row([(problem.x(i, index[runs[p].start]), 1.0), (base + col, -1.0)], 0, inf)
+    last = problem.segments - 1
     for i in range(len(problem.machines)):
         for k in range(problem.segments):
             entries = [(problem.s(i, k), 1.0), (problem.x(i, k), -1.0)]
             if k:
                 entries.append((problem.x(i, k - 1), 1.0))
             problem.row(entries, 0.0, inf)  # a start-up wherever it goes from off to up
+        problem.row([(problem.x(i, last), 1.0), (problem.y_base + i, -1.0)], 0.0, inf)
+
+
+def _cover_rows(
+    problem: _Problem,
+    runs: list[Run],
+    index: dict[float, int],
+    views: list[NodeView],
+    names: list[str],
+) -> None:
+    """Valid inequalities with the demand as a constant: for every set A of machines that some
+    pods are confined to, the room up in A covers what those pods request in each segment,
+    and so many machines of A are up that the largest could hold it. The capacity rows imply
+    the first in sum; written out with a constant right-hand side they give the solver
+    knapsacks to round (its MIR cuts), and the second is such a rounding already.
+    """
+    allowed: dict[int, set[int]] = {}
+    for p, i in problem.pairs:
+        allowed.setdefault(p, set()).add(i)
+    sets = {frozenset(a) for a in allowed.values()}
+    for machines in sets:
+        pods = [p for p, a in allowed.items() if a <= machines]
+        for name in names:
+            caps = {i: float(views[i].free.as_dict().get(name, 0)) for i in machines}
+            largest = max(caps.values())
+            demand = [0.0] * problem.segments
+            for p in pods:
+                amount = runs[p].requests.requests.get(name)
+                for k in range(index[runs[p].start], index[runs[p].end]) if amount else ():
+                    demand[k] += amount
+            for k, need in enumerate(demand):
+                if need <= 0 or largest <= 0:
+                    continue
+                room = [(problem.x(i, k), caps[i] / largest) for i in sorted(machines)]
+                problem.row(room, need / largest, math.inf)
+                least = math.ceil(need / largest - 1e-9)
+                if least > 1:
+                    problem.row([(c, 1.0) for c, _ in room], float(least), math.inf)
 
 
 def _waits_problem(trace: Trace, runs: list[Run], max_wait: float) -> tuple[_Problem, list[float]]:
@@ -364,22 +537,19 @@ def _waits_problem(trace: Trace, runs: list[Run], max_wait: float) -> tuple[_Pro
         cycle = truth.power_on_seconds + truth.boot_seconds + truth.shutdown_seconds
         problem.costs.extend([cycle / _HOUR * (d.idle - d.off)] * n)
         upper.extend([math.inf] * n)
-    for x, d in zip(machines, draws, strict=True):
-        shutdown = trace.durations_of(x.key.name).shutdown_seconds
-        problem.costs.append(-shutdown / _HOUR * (d.idle - d.off))
-        upper.append(1.0)
+    _end_credits(problem, trace, draws)
+    upper.extend([1.0] * m)
     z: dict[tuple[int, int, int], int] = {}  # (pod, machine, segment) -> column
     for p, (run, (start, stop)) in enumerate(zip(runs, windows, strict=True)):
         allowed = [i for i, view in enumerate(views) if _allowed(run.requests, view)]
         problem.dropped += not allowed
         inside = [k for k in range(n) if cuts[k] >= start and cuts[k + 1] <= stop]
         for i in allowed:
-            cpu = views[i].allocatable.get(CPU)
-            share = min(1.0, run.requests.requests.get(CPU) / cpu) if cpu else 0.0
-            watts = draws[i].on - draws[i].idle
+            watts = _load_watts(views[i], draws[i], run)
             for k in inside:
-                z[p, i, k] = problem.y_base + m + len(z)
-                problem.costs.append(watts * share / _HOUR)
+                z[p, i, k] = problem.pod_base + len(z)
+                problem.owners.append(i)
+                problem.costs.append(watts / _HOUR)
                 upper.append(lengths[k])
         least = 0.0 if run.exclusive else max(0.0, min(run.length, end - start - max_wait))
         columns = [z[p, i, k] for i in allowed for k in inside]
@@ -392,7 +562,7 @@ def _waits_problem(trace: Trace, runs: list[Run], max_wait: float) -> tuple[_Pro
         if members and (lo > 0 or hi < len(members)):
             for k in range(n):
                 problem.row([(problem.x(i, k), 1.0) for i in members], lo, hi)
-    problem.constant = sum(d.off for d in draws) * end / _HOUR
+    problem.standby = [d.off * end / _HOUR for d in draws]
     return problem, upper
 
 
@@ -436,6 +606,31 @@ def _waits_rows(
             problem.row(rise, 0.0, inf)
 
 
+def _schedule(problem: _Problem, values: Sequence[float]) -> tuple[ScheduleEnergy, ...]:
+    """Each machine's share of a solution's objective, by term (the columns' own costs)."""
+
+    def wh(columns: Iterable[int]) -> float:
+        return sum(problem.costs[c] * values[c] for c in columns)
+
+    n = problem.segments
+    load = [0.0] * len(problem.machines)
+    for offset, i in enumerate(problem.owners):
+        c = problem.pod_base + offset
+        load[i] += problem.costs[c] * values[c]
+    return tuple(
+        ScheduleEnergy(
+            name=m.key.name,
+            standby=problem.standby[i] / 1000,
+            load=load[i] / 1000,
+            up=wh(problem.x(i, k) for k in range(n)) / 1000,
+            cycles=(wh(problem.s(i, k) for k in range(n)) + wh([problem.y_base + i])) / 1000,
+            up_hours=sum(problem.lengths[k] * values[problem.x(i, k)] for k in range(n)) / _HOUR,
+            starts=sum(values[problem.s(i, k)] for k in range(n)),
+        )
+        for i, m in enumerate(problem.machines)
+    )
+
+
 def _highs(highspy: Any, np: Any, problem: _Problem, upper: list[float], time_limit: float) -> Any:
     """A quiet, single-threaded HiGHS loaded with the problem (all columns continuous)."""
     with _quiet_stdout():
@@ -475,37 +670,83 @@ class _Outcome:
     closed: bool
     #: The solver proved no zero-wait schedule exists.
     infeasible: bool
+    #: The best schedule per machine (empty without one).
+    schedule: tuple[ScheduleEnergy, ...] = ()
+    #: The best solution's column values (None without one).
+    values: list[float] | None = None
+    rows: int = 0
+    segments: int = 0
+    #: Pod runs that fit no machine, left out.
+    dropped: int = 0
+    #: The MIP pooled identical machines (`_pooled`); its schedule was made per machine.
+    pooled: bool = False
 
 
-def _zero_wait(highspy: Any, np: Any, problem: _Problem, time_limit: float) -> _Outcome:
-    n_cols = problem.y_base + len(problem.pairs)
+def _upper(problem: _Problem) -> list[float]:
+    """The zero-wait model's column upper bounds: x and e count machines, s is free, y is 0/1."""
+    counts = [float(n) for n in problem.counts]
+    upper = [n for n in counts for _ in range(problem.segments)]
+    return upper + [math.inf] * (problem.y_base - len(upper)) + counts + [1.0] * len(problem.pairs)
+
+
+def _zero_wait(
+    highspy: Any,
+    np: Any,
+    problem: _Problem,
+    time_limit: float,
+    start: Sequence[float] | None = None,
+) -> _Outcome:
+    """The zero-wait MIP, its LP relaxation solved first; or, given a `start` schedule, the
+    MIP alone from that schedule (to improve on it: its LP is a pooled one's, no stronger)."""
+    n_cols = problem.pod_base + len(problem.pairs)
     starts = len(problem.machines) * problem.segments
-    upper = [1.0] * starts + [math.inf] * (problem.y_base - starts) + [1.0] * len(problem.pairs)
-    h = _highs(highspy, np, problem, upper, time_limit)
+    h = _highs(highspy, np, problem, _upper(problem), time_limit)
     infeasible = highspy.HighsModelStatus.kInfeasible
     optimal = highspy.HighsModelStatus.kOptimal
     # The LP relaxation first: a proven lower bound whatever the MIP does next, provided a
     # zero-wait schedule exists (an infeasible LP proves none does).
-    h.run()
-    lp_status = h.getModelStatus()
+    lp_status = optimal
+    if start is None:
+        h.run()
+        lp_status = h.getModelStatus()
     status = h.modelStatusToString(lp_status)
     if lp_status == infeasible:
-        return _Outcome(n_cols, status, -math.inf, -math.inf, None, False, True)
-    lp = h.getInfo().objective_function_value + problem.constant
+        return _Outcome(
+            n_cols,
+            status,
+            -math.inf,
+            -math.inf,
+            None,
+            False,
+            infeasible=True,
+            rows=len(problem.rows_lo),
+            segments=problem.segments,
+            dropped=problem.dropped,
+        )
+    lp = h.getInfo().objective_function_value + problem.constant if start is None else -math.inf
     lp = lp if lp_status == optimal else -math.inf
-    integer = np.concatenate([np.arange(0, starts), np.arange(problem.y_base, n_cols)])
+    integer = np.concatenate([np.arange(0, starts), np.arange(problem.pod_base, n_cols)])
     h.changeColsIntegrality(
         len(integer),
         integer.astype(np.int32),
         np.full(len(integer), highspy.HighsVarType.kInteger),
     )
     h.setOptionValue("mip_rel_gap", 1e-4)
+    # Without this the MIP takes the LP's fractional solution for a start and spends up to the
+    # whole time limit in a sub-MIP trying to complete it, before its own search begins.
+    h.clearSolver()
+    if start is not None:
+        given = highspy.HighsSolution()
+        given.col_value = list(start)
+        given.value_valid = True
+        h.setSolution(given)
     h.run()
     info = h.getInfo()
     dual = (
         info.mip_dual_bound + problem.constant if math.isfinite(info.mip_dual_bound) else -math.inf
     )
     found = info.primal_solution_status == 2  # a feasible schedule was found
+    values = list(h.getSolution().col_value) if found else None
     return _Outcome(
         columns=n_cols,
         status=h.modelStatusToString(h.getModelStatus()),
@@ -514,7 +755,153 @@ def _zero_wait(highspy: Any, np: Any, problem: _Problem, time_limit: float) -> _
         incumbent=info.objective_function_value + problem.constant if found else None,
         closed=h.getModelStatus() == optimal,
         infeasible=h.getModelStatus() == infeasible,
+        schedule=_schedule(problem, values) if values is not None else (),
+        values=values,
+        rows=len(problem.rows_lo),
+        segments=problem.segments,
+        dropped=problem.dropped,
     )
+
+
+def _zero_wait_pooled(
+    highspy: Any, np: Any, trace: Trace, runs: list[Run], time_limit: float
+) -> _Outcome:
+    """The zero-wait bound: the MIP with identical machines pooled (`_pooled`) for half the
+    time, a schedule made from its solution machine by machine (`_realise`), and the
+    one-per-machine MIP from that schedule for the other half, to improve on it (its dual bound
+    counts too). Without anything to pool, the one MIP for the whole time; without a schedule
+    made that way, the one-per-machine MIP from nothing."""
+    started = time.monotonic()
+    pooled = _problem(trace, runs, pooled=True)
+    if all(n == 1 for n in pooled.counts):
+        return _zero_wait(highspy, np, pooled, time_limit)  # its schedule is one already
+    outcome = _zero_wait(highspy, np, pooled, time_limit / 2)
+    if outcome.infeasible:  # the pooled model is a relaxation: no schedule exists
+        return replace(outcome, pooled=True)
+    single = _problem(trace, runs)
+    made = None if outcome.values is None else _realise(pooled, outcome.values, single, runs)
+    alone = _zero_wait(
+        highspy, np, single, max(1.0, time_limit - (time.monotonic() - started)), made
+    )
+    if made is not None and alone.incumbent is None:  # kept the one it was given
+        energy = sum(c * v for c, v in zip(single.costs, made, strict=True)) + single.constant
+        alone = replace(alone, incumbent=energy, schedule=_schedule(single, made), values=made)
+    best = max(alone.dual, outcome.dual)
+    return replace(
+        alone,
+        lp=max(alone.lp, outcome.lp),
+        dual=best,
+        # Closed when the best schedule costs no more than the bound (at the MIP's 1e-4 gap).
+        closed=alone.closed
+        or (alone.incumbent is not None and alone.incumbent <= best + 1e-4 * abs(best)),
+        infeasible=alone.infeasible,
+        rows=outcome.rows,
+        columns=outcome.columns,
+        pooled=outcome.dual >= alone.dual,
+    )
+
+
+def _realise(
+    pooled: _Problem, values: Sequence[float], single: _Problem, runs: Sequence[Run]
+) -> list[float] | None:
+    """A schedule of the one-per-machine problem (its column values) from a pooled solution, or
+    None when this way finds none that passes every row.
+
+    Each pod, in order of start, goes to the machine of the set the pooled solution chose for it
+    (any other it may run on if none has room for its whole run) that it adds the least energy
+    to; a machine is up while it runs pods, and stays up over a gap that costs less idling than
+    a power cycle (or than its shutdown, at the end): given the placement, the cheapest way to
+    run each machine."""
+    n = single.segments
+    index = {t: k for k, t in enumerate(single.cuts)}
+    chosen = {
+        p: i for (p, i), v in zip(pooled.pairs, values[pooled.pod_base :], strict=True) if v > 0.5
+    }
+    column = {pair: single.pod_base + c for c, pair in enumerate(single.pairs)}
+    allowed: dict[int, list[int]] = {}
+    for p, i in single.pairs:
+        allowed.setdefault(p, []).append(i)
+    free = [v.free.as_dict() for v in _views(single.machines)]
+    used = [[dict[str, float]() for _ in range(n)] for _ in single.machines]
+    host: dict[int, int] = {}
+    for p in sorted(allowed, key=lambda p: (runs[p].start, -runs[p].end)):
+        segments = range(index[runs[p].start], index[runs[p].end])
+        wants = list(runs[p].requests.requests)
+        fits = [
+            i
+            for i in allowed[p]
+            if all(
+                used[i][k].get(name, 0.0) + amount <= free[i].get(name, 0) + 1e-9
+                for k in segments
+                for name, amount in wants
+            )
+        ]
+        preferred = [i for i in fits if p in chosen and i in pooled.members[chosen[p]]]
+        if not fits:
+            return None
+        extra = {i: _extra(single, i, segments, used[i]) + single.costs[column[p, i]] for i in fits}
+        host[p] = i = min(preferred or fits, key=lambda i: (extra[i], i))
+        for k in segments:
+            for name, amount in wants:
+                used[i][k][name] = used[i][k].get(name, 0.0) + amount
+    made = [0.0] * len(single.costs)
+    for i in range(len(single.machines)):
+        up = [bool(used[i][k]) for k in range(n)]
+        _bridge(single, i, up)
+        for k in range(n):
+            made[single.x(i, k)] = float(up[k])
+            made[single.s(i, k)] = float(up[k] and (k == 0 or not up[k - 1]))
+        made[single.y_base + i] = float(up[-1])
+    for c, pair in enumerate(single.pairs):
+        made[single.pod_base + c] = float(host.get(pair[0]) == pair[1])
+    return made if _feasible(single, made) else None
+
+
+def _extra(problem: _Problem, i: int, segments: range, used: Sequence[dict[str, float]]) -> float:
+    """What machine i costs more to be up over `segments` as well: the idle of those it is not
+    up for already, and a start-up if it is down just before."""
+    cost = sum(problem.costs[problem.x(i, k)] for k in segments if not used[k])
+    first = segments.start
+    if not used[first] and (first == 0 or not used[first - 1]):
+        cost += problem.costs[problem.s(i, first)]
+    return cost
+
+
+def _bridge(problem: _Problem, i: int, up: list[bool]) -> None:
+    """Keep machine i up over each gap that costs less idling than the cycle it saves (and
+    after its last pod, while idling costs less than its shutdown), by the objective's costs."""
+    n = len(up)
+    on = [k for k in range(n) if up[k]]
+    if not on:
+        return
+    k = on[0]
+    while k < n:
+        if up[k]:
+            k += 1
+            continue
+        gap = k
+        while gap < n and not up[gap]:
+            gap += 1
+        idle = sum(problem.costs[problem.x(i, j)] for j in range(k, gap))
+        saved = problem.costs[problem.s(i, gap)] if gap < n else -problem.costs[problem.y_base + i]
+        if idle < saved:
+            up[k:gap] = [True] * (gap - k)
+        k = gap
+
+
+def _feasible(problem: _Problem, values: Sequence[float], tolerance: float = 1e-6) -> bool:
+    """Whether the values pass every row and column bound of the zero-wait model."""
+    upper = _upper(problem)
+    if any(v < -tolerance or v > u + tolerance for v, u in zip(values, upper, strict=True)):
+        return False
+    ends = [*problem.starts[1:], len(problem.idx)]
+    for start, end, lo, hi in zip(
+        problem.starts, ends, problem.rows_lo, problem.rows_hi, strict=True
+    ):
+        activity = sum(problem.vals[j] * values[problem.idx[j]] for j in range(start, end))
+        if activity < lo - tolerance or activity > hi + tolerance:
+            return False
+    return True
 
 
 def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None) -> Bound:
@@ -531,22 +918,28 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
         ) from error
     started = time.monotonic()
     runs = zero_wait_runs(trace)
-    problem = _problem(trace, runs)
-    mip = _zero_wait(highspy, np, problem, time_limit)
+    mip = _zero_wait_pooled(highspy, np, trace, runs, time_limit)
     n_cols, status, lp, dual, incumbent = mip.columns, mip.status, mip.lp, mip.dual, mip.incumbent
     closed = mip.closed
-    sizes = {"runs": len(runs), "segments": problem.segments}
-    dropped = f"; {problem.dropped} pod run(s) fit no machine, left out" if problem.dropped else ""
+    runs_count, segments = len(runs), mip.segments
+    dropped = f"; {mip.dropped} pod run(s) fit no machine, left out" if mip.dropped else ""
     best = max(dual, lp)  # proven, never the incumbent (the MIP closes at a 1e-4 gap)
     if incumbent is not None and math.isfinite(best):  # zero-wait schedules exist: it bounds them
         source = "MIP optimum" if closed else ("MIP dual bound" if dual >= lp else "LP relaxation")
+        if mip.pooled:
+            source += ", identical machines pooled"
         gap = 0.0 if closed else max(0.0, (incumbent - best) / incumbent)
         note = (
             "every pod started on arrival"
             + ("" if closed else f"; the MIP did not close in {time_limit:.0f} s")
             + dropped
         )
+        made = "made machine by machine from the pooled MIP's solution" if mip.pooled else ""
         return Bound(
+            schedule=mip.schedule,
+            schedule_source=f"the MIP's {'optimum' if closed else 'best schedule'}"
+            + (f", {made}" if made else "")
+            + f", {incumbent / 1000:.3f} kWh",
             kind=ZERO_WAIT,
             kwh=best / 1000,
             incumbent_kwh=incumbent / 1000,
@@ -555,10 +948,11 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
             status=status,
             lp_kwh=lp / 1000,
             variables=n_cols,
-            constraints=len(problem.rows_lo),
+            constraints=mip.rows,
             seconds=time.monotonic() - started,
             note=note,
-            **sizes,
+            runs=runs_count,
+            segments=segments,
         )
     if mip.infeasible:
         why = "no zero-wait schedule: the pods contend for more than the machines hold"
@@ -576,10 +970,11 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
             status=status,
             lp_kwh=None,
             variables=n_cols,
-            constraints=len(problem.rows_lo),
+            constraints=mip.rows,
             seconds=time.monotonic() - started,
             note=f"{why}, and no wait limit was given to relax it with",
-            **sizes,
+            runs=runs_count,
+            segments=segments,
         )
     waits, upper = _waits_problem(trace, runs, max_wait)
     h = _highs(highspy, np, waits, upper, max(1.0, time_limit - (time.monotonic() - started)))
@@ -596,6 +991,11 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
         else f"{why}; the with-waits LP did not solve ({status})"
     )
     return Bound(
+        schedule=_schedule(waits, list(h.getSolution().col_value)) if solved else (),
+        schedule_source="the with-waits LP's solution (the bound itself: pods split, machines "
+        "partly up)"
+        if solved
+        else "",
         kind=WITH_WAITS if solved else NO_BOUND,
         kwh=None if value is None else value / 1000,
         incumbent_kwh=None,
