@@ -41,7 +41,7 @@ from lightsout.config import OperatorConfig
 from lightsout.execution import reconcile as rc
 from lightsout.execution.scaling import KubeScale, LeaderLease, count, gauge_pending
 from lightsout.execution.workqueue import backoff
-from lightsout.handlers.lifecycle import shared_api
+from lightsout.handlers.lifecycle import shared_api, stop_task
 from lightsout.handlers.node import NOT_OURS, slim
 from lightsout.k8s.api import Api
 from lightsout.planning.autoscale import plan
@@ -289,9 +289,7 @@ async def stop_autoscaler(memo: kopf.Memo, **_: Any) -> None:
     planner: Planner | None = getattr(memo, "autoscaler", None)
     if planner is None or planner.task is None:
         return
-    planner.task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await planner.task
+    await stop_task(planner.task)
     # Hand over at once instead of making the next replica wait for the Lease to expire.
     await asyncio.to_thread(planner.release)
 

@@ -10,6 +10,8 @@ it: kopf runs start-up handlers in the order they were registered, which imports
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 from typing import Any
 
@@ -55,6 +57,15 @@ def shared_api(memo: kopf.Memo) -> Api:
         config: OperatorConfig = getattr(memo, "config", None) or OperatorConfig.from_env()
         memo.api = found = Api(pool_size=config.workers + EXTRA_CONNECTIONS)
     return found
+
+
+async def stop_task(task: asyncio.Task[None] | None) -> None:
+    """Cancel one of the operator's background tasks (kept on the memo) and wait for its end."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 @kopf.on.probe(id="identity")

@@ -23,7 +23,6 @@ which re-reads a referenced Secret before it relies on it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ import kopf
 
 from lightsout import API_GROUP, API_VERSION
 from lightsout.execution import reconcile as rc
-from lightsout.handlers.lifecycle import shared_api
+from lightsout.handlers.lifecycle import shared_api, stop_task
 from lightsout.k8s.api import Api
 
 log = logging.getLogger(__name__)
@@ -188,11 +187,8 @@ async def start_sweeper(memo: kopf.Memo, **kwargs: Any) -> None:
 @kopf.on.cleanup()
 async def stop_sweeper(memo: kopf.Memo, **_: Any) -> None:
     sweeper: Sweeper | None = getattr(memo, "sweeper", None)
-    if sweeper is None or sweeper.task is None:
-        return
-    sweeper.task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await sweeper.task
+    if sweeper is not None:
+        await stop_task(sweeper.task)
 
 
 async def listed(
