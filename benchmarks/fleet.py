@@ -203,7 +203,7 @@ def run_fleet(count: int, rest: float, phase_timeout: float) -> FleetResult:
         print(f"[{count}] cluster up; measuring the baseline for {rest:.0f}s", flush=True)
         baseline = requests_per_minute(lab, rest)
         started = time.monotonic()
-        operator = lab.start_operator()
+        operator = lab.start_operator(verbose=False)  # as users run it: no debug log
         assert operator.proc is not None
         wait_phased(lab, count, phase_timeout)
         phased = time.monotonic() - started

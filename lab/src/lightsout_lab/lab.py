@@ -134,7 +134,7 @@ class Lab:
         if self.with_operator:
             self.start_operator()
 
-    def start_operator(self) -> OperatorProcess:
+    def start_operator(self, verbose: bool = True) -> OperatorProcess:
         """Start the operator on the lab's namespace (once healthy, it is returned)."""
         assert self.cluster is not None, "start() the lab first"
         self.operator = OperatorProcess(
@@ -143,6 +143,7 @@ class Lab:
             log_dir=self.workdir,
             identity="lab-operator",
             extra_env={**JOB_PLACEMENT_ENV, **self.operator_env},
+            verbose=verbose,
         )
         self.operator.start()
         return self.operator

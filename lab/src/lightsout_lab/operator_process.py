@@ -33,6 +33,8 @@ class OperatorProcess:
     starts: int = 0
     #: Where this process serves Prometheus `/metrics` (a free port per start).
     metrics_url: str = ""
+    #: Debug logging, which the tests read; a benchmark runs the operator as users do.
+    verbose: bool = True
 
     @property
     def log_path(self) -> Path:
@@ -40,7 +42,7 @@ class OperatorProcess:
 
     def start(self, timeout: float = 60.0) -> None:
         port, metrics = free_port(), free_port()
-        argv = [sys.executable, "-m", "lightsout.cli", "run", "--verbose"]
+        argv = [sys.executable, "-m", "lightsout.cli", "run", *(["--verbose"] * self.verbose)]
         argv += [f"--namespace={ns}" for ns in self.namespaces]
         argv += [f"--liveness=http://127.0.0.1:{port}/healthz"]
         self.metrics_url = f"http://127.0.0.1:{metrics}/metrics"
