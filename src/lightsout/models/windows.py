@@ -83,9 +83,8 @@ class WindowTimes:
 
     def span(self, opening: datetime) -> str:
         """`18:00-23:00 Europe/Berlin` for the opening at `opening`."""
-        tz = zone(self.time_zone)
-        closes = (opening + self.duration).astimezone(tz)
-        return f"{opening.astimezone(tz):%H:%M}-{closes:%H:%M} {self.time_zone}"
+        opens = opening.astimezone(zone(self.time_zone))
+        return f"{opens:%H:%M}-{self.closes_local(opening):%H:%M} {self.time_zone}"
 
 
 def overlap(windows: Sequence[WindowTimes]) -> str | None:
