@@ -476,7 +476,7 @@ class GroupSpec(ApiModel):
         names = [window.name for window in value or ()]
         if len(set(names)) != len(names):
             raise ValueError(f"window names must be unique: {', '.join(names)}")
-        why = window_times.overlap([window.times() for window in value or ()])
+        why = window_times.overlap(tuple(window.times() for window in value or ()))
         if why is not None:
             raise ValueError(why)
         return value

@@ -10,7 +10,7 @@ windows open at once, which the Group's validation refuses.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -72,10 +72,7 @@ class WindowTimes:
     def open_at(self, at: datetime) -> datetime | None:
         """The opening in force at `at` (the last one at or before it, while `at` is within
         `durationSeconds` of it); None when the window is closed."""
-        last = None
-        for opening in self.openings(at - self.duration, at):
-            last = opening
-        return last
+        return max(self.openings(at - self.duration, at), default=None)
 
     def closes_local(self, opening: datetime) -> datetime:
         """When the opening at `opening` closes, in the window's zone."""
@@ -87,14 +84,10 @@ class WindowTimes:
         return f"{opens:%H:%M}-{self.closes_local(opening):%H:%M} {self.time_zone}"
 
 
-def overlap(windows: Sequence[WindowTimes]) -> str | None:
+@lru_cache(maxsize=256)
+def overlap(windows: tuple[WindowTimes, ...]) -> str | None:
     """Why two of `windows` are open at once (None if they never are), checked over
     `OVERLAP_HORIZON` from `OVERLAP_FROM`, at most `OVERLAP_OPENINGS` openings each."""
-    return _overlap(tuple(windows))
-
-
-@lru_cache(maxsize=256)
-def _overlap(windows: tuple[WindowTimes, ...]) -> str | None:
     if len(windows) < 2:
         return None
     intervals: list[tuple[datetime, datetime, WindowTimes]] = []
