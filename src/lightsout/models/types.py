@@ -195,10 +195,8 @@ def parse_quantity(value: int | str) -> Decimal:
     if isinstance(value, int):
         return Decimal(value)
     text = value.strip().lstrip("+")
-    if not _QUANTITY_RE.fullmatch(text):
-        raise ValueError(f"not a quantity: {value!r}")
     match = re.match(r"^([0-9.]+)([eE][-+]?[0-9.]+)?([KMGTPE]i|[numkMGTPE])?$", text)
-    if match is None:  # pragma: no cover - the pattern above already matched
+    if match is None or not _QUANTITY_RE.fullmatch(text):  # the parts' pattern is looser
         raise ValueError(f"not a quantity: {value!r}")
     number, exponent, suffix = match.groups()
     result = Decimal(number + (exponent or ""))

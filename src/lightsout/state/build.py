@@ -179,12 +179,9 @@ def _pod(obj: Mapping[str, Any], _notes: list[str]) -> Pod | None:
     metadata, spec, status = obj.get("metadata"), obj.get("spec"), obj.get("status")
     annotations = str_map(dig(metadata, "annotations"))
     created = parse_time(dig(metadata, "creationTimestamp"))
-    scheduled = condition(status, "PodScheduled")
+    scheduled = condition(status, "PodScheduled") or {}
     unschedulable_since = None
-    if scheduled and (scheduled.get("status"), scheduled.get("reason")) == (
-        "False",
-        "Unschedulable",
-    ):
+    if (scheduled.get("status"), scheduled.get("reason")) == ("False", "Unschedulable"):
         # When the scheduler first said no; the creation time when that is unreadable.
         unschedulable_since = parse_time(scheduled.get("lastTransitionTime")) or created
     return Pod(
