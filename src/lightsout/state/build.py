@@ -140,15 +140,10 @@ def _each[T](
             notes.append(f"unreadable ({type(error).__name__}: {error}), skipped")
         if value is None and not notes:
             notes.append("no name, skipped")
-        problems.extend(f"{kind} {_name(obj) or f'[{index}]'}: {note}" for note in notes)
+        problems.extend(f"{kind} {_key(obj) or f'[{index}]'}: {note}" for note in notes)
         if value is not None:
             out.append(value)
     return tuple(out)
-
-
-def _name(obj: Mapping[str, Any]) -> str:
-    key = _key(obj)
-    return str(key) if key else ""
 
 
 def _key(obj: Mapping[str, Any]) -> ObjectKey | None:
