@@ -103,7 +103,7 @@ _VALIDATIONS = "x-kubernetes-validations"
 
 
 def rules(*items: Rule) -> dict[str, Any]:
-    """`json_schema_extra` carrying CEL rules, for `model_config` or `Field(...)`."""
+    """`json_schema_extra` carrying CEL rules: a model's `cel_rules`, or a `Field(...)`'s."""
     return {_VALIDATIONS: [rule.to_schema() for rule in items]}
 
 
