@@ -43,12 +43,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
+def _items(text: str) -> tuple[str, ...]:
+    """The non-empty items of a comma-separated list."""
+    return tuple(filter(None, (item.strip() for item in text.split(","))))
+
+
 def _pairs(text: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, _, value = part.partition("=")
-        out[key] = value
-    return out
+    return {key: value for key, _, value in (item.partition("=") for item in _items(text))}
 
 
 def _flag(text: str | None, *, default: bool) -> bool:
@@ -107,11 +108,7 @@ class OperatorConfig:
             lease_seconds=int(env.get("LIGHTSOUT_LEASE_SECONDS", "15")),
             runner_image=env.get("LIGHTSOUT_RUNNER_IMAGE", cls.runner_image),
             job_node_selector=_pairs(env.get("LIGHTSOUT_JOB_NODE_SELECTOR", "")),
-            job_tolerations=tuple(
-                filter(
-                    None, (t.strip() for t in env.get("LIGHTSOUT_JOB_TOLERATIONS", "").split(","))
-                )
-            ),
+            job_tolerations=_items(env.get("LIGHTSOUT_JOB_TOLERATIONS", "")),
             job_ttl_seconds=int(env.get("LIGHTSOUT_JOB_TTL_SECONDS", "3600")),
             job_host_network=_flag(env.get("LIGHTSOUT_JOB_HOST_NETWORK"), default=False),
             job_service_account=env.get("LIGHTSOUT_JOB_SERVICE_ACCOUNT") or None,
@@ -119,12 +116,7 @@ class OperatorConfig:
             autoscaler_enabled=_flag(env.get("LIGHTSOUT_AUTOSCALER"), default=True),
             autoscaler_dry_run=_flag(env.get("LIGHTSOUT_AUTOSCALER_DRY_RUN"), default=False),
             metrics_address=env.get("LIGHTSOUT_METRICS_ADDRESS", cls.metrics_address).strip(),
-            watched_namespaces=tuple(
-                filter(
-                    None,
-                    (n.strip() for n in env.get("LIGHTSOUT_WATCHED_NAMESPACES", "").split(",")),
-                )
-            ),
+            watched_namespaces=_items(env.get("LIGHTSOUT_WATCHED_NAMESPACES", "")),
             grpc_address=env.get("LIGHTSOUT_GRPC_ADDRESS") or None,
             grpc_tls_cert=env.get("LIGHTSOUT_GRPC_TLS_CERT") or None,
             grpc_tls_key=env.get("LIGHTSOUT_GRPC_TLS_KEY") or None,

@@ -8,11 +8,11 @@ metav1.Condition) so users and tools recognise them.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Self
+from typing import Annotated
 
-from pydantic import ConfigDict, Field, StringConstraints, model_validator
+from pydantic import Field, StringConstraints
 
-from lightsout.models.base import ApiModel, Rule, RuleReason, rules
+from lightsout.models.base import ApiModel, Rule, RuleReason
 from lightsout.models.enums import ConditionStatus, TaintEffect
 from lightsout.models.types import (
     LABEL_VALUE,
@@ -55,23 +55,19 @@ TLS_EXCLUSIVE = Rule(
     message="set either insecureSkipVerify or caSecretRef, not both",
     field_path=".caSecretRef",
     reason=RuleReason.FORBIDDEN,
+    test=lambda tls: not (tls.insecure_skip_verify and tls.ca_secret_ref is not None),
 )
 
 
 class TLSConfig(ApiModel):
     """How the endpoint's TLS certificate is checked. By default against the system CAs."""
 
-    model_config = ConfigDict(json_schema_extra=rules(TLS_EXCLUSIVE))
+    cel_rules = (TLS_EXCLUSIVE,)
 
     insecure_skip_verify: bool = False
     """Accept any certificate (self-signed BMCs). The connection is still encrypted."""
     ca_secret_ref: CaSecretRef | None = None
     """Verify the certificate against this CA bundle instead of the system CAs."""
-
-    @model_validator(mode="after")
-    def _exclusive(self) -> Self:
-        TLS_EXCLUSIVE.check(not (self.insecure_skip_verify and self.ca_secret_ref is not None))
-        return self
 
 
 class Taint(ApiModel):

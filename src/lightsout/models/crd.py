@@ -92,23 +92,23 @@ GROUP_COLUMNS = [
 ]
 
 
-def _description(model: type[BaseModel]) -> str:
-    return " ".join((model.__doc__ or "").split())
-
-
-def _root_schema(
+def _crd(
     model: type[BaseModel],
     spec: type[BaseModel],
     status: type[BaseModel],
+    short_name: str,
+    columns: list[dict[str, Any]],
     *,
-    spec_required: bool,
+    selectable: list[str],
 ) -> dict[str, Any]:
+    kind, plural = model.__name__, f"{model.__name__.lower()}s"
     spec_schema = structural_schema(spec)
+    spec_required = model.model_fields["spec"].is_required()
     if not spec_required:
         spec_schema["default"] = {}
     schema: dict[str, Any] = {
         "type": "object",
-        "description": _description(model),
+        "description": " ".join((model.__doc__ or "").split()),
         "properties": {
             "apiVersion": {
                 "type": "string",
@@ -122,18 +122,6 @@ def _root_schema(
     }
     if spec_required:
         schema["required"] = ["spec"]
-    return schema
-
-
-def _crd(
-    *,
-    kind: str,
-    plural: str,
-    short_name: str,
-    schema: dict[str, Any],
-    columns: list[dict[str, Any]],
-    selectable: list[str],
-) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -172,23 +160,10 @@ def _crd(
 
 def crd_objects() -> list[dict[str, Any]]:
     """The Group and Node CRDs as plain dicts, Group first."""
+    node_fields = [".spec.group", ".spec.kubernetesNodeName", ".spec.desiredPowerState"]
     return [
-        _crd(
-            kind="Group",
-            plural="groups",
-            short_name="lsg",
-            schema=_root_schema(Group, GroupSpec, GroupStatus, spec_required=False),
-            columns=GROUP_COLUMNS,
-            selectable=[".spec.autoscaler"],
-        ),
-        _crd(
-            kind="Node",
-            plural="nodes",
-            short_name="lsn",
-            schema=_root_schema(Node, NodeSpec, NodeStatus, spec_required=True),
-            columns=NODE_COLUMNS,
-            selectable=[".spec.group", ".spec.kubernetesNodeName", ".spec.desiredPowerState"],
-        ),
+        _crd(Group, GroupSpec, GroupStatus, "lsg", GROUP_COLUMNS, selectable=[".spec.autoscaler"]),
+        _crd(Node, NodeSpec, NodeStatus, "lsn", NODE_COLUMNS, selectable=node_fields),
     ]
 
 

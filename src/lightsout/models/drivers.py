@@ -8,11 +8,11 @@ operator.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Self
+from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, StringConstraints, model_validator
+from pydantic import Field, StringConstraints
 
-from lightsout.models.base import ApiModel, Rule, RuleReason, default_empty, rules
+from lightsout.models.base import ApiModel, Rule, RuleReason, default_empty
 from lightsout.models.common import CredentialsSecretRef, SecretKeyRef, TLSConfig
 from lightsout.models.enums import BootOverride, DriverKind, JoinFlavor, ProxmoxMode
 from lightsout.models.types import (
@@ -184,6 +184,7 @@ HA_ONE_SECRET = Rule(
     message="tokenSecretRef must name the Secret of ssh.privateKeySecretRef: the action Job"
     " mounts one credentials Secret, holding both the token and the SSH key",
     field_path=".tokenSecretRef.name",
+    test=lambda ha: ha.token_secret_ref.name == ha.ssh.private_key_secret_ref.name,
 )
 SwitchEntity = Annotated[
     str, StringConstraints(min_length=8, max_length=255, pattern=r"^switch\.[a-z0-9_]+$")
@@ -196,7 +197,7 @@ SensorEntity = Annotated[
 class HomeAssistantDriver(PlugDriver):
     """A switch entity of Home Assistant, driven by its REST API with a long-lived token."""
 
-    model_config = ConfigDict(json_schema_extra=rules(HA_ONE_SECRET))
+    cel_rules = (HA_ONE_SECRET,)
 
     endpoint: HttpUrl
     """Base URL of Home Assistant, e.g. http://homeassistant.local:8123."""
@@ -208,34 +209,25 @@ class HomeAssistantDriver(PlugDriver):
     """A sensor entity measuring the plug's draw in W, e.g. `sensor.rack_plug_power`; without
     it the machine counts as off once it stops answering."""
 
-    @model_validator(mode="after")
-    def _one_secret(self) -> Self:
-        HA_ONE_SECRET.check(self.token_secret_ref.name == self.ssh.private_key_secret_ref.name)
-        return self
-
 
 TOKEN_KEYS_PAIRED = Rule(
     cel="has(self.tokenIdKey) == has(self.tokenSecretKey)",
     message="tokenIdKey and tokenSecretKey must be set together",
     field_path=".tokenSecretKey",
+    test=lambda ref: (ref.token_id_key is None) == (ref.token_secret_key is None),
 )
 
 
 class ProxmoxCredentialsRef(CredentialsSecretRef):
     """A Secret with a Proxmox VE user and password, or an API token when its keys are named."""
 
-    model_config = ConfigDict(json_schema_extra=rules(TOKEN_KEYS_PAIRED))
+    cel_rules = (TOKEN_KEYS_PAIRED,)
 
     token_id_key: SecretKey | None = None
     """Key holding an API token id (`user@pam!name`); when set, the token is used instead of
     the password."""
     token_secret_key: SecretKey | None = None
     """Key holding the API token secret."""
-
-    @model_validator(mode="after")
-    def _token_pair(self) -> Self:
-        TOKEN_KEYS_PAIRED.check((self.token_id_key is None) == (self.token_secret_key is None))
-        return self
 
 
 Vmid = Annotated[int, Field(ge=100, le=999_999_999)]
@@ -253,23 +245,19 @@ VMID_RANGE_ORDER = Rule(
     cel="self.lower <= self.upper",
     message="vmidRange.lower must be less than or equal to vmidRange.upper",
     field_path=".lower",
+    test=lambda vmids: vmids.lower <= vmids.upper,
 )
 
 
 class VmidRange(ApiModel):
     """An inclusive range of VM ids Lights-Out may use for clones."""
 
-    model_config = ConfigDict(json_schema_extra=rules(VMID_RANGE_ORDER))
+    cel_rules = (VMID_RANGE_ORDER,)
 
     lower: Vmid
     """Lowest VM id."""
     upper: Vmid
     """Highest VM id."""
-
-    @model_validator(mode="after")
-    def _ordered(self) -> Self:
-        VMID_RANGE_ORDER.check(self.lower <= self.upper)
-        return self
 
 
 class ProxmoxTemplate(ApiModel):
@@ -307,11 +295,15 @@ K3S_NEEDS_TOKEN = Rule(
     cel="(has(self.flavor) && self.flavor == 'k3s') == has(self.k3sTokenSecretRef)",
     message="flavor k3s takes the agent token from k3sTokenSecretRef, which only k3s uses",
     field_path=".k3sTokenSecretRef",
+    test=lambda join: (join.flavor is JoinFlavor.K3S) == (join.k3s_token_secret_ref is not None),
 )
 TEMPLATE_NEEDS_REF = Rule(
     cel="(has(self.flavor) && self.flavor == 'template') == has(self.userDataTemplateRef)",
     message="flavor template renders userDataTemplateRef, which only that flavor uses",
     field_path=".userDataTemplateRef",
+    test=lambda join: (
+        (join.flavor is JoinFlavor.TEMPLATE) == (join.user_data_template_ref is not None)
+    ),
 )
 
 
@@ -328,7 +320,7 @@ class CloudInitJoin(ApiModel):
     agent token of `k3sTokenSecretRef`. Tokens never appear in the Node, events or logs.
     """
 
-    model_config = ConfigDict(json_schema_extra=rules(K3S_NEEDS_TOKEN, TEMPLATE_NEEDS_REF))
+    cel_rules = (K3S_NEEDS_TOKEN, TEMPLATE_NEEDS_REF)
 
     api_server_endpoint: Annotated[
         str,
@@ -355,34 +347,27 @@ class CloudInitJoin(ApiModel):
     user_data_template_ref: UserDataTemplateRef | None = None
     """flavor template: the ConfigMap key holding the user-data template."""
 
-    @model_validator(mode="after")
-    def _flavor_fields(self) -> Self:
-        K3S_NEEDS_TOKEN.check(
-            (self.flavor is JoinFlavor.K3S) == (self.k3s_token_secret_ref is not None)
-        )
-        TEMPLATE_NEEDS_REF.check(
-            (self.flavor is JoinFlavor.TEMPLATE) == (self.user_data_template_ref is not None)
-        )
-        return self
-
 
 PERSISTENT_NEEDS_VMID = Rule(
     cel="self.mode != 'Persistent' || has(self.vmid)",
     message="mode Persistent needs vmid, the VM to start and stop",
     field_path=".vmid",
     reason=RuleReason.REQUIRED,
+    test=lambda pve: pve.mode is not ProxmoxMode.PERSISTENT or pve.vmid is not None,
 )
 EPHEMERAL_NEEDS_TEMPLATE = Rule(
     cel="self.mode != 'Ephemeral' || has(self.template)",
     message="mode Ephemeral needs template.vmid, the template to clone",
     field_path=".template",
     reason=RuleReason.REQUIRED,
+    test=lambda pve: pve.mode is not ProxmoxMode.EPHEMERAL or pve.template is not None,
 )
 JOIN_NEEDS_EPHEMERAL = Rule(
     cel="!has(self.join) || self.mode == 'Ephemeral'",
     message="join applies to Ephemeral clones only: a Persistent VM is already installed",
     field_path=".join",
     reason=RuleReason.FORBIDDEN,
+    test=lambda pve: pve.join is None or pve.mode is ProxmoxMode.EPHEMERAL,
 )
 PROXMOX_MODE_IMMUTABLE = Rule(
     cel="self.mode == oldSelf.mode",
@@ -397,13 +382,11 @@ PROXMOX_MODE_IMMUTABLE = Rule(
 class ProxmoxDriver(ApiModel):
     """Power a Proxmox VE virtual machine: start/stop one VM, or clone and destroy one."""
 
-    model_config = ConfigDict(
-        json_schema_extra=rules(
-            PERSISTENT_NEEDS_VMID,
-            EPHEMERAL_NEEDS_TEMPLATE,
-            JOIN_NEEDS_EPHEMERAL,
-            PROXMOX_MODE_IMMUTABLE,
-        )
+    cel_rules = (
+        PERSISTENT_NEEDS_VMID,
+        EPHEMERAL_NEEDS_TEMPLATE,
+        JOIN_NEEDS_EPHEMERAL,
+        PROXMOX_MODE_IMMUTABLE,
     )
 
     endpoint: HttpsUrl
@@ -439,22 +422,12 @@ class ProxmoxDriver(ApiModel):
     """Ephemeral: give each clone a cloud-init ISO with its join step and short-lived
     credentials, so it joins the cluster by itself (without it the template must know how)."""
 
-    @model_validator(mode="after")
-    def _mode_fields(self) -> Self:
-        PERSISTENT_NEEDS_VMID.check(
-            self.mode is not ProxmoxMode.PERSISTENT or self.vmid is not None
-        )
-        EPHEMERAL_NEEDS_TEMPLATE.check(
-            self.mode is not ProxmoxMode.EPHEMERAL or self.template is not None
-        )
-        JOIN_NEEDS_EPHEMERAL.check(self.join is None or self.mode is ProxmoxMode.EPHEMERAL)
-        return self
-
 
 ONE_DRIVER = Rule(
     cel=" + ".join(f"(has(self.{kind.value}) ? 1 : 0)" for kind in DriverKind) + " == 1",
     message="exactly one of redfish, ipmi, wol, proxmox, shelly, tasmota or homeassistant must"
     " be set",
+    test=lambda driver: len(driver.kinds()) == 1,
 )
 DRIVER_KIND_IMMUTABLE = Rule(
     cel=" && ".join(f"has(self.{kind.value}) == has(oldSelf.{kind.value})" for kind in DriverKind),
@@ -467,7 +440,7 @@ class NodeDriver(ApiModel):
     """How the machine is powered: exactly one of redfish, ipmi, wol, proxmox, shelly, tasmota
     or homeassistant."""
 
-    model_config = ConfigDict(json_schema_extra=rules(ONE_DRIVER, DRIVER_KIND_IMMUTABLE))
+    cel_rules = (ONE_DRIVER, DRIVER_KIND_IMMUTABLE)
 
     redfish: RedfishDriver | None = None
     """A BMC speaking Redfish."""
@@ -484,18 +457,14 @@ class NodeDriver(ApiModel):
     homeassistant: HomeAssistantDriver | None = None
     """A Home Assistant switch entity, with an OS shutdown over SSH."""
 
-    @model_validator(mode="after")
-    def _exactly_one(self) -> Self:
-        ONE_DRIVER.check(len(self._set()) == 1)
-        return self
-
-    def _set(self) -> list[DriverKind]:
+    def kinds(self) -> list[DriverKind]:
+        """The driver blocks that are set (exactly one, once validated)."""
         return [kind for kind in DriverKind if getattr(self, kind.value) is not None]
 
     @property
     def kind(self) -> DriverKind:
         """Which driver block is set."""
-        return self._set()[0]
+        return self.kinds()[0]
 
     @property
     def config(self) -> DriverBlock:

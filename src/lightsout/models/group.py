@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from datetime import datetime
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -18,11 +18,10 @@ from pydantic import (
     Field,
     StringConstraints,
     field_validator,
-    model_validator,
 )
 
 from lightsout.models import windows as window_times
-from lightsout.models.base import ApiModel, Rule, default_empty, rules
+from lightsout.models.base import ApiModel, Rule, default_empty
 from lightsout.models.common import Conditions, Currency, Energy, Taints
 from lightsout.models.enums import (
     Autoscaler,
@@ -39,7 +38,6 @@ from lightsout.models.types import (
     LongText,
     SchemaExtra,
     ShortText,
-    checked,
 )
 
 Seconds = Annotated[int, Field(ge=0, le=86_400)]
@@ -49,18 +47,10 @@ AUTO = "auto"
 UNNEEDED_RULE = Rule(
     cel="type(self) == int ? self >= 0 && self <= 86400 : self == 'auto'",
     message="unneededSeconds must be 'auto' or a number of seconds from 0 to 86400",
+    test=lambda value: 0 <= value <= 86_400 if isinstance(value, int) else value == AUTO,
 )
-
-
-def _is_unneeded(value: int | str) -> bool:
-    return 0 <= value <= 86_400 if isinstance(value, int) else value == AUTO
-
-
 UnneededSeconds = Annotated[
-    int | str,
-    checked(UNNEEDED_RULE, _is_unneeded),
-    SchemaExtra.of(x_kubernetes_int_or_string=True, maxLength=8),
-    SchemaExtra.cel(UNNEEDED_RULE),
+    int | str, SchemaExtra.of(x_kubernetes_int_or_string=True, maxLength=8), UNNEEDED_RULE
 ]
 Concurrency = Annotated[int, Field(ge=1, le=100)]
 #: `scaleDown.jobGraceSeconds` when unset: a day, longer than most batch Jobs run.
@@ -75,15 +65,9 @@ BreakEvenMultiple = Annotated[float, Field(ge=0, le=100)]
 THRESHOLD_RANGE = Rule(
     cel="self >= 0.0 && self <= 1.0",
     message="utilizationThreshold must be between 0 and 1 (a fraction of allocatable)",
+    test=lambda value: 0.0 <= value <= 1.0,
 )
-
-
-def _threshold_in_range(value: float) -> float:
-    THRESHOLD_RANGE.check(0.0 <= value <= 1.0)
-    return value
-
-
-Fraction = Annotated[float, AfterValidator(_threshold_in_range)]
+Fraction = Annotated[float, THRESHOLD_RANGE]
 
 
 class ScaleUpPolicy(ApiModel):
@@ -114,7 +98,7 @@ class ScaleDownPolicy(ApiModel):
     ski-rental rule: never more than twice the energy an oracle would spend on the gap.
     `lightsout simulate TRACE --sweep breakEvenMultiple` shows what each value costs in energy
     and in waiting on a trace."""
-    utilization_threshold: Fraction = Field(default=0.5, json_schema_extra=rules(THRESHOLD_RANGE))
+    utilization_threshold: Fraction = 0.5
     """A machine whose requested/allocatable CPU and memory are both below this fraction, and
     whose pods fit elsewhere, is unneeded."""
     stabilization_window_seconds: Seconds = 300
@@ -137,6 +121,10 @@ CORRECTION_LIMITS_NEED_CORRECT = Rule(
     ),
     message="maxCorrections and correctionWindowSeconds apply only with driftPolicy Correct",
     field_path=".maxCorrections",
+    test=lambda policy: (
+        policy.drift_policy is DriftPolicy.CORRECT
+        or (policy.max_corrections is None and policy.correction_window_seconds is None)
+    ),
 )
 #: Corrections of one machine within the window before it is left Failed (None in the spec).
 DEFAULT_MAX_CORRECTIONS = 3
@@ -147,7 +135,7 @@ DEFAULT_SCHEDULE = "0 * * * *"
 class HealthCheckPolicy(ApiModel):
     """The CronJob that checks each machine's BMC and real power state."""
 
-    model_config = ConfigDict(json_schema_extra=rules(CORRECTION_LIMITS_NEED_CORRECT))
+    cel_rules = (CORRECTION_LIMITS_NEED_CORRECT,)
 
     enabled: bool = True
     """False creates no health-check CronJob."""
@@ -164,14 +152,6 @@ class HealthCheckPolicy(ApiModel):
     Failed instead of fought over (default 3)."""
     correction_window_seconds: int | None = Field(default=None, ge=60, le=2_592_000)
     """Correct: the window maxCorrections counts in (default 86400, a day)."""
-
-    @model_validator(mode="after")
-    def _limits_need_correct(self) -> Self:
-        CORRECTION_LIMITS_NEED_CORRECT.check(
-            self.drift_policy is DriftPolicy.CORRECT
-            or (self.max_corrections is None and self.correction_window_seconds is None)
-        )
-        return self
 
 
 class Electricity(ApiModel):
@@ -196,20 +176,28 @@ def _ipv4_number(field: str) -> str:
     return " + ".join(f"{o} * {256 ** (3 - i)}" for i, o in enumerate(octets))
 
 
+def _in_cidr(pool: AddressPool, *addresses: str) -> bool:
+    net = ipaddress.IPv4Network(pool.cidr, strict=False)
+    return all(ipaddress.IPv4Address(address) in net for address in addresses)
+
+
 POOL_RANGE_IN_CIDR = Rule(
     cel="cidr(self.cidr).containsIP(self.start) && cidr(self.cidr).containsIP(self.end)",
     message="start and end must lie in cidr",
     field_path=".start",
+    test=lambda pool: _in_cidr(pool, pool.start, pool.end),
 )
 POOL_RANGE_ORDER = Rule(
     cel=f"{_ipv4_number('start')} <= {_ipv4_number('end')}",
     message="start must not come after end",
     field_path=".end",
+    test=lambda pool: ipaddress.IPv4Address(pool.start) <= ipaddress.IPv4Address(pool.end),
 )
 POOL_GATEWAY_IN_CIDR = Rule(
     cel="!has(self.gateway) || cidr(self.cidr).containsIP(self.gateway)",
     message="gateway must lie in cidr",
     field_path=".gateway",
+    test=lambda pool: pool.gateway is None or _in_cidr(pool, pool.gateway),
 )
 
 
@@ -225,9 +213,7 @@ class AddressPool(ApiModel):
     clones use DHCP.
     """
 
-    model_config = ConfigDict(
-        json_schema_extra=rules(POOL_RANGE_IN_CIDR, POOL_RANGE_ORDER, POOL_GATEWAY_IN_CIDR)
-    )
+    cel_rules = (POOL_RANGE_IN_CIDR, POOL_RANGE_ORDER, POOL_GATEWAY_IN_CIDR)
 
     cidr: IPv4Cidr
     """The clones' subnet, e.g. `192.168.50.0/24` (its prefix length is the addresses')."""
@@ -240,17 +226,6 @@ class AddressPool(ApiModel):
     dns_servers: list[IPv4] | None = Field(default=None, max_length=4)
     """Name servers."""
 
-    @model_validator(mode="after")
-    def _consistent(self) -> Self:
-        net = ipaddress.IPv4Network(self.cidr, strict=False)
-        first, last = ipaddress.IPv4Address(self.start), ipaddress.IPv4Address(self.end)
-        POOL_RANGE_IN_CIDR.check(first in net and last in net)
-        POOL_RANGE_ORDER.check(first <= last)
-        POOL_GATEWAY_IN_CIDR.check(
-            self.gateway is None or ipaddress.IPv4Address(self.gateway) in net
-        )
-        return self
-
 
 WINDOW_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 TIME_ZONE = r"^[A-Za-z][-+_/A-Za-z0-9]*$"
@@ -258,10 +233,12 @@ WINDOW_MIN_NOT_ABOVE_MAX = Rule(
     cel="!has(self.minNodes) || !has(self.maxNodes) || self.minNodes <= self.maxNodes",
     message="a window's minNodes must be less than or equal to its maxNodes",
     field_path=".minNodes",
+    test=lambda w: w.min_nodes is None or w.max_nodes is None or w.min_nodes <= w.max_nodes,
 )
 WINDOW_SETS_SOMETHING = Rule(
     cel="has(self.minNodes) || has(self.maxNodes) || (has(self.quiet) && self.quiet)",
     message="a window sets minNodes, maxNodes, quiet or several of them",
+    test=lambda w: w.min_nodes is not None or w.max_nodes is not None or w.quiet,
 )
 WINDOW_ONE_FORM = Rule(
     cel=(
@@ -270,16 +247,24 @@ WINDOW_ONE_FORM = Rule(
         " && !has(self.durationSeconds)"
     ),
     message="a window is either schedule + durationSeconds or days + from + to",
+    test=lambda w: (
+        all(part is None for part in (w.days, w.from_, w.to)) and w.duration_seconds is not None
+        if w.schedule is not None
+        else all(part is not None for part in (w.days, w.from_, w.to))
+        and w.duration_seconds is None
+    ),
 )
 WINDOW_FROM_NOT_TO = Rule(
     cel="!has(self.from) || !has(self.to) || self.from != self.to",
     message="from and to must differ (to before from runs past midnight)",
     field_path=".to",
+    test=lambda w: w.from_ is None or w.from_ != w.to,
 )
 WINDOW_STRICT_NEEDS_QUIET = Rule(
     cel="!has(self.strict) || !self.strict || (has(self.quiet) && self.quiet)",
     message="strict applies only to a quiet window",
     field_path=".strict",
+    test=lambda w: not w.strict or w.quiet,
 )
 
 
@@ -331,6 +316,7 @@ WINDOW_CRON_RULE = Rule(
         "must be a cron schedule whose fields are in range: minute 0-59, hour 0-23, day of "
         "month 1-31, month 1-12 or jan-dec, day of week 0-6 or sun-sat"
     ),
+    test=re.compile(WINDOW_CRON_PATTERN).fullmatch,
 )
 
 
@@ -349,12 +335,7 @@ def _zone_exists(value: str) -> str:
     return value
 
 
-WindowSchedule = Annotated[
-    CronSchedule,
-    SchemaExtra.cel(WINDOW_CRON_RULE),
-    checked(WINDOW_CRON_RULE, re.compile(WINDOW_CRON_PATTERN).fullmatch),
-    AfterValidator(_schedule_parses),
-]
+WindowSchedule = Annotated[CronSchedule, WINDOW_CRON_RULE, AfterValidator(_schedule_parses)]
 TimeZone = Annotated[
     str,
     StringConstraints(min_length=1, max_length=64, pattern=TIME_ZONE),
@@ -371,14 +352,12 @@ class ScheduleWindow(ApiModel):
     like any other and power off on their usual timers. Windows of one Group must never be open
     at once."""
 
-    model_config = ConfigDict(
-        json_schema_extra=rules(
-            WINDOW_MIN_NOT_ABOVE_MAX,
-            WINDOW_SETS_SOMETHING,
-            WINDOW_STRICT_NEEDS_QUIET,
-            WINDOW_ONE_FORM,
-            WINDOW_FROM_NOT_TO,
-        )
+    cel_rules = (
+        WINDOW_MIN_NOT_ABOVE_MAX,
+        WINDOW_SETS_SOMETHING,
+        WINDOW_STRICT_NEEDS_QUIET,
+        WINDOW_ONE_FORM,
+        WINDOW_FROM_NOT_TO,
     )
 
     name: Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=WINDOW_NAME)]
@@ -416,24 +395,6 @@ class ScheduleWindow(ApiModel):
     """With quiet: no power-on for pending pods at all while open, even for a pod only this
     Group can host (it waits for the window to close)."""
 
-    @model_validator(mode="after")
-    def _limits(self) -> Self:
-        WINDOW_MIN_NOT_ABOVE_MAX.check(
-            self.min_nodes is None or self.max_nodes is None or self.min_nodes <= self.max_nodes
-        )
-        WINDOW_SETS_SOMETHING.check(
-            self.min_nodes is not None or self.max_nodes is not None or self.quiet
-        )
-        WINDOW_STRICT_NEEDS_QUIET.check(not self.strict or self.quiet)
-        spans = (self.days, self.from_, self.to)
-        WINDOW_ONE_FORM.check(
-            all(part is None for part in spans) and self.duration_seconds is not None
-            if self.schedule is not None
-            else all(part is not None for part in spans) and self.duration_seconds is None
-        )
-        WINDOW_FROM_NOT_TO.check(self.from_ is None or self.from_ != self.to)
-        return self
-
     def times(self) -> window_times.WindowTimes:
         """Its openings as a cron schedule and a length, whichever form it is written in."""
         if self.schedule is not None and self.duration_seconds is not None:
@@ -455,13 +416,14 @@ MIN_NOT_ABOVE_MAX = Rule(
     cel="!has(self.minNodes) || !has(self.maxNodes) || self.minNodes <= self.maxNodes",
     message="minNodes must be less than or equal to maxNodes",
     field_path=".minNodes",
+    test=lambda spec: spec.min_nodes <= spec.max_nodes,
 )
 
 
 class GroupSpec(ApiModel):
     """Limits and policy for the Group's machines."""
 
-    model_config = ConfigDict(json_schema_extra=rules(MIN_NOT_ABOVE_MAX))
+    cel_rules = (MIN_NOT_ABOVE_MAX,)
 
     min_nodes: int = Field(default=0, ge=0, le=1000)
     """Machines kept powered on at least."""
@@ -508,18 +470,13 @@ class GroupSpec(ApiModel):
     (over the next 400 days); without the webhook the operator reads such a Group with its
     windows ignored, saying so in the plan."""
 
-    @model_validator(mode="after")
-    def _limits(self) -> Self:
-        MIN_NOT_ABOVE_MAX.check(self.min_nodes <= self.max_nodes)
-        return self
-
     @field_validator("windows")
     @classmethod
     def _no_overlap(cls, value: list[ScheduleWindow] | None) -> list[ScheduleWindow] | None:
         names = [window.name for window in value or ()]
         if len(set(names)) != len(names):
             raise ValueError(f"window names must be unique: {', '.join(names)}")
-        why = window_times.overlap([window.times() for window in value or ()])
+        why = window_times.overlap(tuple(window.times() for window in value or ()))
         if why is not None:
             raise ValueError(why)
         return value

@@ -85,19 +85,24 @@ IDLE_NOT_ABOVE_ON = Rule(
     cel="!has(self.idleWatts) || !has(self.onWatts) || self.idleWatts <= self.onWatts",
     message="idleWatts must not exceed onWatts",
     field_path=".idleWatts",
+    test=lambda p: p.idle_watts is None or p.on_watts is None or p.idle_watts <= p.on_watts,
 )
 OFF_NOT_ABOVE_ON = Rule(
     cel="!has(self.offWatts) || ((!has(self.idleWatts) || self.offWatts <= self.idleWatts)"
     " && (!has(self.onWatts) || self.offWatts <= self.onWatts))",
     message="offWatts must not exceed idleWatts or onWatts",
     field_path=".offWatts",
+    test=lambda p: (
+        p.off_watts is None
+        or all(p.off_watts <= above for above in (p.idle_watts, p.on_watts) if above is not None)
+    ),
 )
 
 
 class PowerProfile(ApiModel):
     """Electrical draw for energy accounting and the LowestEnergy policy, and action timeouts."""
 
-    model_config = ConfigDict(json_schema_extra=rules(IDLE_NOT_ABOVE_ON, OFF_NOT_ABOVE_ON))
+    cel_rules = (IDLE_NOT_ABOVE_ON, OFF_NOT_ABOVE_ON)
 
     on_watts: Watts | None = None
     """Draw when on and busy."""
@@ -111,15 +116,6 @@ class PowerProfile(ApiModel):
         default=DEFAULT_SHUTDOWN_TIMEOUT_SECONDS, ge=10, le=86_400
     )
     """From the shutdown request until the machine is observed off."""
-
-    @model_validator(mode="after")
-    def _ordered(self) -> Self:
-        on, idle, off = self.on_watts, self.idle_watts, self.off_watts
-        IDLE_NOT_ABOVE_ON.check(idle is None or on is None or idle <= on)
-        OFF_NOT_ABOVE_ON.check(
-            off is None or ((idle is None or off <= idle) and (on is None or off <= on))
-        )
-        return self
 
 
 class AutoscalingSettings(ApiModel):

@@ -70,10 +70,9 @@ def _table(schema: dict[str, Any], root: str) -> list[str]:
         "| Field | Type | Default | Required | Limits | Description |",
         "|---|---|---|---|---|---|",
     ]
-    required: dict[str, set[str]] = {}
-    for path, node in walk(schema, root):
-        required[path] = set(node.get("required", []))
-    for path, node in walk(schema, root)[1:]:
+    nodes = walk(schema, root)
+    required = {path: set(node.get("required", [])) for path, node in nodes}
+    for path, node in nodes[1:]:
         parent, _, name = path.rpartition(".")
         is_required = name in required.get(parent, set())
         default = _code(node["default"]) if "default" in node else ""

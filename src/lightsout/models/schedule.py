@@ -64,10 +64,6 @@ _MINUTE, _HOUR = _Bounds(0, 59), _Bounds(0, 23)
 _DOM, _MONTH, _DOW = _Bounds(1, 31), _Bounds(1, 12, _MONTH_NAMES), _Bounds(0, 6, _DAY_NAMES)
 
 
-def _all(bounds: _Bounds) -> frozenset[int]:
-    return frozenset(range(bounds.low, bounds.high + 1))
-
-
 @dataclass(frozen=True, slots=True)
 class Schedule:
     """The parsed schedule: the values each field allows, read in `zone`."""

@@ -34,6 +34,13 @@ def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
     return _convert(raw, defs)
 
 
+def _merged(inner: dict[str, Any], site: dict[str, Any]) -> dict[str, Any]:
+    """`site` over `inner`, keeping the CEL rules of both (the inner type's first)."""
+    rules = [*inner.get(_VALIDATIONS, []), *site.get(_VALIDATIONS, [])]
+    merged = {key: value for key, value in {**inner, **site}.items() if key != _VALIDATIONS}
+    return {**merged, _VALIDATIONS: rules} if rules else merged
+
+
 def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     """Inline `$ref` (alone or as a one-element allOf), letting the use site win on conflicts."""
     node = dict(node)
@@ -42,13 +49,7 @@ def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         ref = node.pop("allOf")[0]["$ref"]
     if ref is None:
         return node
-    target = copy.deepcopy(defs[ref.rsplit("/", 1)[-1]])
-    target_rules = target.pop(_VALIDATIONS, [])
-    site_rules = node.pop(_VALIDATIONS, [])
-    merged = {**target, **node}
-    if target_rules or site_rules:
-        merged[_VALIDATIONS] = [*target_rules, *site_rules]
-    return merged
+    return _merged(copy.deepcopy(defs[ref.rsplit("/", 1)[-1]]), node)
 
 
 def _strip_null(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
@@ -63,13 +64,7 @@ def _strip_null(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     if rest.get("default", ...) is None:
         del rest["default"]
     if len(kept) == 1:
-        inner = _resolve(kept[0], defs)
-        inner_rules = inner.pop(_VALIDATIONS, [])
-        merged = {**inner, **rest}
-        site_rules = rest.get(_VALIDATIONS, [])
-        if inner_rules or site_rules:
-            merged[_VALIDATIONS] = [*inner_rules, *site_rules]
-        return merged
+        return _merged(_resolve(kept[0], defs), rest)
     return {**rest, "anyOf": kept}
 
 

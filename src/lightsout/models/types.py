@@ -37,33 +37,12 @@ class SchemaExtra:
     def of(cls, **items: Any) -> SchemaExtra:
         return cls(json.dumps({key.replace("_", "-"): value for key, value in items.items()}))
 
-    @classmethod
-    def cel(cls, *rules: Rule) -> SchemaExtra:
-        return cls(json.dumps({"x-kubernetes-validations": [rule.to_schema() for rule in rules]}))
-
     def __get_pydantic_json_schema__(
         self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
     ) -> dict[str, Any]:
         schema: dict[str, Any] = handler(core_schema)
-        extra: dict[str, Any] = json.loads(self.json_text)
-        rules = extra.pop("x-kubernetes-validations", [])
-        schema.update(extra)
-        if rules:
-            schema["x-kubernetes-validations"] = [
-                *schema.get("x-kubernetes-validations", []),
-                *rules,
-            ]
+        schema.update(json.loads(self.json_text))
         return schema
-
-
-def checked(rule: Rule, test: Callable[[Any], object]) -> AfterValidator:
-    """A pydantic validator applying `test` and failing with the rule's message."""
-
-    def validate(value: Any) -> Any:
-        rule.check(bool(test(value)))
-        return value
-
-    return AfterValidator(validate)
 
 
 # --------------------------------------------------------------------------------------- names
@@ -80,13 +59,9 @@ DNS_SUBDOMAIN_RULE = Rule(
     cel=f"self.matches(r'{DNS_SUBDOMAIN}')",
     message="must be a Kubernetes object name: lower-case letters, digits, '-' and '.',"
     " starting and ending with a letter or digit",
+    test=re.compile(DNS_SUBDOMAIN).fullmatch,
 )
-DnsSubdomain = Annotated[
-    str,
-    StringConstraints(min_length=1, max_length=253),
-    SchemaExtra.cel(DNS_SUBDOMAIN_RULE),
-    checked(DNS_SUBDOMAIN_RULE, re.compile(DNS_SUBDOMAIN).fullmatch),
-]
+DnsSubdomain = Annotated[str, StringConstraints(min_length=1, max_length=253), DNS_SUBDOMAIN_RULE]
 """A Kubernetes object name (DNS-1123 subdomain)."""
 SecretKey = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=SECRET_KEY)]
 Host = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=HOST)]
@@ -98,55 +73,39 @@ LongText = Annotated[str, StringConstraints(max_length=32768)]
 LABEL_KEY_RULE = Rule(
     cel="self.all(k, k.matches(r'" + QUALIFIED_NAME + "'))",
     message="label keys must be qualified names such as 'example.com/role' or 'role'",
+    test=lambda labels: all(re.fullmatch(QUALIFIED_NAME, key) for key in labels),
 )
-LABEL_KEY_RE = re.compile(QUALIFIED_NAME)
 LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE)]
 LabelMap = Annotated[
     dict[Annotated[str, StringConstraints(max_length=317)], LabelValue],
     Field(max_length=64),
-    SchemaExtra.cel(LABEL_KEY_RULE),
-    checked(LABEL_KEY_RULE, lambda labels: all(LABEL_KEY_RE.fullmatch(k) for k in labels)),
+    LABEL_KEY_RULE,
 ]
 """Labels for the core Node: at most 64, keys qualified names, values up to 63 characters."""
 
+
 # ------------------------------------------------------------------------------------- network
+def _url_test(*schemes: str) -> Callable[[str], bool]:
+    """Whether a value is a URL with one of `schemes` and a host (CEL's `isURL` and `url`)."""
+    return lambda value: urlsplit(value).scheme in schemes and bool(urlsplit(value).hostname)
+
+
 HTTPS_URL_RULE = Rule(
     cel="isURL(self) && url(self).getScheme() == 'https' && url(self).getHostname() != ''",
     message="must be an https:// URL with a host, e.g. https://192.0.2.10:443",
+    test=_url_test("https"),
 )
-
-
-def _is_https_url(value: str) -> bool:
-    parts = urlsplit(value)
-    return parts.scheme == "https" and bool(parts.hostname)
-
-
-HttpsUrl = Annotated[
-    str,
-    StringConstraints(min_length=1, max_length=2048),
-    SchemaExtra.cel(HTTPS_URL_RULE),
-    checked(HTTPS_URL_RULE, _is_https_url),
-]
+URL_LENGTH = StringConstraints(min_length=1, max_length=2048)
+HttpsUrl = Annotated[str, URL_LENGTH, HTTPS_URL_RULE]
 
 HTTP_URL_RULE = Rule(
     cel="isURL(self) && url(self).getScheme() in ['http', 'https']"
     " && url(self).getHostname() != ''",
     message="must be an http:// or https:// URL with a host, e.g. http://192.0.2.40",
+    test=_url_test("http", "https"),
 )
-
-
-def _is_http_url(value: str) -> bool:
-    parts = urlsplit(value)
-    return parts.scheme in ("http", "https") and bool(parts.hostname)
-
-
 #: For LAN devices that speak plain HTTP (smart plugs) as well as HTTPS.
-HttpUrl = Annotated[
-    str,
-    StringConstraints(min_length=1, max_length=2048),
-    SchemaExtra.cel(HTTP_URL_RULE),
-    checked(HTTP_URL_RULE, _is_http_url),
-]
+HttpUrl = Annotated[str, URL_LENGTH, HTTP_URL_RULE]
 
 #: A power draw in watts.
 Watts = Annotated[float, Field(ge=0, le=100_000)]
@@ -155,13 +114,9 @@ MAC_PATTERN = r"^([0-9A-Fa-f]{2}[:-]){5}[0-9A-Fa-f]{2}$"
 MAC_RULE = Rule(
     cel=f"self.matches(r'{MAC_PATTERN}')",
     message="must be a MAC address of six hex octets, e.g. 52:54:00:12:34:56",
+    test=re.compile(MAC_PATTERN).fullmatch,
 )
-MacAddress = Annotated[
-    str,
-    StringConstraints(max_length=17),
-    SchemaExtra.cel(MAC_RULE),
-    checked(MAC_RULE, re.compile(MAC_PATTERN).fullmatch),
-]
+MacAddress = Annotated[str, StringConstraints(max_length=17), MAC_RULE]
 
 
 def _check_ipv4(value: str) -> str:
@@ -176,11 +131,6 @@ IPv4 = Annotated[
     SchemaExtra.of(format="ipv4"),
 ]
 
-IPV4_CIDR_RULE = Rule(
-    cel="isCIDR(self) && cidr(self).ip().family() == 4",
-    message="must be an IPv4 network such as 192.168.50.0/24",
-)
-
 
 def _is_ipv4_cidr(value: str) -> bool:
     if "/" not in value:  # Python reads a bare address as a /32; CEL's isCIDR does not
@@ -192,12 +142,12 @@ def _is_ipv4_cidr(value: str) -> bool:
     return True
 
 
-IPv4Cidr = Annotated[
-    str,
-    StringConstraints(max_length=18),
-    SchemaExtra.cel(IPV4_CIDR_RULE),
-    checked(IPV4_CIDR_RULE, _is_ipv4_cidr),
-]
+IPV4_CIDR_RULE = Rule(
+    cel="isCIDR(self) && cidr(self).ip().family() == 4",
+    message="must be an IPv4 network such as 192.168.50.0/24",
+    test=_is_ipv4_cidr,
+)
+IPv4Cidr = Annotated[str, StringConstraints(max_length=18), IPV4_CIDR_RULE]
 """An IPv4 network in CIDR notation (host bits allowed: `192.168.50.10/24` is that /24)."""
 
 # ---------------------------------------------------------------------------------- quantities
@@ -205,6 +155,7 @@ QUANTITY_PATTERN = (
     r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
     r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
+_QUANTITY_RE = re.compile(QUANTITY_PATTERN)
 QUANTITY_RULE = Rule(
     cel="type(self) == int ? self >= 0 : isQuantity(self) && !self.startsWith('-')",
     message="must be a non-negative quantity such as 4, 500m, 16Gi or 1.5",
@@ -212,21 +163,10 @@ QUANTITY_RULE = Rule(
         "(type(self) == int ? string(self) : '\"' + self + '\"')"
         " + ': must be a non-negative quantity such as 4, 500m, 16Gi or 1.5'"
     ),
+    test=lambda value: value >= 0 if isinstance(value, int) else _QUANTITY_RE.fullmatch(value),
 )
-_QUANTITY_RE = re.compile(QUANTITY_PATTERN)
-
-
-def _is_quantity(value: int | str) -> bool:
-    if isinstance(value, int):
-        return value >= 0
-    return bool(_QUANTITY_RE.fullmatch(value))
-
-
 Quantity = Annotated[
-    int | str,
-    checked(QUANTITY_RULE, _is_quantity),
-    SchemaExtra.of(x_kubernetes_int_or_string=True, maxLength=64),
-    SchemaExtra.cel(QUANTITY_RULE),
+    int | str, SchemaExtra.of(x_kubernetes_int_or_string=True, maxLength=64), QUANTITY_RULE
 ]
 """A Kubernetes resource quantity, as an integer or a string (`8`, `500m`, `16Gi`)."""
 
@@ -255,10 +195,8 @@ def parse_quantity(value: int | str) -> Decimal:
     if isinstance(value, int):
         return Decimal(value)
     text = value.strip().lstrip("+")
-    if not _QUANTITY_RE.fullmatch(text):
-        raise ValueError(f"not a quantity: {value!r}")
     match = re.match(r"^([0-9.]+)([eE][-+]?[0-9.]+)?([KMGTPE]i|[numkMGTPE])?$", text)
-    if match is None:  # pragma: no cover - the pattern above already matched
+    if match is None or not _QUANTITY_RE.fullmatch(text):  # the parts' pattern is looser
         raise ValueError(f"not a quantity: {value!r}")
     number, exponent, suffix = match.groups()
     result = Decimal(number + (exponent or ""))
@@ -270,13 +208,9 @@ CRON_PATTERN = r"^(@(yearly|annually|monthly|weekly|daily|hourly)|(\S+\s+){4}\S+
 CRON_RULE = Rule(
     cel=f"self.matches(r'{CRON_PATTERN}')",
     message="must be a cron schedule with five fields, e.g. '*/5 * * * *', or @hourly/@daily",
+    test=re.compile(CRON_PATTERN).fullmatch,
 )
-CronSchedule = Annotated[
-    str,
-    StringConstraints(min_length=1, max_length=128),
-    SchemaExtra.cel(CRON_RULE),
-    checked(CRON_RULE, re.compile(CRON_PATTERN).fullmatch),
-]
+CronSchedule = Annotated[str, StringConstraints(min_length=1, max_length=128), CRON_RULE]
 
 PLAYBOOK_FILE = r"^[A-Za-z0-9][-A-Za-z0-9_.]*\.ya?ml$"
 PlaybookFile = Annotated[

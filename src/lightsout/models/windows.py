@@ -10,7 +10,7 @@ windows open at once, which the Group's validation refuses.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -72,10 +72,7 @@ class WindowTimes:
     def open_at(self, at: datetime) -> datetime | None:
         """The opening in force at `at` (the last one at or before it, while `at` is within
         `durationSeconds` of it); None when the window is closed."""
-        last = None
-        for opening in self.openings(at - self.duration, at):
-            last = opening
-        return last
+        return max(self.openings(at - self.duration, at), default=None)
 
     def closes_local(self, opening: datetime) -> datetime:
         """When the opening at `opening` closes, in the window's zone."""
@@ -83,19 +80,14 @@ class WindowTimes:
 
     def span(self, opening: datetime) -> str:
         """`18:00-23:00 Europe/Berlin` for the opening at `opening`."""
-        tz = zone(self.time_zone)
-        closes = (opening + self.duration).astimezone(tz)
-        return f"{opening.astimezone(tz):%H:%M}-{closes:%H:%M} {self.time_zone}"
-
-
-def overlap(windows: Sequence[WindowTimes]) -> str | None:
-    """Why two of `windows` are open at once (None if they never are), checked over
-    `OVERLAP_HORIZON` from `OVERLAP_FROM`, at most `OVERLAP_OPENINGS` openings each."""
-    return _overlap(tuple(windows))
+        opens = opening.astimezone(zone(self.time_zone))
+        return f"{opens:%H:%M}-{self.closes_local(opening):%H:%M} {self.time_zone}"
 
 
 @lru_cache(maxsize=256)
-def _overlap(windows: tuple[WindowTimes, ...]) -> str | None:
+def overlap(windows: tuple[WindowTimes, ...]) -> str | None:
+    """Why two of `windows` are open at once (None if they never are), checked over
+    `OVERLAP_HORIZON` from `OVERLAP_FROM`, at most `OVERLAP_OPENINGS` openings each."""
     if len(windows) < 2:
         return None
     intervals: list[tuple[datetime, datetime, WindowTimes]] = []

@@ -22,12 +22,14 @@ from lightsout.models.node import AutoscalingSettings, PowerProfile
 from lightsout.state import cron, references
 from lightsout.state.measured import declared_resources, expected_resources, expected_watts
 from lightsout.state.parse import (
+    as_int,
     as_str,
     condition,
     controller_kind,
     controller_name,
     dig,
     merge_taints,
+    non_negative,
     parse_label_selector,
     parse_taints,
     parse_time,
@@ -138,15 +140,10 @@ def _each[T](
             notes.append(f"unreadable ({type(error).__name__}: {error}), skipped")
         if value is None and not notes:
             notes.append("no name, skipped")
-        problems.extend(f"{kind} {_name(obj) or f'[{index}]'}: {note}" for note in notes)
+        problems.extend(f"{kind} {_key(obj) or f'[{index}]'}: {note}" for note in notes)
         if value is not None:
             out.append(value)
     return tuple(out)
-
-
-def _name(obj: Mapping[str, Any]) -> str:
-    key = _key(obj)
-    return str(key) if key else ""
 
 
 def _key(obj: Mapping[str, Any]) -> ObjectKey | None:
@@ -177,12 +174,9 @@ def _pod(obj: Mapping[str, Any], _notes: list[str]) -> Pod | None:
     metadata, spec, status = obj.get("metadata"), obj.get("spec"), obj.get("status")
     annotations = str_map(dig(metadata, "annotations"))
     created = parse_time(dig(metadata, "creationTimestamp"))
-    scheduled = condition(status, "PodScheduled")
+    scheduled = condition(status, "PodScheduled") or {}
     unschedulable_since = None
-    if scheduled and (scheduled.get("status"), scheduled.get("reason")) == (
-        "False",
-        "Unschedulable",
-    ):
+    if (scheduled.get("status"), scheduled.get("reason")) == ("False", "Unschedulable"):
         # When the scheduler first said no; the creation time when that is unreadable.
         unschedulable_since = parse_time(scheduled.get("lastTransitionTime")) or created
     return Pod(
@@ -338,8 +332,8 @@ def _machine(
         watts_idle=watts.idle,
         watts_off=watts.off,
         boot_seconds=power.boot_timeout_seconds,
-        learned_boot_seconds=_seconds(dig(obj, "status", "learned", "bootSeconds")),
-        learned_shutdown_seconds=_seconds(dig(obj, "status", "learned", "shutdownSeconds")),
+        learned_boot_seconds=non_negative(dig(obj, "status", "learned", "bootSeconds")),
+        learned_shutdown_seconds=non_negative(dig(obj, "status", "learned", "shutdownSeconds")),
         power_ons=_times(dig(obj, "status", "learned", "powerOns")),
         minimum_on_seconds=autoscaling.minimum_on_seconds,
         max_power_cycles_per_day=autoscaling.max_power_cycles_per_day,
@@ -349,13 +343,6 @@ def _machine(
         or None,
         unresolved=check(obj),
     )
-
-
-def _seconds(value: object) -> float | None:
-    """A learned duration from status; None when absent or unreadable."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        return None
-    return float(value)
 
 
 def _times(value: object) -> tuple[datetime, ...]:
@@ -375,14 +362,11 @@ def _pdb(obj: Mapping[str, Any], _notes: list[str]) -> DisruptionBudget | None:
     key = _key(obj)
     if key is None:
         return None
-    allowed = dig(obj, "status", "disruptionsAllowed")
     return DisruptionBudget(
         key=key,
         selector=parse_label_selector(dig(obj, "spec", "selector")),
         # Unknown (no status yet, or garbage) is treated by the planner as "allows none".
-        disruptions_allowed=allowed
-        if isinstance(allowed, int) and not isinstance(allowed, bool)
-        else None,
+        disruptions_allowed=as_int(dig(obj, "status", "disruptionsAllowed")),
     )
 
 

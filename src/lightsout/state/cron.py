@@ -41,7 +41,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from lightsout.models import schedule as cron_schedule
-from lightsout.state.parse import as_str, dig, scheduling_requirements
+from lightsout.state.parse import as_int, as_str, dig, scheduling_requirements
 from lightsout.state.types import ExpectedPod, ObjectKey, SchedulingRequirements
 
 ALLOW, FORBID, REPLACE = "Allow", "Forbid", "Replace"
@@ -79,7 +79,7 @@ def read(cronjob: Mapping[str, Any]) -> CronSpec:
     if policy not in (ALLOW, FORBID, REPLACE):
         raise CronError(f"concurrencyPolicy {policy!r} is not Allow, Forbid or Replace")
     template = dig(spec, "jobTemplate", "spec", "template", "spec")
-    deadline = dig(spec, "startingDeadlineSeconds")
+    deadline = as_int(dig(spec, "startingDeadlineSeconds"))
     active = dig(cronjob, "status", "active")
     return CronSpec(
         namespace=as_str(dig(cronjob, "metadata", "namespace"), "default") or "default",
@@ -88,11 +88,7 @@ def read(cronjob: Mapping[str, Any]) -> CronSpec:
         time_zone=as_str(dig(spec, "timeZone")) or None,
         suspend=dig(spec, "suspend") is True,
         concurrency_policy=policy,
-        starting_deadline=(
-            timedelta(seconds=deadline)
-            if isinstance(deadline, int) and not isinstance(deadline, bool)
-            else None
-        ),
+        starting_deadline=None if deadline is None else timedelta(seconds=deadline),
         active=len(active) if isinstance(active, list) else 0,
         pod_spec=template if isinstance(template, Mapping) else {},
         scheduling=scheduling_requirements(template),

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from lightsout.state.parse import dig
+from lightsout.state.parse import dig, non_negative
 from lightsout.state.resources import CPU, MEMORY, PODS, Resources, parse_amount, parse_resources
 
 #: Pods a machine offers when nothing says otherwise (the kubelet's default maxPods).
@@ -34,16 +34,12 @@ class Watts(NamedTuple):
 
 def declared_resources(value: object) -> Resources | None:
     """spec.resources as amounts; None unless cpu and memory are both readable."""
-    if not isinstance(value, Mapping):
-        return None
-    cpu, memory = parse_amount(CPU, value.get("cpu")), parse_amount(MEMORY, value.get("memory"))
-    if not cpu or not memory:
+    found = inspected_resources(value)
+    if found is None or not isinstance(value, Mapping):
         return None
     pods = value.get("pods", DEFAULT_PODS)
     pods = pods if isinstance(pods, int) and pods > 0 else DEFAULT_PODS
-    return Resources.of({CPU: cpu, MEMORY: memory, PODS: pods}) + parse_resources(
-        value.get("extended")
-    )
+    return Resources.of({**found.as_dict(), PODS: pods}) + parse_resources(value.get("extended"))
 
 
 def inspected_resources(value: object) -> Resources | None:
@@ -64,12 +60,6 @@ def expected_resources(node: Mapping[str, Any]) -> Resources | None:
     )
 
 
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        return None
-    return float(value)
-
-
 def expected_watts(node: Mapping[str, Any]) -> Watts:
     """The machine's draw: learned from measured watts (`status.learned`), else declared
     (`spec.power`)."""
@@ -77,11 +67,12 @@ def expected_watts(node: Mapping[str, Any]) -> Watts:
     power = dig(node, "spec", "power")
 
     def pick(measured: str, declared: str) -> float | None:
-        found = _number(dig(learned, measured))
-        return found if found is not None else _number(dig(power, declared))
+        found = non_negative(dig(learned, measured))
+        return found if found is not None else non_negative(dig(power, declared))
 
     on, idle = pick("busyWatts", "onWatts"), pick("idleWatts", "idleWatts")
-    if on is not None and idle is not None and on < idle and _number(dig(learned, "idleWatts")):
+    measured_idle = non_negative(dig(learned, "idleWatts"))
+    if measured_idle and on is not None and on < measured_idle:
         on = idle  # a measured idle draw above the declared busy one: the declaration is wrong
     return Watts(on=on, idle=idle, off=pick("offWatts", "offWatts"))
 

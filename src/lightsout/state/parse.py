@@ -50,6 +50,18 @@ def as_str(value: object, default: str = "") -> str:
     return value if isinstance(value, str) else default
 
 
+def as_int(value: object) -> int | None:
+    """An integer (never a bool, which JSON keeps apart), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def non_negative(value: object) -> float | None:
+    """A non-negative number (a duration, a draw) as a float, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return None
+    return float(value)
+
+
 def str_map(value: object) -> dict[str, str]:
     """A labels/annotations/nodeSelector map, keeping only string keys and values."""
     if not isinstance(value, Mapping):

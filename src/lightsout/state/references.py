@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from lightsout.models.enums import Action
 from lightsout.state.parse import is_mapping
 
 #: The names of a Secret's or ConfigMap's keys, None when the object does not exist.
 Contents = Callable[[str], frozenset[str] | None]
 #: Playbook names the runner image ships (`<action>.yml`): an override naming one of them needs
 #: no overlay.
-SHIPPED_ACTIONS = ("startup", "shutdown", "provision", "deprovision", "healthcheck")
+SHIPPED_PLAYBOOKS = frozenset(f"{action}.yml" for action in Action)
 
 
 class ReferenceReason(StrEnum):
@@ -144,7 +145,7 @@ def unresolved(
             )
     else:
         held = frozenset()
-    if playbook and playbook not in held and playbook not in _shipped():
+    if playbook and playbook not in held and playbook not in SHIPPED_PLAYBOOKS:
         where = f"ConfigMap {namespace}/{config_map}" if config_map else "no overlay ConfigMap"
         return Unresolved(
             ReferenceReason.PLAYBOOK_NOT_FOUND,
@@ -190,7 +191,3 @@ def contents_index(
             str(k) for k in keys
         )
     return found
-
-
-def _shipped() -> frozenset[str]:
-    return frozenset(f"{action}.yml" for action in SHIPPED_ACTIONS)

@@ -49,9 +49,6 @@ class Resources:
     def as_dict(self) -> dict[str, int]:
         return dict(self.amounts)
 
-    def names(self) -> tuple[str, ...]:
-        return tuple(name for name, _ in self.amounts)
-
     def __iter__(self) -> Iterator[tuple[str, int]]:
         return iter(self.amounts)
 
@@ -63,9 +60,6 @@ class Resources:
 
     def __sub__(self, other: Resources) -> Resources:
         return Resources.of([*self.amounts, *((k, -v) for k, v in other.amounts)])
-
-    def scaled(self, factor: int) -> Resources:
-        return Resources.of((k, v * factor) for k, v in self.amounts)
 
     def __str__(self) -> str:
         return ", ".join(f"{k}={format_amount(k, v)}" for k, v in self.amounts) or "nothing"
