@@ -101,19 +101,9 @@ class MachineTracker:
         with self._lock:
             seen = self._seen.get(key)
             if seen is None:
+                # First sight: its finished Job and desired state are history, counted as seen.
                 _zero_actions(spec)
-                self._seen[key] = _Seen(
-                    key[0],
-                    str(spec.get("group") or ""),
-                    phase,
-                    finished_job,
-                    desired,
-                    None,
-                    account,
-                    currency,
-                    measured,
-                )
-                return
+                seen = self._seen[key] = _Seen(key[0], "", phase, finished_job, desired, None)
             seen.group, seen.phase = str(spec.get("group") or ""), phase
             seen.energy, seen.currency, seen.measured = account, currency, measured
             if finished_job and finished_job != seen.last_job:
