@@ -97,11 +97,7 @@ def _money(amount: float) -> str:
 
 
 def machine_row(node: Obj, now: dt.datetime) -> Obj:
-    meta, spec, status = (
-        node.get("metadata") or {},
-        node.get("spec") or {},
-        node.get("status") or {},
-    )
+    meta, spec, status = (node.get(k) or {} for k in ("metadata", "spec", "status"))
     op = status.get("lastOperation") or {}
     last = f"{op['action']} {op.get('result', '')}".strip() if op.get("action") else "-"
     return {
@@ -172,10 +168,10 @@ def rows(groups: list[Obj], nodes: list[Obj], now: dt.datetime) -> Obj:
 
 def _table(headers: list[str], lines: list[list[str]]) -> list[str]:
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(headers)]
-    out = []
-    for line in [headers, *lines]:
-        out.append("   ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
-    return out
+    return [
+        "   ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in [headers, *lines]
+    ]
 
 
 def _short(text: str) -> str:
