@@ -6,8 +6,12 @@ The local dev cluster and the demo are the lab's (`lightsout-lab`), not the oper
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
 import os
 import sys
+import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,43 +67,31 @@ def cmd_crds(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """List the cluster once, plan on it and print the plan; nothing is changed."""
-    import datetime as dt
-    import json
-
     from lightsout.config import OperatorConfig
     from lightsout.k8s.api import Api
     from lightsout.planning.autoscale import plan
     from lightsout.planning.report import as_json, render_text
-    from lightsout.state.build import (
-        CONFIGMAPS_KEY,
-        CRONJOBS_KEY,
-        DAEMONSETS_KEY,
-        GROUPS_KEY,
-        MACHINES_KEY,
-        NODES_KEY,
-        PDBS_KEY,
-        PODS_KEY,
-        SECRETS_KEY,
-        snapshot_from,
-    )
+    from lightsout.state import build
     from lightsout.state.references import contents_entry
 
     ns = args.namespace
     api = Api(connect_timeout=CONNECT_SECONDS)
     objects = {
-        PODS_KEY: api.list_pods(ns),
-        NODES_KEY: api.list_core_nodes(),
-        MACHINES_KEY: api.list_all_resources("nodes", ns),
-        GROUPS_KEY: api.list_all_resources("groups", ns),
-        PDBS_KEY: api.list_pdbs(ns),
-        DAEMONSETS_KEY: api.list_daemonsets(ns),
-        CRONJOBS_KEY: api.list_cronjobs(ns),
-        SECRETS_KEY: [contents_entry(*found) for found in api.list_key_names("secret", ns)],
-        CONFIGMAPS_KEY: [contents_entry(*found) for found in api.list_key_names("config_map", ns)],
+        build.PODS_KEY: api.list_pods(ns),
+        build.NODES_KEY: api.list_core_nodes(),
+        build.MACHINES_KEY: api.list_all_resources("nodes", ns),
+        build.GROUPS_KEY: api.list_all_resources("groups", ns),
+        build.PDBS_KEY: api.list_pdbs(ns),
+        build.DAEMONSETS_KEY: api.list_daemonsets(ns),
+        build.CRONJOBS_KEY: api.list_cronjobs(ns),
+        build.SECRETS_KEY: [contents_entry(*found) for found in api.list_key_names("secret", ns)],
+        build.CONFIGMAPS_KEY: [
+            contents_entry(*found) for found in api.list_key_names("config_map", ns)
+        ],
     }
     # Every list above is whole, so the snapshot is complete: the same view the operator has.
     now = dt.datetime.now(dt.UTC)
-    snapshot = snapshot_from(objects, complete=True, now=now)
+    snapshot = build.snapshot_from(objects, complete=True, now=now)
     result = plan(snapshot, now)
     if OperatorConfig.from_env().autoscaler_dry_run:
         print("LIGHTSOUT_AUTOSCALER_DRY_RUN is set: the operator applies none of this")
@@ -112,9 +104,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Groups and machines, one table each (`-o json` for scripts)."""
-    import datetime as dt
-    import json
-
     from lightsout.commands import status
     from lightsout.k8s.api import Api, current_namespace
 
@@ -134,8 +123,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_power(args: argparse.Namespace) -> int:
     """Set desiredPowerState; with --wait, follow the phases until done, Failed or timeout."""
-    import time
-
     from lightsout.commands.power import ExitCode, Progress, verdict
     from lightsout.k8s.api import Api, current_namespace
     from lightsout.models.enums import PowerState
@@ -213,8 +200,6 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Replay a trace against the production planner; print energy, waits, cycles, bounds."""
-    import time
-
     from lightsout.simulate import engine, report
 
     try:
@@ -276,8 +261,6 @@ def _print_simulation(
     solved: Bound | None,
 ) -> None:
     """`lightsout simulate`'s report, text or JSON, with the bound and the breakdown asked for."""
-    import json
-
     from lightsout.simulate import report
 
     bound = None if solved is None else solved.as_json()
@@ -358,8 +341,6 @@ def _sweep_of(args: argparse.Namespace) -> Sweep | None:
 
 def _simulate_sweep(trace: Trace, sweep: Sweep, options: Options, args: argparse.Namespace) -> int:
     """`lightsout simulate TRACE --sweep KNOB[=V1,...]`: a replay per value, the table."""
-    import json
-
     from lightsout.simulate import sweep as sweeping
 
     points, baseline = sweeping.run(trace, sweep, options)
@@ -457,9 +438,6 @@ def cmd_trace_record(args: argparse.Namespace) -> int:
 
 def cmd_healthcheck(args: argparse.Namespace) -> int:
     """Run the Group's health check now (a Job from its CronJob) and print each machine."""
-    import time
-    import uuid
-
     from lightsout.commands.healthcheck import finished, report
     from lightsout.commands.power import ExitCode
     from lightsout.execution import health

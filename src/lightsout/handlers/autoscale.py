@@ -59,6 +59,7 @@ from lightsout.state.build import (
     SECRETS_KEY,
     snapshot_from,
 )
+from lightsout.state.parse import dig
 from lightsout.state.references import contents_entry
 from lightsout.state.types import ObjectKey, Snapshot
 
@@ -110,12 +111,8 @@ def key_name_entries(indexes: Mapping[str, Any]) -> dict[str, list[Obj]]:
 
 
 @kopf.index("policy", "v1", "poddisruptionbudgets", id="autoscaler_pdbs")
-async def autoscaler_pdbs(body: kopf.Body, **_: Any) -> IndexValue:
-    return {None: slim(body)}
-
-
 @kopf.index("apps", "v1", "daemonsets", id="autoscaler_daemonsets")
-async def autoscaler_daemonsets(body: kopf.Body, **_: Any) -> IndexValue:
+async def autoscaler_objects(body: kopf.Body, **_: Any) -> IndexValue:
     return {None: slim(body)}
 
 
@@ -126,9 +123,7 @@ async def autoscaler_cronjobs(body: kopf.Body, **_: Any) -> IndexValue:
     # one running starts nothing new); the rest of the status and the template's metadata
     # are nothing the planner reads.
     spec = body.get("spec") or {}
-    pod_spec = (((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}).get(
-        "spec"
-    )
+    pod_spec = dig(spec, "jobTemplate", "spec", "template", "spec")
     fields = ("schedule", "timeZone", "suspend", "concurrencyPolicy", "startingDeadlineSeconds")
     kept = {k: spec[k] for k in fields if k in spec}
     active = (body.get("status") or {}).get("active") or []

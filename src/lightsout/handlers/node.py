@@ -73,7 +73,9 @@ def slim(body: kopf.Body) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- the watch caches
 @kopf.index(API_GROUP, API_VERSION, "nodes", id=rc.MACHINES)
-async def machines(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
+@kopf.index(API_GROUP, API_VERSION, "groups", id=rc.GROUPS)
+async def by_name(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
+    """Lights-Out Nodes and Groups, each by (namespace, name)."""
     return {(namespace or "", name): slim(body)}
 
 
@@ -95,11 +97,6 @@ async def machine_refs(spec: kopf.Spec, name: str, namespace: str | None, **_: A
     return found
 
 
-@kopf.index(API_GROUP, API_VERSION, "groups", id=rc.GROUPS)
-async def group_cache(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
-    return {(namespace or "", name): slim(body)}
-
-
 @kopf.index("batch", "v1", "jobs", labels=OURS, id=rc.JOBS)
 async def jobs(body: kopf.Body, namespace: str | None, **_: Any) -> Any:
     machine = _job_machine(body)
@@ -113,15 +110,11 @@ async def job_pods(body: kopf.Body, labels: kopf.Labels, namespace: str | None, 
 
 
 # Secrets and ConfigMaps: the names of their keys only. kopf hands the whole object to the
-# index function and keeps only what it returns, so no value outlives this call. The Secret
-# watch is registered by `handlers.watch_secrets`, for a namespaced operator only.
-async def secret_keys(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
-    return {(namespace or "", name): key_names(body)}
-
-
-# Not the extravars ConfigMaps of our own Jobs (one per attempt): no machine references them.
+# index function and keeps only what it returns, so no value outlives this call. Not the
+# extravars ConfigMaps of our own Jobs (one per attempt): no machine references them. The
+# Secret watch is registered by `handlers.watch_secrets`, for a namespaced operator only.
 @kopf.index("", "v1", "configmaps", labels=NOT_OURS, id=rc.CONFIG_MAPS)
-async def configmap_keys(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
+async def key_names_of(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
     return {(namespace or "", name): key_names(body)}
 
 
