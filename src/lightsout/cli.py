@@ -202,12 +202,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     """Replay a trace against the production planner; print energy, waits, cycles, bounds."""
     from lightsout.simulate import engine, report
 
-    try:
-        _settings_of(args)
-        sweep = _sweep_of(args)
-        trace = _trace_of(args)
-    except _RefusedError:
-        return 2
+    _settings_of(args)
+    sweep = _sweep_of(args)
+    trace = _trace_of(args)
     options = engine.Options(
         policy=engine.Policy(args.policy),
         scoring=engine.Scoring(args.scheduler),
@@ -229,8 +226,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         try:
             plot(result, Path(args.plot))
         except PlotMissingError as error:
-            print(f"lightsout simulate: {error}", file=sys.stderr)
-            return 2
+            raise _RefusedError(f"lightsout simulate: {error}") from None
     baseline = None
     max_wait = report.longest_wait(result)
     if args.baseline and options.policy is engine.Policy.LIGHTSOUT:
@@ -247,8 +243,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             # schedules it is compared with did, so it bounds both of them.
             solved = solve(trace, args.time_limit, max_wait=max_wait)
         except SolverMissingError as error:
-            print(f"lightsout simulate: {error}", file=sys.stderr)
-            return 2
+            raise _RefusedError(f"lightsout simulate: {error}") from None
     _print_simulation(args, result, summary, baseline, solved)
     return 0
 
@@ -283,11 +278,12 @@ def _print_simulation(
 
 
 class _RefusedError(Exception):
-    """`lightsout simulate` printed why it cannot go on (exit 2)."""
+    """A command cannot go on with what it was given (exit 2): the error is the line `main`
+    prints (none when the command printed its problems itself)."""
 
 
 def _trace_of(args: argparse.Namespace) -> Trace:
-    """The trace `lightsout simulate` replays; `_RefusedError` after printing why it cannot."""
+    """The trace `lightsout simulate` replays; `_RefusedError` saying why it cannot."""
     from lightsout.simulate import generate
     from lightsout.simulate.trace import TraceError, load
     from lightsout.simulate.validate import validate
@@ -303,8 +299,7 @@ def _trace_of(args: argparse.Namespace) -> Trace:
             return load(path)
         return generate.generate(args.trace)  # a shipped trace, by name
     except TraceError as error:
-        print(f"lightsout simulate: {error}", file=sys.stderr)
-        raise _RefusedError from None
+        raise _RefusedError(f"lightsout simulate: {error}") from None
 
 
 def _settings_of(args: argparse.Namespace) -> None:
@@ -314,12 +309,11 @@ def _settings_of(args: argparse.Namespace) -> None:
     try:
         apply_overrides({"spec": {}}, args.set or ())
     except ValueError as error:
-        print(f"lightsout simulate: {error}", file=sys.stderr)
-        raise _RefusedError from None
+        raise _RefusedError(f"lightsout simulate: {error}") from None
 
 
 def _sweep_of(args: argparse.Namespace) -> Sweep | None:
-    """The parsed `--sweep` (None without one); `_RefusedError` after printing why not."""
+    """The parsed `--sweep` (None without one); `_RefusedError` saying why not."""
     if args.sweep is None:
         return None
     from lightsout.simulate.sweep import SweepError, parse
@@ -327,15 +321,12 @@ def _sweep_of(args: argparse.Namespace) -> Sweep | None:
     try:
         sweep = parse(args.sweep)
     except SweepError as error:
-        print(f"lightsout simulate: --sweep {error}", file=sys.stderr)
-        raise _RefusedError from None
+        raise _RefusedError(f"lightsout simulate: --sweep {error}") from None
     if args.policy != "lightsout" or args.optimum or args.breakdown:
-        print(
+        raise _RefusedError(
             "lightsout simulate: --sweep replays the lightsout policy beside the reactive "
-            "baseline; drop --policy, --optimum and --breakdown",
-            file=sys.stderr,
+            "baseline; drop --policy, --optimum and --breakdown"
         )
-        raise _RefusedError
     return sweep
 
 
@@ -351,8 +342,7 @@ def _simulate_sweep(trace: Trace, sweep: Sweep, options: Options, args: argparse
         try:
             plot_sweep(document, Path(args.plot))
         except PlotMissingError as error:
-            print(f"lightsout simulate: {error}", file=sys.stderr)
-            return 2
+            raise _RefusedError(f"lightsout simulate: {error}") from None
     if args.output == "json":
         print(json.dumps(document, indent=2, allow_nan=False))
     else:
@@ -402,8 +392,7 @@ def cmd_trace_record(args: argparse.Namespace) -> int:
     try:
         seconds = parse_duration(args.duration)
     except ValueError as error:
-        print(f"lightsout trace record: {error}", file=sys.stderr)
-        return 2
+        raise _RefusedError(f"lightsout trace record: {error}") from None
     namespaces = None if args.all_namespaces else (args.namespace or [current_namespace()])
     where = "all namespaces" if namespaces is None else "namespace(s) " + ", ".join(namespaces)
     print(f"recording {where} for {args.duration} (Ctrl-C to stop early)", flush=True)
@@ -650,12 +639,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command. No usable kubeconfig, an API server that cannot be reached or that
-    refuses is one `error: ...` line on stderr and exit 1, as kubectl says it; anything else
-    (a bug) keeps its traceback."""
+    """Run the command. Input it refuses is exit 2 (`_RefusedError`'s line on stderr). No usable
+    kubeconfig, an API server that cannot be reached or that refuses is one `error: ...` line
+    on stderr and exit 1, as kubectl says it; anything else (a bug) keeps its traceback."""
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
+    except _RefusedError as refused:
+        if str(refused):
+            print(refused, file=sys.stderr)
+        return 2
     except Exception as exc:
         from lightsout.k8s.api import cli_problem
 

@@ -277,13 +277,9 @@ def _node_group(info: ng.NodeGroupInfo) -> pb.NodeGroup:
 def _instance(instance: ng.Instance) -> pb.Instance:
     status = pb.InstanceStatus(instanceState=_STATES[instance.state])
     if instance.error_code:
-        status.errorInfo.CopyFrom(
-            pb.InstanceErrorInfo(
-                errorCode=instance.error_code,
-                errorMessage=instance.error_message,
-                instanceErrorClass=ng.ERROR_CLASS_OTHER,
-            )
-        )
+        status.errorInfo.errorCode = instance.error_code
+        status.errorInfo.errorMessage = instance.error_message
+        status.errorInfo.instanceErrorClass = ng.ERROR_CLASS_OTHER
     return pb.Instance(id=instance.id, status=status)
 
 

@@ -370,14 +370,13 @@ class Api:
         names): `lightsout plan` checks what machines reference; the values are dropped on
         arrival."""
         core = self.core()
-        calls = {
+        namespaced, everywhere = {
             "secret": (core.list_namespaced_secret, core.list_secret_for_all_namespaces),
             "config_map": (
                 core.list_namespaced_config_map,
                 core.list_config_map_for_all_namespaces,
             ),
-        }
-        namespaced, everywhere = calls[kind]
+        }[kind]
         data = _raw(namespaced, namespace) if namespace else _raw(everywhere)
         return [
             (

@@ -120,10 +120,9 @@ def prepare_private_data_dir(
     """Lay out ansible-runner's private data dir; return the project dir."""
     project = private_dir / "project"
     project.mkdir(parents=True, exist_ok=True)
-    if playbook_dir.is_dir():
-        _copy_tree(playbook_dir, project)
-    if overlay_dir.is_dir():
-        _copy_tree(overlay_dir, project)
+    for source in (playbook_dir, overlay_dir):  # the overlay's files win: copied last
+        if source.is_dir():
+            _copy_tree(source, project)
     inventory = private_dir / "inventory"
     inventory.mkdir(exist_ok=True)
     (inventory / "hosts").write_text(
