@@ -44,6 +44,6 @@ def watch_secrets() -> None:
     is given no Secret access at all, so it does not check Secrets before a Job; a missing one
     then shows at once as the Job pod's `FailedMount` (`PodStartFailed`, naming the Secret)."""
     kopf.index("", "v1", "secrets", id=rc.SECRETS)(node.key_names_of)
-    kopf.on.event("", "v1", "secrets", id="queue_secret")(node.secret_changed)
+    kopf.on.event("", "v1", "secrets", id="queue_secret")(node.reference_changed)
     # A machine's missing reference may have appeared.
     kopf.on.event("", "v1", "secrets", id="autoscaler_wake")(autoscale.autoscaler_wake)

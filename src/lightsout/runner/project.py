@@ -87,10 +87,9 @@ def load_extravars(
         notes.append(f"lightsout_action {given!r} replaced by LIGHTSOUT_ACTION {action!r}")
     raw["lightsout_action"] = action
     raw["lightsout_credentials_dir"] = str(credentials_dir)
-    if ca_dir is not None:
-        raw["lightsout_ca_dir"] = str(ca_dir)
-    if join_dir is not None:
-        raw["lightsout_join_dir"] = str(join_dir)
+    for key, directory in (("lightsout_ca_dir", ca_dir), ("lightsout_join_dir", join_dir)):
+        if directory is not None:
+            raw[key] = str(directory)
     return raw, notes
 
 
