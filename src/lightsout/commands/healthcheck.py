@@ -22,11 +22,7 @@ Obj = Mapping[str, Any]
 def results(pods: Iterable[Obj]) -> dict[str, Obj]:
     """Each machine's result record, by machine name (the newest when a pod was retried)."""
     found: dict[str, Obj] = {}
-    for pod in pods:
-        record = health.pod_record(pod)
-        if record is None:
-            continue
-        name, data = record
+    for name, data in filter(None, map(health.pod_record, pods)):  # the pods that left one
         if name not in found or str(data["started"]) > str(found[name]["started"]):
             found[name] = data
     return found

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 from lightsout.models.group import ScheduleWindow
@@ -152,12 +153,9 @@ def group_row(group: Obj, machines: list[Obj], now: dt.datetime) -> Obj:
 
 
 def rows(groups: list[Obj], nodes: list[Obj], now: dt.datetime) -> Obj:
-    machines = sorted(
-        (machine_row(n, now) for n in nodes), key=lambda r: (r["namespace"], r["name"])
-    )
-    by_group = sorted(
-        (group_row(g, machines, now) for g in groups), key=lambda r: (r["namespace"], r["name"])
-    )
+    place = itemgetter("namespace", "name")
+    machines = sorted((machine_row(n, now) for n in nodes), key=place)
+    by_group = sorted((group_row(g, machines, now) for g in groups), key=place)
     known = {(g["namespace"], g["name"]) for g in by_group}
     # A machine naming a Group that does not exist is the first thing a person should see.
     for machine in machines:
