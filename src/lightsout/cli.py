@@ -6,8 +6,12 @@ The local dev cluster and the demo are the lab's (`lightsout-lab`), not the oper
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
 import os
 import sys
+import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,43 +67,31 @@ def cmd_crds(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """List the cluster once, plan on it and print the plan; nothing is changed."""
-    import datetime as dt
-    import json
-
     from lightsout.config import OperatorConfig
     from lightsout.k8s.api import Api
     from lightsout.planning.autoscale import plan
     from lightsout.planning.report import as_json, render_text
-    from lightsout.state.build import (
-        CONFIGMAPS_KEY,
-        CRONJOBS_KEY,
-        DAEMONSETS_KEY,
-        GROUPS_KEY,
-        MACHINES_KEY,
-        NODES_KEY,
-        PDBS_KEY,
-        PODS_KEY,
-        SECRETS_KEY,
-        snapshot_from,
-    )
+    from lightsout.state import build
     from lightsout.state.references import contents_entry
 
     ns = args.namespace
     api = Api(connect_timeout=CONNECT_SECONDS)
     objects = {
-        PODS_KEY: api.list_pods(ns),
-        NODES_KEY: api.list_core_nodes(),
-        MACHINES_KEY: api.list_all_resources("nodes", ns),
-        GROUPS_KEY: api.list_all_resources("groups", ns),
-        PDBS_KEY: api.list_pdbs(ns),
-        DAEMONSETS_KEY: api.list_daemonsets(ns),
-        CRONJOBS_KEY: api.list_cronjobs(ns),
-        SECRETS_KEY: [contents_entry(*found) for found in api.list_key_names("secret", ns)],
-        CONFIGMAPS_KEY: [contents_entry(*found) for found in api.list_key_names("config_map", ns)],
+        build.PODS_KEY: api.list_pods(ns),
+        build.NODES_KEY: api.list_core_nodes(),
+        build.MACHINES_KEY: api.list_all_resources("nodes", ns),
+        build.GROUPS_KEY: api.list_all_resources("groups", ns),
+        build.PDBS_KEY: api.list_pdbs(ns),
+        build.DAEMONSETS_KEY: api.list_daemonsets(ns),
+        build.CRONJOBS_KEY: api.list_cronjobs(ns),
+        build.SECRETS_KEY: [contents_entry(*found) for found in api.list_key_names("secret", ns)],
+        build.CONFIGMAPS_KEY: [
+            contents_entry(*found) for found in api.list_key_names("config_map", ns)
+        ],
     }
     # Every list above is whole, so the snapshot is complete: the same view the operator has.
     now = dt.datetime.now(dt.UTC)
-    snapshot = snapshot_from(objects, complete=True, now=now)
+    snapshot = build.snapshot_from(objects, complete=True, now=now)
     result = plan(snapshot, now)
     if OperatorConfig.from_env().autoscaler_dry_run:
         print("LIGHTSOUT_AUTOSCALER_DRY_RUN is set: the operator applies none of this")
@@ -112,9 +104,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Groups and machines, one table each (`-o json` for scripts)."""
-    import datetime as dt
-    import json
-
     from lightsout.commands import status
     from lightsout.k8s.api import Api, current_namespace
 
@@ -134,8 +123,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_power(args: argparse.Namespace) -> int:
     """Set desiredPowerState; with --wait, follow the phases until done, Failed or timeout."""
-    import time
-
     from lightsout.commands.power import ExitCode, Progress, verdict
     from lightsout.k8s.api import Api, current_namespace
     from lightsout.models.enums import PowerState
@@ -213,16 +200,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Replay a trace against the production planner; print energy, waits, cycles, bounds."""
-    import time
-
     from lightsout.simulate import engine, report
 
-    try:
-        _settings_of(args)
-        sweep = _sweep_of(args)
-        trace = _trace_of(args)
-    except _RefusedError:
-        return 2
+    _settings_of(args)
+    sweep = _sweep_of(args)
+    trace = _trace_of(args)
     options = engine.Options(
         policy=engine.Policy(args.policy),
         scoring=engine.Scoring(args.scheduler),
@@ -244,8 +226,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         try:
             plot(result, Path(args.plot))
         except PlotMissingError as error:
-            print(f"lightsout simulate: {error}", file=sys.stderr)
-            return 2
+            raise _RefusedError(f"lightsout simulate: {error}") from None
     baseline = None
     max_wait = report.longest_wait(result)
     if args.baseline and options.policy is engine.Policy.LIGHTSOUT:
@@ -262,8 +243,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             # schedules it is compared with did, so it bounds both of them.
             solved = solve(trace, args.time_limit, max_wait=max_wait)
         except SolverMissingError as error:
-            print(f"lightsout simulate: {error}", file=sys.stderr)
-            return 2
+            raise _RefusedError(f"lightsout simulate: {error}") from None
     _print_simulation(args, result, summary, baseline, solved)
     return 0
 
@@ -276,8 +256,6 @@ def _print_simulation(
     solved: Bound | None,
 ) -> None:
     """`lightsout simulate`'s report, text or JSON, with the bound and the breakdown asked for."""
-    import json
-
     from lightsout.simulate import report
 
     bound = None if solved is None else solved.as_json()
@@ -300,11 +278,12 @@ def _print_simulation(
 
 
 class _RefusedError(Exception):
-    """`lightsout simulate` printed why it cannot go on (exit 2)."""
+    """A command cannot go on with what it was given (exit 2): the error is the line `main`
+    prints (none when the command printed its problems itself)."""
 
 
 def _trace_of(args: argparse.Namespace) -> Trace:
-    """The trace `lightsout simulate` replays; `_RefusedError` after printing why it cannot."""
+    """The trace `lightsout simulate` replays; `_RefusedError` saying why it cannot."""
     from lightsout.simulate import generate
     from lightsout.simulate.trace import TraceError, load
     from lightsout.simulate.validate import validate
@@ -320,8 +299,7 @@ def _trace_of(args: argparse.Namespace) -> Trace:
             return load(path)
         return generate.generate(args.trace)  # a shipped trace, by name
     except TraceError as error:
-        print(f"lightsout simulate: {error}", file=sys.stderr)
-        raise _RefusedError from None
+        raise _RefusedError(f"lightsout simulate: {error}") from None
 
 
 def _settings_of(args: argparse.Namespace) -> None:
@@ -331,12 +309,11 @@ def _settings_of(args: argparse.Namespace) -> None:
     try:
         apply_overrides({"spec": {}}, args.set or ())
     except ValueError as error:
-        print(f"lightsout simulate: {error}", file=sys.stderr)
-        raise _RefusedError from None
+        raise _RefusedError(f"lightsout simulate: {error}") from None
 
 
 def _sweep_of(args: argparse.Namespace) -> Sweep | None:
-    """The parsed `--sweep` (None without one); `_RefusedError` after printing why not."""
+    """The parsed `--sweep` (None without one); `_RefusedError` saying why not."""
     if args.sweep is None:
         return None
     from lightsout.simulate.sweep import SweepError, parse
@@ -344,22 +321,17 @@ def _sweep_of(args: argparse.Namespace) -> Sweep | None:
     try:
         sweep = parse(args.sweep)
     except SweepError as error:
-        print(f"lightsout simulate: --sweep {error}", file=sys.stderr)
-        raise _RefusedError from None
+        raise _RefusedError(f"lightsout simulate: --sweep {error}") from None
     if args.policy != "lightsout" or args.optimum or args.breakdown:
-        print(
+        raise _RefusedError(
             "lightsout simulate: --sweep replays the lightsout policy beside the reactive "
-            "baseline; drop --policy, --optimum and --breakdown",
-            file=sys.stderr,
+            "baseline; drop --policy, --optimum and --breakdown"
         )
-        raise _RefusedError
     return sweep
 
 
 def _simulate_sweep(trace: Trace, sweep: Sweep, options: Options, args: argparse.Namespace) -> int:
     """`lightsout simulate TRACE --sweep KNOB[=V1,...]`: a replay per value, the table."""
-    import json
-
     from lightsout.simulate import sweep as sweeping
 
     points, baseline = sweeping.run(trace, sweep, options)
@@ -370,8 +342,7 @@ def _simulate_sweep(trace: Trace, sweep: Sweep, options: Options, args: argparse
         try:
             plot_sweep(document, Path(args.plot))
         except PlotMissingError as error:
-            print(f"lightsout simulate: {error}", file=sys.stderr)
-            return 2
+            raise _RefusedError(f"lightsout simulate: {error}") from None
     if args.output == "json":
         print(json.dumps(document, indent=2, allow_nan=False))
     else:
@@ -421,8 +392,7 @@ def cmd_trace_record(args: argparse.Namespace) -> int:
     try:
         seconds = parse_duration(args.duration)
     except ValueError as error:
-        print(f"lightsout trace record: {error}", file=sys.stderr)
-        return 2
+        raise _RefusedError(f"lightsout trace record: {error}") from None
     namespaces = None if args.all_namespaces else (args.namespace or [current_namespace()])
     where = "all namespaces" if namespaces is None else "namespace(s) " + ", ".join(namespaces)
     print(f"recording {where} for {args.duration} (Ctrl-C to stop early)", flush=True)
@@ -457,9 +427,6 @@ def cmd_trace_record(args: argparse.Namespace) -> int:
 
 def cmd_healthcheck(args: argparse.Namespace) -> int:
     """Run the Group's health check now (a Job from its CronJob) and print each machine."""
-    import time
-    import uuid
-
     from lightsout.commands.healthcheck import finished, report
     from lightsout.commands.power import ExitCode
     from lightsout.execution import health
@@ -672,12 +639,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command. No usable kubeconfig, an API server that cannot be reached or that
-    refuses is one `error: ...` line on stderr and exit 1, as kubectl says it; anything else
-    (a bug) keeps its traceback."""
+    """Run the command. Input it refuses is exit 2 (`_RefusedError`'s line on stderr). No usable
+    kubeconfig, an API server that cannot be reached or that refuses is one `error: ...` line
+    on stderr and exit 1, as kubectl says it; anything else (a bug) keeps its traceback."""
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
+    except _RefusedError as refused:
+        if str(refused):
+            print(refused, file=sys.stderr)
+        return 2
     except Exception as exc:
         from lightsout.k8s.api import cli_problem
 

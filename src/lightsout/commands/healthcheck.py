@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from lightsout.commands.logs import job_result
 from lightsout.execution import health
 from lightsout.models.enums import OperationResult
 
@@ -21,11 +22,7 @@ Obj = Mapping[str, Any]
 def results(pods: Iterable[Obj]) -> dict[str, Obj]:
     """Each machine's result record, by machine name (the newest when a pod was retried)."""
     found: dict[str, Obj] = {}
-    for pod in pods:
-        record = health.pod_record(pod)
-        if record is None:
-            continue
-        name, data = record
+    for name, data in filter(None, map(health.pod_record, pods)):  # the pods that left one
         if name not in found or str(data["started"]) > str(found[name]["started"]):
             found[name] = data
     return found
@@ -58,8 +55,4 @@ def report(pods: Iterable[Obj], only: list[str] | None, count: int) -> tuple[lis
 
 def finished(job: Obj, pods: Iterable[Obj], machines: int) -> bool:
     """The run is over: the Job ended, or every machine's pod left its result."""
-    conditions = ((job.get("status") or {}).get("conditions")) or []
-    ended = any(
-        c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions
-    )
-    return ended or len(results(pods)) >= machines
+    return job_result(job) != "Running" or len(results(pods)) >= machines

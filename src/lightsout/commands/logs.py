@@ -9,6 +9,7 @@ actions of about the last hour; the Node's `status.lastOperation` keeps the outc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import IntEnum
 from typing import Any
 
@@ -47,7 +48,7 @@ def last_pod(pods: list[Obj]) -> Obj | None:
     return max(pods, key=_created) if pods else None
 
 
-def job_result(job: Obj) -> str:
+def job_result(job: Mapping[str, Any]) -> str:
     """Running, Succeeded or Failed, as the Job's conditions say."""
     for condition in (job.get("status") or {}).get("conditions") or []:
         if condition.get("status") == "True" and condition.get("type") in ("Complete", "Failed"):

@@ -39,12 +39,10 @@ class Progress:
     message: str
 
     def line(self, name: str) -> str:
+        if not self.reason:
+            return f"{name}: {self.phase}"
         tail = f": {self.message}" if self.message else ""
-        return (
-            f"{name}: {self.phase} ({self.reason}){tail}"
-            if self.reason
-            else f"{name}: {self.phase}"
-        )
+        return f"{name}: {self.phase} ({self.reason}){tail}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any
 
 from lightsout.models.group import ScheduleWindow
@@ -97,11 +98,7 @@ def _money(amount: float) -> str:
 
 
 def machine_row(node: Obj, now: dt.datetime) -> Obj:
-    meta, spec, status = (
-        node.get("metadata") or {},
-        node.get("spec") or {},
-        node.get("status") or {},
-    )
+    meta, spec, status = (node.get(k) or {} for k in ("metadata", "spec", "status"))
     op = status.get("lastOperation") or {}
     last = f"{op['action']} {op.get('result', '')}".strip() if op.get("action") else "-"
     return {
@@ -156,12 +153,9 @@ def group_row(group: Obj, machines: list[Obj], now: dt.datetime) -> Obj:
 
 
 def rows(groups: list[Obj], nodes: list[Obj], now: dt.datetime) -> Obj:
-    machines = sorted(
-        (machine_row(n, now) for n in nodes), key=lambda r: (r["namespace"], r["name"])
-    )
-    by_group = sorted(
-        (group_row(g, machines, now) for g in groups), key=lambda r: (r["namespace"], r["name"])
-    )
+    place = itemgetter("namespace", "name")
+    machines = sorted((machine_row(n, now) for n in nodes), key=place)
+    by_group = sorted((group_row(g, machines, now) for g in groups), key=place)
     known = {(g["namespace"], g["name"]) for g in by_group}
     # A machine naming a Group that does not exist is the first thing a person should see.
     for machine in machines:
@@ -172,10 +166,10 @@ def rows(groups: list[Obj], nodes: list[Obj], now: dt.datetime) -> Obj:
 
 def _table(headers: list[str], lines: list[list[str]]) -> list[str]:
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(headers)]
-    out = []
-    for line in [headers, *lines]:
-        out.append("   ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
-    return out
+    return [
+        "   ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in [headers, *lines]
+    ]
 
 
 def _short(text: str) -> str:

@@ -55,7 +55,6 @@ class Running:
     server: grpc.Server
     health: health.HealthServicer
     port: int
-    tls: bool
     health_server: grpc.Server | None = None
     health_port: int | None = None
 
@@ -124,7 +123,6 @@ def start(settings: Settings, cluster: Cluster) -> Running:
         server=server,
         health=checker,
         port=port,
-        tls=creds is not None,
         health_server=health_server,
         health_port=health_port,
     )

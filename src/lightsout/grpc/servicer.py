@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 import grpc
-from google.protobuf import any_pb2, duration_pb2
+from google.protobuf import any_pb2
 from google.protobuf.message import DecodeError
 
 from lightsout.grpc.cluster import Cluster, ConflictError, Obj
@@ -130,13 +130,9 @@ class CloudProviderServicer:
         if wanted.scale_down_utilization_threshold is not None:
             merged.scaleDownUtilizationThreshold = wanted.scale_down_utilization_threshold
         if wanted.scale_down_unneeded_seconds is not None:
-            merged.scaleDownUnneededDuration.CopyFrom(
-                duration_pb2.Duration(seconds=wanted.scale_down_unneeded_seconds)
-            )
+            merged.scaleDownUnneededDuration.FromSeconds(wanted.scale_down_unneeded_seconds)
         if wanted.max_node_provision_seconds is not None:
-            merged.MaxNodeProvisionDuration.CopyFrom(
-                duration_pb2.Duration(seconds=wanted.max_node_provision_seconds)
-            )
+            merged.MaxNodeProvisionDuration.FromSeconds(wanted.max_node_provision_seconds)
         return pb.NodeGroupAutoscalingOptionsResponse(nodeGroupAutoscalingOptions=merged)
 
     # --- changing sizes -----------------------------------------------------------------------
@@ -281,13 +277,9 @@ def _node_group(info: ng.NodeGroupInfo) -> pb.NodeGroup:
 def _instance(instance: ng.Instance) -> pb.Instance:
     status = pb.InstanceStatus(instanceState=_STATES[instance.state])
     if instance.error_code:
-        status.errorInfo.CopyFrom(
-            pb.InstanceErrorInfo(
-                errorCode=instance.error_code,
-                errorMessage=instance.error_message,
-                instanceErrorClass=ng.ERROR_CLASS_OTHER,
-            )
-        )
+        status.errorInfo.errorCode = instance.error_code
+        status.errorInfo.errorMessage = instance.error_message
+        status.errorInfo.instanceErrorClass = ng.ERROR_CLASS_OTHER
     return pb.Instance(id=instance.id, status=status)
 
 

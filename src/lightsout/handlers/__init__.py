@@ -37,13 +37,13 @@ kopfwait.apply()
 
 
 def watch_secrets() -> None:
-    """Register the Secret watch (key names only, `node.secret_keys`) and what its events wake.
+    """Register the Secret watch (key names only, `node.key_names_of`) and what its events wake.
 
     Only a namespaced operator (`lightsout run -n`, the chart's `watchNamespaces`) calls this:
     it lists Secrets in its own namespaces, where the chart binds it. A cluster-wide operator
     is given no Secret access at all, so it does not check Secrets before a Job; a missing one
     then shows at once as the Job pod's `FailedMount` (`PodStartFailed`, naming the Secret)."""
-    kopf.index("", "v1", "secrets", id=rc.SECRETS)(node.secret_keys)
-    kopf.on.event("", "v1", "secrets", id="queue_secret")(node.secret_changed)
+    kopf.index("", "v1", "secrets", id=rc.SECRETS)(node.key_names_of)
+    kopf.on.event("", "v1", "secrets", id="queue_secret")(node.reference_changed)
     # A machine's missing reference may have appeared.
     kopf.on.event("", "v1", "secrets", id="autoscaler_wake")(autoscale.autoscaler_wake)

@@ -47,18 +47,8 @@ from lightsout.k8s.api import Api
 from lightsout.planning.autoscale import plan
 from lightsout.planning.decisions import Plan
 from lightsout.planning.wake import next_wake
-from lightsout.state.build import (
-    CONFIGMAPS_KEY,
-    CRONJOBS_KEY,
-    DAEMONSETS_KEY,
-    GROUPS_KEY,
-    MACHINES_KEY,
-    NODES_KEY,
-    PDBS_KEY,
-    PODS_KEY,
-    SECRETS_KEY,
-    snapshot_from,
-)
+from lightsout.state import build
+from lightsout.state.parse import dig
 from lightsout.state.references import contents_entry
 from lightsout.state.types import ObjectKey, Snapshot
 
@@ -83,16 +73,16 @@ IndexValue = dict[None, Obj]
 
 # Snapshot key → the kopf index (its handler id) that feeds it: every object it holds.
 INDEXES = {
-    PODS_KEY: rc.PODS,
-    NODES_KEY: rc.CORE_NODES,
-    MACHINES_KEY: rc.MACHINES,
-    GROUPS_KEY: rc.GROUPS,
-    PDBS_KEY: "autoscaler_pdbs",
-    DAEMONSETS_KEY: "autoscaler_daemonsets",
-    CRONJOBS_KEY: "autoscaler_cronjobs",
+    build.PODS_KEY: rc.PODS,
+    build.NODES_KEY: rc.CORE_NODES,
+    build.MACHINES_KEY: rc.MACHINES,
+    build.GROUPS_KEY: rc.GROUPS,
+    build.PDBS_KEY: "autoscaler_pdbs",
+    build.DAEMONSETS_KEY: "autoscaler_daemonsets",
+    build.CRONJOBS_KEY: "autoscaler_cronjobs",
 }
 #: Snapshot key → the Node reconciler's index of Secret / ConfigMap key names (never values).
-KEY_NAMES = {SECRETS_KEY: rc.SECRETS, CONFIGMAPS_KEY: rc.CONFIG_MAPS}
+KEY_NAMES = {build.SECRETS_KEY: rc.SECRETS, build.CONFIGMAPS_KEY: rc.CONFIG_MAPS}
 
 
 def key_name_entries(indexes: Mapping[str, Any]) -> dict[str, list[Obj]]:
@@ -110,12 +100,8 @@ def key_name_entries(indexes: Mapping[str, Any]) -> dict[str, list[Obj]]:
 
 
 @kopf.index("policy", "v1", "poddisruptionbudgets", id="autoscaler_pdbs")
-async def autoscaler_pdbs(body: kopf.Body, **_: Any) -> IndexValue:
-    return {None: slim(body)}
-
-
 @kopf.index("apps", "v1", "daemonsets", id="autoscaler_daemonsets")
-async def autoscaler_daemonsets(body: kopf.Body, **_: Any) -> IndexValue:
+async def autoscaler_objects(body: kopf.Body, **_: Any) -> IndexValue:
     return {None: slim(body)}
 
 
@@ -126,9 +112,7 @@ async def autoscaler_cronjobs(body: kopf.Body, **_: Any) -> IndexValue:
     # one running starts nothing new); the rest of the status and the template's metadata
     # are nothing the planner reads.
     spec = body.get("spec") or {}
-    pod_spec = (((spec.get("jobTemplate") or {}).get("spec") or {}).get("template") or {}).get(
-        "spec"
-    )
+    pod_spec = dig(spec, "jobTemplate", "spec", "template", "spec")
     fields = ("schedule", "timeZone", "suspend", "concurrencyPolicy", "startingDeadlineSeconds")
     kept = {k: spec[k] for k in fields if k in spec}
     active = (body.get("status") or {}).get("active") or []
@@ -235,9 +219,9 @@ class Planner:
         objects = self.objects()
         now = dt.datetime.now(dt.UTC)
         snapshot, result = await asyncio.to_thread(self._plan, objects, now)
-        pods = {_key(p): p for p in objects[PODS_KEY]}
-        machines = {_key(m): m for m in objects[MACHINES_KEY]}
-        groups = {_key(g): g for g in objects[GROUPS_KEY]}
+        pods = {_key(p): p for p in objects[build.PODS_KEY]}
+        machines = {_key(m): m for m in objects[build.MACHINES_KEY]}
+        groups = {_key(g): g for g in objects[build.GROUPS_KEY]}
         port = KubeScale(self.api, machines, pods, groups)
         applied = await asyncio.to_thread(self.applier.apply, port, snapshot, result, now)
         count(applied)
@@ -256,7 +240,9 @@ class Planner:
 
     def _plan(self, objects: Mapping[str, list[Obj]], now: dt.datetime) -> tuple[Snapshot, Plan]:
         started = time.monotonic()
-        snapshot = snapshot_from(objects, complete=True, unneeded_since=self.unneeded, now=now)
+        snapshot = build.snapshot_from(
+            objects, complete=True, unneeded_since=self.unneeded, now=now
+        )
         planned = plan(snapshot, now)
         self.plan_seconds = time.monotonic() - started
         return snapshot, planned

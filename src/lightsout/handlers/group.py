@@ -20,13 +20,17 @@ from lightsout.k8s.api import Api
 from lightsout.models.enums import Phase
 from lightsout.models.group import GroupSpec
 
-_TRANSITIONING = {
-    Phase.POWERING_ON,
-    Phase.BOOTING,
-    Phase.DRAINING,
-    Phase.POWERING_OFF,
-    Phase.PROVISIONING,
-    Phase.DEPROVISIONING,
+#: The `status.nodes` count each phase adds to (Unknown: none but the total).
+_COUNTED: dict[str | None, str] = {
+    Phase.READY: "on",
+    Phase.OFF: "off",
+    Phase.FAILED: "failed",
+    Phase.POWERING_ON: "transitioning",
+    Phase.BOOTING: "transitioning",
+    Phase.DRAINING: "transitioning",
+    Phase.POWERING_OFF: "transitioning",
+    Phase.PROVISIONING: "transitioning",
+    Phase.DEPROVISIONING: "transitioning",
 }
 
 
@@ -35,16 +39,9 @@ def group_counts(machines: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     counts = {"total": 0, "on": 0, "off": 0, "transitioning": 0, "failed": 0}
     target = 0
     for machine in machines:
-        phase = (machine.get("status") or {}).get("phase")
         counts["total"] += 1
-        if phase == Phase.READY:
-            counts["on"] += 1
-        elif phase == Phase.OFF:
-            counts["off"] += 1
-        elif phase == Phase.FAILED:
-            counts["failed"] += 1
-        elif phase in _TRANSITIONING:
-            counts["transitioning"] += 1
+        if counted := _COUNTED.get((machine.get("status") or {}).get("phase")):
+            counts[counted] += 1
         if (machine.get("spec") or {}).get("desiredPowerState") == "On":
             target += 1
     return {"nodes": counts, "targetSize": target}

@@ -50,6 +50,7 @@ from lightsout.handlers import group as groups
 from lightsout.handlers.lifecycle import shared_api
 from lightsout.k8s.api import Api, key_names
 from lightsout.planning.types import Phase
+from lightsout.state.parse import dig
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str, str]
@@ -73,7 +74,9 @@ def slim(body: kopf.Body) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- the watch caches
 @kopf.index(API_GROUP, API_VERSION, "nodes", id=rc.MACHINES)
-async def machines(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
+@kopf.index(API_GROUP, API_VERSION, "groups", id=rc.GROUPS)
+async def by_name(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
+    """Lights-Out Nodes and Groups, each by (namespace, name)."""
     return {(namespace or "", name): slim(body)}
 
 
@@ -95,11 +98,6 @@ async def machine_refs(spec: kopf.Spec, name: str, namespace: str | None, **_: A
     return found
 
 
-@kopf.index(API_GROUP, API_VERSION, "groups", id=rc.GROUPS)
-async def group_cache(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
-    return {(namespace or "", name): slim(body)}
-
-
 @kopf.index("batch", "v1", "jobs", labels=OURS, id=rc.JOBS)
 async def jobs(body: kopf.Body, namespace: str | None, **_: Any) -> Any:
     machine = _job_machine(body)
@@ -113,15 +111,11 @@ async def job_pods(body: kopf.Body, labels: kopf.Labels, namespace: str | None, 
 
 
 # Secrets and ConfigMaps: the names of their keys only. kopf hands the whole object to the
-# index function and keeps only what it returns, so no value outlives this call. The Secret
-# watch is registered by `handlers.watch_secrets`, for a namespaced operator only.
-async def secret_keys(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
-    return {(namespace or "", name): key_names(body)}
-
-
-# Not the extravars ConfigMaps of our own Jobs (one per attempt): no machine references them.
+# index function and keeps only what it returns, so no value outlives this call. Not the
+# extravars ConfigMaps of our own Jobs (one per attempt): no machine references them. The
+# Secret watch is registered by `handlers.watch_secrets`, for a namespaced operator only.
 @kopf.index("", "v1", "configmaps", labels=NOT_OURS, id=rc.CONFIG_MAPS)
-async def configmap_keys(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
+async def key_names_of(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
     return {(namespace or "", name): key_names(body)}
 
 
@@ -333,8 +327,7 @@ async def pod_changed(
     if labels.get(LABEL_COMPONENT) == health.COMPONENT and (found := health.pod_record(body)):
         r.machine(namespace or "", found[0])  # a health check of this machine ended
     for ns, machine in r.caches.machines_on(str(spec.get("nodeName") or "")):
-        node = r.caches.machine(ns, machine) or {}
-        if (node.get("status") or {}).get("phase") != Phase.OFF:
+        if dig(r.caches.machine(ns, machine), "status", "phase") != Phase.OFF:
             # A pod left a draining machine, or the cpu requested of a running one (its energy
             # draw) may have changed; a pass that finds nothing new writes nothing.
             r.machine(ns, machine)
@@ -351,25 +344,18 @@ async def mount_failed(body: kopf.Body, namespace: str | None, memo: kopf.Memo, 
         r.machine(namespace or "", machine)  # its action Job's pod cannot mount a volume
 
 
-async def secret_changed(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    if (r := _reconcilers(memo)) is not None:
-        _referenced(r, r.caches.machines_naming(rc.REF_SECRET, namespace or "", name))
-
-
+# The Secret watch is registered by `handlers.watch_secrets`, for a namespaced operator only.
 @kopf.on.event("", "v1", "configmaps", labels=NOT_OURS, id="queue_configmap")
-async def configmap_changed(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    if (r := _reconcilers(memo)) is not None:
-        _referenced(r, r.caches.machines_naming(rc.REF_CONFIG_MAP, namespace or "", name))
-
-
-def _referenced(r: Reconcilers, machines: list[tuple[str, str]]) -> None:
-    """A Secret or ConfigMap these machines name changed: it may be what a held-back action
+async def reference_changed(
+    resource: kopf.Resource, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
+) -> None:
+    """A Secret or ConfigMap machines name changed: it may be what a held-back action of theirs
     waits for, and whether their Group's health check can include them."""
-    for ns, machine in machines:
-        r.machine(ns, machine)
-        r.count_group(
-            ns, str(((r.caches.machine(ns, machine) or {}).get("spec") or {}).get("group") or "")
-        )
+    ref = rc.REF_SECRET if resource.plural == "secrets" else rc.REF_CONFIG_MAP
+    if (r := _reconcilers(memo)) is not None:
+        for ns, machine in r.caches.machines_naming(ref, namespace or "", name):
+            r.machine(ns, machine)
+            r.count_group(ns, str(dig(r.caches.machine(ns, machine), "spec", "group") or ""))
 
 
 @kopf.on.event("coordination.k8s.io", "v1", "leases", id="queue_lease")

@@ -107,11 +107,6 @@ def drop(index: Any, entry: EntryKey) -> None:
     index._discard(entry)
 
 
-def gone(entry: EntryKey, uid_now: str | None) -> bool:
-    """The entry's object no longer exists: nothing has its name, or something else does."""
-    return uid_now is None or uid_now != entry[2]
-
-
 def sweep(
     indexes: Mapping[str, Any], kind: Kind, seen: frozenset[str], uid_at: Callable[..., str | None]
 ) -> list[EntryKey]:
@@ -123,7 +118,8 @@ def sweep(
         if index is None:  # an index this operator does not run (e.g. Secrets cluster-wide)
             continue
         for entry in suspects(entries(index), seen):
-            if gone(entry, uid_at(kind, entry[0], entry[1])):
+            uid_now = uid_at(kind, entry[0], entry[1])
+            if uid_now is None or uid_now != entry[2]:  # nothing has its name, or another does
                 drop(index, entry)
                 dropped.append(entry)
     return dropped
@@ -135,8 +131,8 @@ class Sweeper:
 
     api: Api
     indexes: Mapping[str, Any]
-    #: Called with every machine's (namespace, name) once entries were dropped.
-    wake: Callable[[list[tuple[str, str]]], None]
+    #: kopf's memo: the reconcilers and the planner woken once entries were dropped.
+    memo: kopf.Memo
     relists: Relists = field(default_factory=Relists)
     task: asyncio.Task[None] | None = None
 
@@ -157,29 +153,24 @@ class Sweeper:
                     where = f"{namespace}/{name}" if namespace else name
                     log.info("forgot %s %s: deleted while the watch was away", kind[2], where)
                 if dropped:
-                    self.wake(list(self.indexes.get(rc.MACHINES, {})))
+                    self._wake_all()
 
-
-def _wake_all(memo: kopf.Memo) -> Callable[[list[tuple[str, str]]], None]:
-    """Queue every machine and poke the planner, as the dropped objects' events would have."""
-
-    def wake(machines: list[tuple[str, str]]) -> None:
-        reconcilers = getattr(memo, "reconcilers", None)
+    def _wake_all(self) -> None:
+        """Queue every machine and poke the planner, as the dropped objects' events would have."""
+        reconcilers = getattr(self.memo, "reconcilers", None)
         if reconcilers is not None:
-            for namespace, name in machines:
+            for namespace, name in list(self.indexes.get(rc.MACHINES, {})):
                 reconcilers.machine(namespace, name)
-        planner = getattr(memo, "autoscaler", None)
+        planner = getattr(self.memo, "autoscaler", None)
         if planner is not None:
             planner.poke()
-
-    return wake
 
 
 @kopf.on.startup()
 async def start_sweeper(memo: kopf.Memo, **kwargs: Any) -> None:
     # kopf hands every index to start-up handlers as a keyword argument named by its id.
     ids = {i for ids in WATCHED.values() for i in ids}
-    sweeper = Sweeper(shared_api(memo), {i: kwargs[i] for i in ids if i in kwargs}, _wake_all(memo))
+    sweeper = Sweeper(shared_api(memo), {i: kwargs[i] for i in ids if i in kwargs}, memo)
     sweeper.task = asyncio.create_task(sweeper.run(), name="lightsout-cache-sweeper")
     memo.sweeper = sweeper
 

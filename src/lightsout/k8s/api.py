@@ -20,6 +20,7 @@ its refusals into the one line a `lightsout` command prints instead of a traceba
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import uuid
 from collections.abc import Mapping
@@ -110,12 +111,6 @@ class Api:
     def get_resource(self, namespace: str, plural: str, name: str) -> Obj | None:
         return _get(self.custom().get_namespaced_custom_object, *_OURS, namespace, plural, name)
 
-    def list_resources(
-        self, namespace: str, plural: str, field_selector: str | None = None
-    ) -> list[Obj]:
-        call = self.custom().list_namespaced_custom_object
-        return _items(call, *_OURS, namespace, plural, field_selector=field_selector)
-
     # ------------------------------------------------------------ Jobs and ConfigMaps
     def batch(self) -> client.BatchV1Api:
         return client.BatchV1Api(self.client)
@@ -186,10 +181,8 @@ class Api:
         return _raw(self.coordination().replace_namespaced_lease, name, namespace, dict(body))
 
     def list_leases(self, namespace: str, label_selector: str) -> list[Obj]:
-        data = _raw(
-            self.coordination().list_namespaced_lease, namespace, label_selector=label_selector
-        )
-        return list(data.get("items") or [])
+        call = self.coordination().list_namespaced_lease
+        return _items(call, namespace, label_selector=label_selector)
 
     def delete_leases(self, namespace: str, label_selector: str) -> None:
         self.coordination().delete_collection_namespaced_lease(
@@ -205,28 +198,21 @@ class Api:
         del version  # each kind has the one version the operator watches
         core, batch = self.core(), self.batch()
         policy, apps = client.PolicyV1Api(self.client), client.AppsV1Api(self.client)
-        reads: dict[tuple[str, str], tuple[Any, ...]] = {
-            ("", "nodes"): (core.read_node, name),
-            ("", "pods"): (core.read_namespaced_pod, name, namespace),
-            ("", "configmaps"): (core.read_namespaced_config_map, name, namespace),
-            ("batch", "jobs"): (batch.read_namespaced_job, name, namespace),
-            ("batch", "cronjobs"): (batch.read_namespaced_cron_job, name, namespace),
-            ("coordination.k8s.io", "leases"): (
-                self.coordination().read_namespaced_lease,
-                name,
-                namespace,
-            ),
-            ("policy", "poddisruptionbudgets"): (
-                policy.read_namespaced_pod_disruption_budget,
-                name,
-                namespace,
-            ),
-            ("apps", "daemonsets"): (apps.read_namespaced_daemon_set, name, namespace),
+        namespaced_reads = {
+            ("", "pods"): core.read_namespaced_pod,
+            ("", "configmaps"): core.read_namespaced_config_map,
+            ("batch", "jobs"): batch.read_namespaced_job,
+            ("batch", "cronjobs"): batch.read_namespaced_cron_job,
+            ("coordination.k8s.io", "leases"): self.coordination().read_namespaced_lease,
+            ("policy", "poddisruptionbudgets"): policy.read_namespaced_pod_disruption_budget,
+            ("apps", "daemonsets"): apps.read_namespaced_daemon_set,
         }
         if group == API_GROUP:
             found = self.get_resource(namespace or "", plural, name)
+        elif (group, plural) == ("", "nodes"):
+            found = self.get_node(name)
         else:
-            found = _get(*reads[(group, plural)])
+            found = _get(namespaced_reads[(group, plural)], name, namespace)
         return None if found is None else str(found["metadata"]["uid"])
 
     # ------------------------------------------------------------ core Nodes and pods
@@ -266,7 +252,8 @@ class Api:
         if current is None:
             _raw(getattr(admission, f"create_{kind}_webhook_configuration"), dict(body))
             return
-        replacement = {**body, "metadata": {**body["metadata"], **_version(current)}}
+        version = current["metadata"]["resourceVersion"]
+        replacement = {**body, "metadata": {**body["metadata"], "resourceVersion": version}}
         _raw(getattr(admission, f"replace_{kind}_webhook_configuration"), name, replacement)
 
     def pods_on_node(self, node_name: str) -> list[Obj]:
@@ -324,10 +311,6 @@ class Api:
         }
         _raw(self.core().create_namespaced_event, meta["namespace"], body)
 
-    def as_dict(self, obj: Any) -> Obj:
-        """Client model → plain dict (for callers holding a client object)."""
-        return cast(Obj, self.client.sanitize_for_serialization(obj))
-
     # ------------------------------------------------------------ the autoscaler's reads/writes
     def patch_resource(
         self, namespace: str, plural: str, name: str, patch: Mapping[str, Any]
@@ -341,7 +324,7 @@ class Api:
     def list_all_resources(self, plural: str, namespace: str | None = None) -> list[Obj]:
         """Lights-Out resources of one kind in one namespace, or in all of them."""
         if namespace:
-            return self.list_resources(namespace, plural)
+            return _items(self.custom().list_namespaced_custom_object, *_OURS, namespace, plural)
         return _items(self.custom().list_cluster_custom_object, *_OURS, plural)
 
     def list_pods(self, namespace: str | None = None) -> list[Obj]:
@@ -387,14 +370,13 @@ class Api:
         names): `lightsout plan` checks what machines reference; the values are dropped on
         arrival."""
         core = self.core()
-        calls = {
+        namespaced, everywhere = {
             "secret": (core.list_namespaced_secret, core.list_secret_for_all_namespaces),
             "config_map": (
                 core.list_namespaced_config_map,
                 core.list_config_map_for_all_namespaces,
             ),
-        }
-        namespaced, everywhere = calls[kind]
+        }[kind]
         data = _raw(namespaced, namespace) if namespace else _raw(everywhere)
         return [
             (
@@ -457,10 +439,6 @@ def _delete(call: Any, *args: Any, **kwargs: Any) -> None:
     except ApiException as exc:
         if exc.status != 404:
             raise
-
-
-def _version(obj: Obj) -> dict[str, Any]:
-    return {"resourceVersion": obj["metadata"]["resourceVersion"]}
 
 
 def _typed_items(data: Obj, api_version: str, kind: str) -> list[Obj]:
@@ -552,8 +530,6 @@ def _unreachable(exc: urllib3.exceptions.MaxRetryError) -> str:
 
 
 def _names_an_object(exc: ApiException) -> bool:
-    import json
-
     try:
         details = json.loads(exc.body or "{}").get("details") or {}
     except (ValueError, AttributeError):
@@ -562,8 +538,6 @@ def _names_an_object(exc: ApiException) -> bool:
 
 
 def _status_message(exc: ApiException) -> str:
-    import json
-
     try:
         return str(json.loads(exc.body or "{}").get("message") or exc.reason)
     except ValueError:

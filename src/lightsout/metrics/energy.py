@@ -29,7 +29,7 @@ JOULES_PER_WATT_HOUR = 3600.0
 #: `lightsout_machine_power_state`: one number per machine, so a Grafana state timeline can
 #: show one row per machine (value mappings name them). Phases keep their own labels in
 #: `lightsout_machines`.
-POWER_STATE = {
+POWER_STATE: dict[str, int] = {
     Phase.OFF: 0,
     Phase.POWERING_ON: 1,
     Phase.BOOTING: 1,
@@ -109,7 +109,8 @@ class MachineCollector(Collector):
         live: set[tuple[str, ...]] = set()
         for namespace, name, group, phase, account, currency in self.tracker.machines():
             labels = [namespace, group, name]
-            state.add_metric(labels, POWER_STATE.get(_phase(phase), POWER_STATE[Phase.UNKNOWN]))
+            # (Phase is a StrEnum: the phase's text finds its member; any other is Unknown.)
+            state.add_metric(labels, POWER_STATE.get(phase, POWER_STATE[Phase.UNKNOWN]))
             if account is None:
                 continue
             current = account.at(now)
@@ -131,10 +132,3 @@ class MachineCollector(Collector):
             for key in [k for k in self._exported if k[:2] not in live]:
                 del self._exported[key]
         yield from (state, watts, measured, used, saved, used_cost, saved_cost)
-
-
-def _phase(value: str) -> Phase:
-    try:
-        return Phase(value)
-    except ValueError:
-        return Phase.UNKNOWN

@@ -29,7 +29,7 @@ from lightsout.metrics.families import ACTION_DURATION, ACTIONS, TRANSITION_DURA
 from lightsout.models.enums import Action, DriverKind, Phase, ProxmoxMode
 from lightsout.planning.energy import Account
 from lightsout.planning.energystatus import account_from_status
-from lightsout.state.parse import parse_time
+from lightsout.state.parse import dig, parse_time
 
 _FINISHED = {"Succeeded": "succeeded", "Failed": "failed"}
 _POWER_ACTIONS = (Action.STARTUP, Action.SHUTDOWN)
@@ -70,8 +70,7 @@ def _driver(spec: Mapping[str, Any]) -> str:
 def _zero_actions(spec: Mapping[str, Any]) -> None:
     """Create the machine's action series (its driver, the actions it runs) at zero."""
     driver = _driver(spec)
-    proxmox = (spec.get("driver") or {}).get("proxmox") or {}
-    ephemeral = proxmox.get("mode") == ProxmoxMode.EPHEMERAL
+    ephemeral = dig(spec, "driver", "proxmox", "mode") == ProxmoxMode.EPHEMERAL
     actions = (Action.PROVISION, Action.DEPROVISION) if ephemeral else _POWER_ACTIONS
     for action in actions:
         ACTION_DURATION.labels(driver=driver, action=action.value)
@@ -101,19 +100,9 @@ class MachineTracker:
         with self._lock:
             seen = self._seen.get(key)
             if seen is None:
+                # First sight: its finished Job and desired state are history, counted as seen.
                 _zero_actions(spec)
-                self._seen[key] = _Seen(
-                    key[0],
-                    str(spec.get("group") or ""),
-                    phase,
-                    finished_job,
-                    desired,
-                    None,
-                    account,
-                    currency,
-                    measured,
-                )
-                return
+                seen = self._seen[key] = _Seen(key[0], "", phase, finished_job, desired, None)
             seen.group, seen.phase = str(spec.get("group") or ""), phase
             seen.energy, seen.currency, seen.measured = account, currency, measured
             if finished_job and finished_job != seen.last_job:

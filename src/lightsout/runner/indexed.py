@@ -42,29 +42,22 @@ def machine_env(env: Mapping[str, str]) -> tuple[dict[str, str], str]:
         index = int(env.get(INDEX_ENV, ""))
     except ValueError as exc:
         raise ConfigError(f"{INDEX_ENV} is not a completion index: {env.get(INDEX_ENV)!r}") from exc
+    listing = directory / MACHINES_FILE
     try:
-        machines = json.loads((directory / MACHINES_FILE).read_text())
+        machines = json.loads(listing.read_text())
     except (OSError, ValueError) as exc:
-        listing = directory / MACHINES_FILE
         raise ConfigError(f"the machine list {listing} is unreadable: {exc}") from exc
     if not isinstance(machines, list):
-        raise ConfigError(f"the machine list {directory / MACHINES_FILE} is not a list")
+        raise ConfigError(f"the machine list {listing} is not a list")
     only = [name for name in env.get(CHECK_ONLY_ENV, "").split(",") if name]
     if only:
         if not 0 <= index < len(only):
             raise ConfigError(f"no machine at index {index} of {CHECK_ONLY_ENV}")
-        position = next(
-            (
-                i
-                for i, e in enumerate(machines)
-                if isinstance(e, Mapping) and e.get("node") == only[index]
-            ),
-            None,
-        )
-        if position is None:
+        names = [e.get("node") if isinstance(e, Mapping) else None for e in machines]
+        if only[index] not in names:
             # The machine left the Group after this Job was created: nothing to check.
             raise ConfigError(f"{only[index]} is no longer in the Group's machine list")
-        index = position
+        index = names.index(only[index])
     if not 0 <= index < len(machines):
         # The Group shrank after this Job was created: nothing to check at this index.
         raise ConfigError(f"no machine at index {index} of the Group's machine list")

@@ -62,9 +62,5 @@ class JsonLogger:
                 fields["ignored"] = bool(data.get("ignore_errors"))
             self.log("task", level="error" if status == "failed" else "info", **fields)
         elif kind == "playbook_on_stats":
-            self.log(
-                "stats",
-                failures=data.get("failures"),
-                changed=data.get("changed"),
-                ok=data.get("ok"),
-            )
+            counts: dict[str, Any] = {key: data.get(key) for key in ("failures", "changed", "ok")}
+            self.log("stats", **counts)

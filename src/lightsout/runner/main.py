@@ -129,12 +129,8 @@ def main(env: Mapping[str, str] | None = None) -> int:
     if config.work_dir is not None:
         # The pod's /tmp is an empty emptyDir: the runner's own subdirectory starts absent.
         config.work_dir.mkdir(parents=True, exist_ok=True)
-    scratch = Path(
-        tempfile.mkdtemp(
-            prefix="lo-",  # short: Ansible puts a socket under it (see project.MAX_TMPDIR)
-            dir=str(config.work_dir) if config.work_dir else None,
-        )
-    )
+    # A short prefix: Ansible puts a socket under it (see project.MAX_TMPDIR).
+    scratch = Path(tempfile.mkdtemp(prefix="lo-", dir=config.work_dir))
     try:
         result = run_action(config, logger, scratch)
     except ProjectError as exc:

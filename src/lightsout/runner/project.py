@@ -87,10 +87,9 @@ def load_extravars(
         notes.append(f"lightsout_action {given!r} replaced by LIGHTSOUT_ACTION {action!r}")
     raw["lightsout_action"] = action
     raw["lightsout_credentials_dir"] = str(credentials_dir)
-    if ca_dir is not None:
-        raw["lightsout_ca_dir"] = str(ca_dir)
-    if join_dir is not None:
-        raw["lightsout_join_dir"] = str(join_dir)
+    for key, directory in (("lightsout_ca_dir", ca_dir), ("lightsout_join_dir", join_dir)):
+        if directory is not None:
+            raw[key] = str(directory)
     return raw, notes
 
 
@@ -120,10 +119,9 @@ def prepare_private_data_dir(
     """Lay out ansible-runner's private data dir; return the project dir."""
     project = private_dir / "project"
     project.mkdir(parents=True, exist_ok=True)
-    if playbook_dir.is_dir():
-        _copy_tree(playbook_dir, project)
-    if overlay_dir.is_dir():
-        _copy_tree(overlay_dir, project)
+    for source in (playbook_dir, overlay_dir):  # the overlay's files win: copied last
+        if source.is_dir():
+            _copy_tree(source, project)
     inventory = private_dir / "inventory"
     inventory.mkdir(exist_ok=True)
     (inventory / "hosts").write_text(

@@ -28,9 +28,7 @@ def secret_variants(value: str) -> set[str]:
     variants: set[str] = set()
     if not value.strip():
         return variants  # masking whitespace would mangle every message
-    for form in {value, value.strip()}:
-        if not form:
-            continue
+    for form in {value, value.strip()}:  # neither is empty, nor is any form of them
         variants.add(form)
         variants.add(json.dumps(form)[1:-1])
         variants.add(urllib.parse.quote(form, safe=""))
@@ -39,7 +37,6 @@ def secret_variants(value: str) -> set[str]:
         line = raw_line.strip()
         if len(line) >= MIN_LINE:
             variants.add(line)
-    variants.discard("")
     return variants
 
 

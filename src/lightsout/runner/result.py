@@ -84,11 +84,6 @@ def task_label(data: Mapping[str, Any]) -> str | None:
     return f"{role} : {task}" if role else task
 
 
-def _is_error_line(line: str) -> bool:
-    stripped = line.strip()
-    return stripped.startswith(("ERROR!", "[ERROR]"))
-
-
 @dataclass
 class EventCollector:
     """ansible-runner `event_handler`; `on_event` also receives every event (for logging)."""
@@ -113,7 +108,7 @@ class EventCollector:
                 self.stats = dict(artifact)
         elif kind in {"verbose", "error"} or not kind:
             for line in str(event.get("stdout") or "").splitlines():
-                if _is_error_line(line) and len(self.error_lines) < 5:
+                if line.strip().startswith(("ERROR!", "[ERROR]")) and len(self.error_lines) < 5:
                     self.error_lines.append(line.strip())
         if self.on_event is not None:
             self.on_event(event)
@@ -148,23 +143,17 @@ def _dump(doc: Mapping[str, Any]) -> bytes:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"), default=str).encode()
 
 
-def _cut(text: str, max_bytes: int) -> str:
-    """`text` in at most `max_bytes` UTF-8 bytes, its middle cut if it must be: a failed task's
-    message ends with what to do about it."""
-    return clip_middle(text, max_bytes)
-
-
 def render_result(result: RunResult, limit: int = RESULT_LIMIT) -> str:
     """Serialise `result` as one JSON object of at most `limit` bytes.
 
-    The message is cut first (JSON escaping can make it cost more than its UTF-8 length, so
-    this loops); values too large to fit are replaced by `{"truncated": true}` and the
-    `KEPT_VALUES` among them.
+    The message is cut first, in its middle (a failed task's message ends with what to do about
+    it; JSON escaping can make it cost more than its UTF-8 length, so this loops); values too
+    large to fit are replaced by `{"truncated": true}` and the `KEPT_VALUES` among them.
     """
     doc = result.to_dict()
-    doc["message"] = _cut(result.message, MESSAGE_LIMIT)
+    doc["message"] = clip_middle(result.message, MESSAGE_LIMIT)
     if result.failed_task is not None:
-        doc["failedTask"] = _cut(result.failed_task, 256)
+        doc["failedTask"] = clip_middle(result.failed_task, 256)
     _shrink_message(doc, limit)
     if len(_dump(doc)) > limit:
         kept = {
@@ -174,7 +163,7 @@ def render_result(result: RunResult, limit: int = RESULT_LIMIT) -> str:
             or (isinstance(value, str) and len(value) <= _KEPT_MAX)
         }
         doc["values"] = {**kept, "truncated": True}
-        doc["message"] = _cut(result.message, MESSAGE_LIMIT)
+        doc["message"] = clip_middle(result.message, MESSAGE_LIMIT)
         _shrink_message(doc, limit)
     return _dump(doc).decode()
 
@@ -185,5 +174,5 @@ def _shrink_message(doc: dict[str, Any], limit: int) -> None:
         raw = len(doc["message"].encode())
         escaped = len(_dump({"m": doc["message"]})) - len(_dump({"m": ""}))
         room = int(raw * (escaped - excess) / escaped) - len(MARK.encode()) - 1
-        new = _cut(doc["message"], room) if room > len(MARK.encode()) else ""
+        new = clip_middle(doc["message"], room) if room > len(MARK.encode()) else ""
         doc["message"] = new if len(new.encode()) < raw else ""
