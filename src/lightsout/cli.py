@@ -41,6 +41,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         lightsout.handlers.watch_secrets()
     log_format = kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.FULL
     kopf.configure(verbose=args.verbose, log_format=log_format)
+    if not args.verbose:
+        lightsout.handlers.lifecycle.quiet_handler_successes()
     kopf.run(
         standalone=True,
         clusterwide=not args.namespace,
