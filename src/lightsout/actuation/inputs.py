@@ -48,7 +48,7 @@ from lightsout.planning.types import (
     PowerState,
     core_node_labels,
 )
-from lightsout.state.parse import format_time, parse_time
+from lightsout.state.parse import dig, format_time, parse_time, str_map
 from lightsout.state.references import Unresolved
 from lightsout.text import clip_middle
 
@@ -312,14 +312,13 @@ def machine_state(node: Obj, spec: NodeSpec, group: GroupSpec | None) -> Machine
 
 
 def job_identity(job: Obj) -> tuple[Action, int, int] | None:
-    labels = (job.get("metadata") or {}).get("labels") or {}
-    action = _enum(Action, labels.get(ACTION_LABEL), None)
+    """(action, generation, attempt) of an action Job; None without Lights-Out's labels."""
+    labels = str_map(dig(job, "metadata", "labels"))
     try:
-        generation = int(labels.get(GENERATION_LABEL, ""))
-        attempt = int(labels.get(ATTEMPT_LABEL, ""))
+        action = Action(labels.get(ACTION_LABEL, ""))
+        return action, int(labels.get(GENERATION_LABEL, "")), int(labels.get(ATTEMPT_LABEL, ""))
     except ValueError:
         return None
-    return None if action is None else (action, generation, attempt)
 
 
 def observations(

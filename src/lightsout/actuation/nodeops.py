@@ -11,19 +11,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from lightsout.planning.types import STARTUP_TAINT_KEY
-from lightsout.state.parse import dig
+from lightsout.state.parse import condition, dig
 from lightsout.state.types import MIRROR_POD
 
 Obj = Mapping[str, Any]
 
 
 def node_ready(node: Obj | None) -> bool:
-    if not node:
-        return False
-    for condition in (node.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return bool(condition.get("status") == "True")
-    return False
+    return (condition(dig(node, "status"), "Ready") or {}).get("status") == "True"
 
 
 def node_unregistered(node: Obj | None) -> bool:

@@ -52,7 +52,6 @@ from lightsout.planning.types import (
     STARTUP_TAINT_KEY,
     DrainStatus,
     EventType,
-    LeaseState,
     MachineState,
     PowerState,
 )
@@ -107,12 +106,6 @@ class KubeMachine:
         return leases.lease_name(self.namespace, self.name)
 
     # ---------------------------------------------------------------- Lease
-    def read_lease(self, now: dt.datetime) -> tuple[LeaseState, dt.datetime | None]:
-        """The machine's Lease as seen now, and when its hold ends."""
-        lease = self.api.get_lease(self.lease_namespace, self.lease_name)
-        state = leases.lease_state(lease, self.config.identity, now)
-        return state, leases.lease_expiry(lease)
-
     def acquire_lease(self, now: dt.datetime) -> bool:
         """Take or renew the machine's Lease; False when another holder has it (or won a race)."""
         identity, seconds = self.config.identity, self.config.lease_seconds
@@ -230,10 +223,10 @@ class KubeMachine:
 
         self._on_fresh_node(step)
 
-    def _prepare_core_node(self) -> None:
+    def prepare_core_node(self) -> str | None:
         """Before power-on: the core Node exists with the wanted labels and taints and the startup
         taint. Creates it (with the machine's providerID) when absent, else patches it; an event
-        says which. Raises the API's error when it cannot: the caller then does not power on."""
+        says which. Returns the API's error when it cannot: the caller then does not power on."""
         taints = [*self.taints, dict(STARTUP_TAINT)]
 
         def step(node: Obj | None) -> None:
@@ -266,19 +259,12 @@ class KubeMachine:
             )
             self.post_event(Event(EventType.NORMAL, "CoreNodeTainted", message))
 
-        self._on_fresh_node(step)
-
-    def delete_unregistered_node(self) -> None:
-        """Delete the core Node if no kubelet has registered it, as of a fresh read: a kubelet
-        registering meanwhile changes it, and the conditional delete then leaves it alone."""
-
-        def step(node: Obj | None) -> None:
-            if node_unregistered(node):
-                self.api.delete_node(
-                    self.core_name, resource_version=(node or {})["metadata"].get("resourceVersion")
-                )
-
-        self._on_fresh_node(step)
+        try:
+            self._on_fresh_node(step)
+        except Exception as exc:
+            log.warning("machine %s/%s: core Node not prepared", self.namespace, self.name)
+            return error_message(exc)
+        return None
 
     def kubelet_registering(
         self, kubelet: Obj
@@ -376,16 +362,11 @@ class KubeMachine:
             return str(exc)
         return None
 
-    def prepare_core_node(self) -> str | None:
-        try:
-            self._prepare_core_node()
-        except Exception as exc:
-            log.warning("machine %s/%s: core Node not prepared", self.namespace, self.name)
-            return error_message(exc)
-        return None
-
     def write_status(self, machine: MachineState, decision: Decision, now: dt.datetime) -> bool:
-        wanted = wanted_status(
+        """Patch what changed from the Node's status to `wanted_status`, conditional on the
+        Node's resourceVersion: False when it changed since the read (409)."""
+        status = self.node.get("status") or {}
+        new = wanted_status(
             self,
             machine.desired,
             machine.intent_generation,
@@ -393,10 +374,25 @@ class KubeMachine:
             now,
             cpu_utilisation=self.cpu_utilisation,
         )
+        changed = inputs.status_patch(status, new)
+        if not changed:
+            return True
+        fields = ", ".join(sorted(changed))
+        log.debug("status of %s/%s: %s changed", self.namespace, self.name, fields)
+        version = self.node["metadata"].get("resourceVersion")
         try:
-            write_status(self, wanted, decision.reason)
+            self.api.patch_status(self.namespace, "nodes", self.name, changed, version)
         except ConflictError:
             return False
+        if status.get("phase") != new["phase"]:
+            log.info(
+                "machine %s/%s: %s -> %s (%s)",
+                self.namespace,
+                self.name,
+                status.get("phase"),
+                new["phase"],
+                decision.reason,
+            )
         return True
 
     def settle(self, previous_phase: str | None, phase: str) -> None:
@@ -408,10 +404,19 @@ class KubeMachine:
         self.api.delete_job(self.namespace, name)
 
     def delete_core_node(self, unregistered_only: bool) -> None:
-        if unregistered_only:
-            self.delete_unregistered_node()
-        else:
+        """`unregistered_only`: only if no kubelet has registered it, as of a fresh read (a
+        kubelet registering meanwhile changes it, and the conditional delete leaves it alone)."""
+        if not unregistered_only:
             self.api.delete_node(self.core_name)
+            return
+
+        def step(node: Obj | None) -> None:
+            if node_unregistered(node):
+                self.api.delete_node(
+                    self.core_name, resource_version=(node or {})["metadata"].get("resourceVersion")
+                )
+
+        self._on_fresh_node(step)
 
     def set_desired(self, state: PowerState) -> None:
         write_desired(self.api, self.node, Desired(state.value))
@@ -501,25 +506,3 @@ def wanted_status(
         # None removes the list (merge patch) once no correction counts any more.
         new["driftCorrections"] = [format_time(t) for t in decision.drift_corrections] or None
     return new
-
-
-def write_status(ctx: KubeMachine, new: Mapping[str, Any], reason: str) -> None:
-    """Patch what changed from the Node's status to `new` (`wanted_status`), conditional on
-    the Node's resourceVersion (a `ConflictError` when it changed since the read)."""
-    status = ctx.node.get("status") or {}
-    changed = inputs.status_patch(status, new)
-    if not changed:
-        return
-    log.debug("status of %s/%s: %s changed", ctx.namespace, ctx.name, ", ".join(sorted(changed)))
-    ctx.api.patch_status(
-        ctx.namespace, "nodes", ctx.name, changed, ctx.node["metadata"].get("resourceVersion")
-    )
-    if status.get("phase") != new["phase"]:
-        log.info(
-            "machine %s/%s: %s -> %s (%s)",
-            ctx.namespace,
-            ctx.name,
-            status.get("phase"),
-            new["phase"],
-            reason,
-        )

@@ -43,6 +43,7 @@ from lightsout.execution.jobs import (
     WORK_DIR,
     PodSettings,
     locked_down_pod,
+    owner_reference,
     refuse_credentials,
 )
 from lightsout.execution.naming import dns_label, label_value, stable_hash
@@ -59,7 +60,7 @@ from lightsout.planning.types import (
     Phase,
     PowerState,
 )
-from lightsout.state.parse import format_time, parse_time
+from lightsout.state.parse import condition, format_time, parse_time
 from lightsout.state.references import ReferenceReason, Unresolved
 from lightsout.text import clip_middle
 
@@ -203,14 +204,7 @@ def build_health_objects(
     data[MACHINES_FILE] = json.dumps(entries, sort_keys=True, indent=2)
     name = cronjob_name(gname)
     labels = labels_for(gname)
-    owner = {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": "Group",
-        "name": gname,
-        "uid": str(meta.get("uid", "")),
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    owner = owner_reference(f"{API_GROUP}/{API_VERSION}", "Group", gname, str(meta.get("uid", "")))
     volumes: list[dict[str, Any]] = [
         {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
         {"name": "machines", "configMap": {"name": name, "defaultMode": 0o444}},
@@ -310,14 +304,7 @@ def job_from_cronjob(cronjob: Mapping[str, Any], name: str) -> dict[str, Any]:
             "labels": dict((template.get("metadata") or {}).get("labels") or {}),
             "annotations": {"cronjob.kubernetes.io/instantiate": "manual"},
             "ownerReferences": [
-                {
-                    "apiVersion": "batch/v1",
-                    "kind": "CronJob",
-                    "name": meta["name"],
-                    "uid": meta.get("uid", ""),
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
+                owner_reference("batch/v1", "CronJob", meta["name"], meta.get("uid", ""))
             ],
         },
         "spec": template["spec"],
@@ -481,23 +468,16 @@ def included_again(assessment: Assessment, status: Mapping[str, Any]) -> Assessm
     until the next check says (a new check's own condition wins)."""
     if assessment.condition is not None:
         return assessment
-    current = next(
-        (
-            c
-            for c in status.get("conditions") or ()
-            if isinstance(c, Mapping) and c.get("type") == ConditionType.HEALTHY
-        ),
-        {},
-    )
+    current = condition(status, ConditionType.HEALTHY) or {}
     if current.get("reason") not in set(ReferenceReason):
         return assessment
-    condition = SetCondition(
+    unknown = SetCondition(
         ConditionType.HEALTHY,
         ConditionStatus.UNKNOWN,
         REFERENCES_RESOLVED,
         "every object the health check needs exists; waiting for its next run",
     )
-    return replace(assessment, condition=condition)
+    return replace(assessment, condition=unknown)
 
 
 def assess(

@@ -149,15 +149,21 @@ def job_selector(node_name: str) -> str:
     return f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_NODE}={label_value(node_name)}"
 
 
-def node_owner_reference(req: JobRequest) -> dict[str, Any]:
+def owner_reference(api_version: str, kind: str, name: str, uid: str) -> dict[str, Any]:
+    """The controller owner reference of an object Lights-Out makes (garbage-collected with
+    its owner, which cannot be deleted in the foreground before it)."""
     return {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": "Node",
-        "name": req.node_name,
-        "uid": req.node_uid,
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": name,
+        "uid": uid,
         "controller": True,
         "blockOwnerDeletion": True,
     }
+
+
+def node_owner_reference(req: JobRequest) -> dict[str, Any]:
+    return owner_reference(f"{API_GROUP}/{API_VERSION}", "Node", req.node_name, req.node_uid)
 
 
 def build_extravars_configmap(req: JobRequest, *, job_uid: str | None = None) -> dict[str, Any]:
@@ -171,14 +177,8 @@ def build_extravars_configmap(req: JobRequest, *, job_uid: str | None = None) ->
     if job_uid is None:
         owner = node_owner_reference(req)
     else:
-        owner = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "name": job_name(req.node_name, req.action, req.generation, req.attempt),
-            "uid": job_uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
+        name = job_name(req.node_name, req.action, req.generation, req.attempt)
+        owner = owner_reference("batch/v1", "Job", name, job_uid)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -355,37 +355,27 @@ def _volumes(req: JobRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]
             "readOnly": True,
         },
     ]
+
+    def add(name: str, source: str, ref: dict[str, Any], path: str | None) -> None:
+        volumes.append({"name": name, source: ref})
+        if path is not None:
+            mounts.append({"name": name, "mountPath": path, "readOnly": True})
+
     if req.credentials_secret:
         # 0440: owned by root, readable through fsGroup by the non-root runner and nobody
         # else. SSH refuses group-readable keys, so the runner copies a key to /tmp as 0600.
-        volumes.append(
-            {
-                "name": "credentials",
-                "secret": {"secretName": req.credentials_secret, "defaultMode": 0o440},
-            }
-        )
-        mounts.append({"name": "credentials", "mountPath": CREDENTIALS_DIR, "readOnly": True})
+        secret = {"secretName": req.credentials_secret, "defaultMode": 0o440}
+        add("credentials", "secret", secret, CREDENTIALS_DIR)
     if req.ca_secret:
-        volumes.append(
-            {"name": "ca", "secret": {"secretName": req.ca_secret, "defaultMode": 0o444}}
-        )
-        mounts.append({"name": "ca", "mountPath": CA_DIR, "readOnly": True})
+        add("ca", "secret", {"secretName": req.ca_secret, "defaultMode": 0o444}, CA_DIR)
     if req.join_secret and req.join_sources:
         sources = [{"secret": {"name": req.join_secret}}, *req.join_sources]
-        volumes.append({"name": "join", "projected": {"sources": sources, "defaultMode": 0o440}})
+        add("join", "projected", {"sources": sources, "defaultMode": 0o440}, None)
     elif req.join_secret:
-        volumes.append(
-            {"name": "join", "secret": {"secretName": req.join_secret, "defaultMode": 0o440}}
-        )
-        mounts.append({"name": "join", "mountPath": JOIN_DIR, "readOnly": True})
+        add("join", "secret", {"secretName": req.join_secret, "defaultMode": 0o440}, JOIN_DIR)
     if req.overlay_configmap:
-        volumes.append(
-            {
-                "name": "overlay",
-                "configMap": {"name": req.overlay_configmap, "defaultMode": 0o444},
-            }
-        )
-        mounts.append({"name": "overlay", "mountPath": OVERLAY_DIR, "readOnly": True})
+        overlay = {"name": req.overlay_configmap, "defaultMode": 0o444}
+        add("overlay", "configMap", overlay, OVERLAY_DIR)
     return volumes, mounts
 
 

@@ -41,9 +41,7 @@ from lightsout.k8s.api import Api
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
 from lightsout.planning import fsm
-from lightsout.planning.effects import (
-    Decision,
-)
+from lightsout.planning.effects import Decision
 from lightsout.planning.learning import learn_draw
 from lightsout.planning.types import (
     Action,
@@ -308,11 +306,10 @@ class Reconciler:
                 blocked_by=last.blocked_by if last and left else None,
                 blocked_message=last.blocked_message if last and left else "",
             )
-        if view.lease_cached:
-            lease = leases.lease_state(view.lease, self.config.identity, now)
-            lease_expires = leases.lease_expiry(view.lease)
-        else:
-            lease, lease_expires = ctx.read_lease(now)
+        held = view.lease
+        if not view.lease_cached:
+            held = self.api.get_lease(ctx.lease_namespace, ctx.lease_name)
+        lease = leases.lease_state(held, self.config.identity, now)
         checked = health.assess(
             node.get("status") or {},
             health.newest(view.health, spec.group),
@@ -329,7 +326,7 @@ class Reconciler:
             taints=ctx.taints,
             drain=drain,
             lease=lease,
-            lease_expires=lease_expires,
+            lease_expires=leases.lease_expiry(held),
             power_state=checked.power_state,
             power_state_at=checked.power_state_at,
             unresolved=view.unresolved,
@@ -386,17 +383,10 @@ def _with_health(
     watts teach."""
     if checked.record is None and checked.condition is None:
         return decision
-    effects = (
-        decision.effects
-        if checked.condition is None
-        else (
-            *decision.effects,
-            checked.condition,
-        )
-    )
+    condition = () if checked.condition is None else (checked.condition,)
     return replace(
         decision,
-        effects=effects,
+        effects=(*decision.effects, *condition),
         observed_power_state=decision.observed_power_state or checked.observed_power_state,
         health_check=checked.record,
         measured=checked.measured,
