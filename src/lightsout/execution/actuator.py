@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lightsout import API_GROUP, API_VERSION
@@ -33,6 +33,7 @@ from lightsout.execution.jobs import (
     JobRequest,
     build_action_job,
     build_extravars_configmap,
+    configured_pod,
     job_name,
 )
 from lightsout.k8s.api import Api, ConflictError, EvictionBlockedError, error_message
@@ -157,13 +158,7 @@ class KubeMachine:
             image=self.config.runner_image,
             deadline_seconds=int(timeout) + 120,
             ttl_seconds=self.config.job_ttl_seconds,
-            service_account_name=self.config.job_service_account,
-            node_selector=dict(self.config.job_node_selector),
-            tolerations=tuple(
-                {"key": key, "operator": "Exists"} for key in self.config.job_tolerations
-            ),
-            # A magic packet is a broadcast on the node's own network.
-            host_network=self.config.job_host_network or spec.driver.sends_magic_packets,
+            **asdict(configured_pod(self.config, magic_packets=spec.driver.sends_magic_packets)),
         )
 
     def start_job(self, effect: StartJob) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime as dt
-import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -39,9 +38,8 @@ from lightsout.execution.jobs import (
     LABEL_COMPONENT,
     LABEL_MANAGED_BY,
     MANAGED_BY,
-    RESULT_PATH,
-    WORK_DIR,
-    PodSettings,
+    RUNNER_ENV,
+    configured_pod,
     locked_down_pod,
     owner_reference,
     refuse_credentials,
@@ -206,20 +204,12 @@ def build_health_objects(
     labels = labels_for(gname)
     owner = owner_reference(f"{API_GROUP}/{API_VERSION}", "Group", gname, str(meta.get("uid", "")))
     volumes: list[dict[str, Any]] = [
-        {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
-        {"name": "machines", "configMap": {"name": name, "defaultMode": 0o444}},
+        {"name": "machines", "configMap": {"name": name, "defaultMode": 0o444}}
     ]
     mounts: list[dict[str, Any]] = [
-        {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - the pod's own emptyDir
-        {"name": "machines", "mountPath": MACHINES_DIR, "readOnly": True},
+        {"name": "machines", "mountPath": MACHINES_DIR, "readOnly": True}
     ]
-    env = {
-        "LIGHTSOUT_ACTION": COMPONENT,
-        "LIGHTSOUT_MACHINES_DIR": MACHINES_DIR,
-        "LIGHTSOUT_RESULT_PATH": RESULT_PATH,
-        "LIGHTSOUT_WORK_DIR": WORK_DIR,
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
+    env = {"LIGHTSOUT_ACTION": COMPONENT, "LIGHTSOUT_MACHINES_DIR": MACHINES_DIR, **RUNNER_ENV}
     for kind, slots, source, mode in (
         ("credentials", secrets, "secret", 0o440),
         ("ca", cas, "secret", 0o444),
@@ -228,24 +218,13 @@ def build_health_objects(
         for ref_name, slot in slots.items():
             volume = f"{kind}-{slot}"
             path = f"/etc/lightsout/{volume}"
-            ref = (
-                {"secretName": ref_name, "defaultMode": mode}
-                if source == "secret"
-                else {"name": ref_name, "defaultMode": mode}
-            )
-            volumes.append({"name": volume, source: ref})
+            named = "secretName" if source == "secret" else "name"
+            volumes.append({"name": volume, source: {named: ref_name, "defaultMode": mode}})
             mounts.append({"name": volume, "mountPath": path, "readOnly": True})
             env[f"LIGHTSOUT_{kind.upper()}_DIR_{slot}"] = path
     pod = locked_down_pod(
         config.runner_image,
-        PodSettings(
-            node_selector=dict(config.job_node_selector),
-            tolerations=tuple({"key": key, "operator": "Exists"} for key in config.job_tolerations),
-            service_account_name=config.job_service_account,
-            # As for action Jobs: a Wake-on-LAN machine is only reached from the host network.
-            host_network=config.job_host_network
-            or any(m.driver.sends_magic_packets for _, m in members),
-        ),
+        configured_pod(config, magic_packets=any(m.driver.sends_magic_packets for _, m in members)),
         [{"name": key, "value": value} for key, value in env.items()],
         volumes,
         mounts,
@@ -283,9 +262,7 @@ def build_health_objects(
         "metadata": dict(metadata),
         "data": data,
     }
-    digest = hashlib.sha256(json.dumps([configmap, cronjob], sort_keys=True).encode()).hexdigest()[
-        :16
-    ]
+    digest = stable_hash(json.dumps([configmap, cronjob], sort_keys=True), 16)
     for obj in (configmap, cronjob):
         obj["metadata"]["annotations"] = {ANNOTATION_SPEC_HASH: digest}
     return HealthObjects(configmap, cronjob, digest)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightsout import API_GROUP, API_VERSION
+from lightsout.config import OperatorConfig
 from lightsout.execution.naming import dns_label, label_value
 from lightsout.planning.types import Action
 
@@ -45,6 +46,14 @@ JOIN_DIR = "/etc/lightsout/join"
 OVERLAY_DIR = "/etc/lightsout/overlay"
 WORK_DIR = "/tmp/lightsout"  # noqa: S108 - a private emptyDir, not a shared /tmp
 RESULT_PATH = "/dev/termination-log"
+#: Every runner pod's environment after what names its action. The root filesystem is
+#: read-only: the runner keeps Ansible's home and temp files in WORK_DIR, on the /tmp emptyDir
+#: (`locked_down_pod`), and Python writes no bytecode.
+RUNNER_ENV: Mapping[str, str] = {
+    "LIGHTSOUT_RESULT_PATH": RESULT_PATH,
+    "LIGHTSOUT_WORK_DIR": WORK_DIR,
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
 
 DEFAULT_RESOURCES: Mapping[str, Mapping[str, str]] = {
     "requests": {"cpu": "100m", "memory": "256Mi"},
@@ -77,6 +86,17 @@ class PodSettings:
     #: Wake-on-LAN broadcasts only reach the machine's L2 segment from the host network.
     host_network: bool = False
     service_account_name: str | None = None
+
+
+def configured_pod(config: OperatorConfig, *, magic_packets: bool) -> PodSettings:
+    """The operator's `LIGHTSOUT_JOB_*` settings of a runner pod; one that sends a magic packet
+    (a broadcast on the machine's own network) runs on the host network."""
+    return PodSettings(
+        node_selector=dict(config.job_node_selector),
+        tolerations=tuple({"key": key, "operator": "Exists"} for key in config.job_tolerations),
+        service_account_name=config.job_service_account,
+        host_network=config.job_host_network or magic_packets,
+    )
 
 
 @dataclass(frozen=True)
@@ -260,8 +280,9 @@ def locked_down_pod(
     volumes: list[dict[str, Any]],
     mounts: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """The pod spec every runner pod gets: no API token, non-root, read-only root, no
-    capabilities, RuntimeDefault seccomp, the result through the termination message."""
+    """The pod spec every runner pod gets: no API token, non-root, read-only root (a /tmp
+    emptyDir before `volumes`), no capabilities, RuntimeDefault seccomp, the result through the
+    termination message."""
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         # The playbook talks to BMCs and hypervisors, never to the Kubernetes API.
@@ -292,10 +313,13 @@ def locked_down_pod(
                 # File, not FallbackToLogsOnError: log lines are not redacted the way the
                 # runner's result is, and must never land in the Node's status.
                 "terminationMessagePolicy": "File",
-                "volumeMounts": mounts,
+                "volumeMounts": [
+                    {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - the pod's own emptyDir
+                    *mounts,
+                ],
             }
         ],
-        "volumes": volumes,
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}, *volumes],
     }
     if settings.service_account_name:
         pod_spec["serviceAccountName"] = settings.service_account_name
@@ -315,11 +339,7 @@ def _env(req: JobRequest) -> list[dict[str, str]]:
         "LIGHTSOUT_NODE": req.node_name,
         "LIGHTSOUT_ATTEMPT": str(req.attempt),
         "LIGHTSOUT_EXTRAVARS": EXTRAVARS_PATH,
-        "LIGHTSOUT_RESULT_PATH": RESULT_PATH,
-        # The root filesystem is read-only: the runner keeps Ansible's home and temp files
-        # here, on the /tmp emptyDir, and Python writes no bytecode.
-        "LIGHTSOUT_WORK_DIR": WORK_DIR,
-        "PYTHONDONTWRITEBYTECODE": "1",
+        **RUNNER_ENV,
     }
     if req.credentials_secret:
         env["LIGHTSOUT_CREDENTIALS_DIR"] = CREDENTIALS_DIR
@@ -336,7 +356,6 @@ def _env(req: JobRequest) -> list[dict[str, str]]:
 
 def _volumes(req: JobRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     volumes: list[dict[str, Any]] = [
-        {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
         {
             "name": "extravars",
             "configMap": {
@@ -347,7 +366,6 @@ def _volumes(req: JobRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]
         },
     ]
     mounts: list[dict[str, Any]] = [
-        {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - the pod's own emptyDir
         {
             "name": "extravars",
             "mountPath": EXTRAVARS_PATH,
