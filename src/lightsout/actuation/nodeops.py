@@ -50,8 +50,7 @@ def taints_of(node: Obj | None) -> list[Obj]:
 
 
 def has_startup_taint(node: Obj | None) -> bool:
-    taints = taints_of(node)
-    return any(t.get("key") == STARTUP_TAINT_KEY for t in taints)
+    return any(t.get("key") == STARTUP_TAINT_KEY for t in taints_of(node))
 
 
 def metadata_patch(
@@ -69,10 +68,9 @@ def metadata_patch(
     writer (the node lifecycle controller) added since the read must not be lost; such a race
     is a 409 and the caller tries again.
     """
-    current_taints = taints_of(node)
     wanted = {_taint_key(t): dict(t) for t in taints}
     kept = [
-        t for t in current_taints if _taint_key(t) not in wanted and str(t.get("key")) not in drop
+        t for t in taints_of(node) if _taint_key(t) not in wanted and str(t.get("key")) not in drop
     ]
     return node_patch(node, labels, kept + [wanted[k] for k in sorted(wanted)])
 

@@ -9,6 +9,7 @@ win.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 from collections.abc import Callable, Mapping
@@ -188,15 +189,12 @@ class KubeMachine:
         if self.api.get_node(self.core_name) is not None:
             self.api.patch_node(self.core_name, {"spec": {"unschedulable": unschedulable or None}})
 
-    def _on_fresh_node(self, step: Callable[[Obj | None], None]) -> None:
+    def _on_fresh_node[T](self, step: Callable[[Obj | None], T]) -> T:
         """Run `step` on a fresh read of the core Node, again when it loses a race (409: the Node
         changed since the read, or was created meanwhile), at most NODE_PATCH_TRIES times."""
         for _ in range(NODE_PATCH_TRIES):
-            try:
-                step(self.api.get_node(self.core_name))
-            except ConflictError:
-                continue
-            return
+            with contextlib.suppress(ConflictError):
+                return step(self.api.get_node(self.core_name))
         raise ConflictError(f"core Node {self.core_name} kept changing while patching it")
 
     def apply_metadata(self) -> None:
@@ -269,18 +267,13 @@ class KubeMachine:
         taints are merged into it (an event says which, and which labels a kubelet may not set
         were left out); returns None. No Node yet: returns the labels and taints the kubelet's
         object must be created with (the wanted ones and the startup taint over its own)."""
-        outcome: list[tuple[dict[str, str], list[dict[str, str]]]] = []
 
-        def step(node: Obj | None) -> None:
-            outcome.clear()
+        def step(node: Obj | None) -> tuple[dict[str, str], list[dict[str, str]]] | None:
             if node is None:
-                outcome.append(
-                    registration.registration_metadata(kubelet, self.labels, self.taints)
-                )
-                return
+                return registration.registration_metadata(kubelet, self.labels, self.taints)
             patch = registration.merge_patch(node, kubelet, self.labels, self.taints)
             if not patch:
-                return
+                return None
             self.api.patch_node(self.core_name, patch)
             _, _, refused = registration.kubelet_metadata(kubelet)
             added = sorted(k for k in (patch.get("metadata") or {}).get("labels") or {})
@@ -297,9 +290,10 @@ class KubeMachine:
                 )
             )
             self.post_event(Event(EventType.NORMAL, "KubeletMetadataMerged", message))
+            return None
 
-        self._on_fresh_node(step)
-        if not outcome:
+        created = self._on_fresh_node(step)
+        if created is None:
             return None
         message = (
             f"the kubelet of core Node {self.core_name} registers a Node that does not exist: it "
@@ -308,7 +302,7 @@ class KubeMachine:
             f"{STARTUP_TAINT_KEY}:NoSchedule"
         )
         self.post_event(Event(EventType.NORMAL, "CoreNodeRegistering", message))
-        return outcome[0]
+        return created
 
     def drain(self) -> DrainStatus:
         """One pass of evictions; returns what is left and which PDB (if any) is blocking."""

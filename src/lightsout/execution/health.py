@@ -342,14 +342,8 @@ def pod_record(pod: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """(machine name, the small record the watch cache keeps) of a finished health-check pod."""
     meta = pod.get("metadata") or {}
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    terminated = next(
-        (
-            (s.get("state") or {}).get("terminated")
-            for s in statuses
-            if s.get("name") == CONTAINER_NAME
-        ),
-        None,
-    )
+    ours: Mapping[str, Any] = next((s for s in statuses if s.get("name") == CONTAINER_NAME), {})
+    terminated = (ours.get("state") or {}).get("terminated")
     if not terminated:
         return None
     runner, problem = parse_runner_result(terminated.get("message"))

@@ -334,19 +334,10 @@ class Reconciler:
         decision = providerid.report(fsm.decide(machine, obs, now), core_node, provider_id)
         ctx.cpu_utilisation = energy.cpu_utilisation(node, core_node, view.pods_on_node)
         decision = _with_health(decision, checked, machine, ctx.cpu_utilisation)
-        return self.apply(ctx, machine, _with_inspection(decision, spec, node), now)
-
-    def apply(
-        self,
-        port: actuator.KubeMachine,
-        machine: MachineState,
-        decision: Decision,
-        now: dt.datetime,
-    ) -> float | None:
-        """Carry the decision out (`interpreter.carry_out`), keeping what a drain left."""
-        carried = interpreter.carry_out(port, machine, decision, now)
+        decision = _with_inspection(decision, spec, node)
+        carried = interpreter.carry_out(ctx, machine, decision, now)
         if carried.drain is not None:
-            self.drains[f"{port.namespace}/{port.name}"] = carried.drain
+            self.drains[key] = carried.drain  # what a PDB blocked, for the next pass
         return carried.requeue_after
 
 
