@@ -260,16 +260,9 @@ def machine_state(node: Obj, spec: NodeSpec, group: GroupSpec | None) -> Machine
     # After a failure, though, any spec edit (a fixed Secret name, a new endpoint) is a new
     # intent, so the machine is retried from scratch.
     phase = _enum(Phase, status.get("phase"), Phase.UNKNOWN)
-    raw_intent = status.get("intent")
-    intent: Mapping[str, Any] = raw_intent if isinstance(raw_intent, Mapping) else {}
-    if (
-        phase is not Phase.FAILED
-        and intent.get("desired") == str(desired)
-        and isinstance(intent.get("generation"), int)
-    ):
-        intent_generation = int(intent["generation"])
-    else:
-        intent_generation = generation
+    held = dig(status, "intent", "generation")
+    kept = phase is not Phase.FAILED and dig(status, "intent", "desired") == str(desired)
+    intent_generation = int(held) if kept and isinstance(held, int) else generation
     policy = group or GroupSpec()  # no Group: its defaults
     health = policy.health_check
     adopted = _enum(PowerState, status.get("observedPowerState"), desired)

@@ -48,6 +48,7 @@ from lightsout.planning.types import (
     DrainStatus,
     Learned,
     MachineState,
+    ObservedJob,
     Phase,
     PowerState,
 )
@@ -279,19 +280,7 @@ class Reconciler:
         key = f"{ctx.namespace}/{ctx.name}"
         now = dt.datetime.now(dt.UTC)
         machine = inputs.machine_state(node, spec, group)
-        observed = [
-            o
-            for job in view.jobs
-            if (
-                o := observe_job(
-                    job,
-                    view.job_pods.get(job["metadata"]["name"], ()),
-                    now,
-                    view.job_events.get(job["metadata"]["name"], ()),
-                )
-            )
-            is not None
-        ]
+        observed = [o for job in view.jobs if (o := _observe(view, job, now)) is not None]
         observed_job = fsm.select_job(observed, machine.operation)
         provider_id = providerid.wanted(node, spec)
         core_node = providerid.ensure(self.api, view.core_node, provider_id)
@@ -310,15 +299,12 @@ class Reconciler:
         if not view.lease_cached:
             held = self.api.get_lease(ctx.lease_namespace, ctx.lease_name)
         lease = leases.lease_state(held, self.config.identity, now)
-        checked = health.assess(
-            node.get("status") or {},
-            health.newest(view.health, spec.group),
-            lease,
-        )
+        status = node.get("status") or {}
+        checked = health.assess(status, health.newest(view.health, spec.group), lease)
         if view.health_problem is not None:
             checked = health.not_checked(checked, view.health_problem)
         else:
-            checked = health.included_again(checked, node.get("status") or {})
+            checked = health.included_again(checked, status)
         obs = inputs.observations(
             job=observed_job,
             core_node=core_node,
@@ -341,6 +327,11 @@ class Reconciler:
         return carried.requeue_after
 
 
+def _observe(view: MachineView, job: Obj, now: dt.datetime) -> ObservedJob | None:
+    name = job["metadata"]["name"]
+    return observe_job(job, view.job_pods.get(name, ()), now, view.job_events.get(name, ()))
+
+
 def _with_inspection(decision: Decision, spec: NodeSpec, node: Obj) -> Decision:
     """The decision plus the InspectionMismatch verdict on the declared spec against what the
     controller reported (the new check's report when this pass brings one)."""
@@ -355,14 +346,11 @@ def _learned_draw(
 ) -> Learned | None:
     """The learned record with the draw a new reading teaches (None: nothing new)."""
     power = (checked.measured or {}).get("power")
-    if not isinstance(power, Mapping) or checked.observed_power_state not in (
-        PowerState.ON,
-        PowerState.OFF,
-    ):
+    state = checked.observed_power_state
+    if not isinstance(power, Mapping) or state not in (PowerState.ON, PowerState.OFF):
         return decision.learned
     before = decision.learned or machine.learned
-    powered = checked.observed_power_state is PowerState.ON
-    after = learn_draw(before, float(power["watts"]), powered, utilisation)
+    after = learn_draw(before, float(power["watts"]), state is PowerState.ON, utilisation)
     return after if after != before else decision.learned
 
 
