@@ -48,7 +48,7 @@ from lightsout.planning.types import (
     PowerState,
     core_node_labels,
 )
-from lightsout.state.parse import format_time, parse_time
+from lightsout.state.parse import dig, format_time, parse_time, str_map
 from lightsout.state.references import Unresolved
 from lightsout.text import clip_middle
 
@@ -260,16 +260,9 @@ def machine_state(node: Obj, spec: NodeSpec, group: GroupSpec | None) -> Machine
     # After a failure, though, any spec edit (a fixed Secret name, a new endpoint) is a new
     # intent, so the machine is retried from scratch.
     phase = _enum(Phase, status.get("phase"), Phase.UNKNOWN)
-    raw_intent = status.get("intent")
-    intent: Mapping[str, Any] = raw_intent if isinstance(raw_intent, Mapping) else {}
-    if (
-        phase is not Phase.FAILED
-        and intent.get("desired") == str(desired)
-        and isinstance(intent.get("generation"), int)
-    ):
-        intent_generation = int(intent["generation"])
-    else:
-        intent_generation = generation
+    held = dig(status, "intent", "generation")
+    kept = phase is not Phase.FAILED and dig(status, "intent", "desired") == str(desired)
+    intent_generation = int(held) if kept and isinstance(held, int) else generation
     policy = group or GroupSpec()  # no Group: its defaults
     health = policy.health_check
     adopted = _enum(PowerState, status.get("observedPowerState"), desired)
@@ -312,14 +305,13 @@ def machine_state(node: Obj, spec: NodeSpec, group: GroupSpec | None) -> Machine
 
 
 def job_identity(job: Obj) -> tuple[Action, int, int] | None:
-    labels = (job.get("metadata") or {}).get("labels") or {}
-    action = _enum(Action, labels.get(ACTION_LABEL), None)
+    """(action, generation, attempt) of an action Job; None without Lights-Out's labels."""
+    labels = str_map(dig(job, "metadata", "labels"))
     try:
-        generation = int(labels.get(GENERATION_LABEL, ""))
-        attempt = int(labels.get(ATTEMPT_LABEL, ""))
+        action = Action(labels.get(ACTION_LABEL, ""))
+        return action, int(labels.get(GENERATION_LABEL, "")), int(labels.get(ATTEMPT_LABEL, ""))
     except ValueError:
         return None
-    return None if action is None else (action, generation, attempt)
 
 
 def observations(

@@ -169,13 +169,9 @@ class MemoryMachine:
 
     def start_job(self, effect: StartJob) -> None:
         self._called(f"start {effect.action}")
-        job = self.job
-        if job is None or (job.action, job.generation, job.attempt) != (
-            effect.action,
-            effect.generation,
-            effect.attempt,
-        ):
-            self.job = MemoryJob(effect.action, effect.generation, effect.attempt)
+        wanted = (effect.action, effect.generation, effect.attempt)
+        if self.job is None or (self.job.action, self.job.generation, self.job.attempt) != wanted:
+            self.job = MemoryJob(*wanted)
 
     def delete_job(self, effect: DeleteJob) -> None:
         self._called(f"delete {effect.action}")

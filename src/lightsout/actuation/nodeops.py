@@ -11,19 +11,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from lightsout.planning.types import STARTUP_TAINT_KEY
-from lightsout.state.parse import dig
+from lightsout.state.parse import condition, dig
 from lightsout.state.types import MIRROR_POD
 
 Obj = Mapping[str, Any]
 
 
 def node_ready(node: Obj | None) -> bool:
-    if not node:
-        return False
-    for condition in (node.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return bool(condition.get("status") == "True")
-    return False
+    return (condition(dig(node, "status"), "Ready") or {}).get("status") == "True"
 
 
 def node_unregistered(node: Obj | None) -> bool:
@@ -55,8 +50,7 @@ def taints_of(node: Obj | None) -> list[Obj]:
 
 
 def has_startup_taint(node: Obj | None) -> bool:
-    taints = taints_of(node)
-    return any(t.get("key") == STARTUP_TAINT_KEY for t in taints)
+    return any(t.get("key") == STARTUP_TAINT_KEY for t in taints_of(node))
 
 
 def metadata_patch(
@@ -74,10 +68,9 @@ def metadata_patch(
     writer (the node lifecycle controller) added since the read must not be lost; such a race
     is a 409 and the caller tries again.
     """
-    current_taints = taints_of(node)
     wanted = {_taint_key(t): dict(t) for t in taints}
     kept = [
-        t for t in current_taints if _taint_key(t) not in wanted and str(t.get("key")) not in drop
+        t for t in taints_of(node) if _taint_key(t) not in wanted and str(t.get("key")) not in drop
     ]
     return node_patch(node, labels, kept + [wanted[k] for k in sorted(wanted)])
 

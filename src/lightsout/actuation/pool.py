@@ -1,6 +1,6 @@
 """Which address of a Group's `spec.addressPool` a clone gets: the lowest one no other machine
 holds. The operator's leases of them (`execution.addresses`) and the replay's pool in memory
-(`actuation.memory.AddressPool`) both choose here, and say "exhausted" in the same words.
+(`actuation.memory.MemoryPool`) both choose here, and say "exhausted" in the same words.
 """
 
 from __future__ import annotations

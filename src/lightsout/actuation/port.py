@@ -32,40 +32,32 @@ class MachinePort(Protocol):
     @property
     def phase(self) -> str | None:
         """The phase its status holds before this pass writes (None: never written)."""
-        ...
 
     @property
     def renew_lease_every(self) -> float | None:
         """Seconds between renewals of a held Lease (None: the Lease never expires)."""
-        ...
 
     def acquire_lease(self, now: dt.datetime) -> bool:
         """Take or renew the machine's Lease; False when another holder has it."""
-        ...
 
     def release_lease(self, now: dt.datetime) -> None: ...
 
     def allocate_address(self) -> str | None:
         """Lease a clone's address from its Group's pool; what is wrong when none is free."""
-        ...
 
     def prepare_core_node(self) -> str | None:
         """Create or taint the core Node before power-on; what is wrong when it cannot."""
-        ...
 
     def write_status(self, machine: MachineState, decision: Decision, now: dt.datetime) -> bool:
         """Persist the decision's status; False when the machine changed since it was read."""
-        ...
 
     def settle(self, previous_phase: str | None, phase: str) -> None:
         """After a phase change: free what the machine held (its address, its join token)."""
-        ...
 
     def post_event(self, event: Event) -> None: ...
 
     def start_job(self, effect: StartJob) -> None:
         """Create the action Job unless it exists (then it is adopted)."""
-        ...
 
     def delete_job(self, effect: DeleteJob) -> None: ...
 
@@ -73,17 +65,14 @@ class MachinePort(Protocol):
 
     def apply_metadata(self) -> None:
         """The wanted labels and taints on the core Node, its startup taint removed."""
-        ...
 
     def drain(self) -> DrainStatus:
         """One pass of evictions: what is left, and what blocks."""
-        ...
 
     def delete_core_node(self, unregistered_only: bool) -> None: ...
 
     def set_desired(self, state: PowerState) -> None:
         """`spec.desiredPowerState` (driftPolicy Adopt: the intent follows the machine)."""
-        ...
 
 
 class ScalePort(Protocol):
@@ -92,25 +81,20 @@ class ScalePort(Protocol):
     def set_desired(self, machine: ObjectKey, state: PowerState) -> bool:
         """`spec.desiredPowerState` of a machine unchanged since the plan's snapshot; False
         when it changed (the change wakes the planner, which plans again)."""
-        ...
 
     def record_scale(
         self, group: ObjectKey, up: bool, actions: Sequence[ScaleAction], now: dt.datetime
     ) -> None:
         """The Group's `status.lastScaleUp` (`up`) or `lastScaleDown`."""
-        ...
 
     def unneeded_mark(self, machine: ObjectKey) -> str | None:
         """The machine's unneeded-since mark as stored (None: not marked)."""
-        ...
 
     def mark_unneeded(self, machine: ObjectKey, since: str | None) -> None:
         """Store the mark (None removes it), so a restarted planner keeps counting."""
-        ...
 
     def uid(self, kind: str, key: ObjectKey) -> str | None:
         """The uid of a machine (`kind` "Node"), a pod ("Pod") or a Group; None when it is not known
         (then nothing is said about it). A re-created object is another one."""
-        ...
 
     def post_event(self, kind: str, key: ObjectKey, event: Event) -> None: ...

@@ -9,10 +9,11 @@ win.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lightsout import API_GROUP, API_VERSION
@@ -33,6 +34,7 @@ from lightsout.execution.jobs import (
     JobRequest,
     build_action_job,
     build_extravars_configmap,
+    configured_pod,
     job_name,
 )
 from lightsout.k8s.api import Api, ConflictError, EvictionBlockedError, error_message
@@ -52,7 +54,6 @@ from lightsout.planning.types import (
     STARTUP_TAINT_KEY,
     DrainStatus,
     EventType,
-    LeaseState,
     MachineState,
     PowerState,
 )
@@ -107,12 +108,6 @@ class KubeMachine:
         return leases.lease_name(self.namespace, self.name)
 
     # ---------------------------------------------------------------- Lease
-    def read_lease(self, now: dt.datetime) -> tuple[LeaseState, dt.datetime | None]:
-        """The machine's Lease as seen now, and when its hold ends."""
-        lease = self.api.get_lease(self.lease_namespace, self.lease_name)
-        state = leases.lease_state(lease, self.config.identity, now)
-        return state, leases.lease_expiry(lease)
-
     def acquire_lease(self, now: dt.datetime) -> bool:
         """Take or renew the machine's Lease; False when another holder has it (or won a race)."""
         identity, seconds = self.config.identity, self.config.lease_seconds
@@ -164,13 +159,7 @@ class KubeMachine:
             image=self.config.runner_image,
             deadline_seconds=int(timeout) + 120,
             ttl_seconds=self.config.job_ttl_seconds,
-            service_account_name=self.config.job_service_account,
-            node_selector=dict(self.config.job_node_selector),
-            tolerations=tuple(
-                {"key": key, "operator": "Exists"} for key in self.config.job_tolerations
-            ),
-            # A magic packet is a broadcast on the node's own network.
-            host_network=self.config.job_host_network or spec.driver.sends_magic_packets,
+            **asdict(configured_pod(self.config, magic_packets=spec.driver.sends_magic_packets)),
         )
 
     def start_job(self, effect: StartJob) -> None:
@@ -200,15 +189,12 @@ class KubeMachine:
         if self.api.get_node(self.core_name) is not None:
             self.api.patch_node(self.core_name, {"spec": {"unschedulable": unschedulable or None}})
 
-    def _on_fresh_node(self, step: Callable[[Obj | None], None]) -> None:
+    def _on_fresh_node[T](self, step: Callable[[Obj | None], T]) -> T:
         """Run `step` on a fresh read of the core Node, again when it loses a race (409: the Node
         changed since the read, or was created meanwhile), at most NODE_PATCH_TRIES times."""
         for _ in range(NODE_PATCH_TRIES):
-            try:
-                step(self.api.get_node(self.core_name))
-            except ConflictError:
-                continue
-            return
+            with contextlib.suppress(ConflictError):
+                return step(self.api.get_node(self.core_name))
         raise ConflictError(f"core Node {self.core_name} kept changing while patching it")
 
     def apply_metadata(self) -> None:
@@ -230,10 +216,10 @@ class KubeMachine:
 
         self._on_fresh_node(step)
 
-    def _prepare_core_node(self) -> None:
+    def prepare_core_node(self) -> str | None:
         """Before power-on: the core Node exists with the wanted labels and taints and the startup
         taint. Creates it (with the machine's providerID) when absent, else patches it; an event
-        says which. Raises the API's error when it cannot: the caller then does not power on."""
+        says which. Returns the API's error when it cannot: the caller then does not power on."""
         taints = [*self.taints, dict(STARTUP_TAINT)]
 
         def step(node: Obj | None) -> None:
@@ -266,19 +252,12 @@ class KubeMachine:
             )
             self.post_event(Event(EventType.NORMAL, "CoreNodeTainted", message))
 
-        self._on_fresh_node(step)
-
-    def delete_unregistered_node(self) -> None:
-        """Delete the core Node if no kubelet has registered it, as of a fresh read: a kubelet
-        registering meanwhile changes it, and the conditional delete then leaves it alone."""
-
-        def step(node: Obj | None) -> None:
-            if node_unregistered(node):
-                self.api.delete_node(
-                    self.core_name, resource_version=(node or {})["metadata"].get("resourceVersion")
-                )
-
-        self._on_fresh_node(step)
+        try:
+            self._on_fresh_node(step)
+        except Exception as exc:
+            log.warning("machine %s/%s: core Node not prepared", self.namespace, self.name)
+            return error_message(exc)
+        return None
 
     def kubelet_registering(
         self, kubelet: Obj
@@ -288,18 +267,13 @@ class KubeMachine:
         taints are merged into it (an event says which, and which labels a kubelet may not set
         were left out); returns None. No Node yet: returns the labels and taints the kubelet's
         object must be created with (the wanted ones and the startup taint over its own)."""
-        outcome: list[tuple[dict[str, str], list[dict[str, str]]]] = []
 
-        def step(node: Obj | None) -> None:
-            outcome.clear()
+        def step(node: Obj | None) -> tuple[dict[str, str], list[dict[str, str]]] | None:
             if node is None:
-                outcome.append(
-                    registration.registration_metadata(kubelet, self.labels, self.taints)
-                )
-                return
+                return registration.registration_metadata(kubelet, self.labels, self.taints)
             patch = registration.merge_patch(node, kubelet, self.labels, self.taints)
             if not patch:
-                return
+                return None
             self.api.patch_node(self.core_name, patch)
             _, _, refused = registration.kubelet_metadata(kubelet)
             added = sorted(k for k in (patch.get("metadata") or {}).get("labels") or {})
@@ -316,9 +290,10 @@ class KubeMachine:
                 )
             )
             self.post_event(Event(EventType.NORMAL, "KubeletMetadataMerged", message))
+            return None
 
-        self._on_fresh_node(step)
-        if not outcome:
+        created = self._on_fresh_node(step)
+        if created is None:
             return None
         message = (
             f"the kubelet of core Node {self.core_name} registers a Node that does not exist: it "
@@ -327,7 +302,7 @@ class KubeMachine:
             f"{STARTUP_TAINT_KEY}:NoSchedule"
         )
         self.post_event(Event(EventType.NORMAL, "CoreNodeRegistering", message))
-        return outcome[0]
+        return created
 
     def drain(self) -> DrainStatus:
         """One pass of evictions; returns what is left and which PDB (if any) is blocking."""
@@ -376,16 +351,11 @@ class KubeMachine:
             return str(exc)
         return None
 
-    def prepare_core_node(self) -> str | None:
-        try:
-            self._prepare_core_node()
-        except Exception as exc:
-            log.warning("machine %s/%s: core Node not prepared", self.namespace, self.name)
-            return error_message(exc)
-        return None
-
     def write_status(self, machine: MachineState, decision: Decision, now: dt.datetime) -> bool:
-        wanted = wanted_status(
+        """Patch what changed from the Node's status to `wanted_status`, conditional on the
+        Node's resourceVersion: False when it changed since the read (409)."""
+        status = self.node.get("status") or {}
+        new = wanted_status(
             self,
             machine.desired,
             machine.intent_generation,
@@ -393,10 +363,25 @@ class KubeMachine:
             now,
             cpu_utilisation=self.cpu_utilisation,
         )
+        changed = inputs.status_patch(status, new)
+        if not changed:
+            return True
+        fields = ", ".join(sorted(changed))
+        log.debug("status of %s/%s: %s changed", self.namespace, self.name, fields)
+        version = self.node["metadata"].get("resourceVersion")
         try:
-            write_status(self, wanted, decision.reason)
+            self.api.patch_status(self.namespace, "nodes", self.name, changed, version)
         except ConflictError:
             return False
+        if status.get("phase") != new["phase"]:
+            log.info(
+                "machine %s/%s: %s -> %s (%s)",
+                self.namespace,
+                self.name,
+                status.get("phase"),
+                new["phase"],
+                decision.reason,
+            )
         return True
 
     def settle(self, previous_phase: str | None, phase: str) -> None:
@@ -408,10 +393,19 @@ class KubeMachine:
         self.api.delete_job(self.namespace, name)
 
     def delete_core_node(self, unregistered_only: bool) -> None:
-        if unregistered_only:
-            self.delete_unregistered_node()
-        else:
+        """`unregistered_only`: only if no kubelet has registered it, as of a fresh read (a
+        kubelet registering meanwhile changes it, and the conditional delete leaves it alone)."""
+        if not unregistered_only:
             self.api.delete_node(self.core_name)
+            return
+
+        def step(node: Obj | None) -> None:
+            if node_unregistered(node):
+                self.api.delete_node(
+                    self.core_name, resource_version=(node or {})["metadata"].get("resourceVersion")
+                )
+
+        self._on_fresh_node(step)
 
     def set_desired(self, state: PowerState) -> None:
         write_desired(self.api, self.node, Desired(state.value))
@@ -501,25 +495,3 @@ def wanted_status(
         # None removes the list (merge patch) once no correction counts any more.
         new["driftCorrections"] = [format_time(t) for t in decision.drift_corrections] or None
     return new
-
-
-def write_status(ctx: KubeMachine, new: Mapping[str, Any], reason: str) -> None:
-    """Patch what changed from the Node's status to `new` (`wanted_status`), conditional on
-    the Node's resourceVersion (a `ConflictError` when it changed since the read)."""
-    status = ctx.node.get("status") or {}
-    changed = inputs.status_patch(status, new)
-    if not changed:
-        return
-    log.debug("status of %s/%s: %s changed", ctx.namespace, ctx.name, ", ".join(sorted(changed)))
-    ctx.api.patch_status(
-        ctx.namespace, "nodes", ctx.name, changed, ctx.node["metadata"].get("resourceVersion")
-    )
-    if status.get("phase") != new["phase"]:
-        log.info(
-            "machine %s/%s: %s -> %s (%s)",
-            ctx.namespace,
-            ctx.name,
-            status.get("phase"),
-            new["phase"],
-            reason,
-        )

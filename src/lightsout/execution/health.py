@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime as dt
-import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -39,10 +38,10 @@ from lightsout.execution.jobs import (
     LABEL_COMPONENT,
     LABEL_MANAGED_BY,
     MANAGED_BY,
-    RESULT_PATH,
-    WORK_DIR,
-    PodSettings,
+    RUNNER_ENV,
+    configured_pod,
     locked_down_pod,
+    owner_reference,
     refuse_credentials,
 )
 from lightsout.execution.naming import dns_label, label_value, stable_hash
@@ -59,7 +58,7 @@ from lightsout.planning.types import (
     Phase,
     PowerState,
 )
-from lightsout.state.parse import format_time, parse_time
+from lightsout.state.parse import condition, format_time, parse_time
 from lightsout.state.references import ReferenceReason, Unresolved
 from lightsout.text import clip_middle
 
@@ -203,29 +202,14 @@ def build_health_objects(
     data[MACHINES_FILE] = json.dumps(entries, sort_keys=True, indent=2)
     name = cronjob_name(gname)
     labels = labels_for(gname)
-    owner = {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": "Group",
-        "name": gname,
-        "uid": str(meta.get("uid", "")),
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    owner = owner_reference(f"{API_GROUP}/{API_VERSION}", "Group", gname, str(meta.get("uid", "")))
     volumes: list[dict[str, Any]] = [
-        {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
-        {"name": "machines", "configMap": {"name": name, "defaultMode": 0o444}},
+        {"name": "machines", "configMap": {"name": name, "defaultMode": 0o444}}
     ]
     mounts: list[dict[str, Any]] = [
-        {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - the pod's own emptyDir
-        {"name": "machines", "mountPath": MACHINES_DIR, "readOnly": True},
+        {"name": "machines", "mountPath": MACHINES_DIR, "readOnly": True}
     ]
-    env = {
-        "LIGHTSOUT_ACTION": COMPONENT,
-        "LIGHTSOUT_MACHINES_DIR": MACHINES_DIR,
-        "LIGHTSOUT_RESULT_PATH": RESULT_PATH,
-        "LIGHTSOUT_WORK_DIR": WORK_DIR,
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
+    env = {"LIGHTSOUT_ACTION": COMPONENT, "LIGHTSOUT_MACHINES_DIR": MACHINES_DIR, **RUNNER_ENV}
     for kind, slots, source, mode in (
         ("credentials", secrets, "secret", 0o440),
         ("ca", cas, "secret", 0o444),
@@ -234,24 +218,13 @@ def build_health_objects(
         for ref_name, slot in slots.items():
             volume = f"{kind}-{slot}"
             path = f"/etc/lightsout/{volume}"
-            ref = (
-                {"secretName": ref_name, "defaultMode": mode}
-                if source == "secret"
-                else {"name": ref_name, "defaultMode": mode}
-            )
-            volumes.append({"name": volume, source: ref})
+            named = "secretName" if source == "secret" else "name"
+            volumes.append({"name": volume, source: {named: ref_name, "defaultMode": mode}})
             mounts.append({"name": volume, "mountPath": path, "readOnly": True})
             env[f"LIGHTSOUT_{kind.upper()}_DIR_{slot}"] = path
     pod = locked_down_pod(
         config.runner_image,
-        PodSettings(
-            node_selector=dict(config.job_node_selector),
-            tolerations=tuple({"key": key, "operator": "Exists"} for key in config.job_tolerations),
-            service_account_name=config.job_service_account,
-            # As for action Jobs: a Wake-on-LAN machine is only reached from the host network.
-            host_network=config.job_host_network
-            or any(m.driver.sends_magic_packets for _, m in members),
-        ),
+        configured_pod(config, magic_packets=any(m.driver.sends_magic_packets for _, m in members)),
         [{"name": key, "value": value} for key, value in env.items()],
         volumes,
         mounts,
@@ -289,9 +262,7 @@ def build_health_objects(
         "metadata": dict(metadata),
         "data": data,
     }
-    digest = hashlib.sha256(json.dumps([configmap, cronjob], sort_keys=True).encode()).hexdigest()[
-        :16
-    ]
+    digest = stable_hash(json.dumps([configmap, cronjob], sort_keys=True), 16)
     for obj in (configmap, cronjob):
         obj["metadata"]["annotations"] = {ANNOTATION_SPEC_HASH: digest}
     return HealthObjects(configmap, cronjob, digest)
@@ -310,14 +281,7 @@ def job_from_cronjob(cronjob: Mapping[str, Any], name: str) -> dict[str, Any]:
             "labels": dict((template.get("metadata") or {}).get("labels") or {}),
             "annotations": {"cronjob.kubernetes.io/instantiate": "manual"},
             "ownerReferences": [
-                {
-                    "apiVersion": "batch/v1",
-                    "kind": "CronJob",
-                    "name": meta["name"],
-                    "uid": meta.get("uid", ""),
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
+                owner_reference("batch/v1", "CronJob", meta["name"], meta.get("uid", ""))
             ],
         },
         "spec": template["spec"],
@@ -378,14 +342,8 @@ def pod_record(pod: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """(machine name, the small record the watch cache keeps) of a finished health-check pod."""
     meta = pod.get("metadata") or {}
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    terminated = next(
-        (
-            (s.get("state") or {}).get("terminated")
-            for s in statuses
-            if s.get("name") == CONTAINER_NAME
-        ),
-        None,
-    )
+    ours: Mapping[str, Any] = next((s for s in statuses if s.get("name") == CONTAINER_NAME), {})
+    terminated = (ours.get("state") or {}).get("terminated")
     if not terminated:
         return None
     runner, problem = parse_runner_result(terminated.get("message"))
@@ -481,23 +439,16 @@ def included_again(assessment: Assessment, status: Mapping[str, Any]) -> Assessm
     until the next check says (a new check's own condition wins)."""
     if assessment.condition is not None:
         return assessment
-    current = next(
-        (
-            c
-            for c in status.get("conditions") or ()
-            if isinstance(c, Mapping) and c.get("type") == ConditionType.HEALTHY
-        ),
-        {},
-    )
+    current = condition(status, ConditionType.HEALTHY) or {}
     if current.get("reason") not in set(ReferenceReason):
         return assessment
-    condition = SetCondition(
+    unknown = SetCondition(
         ConditionType.HEALTHY,
         ConditionStatus.UNKNOWN,
         REFERENCES_RESOLVED,
         "every object the health check needs exists; waiting for its next run",
     )
-    return replace(assessment, condition=condition)
+    return replace(assessment, condition=unknown)
 
 
 def assess(

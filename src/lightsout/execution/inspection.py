@@ -20,6 +20,7 @@ from lightsout.models.node import NodeSpec
 from lightsout.models.types import parse_quantity
 from lightsout.planning.effects import Event, SetCondition
 from lightsout.planning.types import ConditionStatus, ConditionType, EventType
+from lightsout.state.parse import condition
 
 Obj = Mapping[str, Any]
 #: The arch label a person may set in spec.labels, compared with the inspected architecture.
@@ -129,22 +130,12 @@ def judge(spec: NodeSpec, status: Obj) -> Judgement:
     found = disagreements(spec, inspected)
     if found:
         message = "; ".join(found) + " (the planner uses the declared figures)"
-        condition = SetCondition(
-            ConditionType.INSPECTION_MISMATCH, ConditionStatus.TRUE, MISMATCH, message
-        )
+        status_and_reason = ConditionStatus.TRUE, MISMATCH
     else:
         message = "the declared resources fit what the controller reported"
-        condition = SetCondition(
-            ConditionType.INSPECTION_MISMATCH, ConditionStatus.FALSE, MATCH, message
-        )
-    current = next(
-        (
-            c
-            for c in status.get("conditions") or ()
-            if isinstance(c, Mapping) and c.get("type") == ConditionType.INSPECTION_MISMATCH
-        ),
-        {},
-    )
+        status_and_reason = ConditionStatus.FALSE, MATCH
+    verdict = SetCondition(ConditionType.INSPECTION_MISMATCH, *status_and_reason, message)
+    current = condition(status, ConditionType.INSPECTION_MISMATCH) or {}
     news = current.get("message") != message and (found or current.get("status") == "True")
-    event = Event(EventType.WARNING if found else EventType.NORMAL, condition.reason, message)
-    return Judgement(condition, event if news else None)
+    event = Event(EventType.WARNING if found else EventType.NORMAL, verdict.reason, message)
+    return Judgement(verdict, event if news else None)

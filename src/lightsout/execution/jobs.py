@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightsout import API_GROUP, API_VERSION
+from lightsout.config import OperatorConfig
 from lightsout.execution.naming import dns_label, label_value
 from lightsout.planning.types import Action
 
@@ -45,6 +46,14 @@ JOIN_DIR = "/etc/lightsout/join"
 OVERLAY_DIR = "/etc/lightsout/overlay"
 WORK_DIR = "/tmp/lightsout"  # noqa: S108 - a private emptyDir, not a shared /tmp
 RESULT_PATH = "/dev/termination-log"
+#: Every runner pod's environment after what names its action. The root filesystem is
+#: read-only: the runner keeps Ansible's home and temp files in WORK_DIR, on the /tmp emptyDir
+#: (`locked_down_pod`), and Python writes no bytecode.
+RUNNER_ENV: Mapping[str, str] = {
+    "LIGHTSOUT_RESULT_PATH": RESULT_PATH,
+    "LIGHTSOUT_WORK_DIR": WORK_DIR,
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
 
 DEFAULT_RESOURCES: Mapping[str, Mapping[str, str]] = {
     "requests": {"cpu": "100m", "memory": "256Mi"},
@@ -77,6 +86,17 @@ class PodSettings:
     #: Wake-on-LAN broadcasts only reach the machine's L2 segment from the host network.
     host_network: bool = False
     service_account_name: str | None = None
+
+
+def configured_pod(config: OperatorConfig, *, magic_packets: bool) -> PodSettings:
+    """The operator's `LIGHTSOUT_JOB_*` settings of a runner pod; one that sends a magic packet
+    (a broadcast on the machine's own network) runs on the host network."""
+    return PodSettings(
+        node_selector=dict(config.job_node_selector),
+        tolerations=tuple({"key": key, "operator": "Exists"} for key in config.job_tolerations),
+        service_account_name=config.job_service_account,
+        host_network=config.job_host_network or magic_packets,
+    )
 
 
 @dataclass(frozen=True)
@@ -149,15 +169,21 @@ def job_selector(node_name: str) -> str:
     return f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_NODE}={label_value(node_name)}"
 
 
-def node_owner_reference(req: JobRequest) -> dict[str, Any]:
+def owner_reference(api_version: str, kind: str, name: str, uid: str) -> dict[str, Any]:
+    """The controller owner reference of an object Lights-Out makes (garbage-collected with
+    its owner, which cannot be deleted in the foreground before it)."""
     return {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": "Node",
-        "name": req.node_name,
-        "uid": req.node_uid,
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": name,
+        "uid": uid,
         "controller": True,
         "blockOwnerDeletion": True,
     }
+
+
+def node_owner_reference(req: JobRequest) -> dict[str, Any]:
+    return owner_reference(f"{API_GROUP}/{API_VERSION}", "Node", req.node_name, req.node_uid)
 
 
 def build_extravars_configmap(req: JobRequest, *, job_uid: str | None = None) -> dict[str, Any]:
@@ -171,14 +197,8 @@ def build_extravars_configmap(req: JobRequest, *, job_uid: str | None = None) ->
     if job_uid is None:
         owner = node_owner_reference(req)
     else:
-        owner = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "name": job_name(req.node_name, req.action, req.generation, req.attempt),
-            "uid": job_uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
+        name = job_name(req.node_name, req.action, req.generation, req.attempt)
+        owner = owner_reference("batch/v1", "Job", name, job_uid)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -260,8 +280,9 @@ def locked_down_pod(
     volumes: list[dict[str, Any]],
     mounts: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """The pod spec every runner pod gets: no API token, non-root, read-only root, no
-    capabilities, RuntimeDefault seccomp, the result through the termination message."""
+    """The pod spec every runner pod gets: no API token, non-root, read-only root (a /tmp
+    emptyDir before `volumes`), no capabilities, RuntimeDefault seccomp, the result through the
+    termination message."""
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         # The playbook talks to BMCs and hypervisors, never to the Kubernetes API.
@@ -292,10 +313,13 @@ def locked_down_pod(
                 # File, not FallbackToLogsOnError: log lines are not redacted the way the
                 # runner's result is, and must never land in the Node's status.
                 "terminationMessagePolicy": "File",
-                "volumeMounts": mounts,
+                "volumeMounts": [
+                    {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - the pod's own emptyDir
+                    *mounts,
+                ],
             }
         ],
-        "volumes": volumes,
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}, *volumes],
     }
     if settings.service_account_name:
         pod_spec["serviceAccountName"] = settings.service_account_name
@@ -315,11 +339,7 @@ def _env(req: JobRequest) -> list[dict[str, str]]:
         "LIGHTSOUT_NODE": req.node_name,
         "LIGHTSOUT_ATTEMPT": str(req.attempt),
         "LIGHTSOUT_EXTRAVARS": EXTRAVARS_PATH,
-        "LIGHTSOUT_RESULT_PATH": RESULT_PATH,
-        # The root filesystem is read-only: the runner keeps Ansible's home and temp files
-        # here, on the /tmp emptyDir, and Python writes no bytecode.
-        "LIGHTSOUT_WORK_DIR": WORK_DIR,
-        "PYTHONDONTWRITEBYTECODE": "1",
+        **RUNNER_ENV,
     }
     if req.credentials_secret:
         env["LIGHTSOUT_CREDENTIALS_DIR"] = CREDENTIALS_DIR
@@ -336,7 +356,6 @@ def _env(req: JobRequest) -> list[dict[str, str]]:
 
 def _volumes(req: JobRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     volumes: list[dict[str, Any]] = [
-        {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
         {
             "name": "extravars",
             "configMap": {
@@ -347,7 +366,6 @@ def _volumes(req: JobRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]
         },
     ]
     mounts: list[dict[str, Any]] = [
-        {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - the pod's own emptyDir
         {
             "name": "extravars",
             "mountPath": EXTRAVARS_PATH,
@@ -355,37 +373,27 @@ def _volumes(req: JobRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]
             "readOnly": True,
         },
     ]
+
+    def add(name: str, source: str, ref: dict[str, Any], path: str | None) -> None:
+        volumes.append({"name": name, source: ref})
+        if path is not None:
+            mounts.append({"name": name, "mountPath": path, "readOnly": True})
+
     if req.credentials_secret:
         # 0440: owned by root, readable through fsGroup by the non-root runner and nobody
         # else. SSH refuses group-readable keys, so the runner copies a key to /tmp as 0600.
-        volumes.append(
-            {
-                "name": "credentials",
-                "secret": {"secretName": req.credentials_secret, "defaultMode": 0o440},
-            }
-        )
-        mounts.append({"name": "credentials", "mountPath": CREDENTIALS_DIR, "readOnly": True})
+        secret = {"secretName": req.credentials_secret, "defaultMode": 0o440}
+        add("credentials", "secret", secret, CREDENTIALS_DIR)
     if req.ca_secret:
-        volumes.append(
-            {"name": "ca", "secret": {"secretName": req.ca_secret, "defaultMode": 0o444}}
-        )
-        mounts.append({"name": "ca", "mountPath": CA_DIR, "readOnly": True})
+        add("ca", "secret", {"secretName": req.ca_secret, "defaultMode": 0o444}, CA_DIR)
     if req.join_secret and req.join_sources:
         sources = [{"secret": {"name": req.join_secret}}, *req.join_sources]
-        volumes.append({"name": "join", "projected": {"sources": sources, "defaultMode": 0o440}})
+        add("join", "projected", {"sources": sources, "defaultMode": 0o440}, None)
     elif req.join_secret:
-        volumes.append(
-            {"name": "join", "secret": {"secretName": req.join_secret, "defaultMode": 0o440}}
-        )
-        mounts.append({"name": "join", "mountPath": JOIN_DIR, "readOnly": True})
+        add("join", "secret", {"secretName": req.join_secret, "defaultMode": 0o440}, JOIN_DIR)
     if req.overlay_configmap:
-        volumes.append(
-            {
-                "name": "overlay",
-                "configMap": {"name": req.overlay_configmap, "defaultMode": 0o444},
-            }
-        )
-        mounts.append({"name": "overlay", "mountPath": OVERLAY_DIR, "readOnly": True})
+        overlay = {"name": req.overlay_configmap, "defaultMode": 0o444}
+        add("overlay", "configMap", overlay, OVERLAY_DIR)
     return volumes, mounts
 
 

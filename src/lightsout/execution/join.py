@@ -74,8 +74,9 @@ def join_secret_name(machine: str) -> str:
     return dns_label("lightsout-join-", machine)
 
 
-def _machine_label(namespace: str, name: str) -> str:
-    return label_value(f"{namespace}.{name}")
+def _labels(namespace: str, name: str) -> dict[str, str]:
+    """Labels of the machine's join Secrets: `revoke` finds them by the first."""
+    return {LABEL_MACHINE: label_value(f"{namespace}.{name}"), LABEL_MANAGED_BY: "lightsout"}
 
 
 def new_token() -> tuple[str, str]:
@@ -97,10 +98,7 @@ def token_secret(
         "metadata": {
             "name": f"bootstrap-token-{token_id}",
             "namespace": TOKEN_NAMESPACE,
-            "labels": {
-                LABEL_MACHINE: _machine_label(namespace, name),
-                LABEL_MANAGED_BY: "lightsout",
-            },
+            "labels": _labels(namespace, name),
         },
         "stringData": {
             "description": f"Lights-Out: join token of {namespace}/{name}",
@@ -125,10 +123,7 @@ def join_secret(node: Obj, join: CloudInitJoin, token: str | None, ca_pem: bytes
         "metadata": {
             "name": join_secret_name(meta["name"]),
             "namespace": meta["namespace"],
-            "labels": {
-                LABEL_MACHINE: _machine_label(meta["namespace"], meta["name"]),
-                LABEL_MANAGED_BY: "lightsout",
-            },
+            "labels": _labels(meta["namespace"], meta["name"]),
             "ownerReferences": [
                 {
                     "apiVersion": node.get("apiVersion", "lightsout.dev/v1alpha1"),
@@ -177,7 +172,7 @@ def issue(api: Api, node: Obj, spec: NodeSpec, now: dt.datetime) -> str | None:
 
 def revoke(api: Api, namespace: str, name: str) -> None:
     """Delete the machine's bootstrap tokens and join Secret (by label: the names are random)."""
-    selector = f"{LABEL_MACHINE}={_machine_label(namespace, name)}"
+    selector = f"{LABEL_MACHINE}={_labels(namespace, name)[LABEL_MACHINE]}"
     api.delete_secrets(TOKEN_NAMESPACE, selector)
     api.delete_secrets(namespace, selector)
 

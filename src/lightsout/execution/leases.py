@@ -29,21 +29,6 @@ LEASE_PREFIX = "lightsout"
 LABEL_NAMESPACE = "lightsout.dev/node-namespace"
 ANNOTATION_MACHINE = "lightsout.dev/machine"
 
-__all__ = [
-    "LeaseState",
-    "acquire",
-    "build_lease",
-    "format_micro_time",
-    "give_back",
-    "lease_expiry",
-    "lease_name",
-    "lease_state",
-    "parse_micro_time",
-    "release",
-    "renew",
-    "take",
-]
-
 
 def lease_name(namespace: str, node: str) -> str:
     """`lightsout.<namespace>.<node>`: namespaces hold no dots, so no two machines collide."""

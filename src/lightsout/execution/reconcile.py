@@ -41,15 +41,14 @@ from lightsout.k8s.api import Api
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
 from lightsout.planning import fsm
-from lightsout.planning.effects import (
-    Decision,
-)
+from lightsout.planning.effects import Decision
 from lightsout.planning.learning import learn_draw
 from lightsout.planning.types import (
     Action,
     DrainStatus,
     Learned,
     MachineState,
+    ObservedJob,
     Phase,
     PowerState,
 )
@@ -281,19 +280,7 @@ class Reconciler:
         key = f"{ctx.namespace}/{ctx.name}"
         now = dt.datetime.now(dt.UTC)
         machine = inputs.machine_state(node, spec, group)
-        observed = [
-            o
-            for job in view.jobs
-            if (
-                o := observe_job(
-                    job,
-                    view.job_pods.get(job["metadata"]["name"], ()),
-                    now,
-                    view.job_events.get(job["metadata"]["name"], ()),
-                )
-            )
-            is not None
-        ]
+        observed = [o for job in view.jobs if (o := _observe(view, job, now)) is not None]
         observed_job = fsm.select_job(observed, machine.operation)
         provider_id = providerid.wanted(node, spec)
         core_node = providerid.ensure(self.api, view.core_node, provider_id)
@@ -308,20 +295,16 @@ class Reconciler:
                 blocked_by=last.blocked_by if last and left else None,
                 blocked_message=last.blocked_message if last and left else "",
             )
-        if view.lease_cached:
-            lease = leases.lease_state(view.lease, self.config.identity, now)
-            lease_expires = leases.lease_expiry(view.lease)
-        else:
-            lease, lease_expires = ctx.read_lease(now)
-        checked = health.assess(
-            node.get("status") or {},
-            health.newest(view.health, spec.group),
-            lease,
-        )
+        held = view.lease
+        if not view.lease_cached:
+            held = self.api.get_lease(ctx.lease_namespace, ctx.lease_name)
+        lease = leases.lease_state(held, self.config.identity, now)
+        status = node.get("status") or {}
+        checked = health.assess(status, health.newest(view.health, spec.group), lease)
         if view.health_problem is not None:
             checked = health.not_checked(checked, view.health_problem)
         else:
-            checked = health.included_again(checked, node.get("status") or {})
+            checked = health.included_again(checked, status)
         obs = inputs.observations(
             job=observed_job,
             core_node=core_node,
@@ -329,7 +312,7 @@ class Reconciler:
             taints=ctx.taints,
             drain=drain,
             lease=lease,
-            lease_expires=lease_expires,
+            lease_expires=leases.lease_expiry(held),
             power_state=checked.power_state,
             power_state_at=checked.power_state_at,
             unresolved=view.unresolved,
@@ -337,20 +320,16 @@ class Reconciler:
         decision = providerid.report(fsm.decide(machine, obs, now), core_node, provider_id)
         ctx.cpu_utilisation = energy.cpu_utilisation(node, core_node, view.pods_on_node)
         decision = _with_health(decision, checked, machine, ctx.cpu_utilisation)
-        return self.apply(ctx, machine, _with_inspection(decision, spec, node), now)
-
-    def apply(
-        self,
-        port: actuator.KubeMachine,
-        machine: MachineState,
-        decision: Decision,
-        now: dt.datetime,
-    ) -> float | None:
-        """Carry the decision out (`interpreter.carry_out`), keeping what a drain left."""
-        carried = interpreter.carry_out(port, machine, decision, now)
+        decision = _with_inspection(decision, spec, node)
+        carried = interpreter.carry_out(ctx, machine, decision, now)
         if carried.drain is not None:
-            self.drains[f"{port.namespace}/{port.name}"] = carried.drain
+            self.drains[key] = carried.drain  # what a PDB blocked, for the next pass
         return carried.requeue_after
+
+
+def _observe(view: MachineView, job: Obj, now: dt.datetime) -> ObservedJob | None:
+    name = job["metadata"]["name"]
+    return observe_job(job, view.job_pods.get(name, ()), now, view.job_events.get(name, ()))
 
 
 def _with_inspection(decision: Decision, spec: NodeSpec, node: Obj) -> Decision:
@@ -367,14 +346,11 @@ def _learned_draw(
 ) -> Learned | None:
     """The learned record with the draw a new reading teaches (None: nothing new)."""
     power = (checked.measured or {}).get("power")
-    if not isinstance(power, Mapping) or checked.observed_power_state not in (
-        PowerState.ON,
-        PowerState.OFF,
-    ):
+    state = checked.observed_power_state
+    if not isinstance(power, Mapping) or state not in (PowerState.ON, PowerState.OFF):
         return decision.learned
     before = decision.learned or machine.learned
-    powered = checked.observed_power_state is PowerState.ON
-    after = learn_draw(before, float(power["watts"]), powered, utilisation)
+    after = learn_draw(before, float(power["watts"]), state is PowerState.ON, utilisation)
     return after if after != before else decision.learned
 
 
@@ -386,17 +362,10 @@ def _with_health(
     watts teach."""
     if checked.record is None and checked.condition is None:
         return decision
-    effects = (
-        decision.effects
-        if checked.condition is None
-        else (
-            *decision.effects,
-            checked.condition,
-        )
-    )
+    condition = () if checked.condition is None else (checked.condition,)
     return replace(
         decision,
-        effects=effects,
+        effects=(*decision.effects, *condition),
         observed_power_state=decision.observed_power_state or checked.observed_power_state,
         health_check=checked.record,
         measured=checked.measured,

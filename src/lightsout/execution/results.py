@@ -17,13 +17,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from lightsout.execution.jobs import (
-    CONTAINER_NAME,
-    LABEL_ACTION,
-    LABEL_ATTEMPT,
-    LABEL_GENERATION,
-)
-from lightsout.planning.types import Action, JobPhase, ObservedJob, OperationResult, PowerState
+from lightsout.actuation.inputs import job_identity
+from lightsout.execution.jobs import CONTAINER_NAME
+from lightsout.planning.types import JobPhase, ObservedJob, OperationResult, PowerState
 from lightsout.state.parse import parse_time
 from lightsout.text import clip_middle
 
@@ -49,12 +45,11 @@ NEVER_STARTS = frozenset(
     }
 )
 #: A kubelet's `FailedMount` event message for a volume whose Secret or ConfigMap does not exist
-#: (`MountVolume.SetUp failed for volume "credentials" : secret "bmc" not found`). Other mount
-#: failures (a slow secret cache, a CSI hiccup) often pass by themselves and are left to the
-#: deadline.
-#: A kubelet's FailedMount for a Secret or ConfigMap that does not exist, or lacks a key the
-#: volume's `items` name (`references non-existent secret key: password`): either way the pod
-#: waits in ContainerCreating until the Job's deadline unless the operator reads the event.
+#: (`MountVolume.SetUp failed for volume "credentials" : secret "bmc" not found`), or lacks a
+#: key the volume's `items` name (`references non-existent secret key: password`): either way
+#: the pod waits in ContainerCreating until the Job's deadline unless the operator reads the
+#: event. Other mount failures (a slow secret cache, a CSI hiccup) often pass by themselves and
+#: are left to the deadline.
 MISSING_VOLUME_SOURCE = re.compile(
     r'\b(secret|configmap) "[^"]+" not found|references non-existent (secret|config) key: ', re.I
 )
@@ -187,13 +182,10 @@ def observe_job(
 
     `now` lets a pod the scheduler has refused for `UNSCHEDULABLE_GRACE` count as stuck;
     `events` are the `FailedMount` events of its pods (`parse_job_outcome`)."""
-    labels = _mapping(_mapping(job.get("metadata")).get("labels"))
-    try:
-        action = Action(str(labels.get(LABEL_ACTION, "")))
-        generation = int(labels.get(LABEL_GENERATION, ""))
-        attempt = int(labels.get(LABEL_ATTEMPT, ""))
-    except (TypeError, ValueError):
+    identity = job_identity(job)
+    if identity is None:
         return None
+    action, generation, attempt = identity
     outcome = parse_job_outcome(job, pods, now, events)
     return ObservedJob(
         action=action,
