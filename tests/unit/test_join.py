@@ -155,6 +155,11 @@ def test_k3s_gets_the_users_token_secret_projected_beside_a_join_secret_without_
         {"secret": {"name": "lightsout-join-burst-1"}},
         *sources,
     ]
+    # Mounted where the runner's LIGHTSOUT_JOIN_DIR points, as without a flavor's sources.
+    (runner,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in runner["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in runner["volumeMounts"]}
+    assert mounts["join"] == env["LIGHTSOUT_JOIN_DIR"] == "/etc/lightsout/join"
     assert join.job_extravars(spec(machine), {}, [])["lightsout_join"]["flavor"] == "k3s"
 
 

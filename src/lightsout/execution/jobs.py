@@ -388,7 +388,7 @@ def _volumes(req: JobRequest) -> tuple[list[dict[str, Any]], list[dict[str, Any]
         add("ca", "secret", {"secretName": req.ca_secret, "defaultMode": 0o444}, CA_DIR)
     if req.join_secret and req.join_sources:
         sources = [{"secret": {"name": req.join_secret}}, *req.join_sources]
-        add("join", "projected", {"sources": sources, "defaultMode": 0o440}, None)
+        add("join", "projected", {"sources": sources, "defaultMode": 0o440}, JOIN_DIR)
     elif req.join_secret:
         add("join", "secret", {"secretName": req.join_secret, "defaultMode": 0o440}, JOIN_DIR)
     if req.overlay_configmap:
