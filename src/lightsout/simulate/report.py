@@ -118,15 +118,8 @@ def longest_wait(result: Result) -> float:
     (re)started counts as waiting to the trace's end. The with-waits offline bound
     (`optimum.solve(max_wait=...)`) covers every schedule waiting no longer, this one included."""
     end = result.trace.duration_seconds
-    return (
-        max(
-            (end if p.started is None else p.started) - p.arrival
-            for p in result.pods
-            if p.arrival < end
-        )
-        if result.pods
-        else 0.0
-    )
+    pods = [p for p in result.pods if p.arrival < end]
+    return max(((end if p.started is None else p.started) - p.arrival for p in pods), default=0.0)
 
 
 def _waits(pods: Sequence[SimPod], end: float, boot_of: Mapping[str, float]) -> dict[str, Any]:
