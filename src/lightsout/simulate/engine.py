@@ -13,7 +13,7 @@ code like cluster-autoscaler with its defaults (docs/simulator.md says what diff
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -28,7 +28,7 @@ from lightsout.planning.wake import next_wake
 from lightsout.simulate.clock import Clock, Kind
 from lightsout.simulate.machines import SimMachine, SimPod, SimScale, read_machines
 from lightsout.simulate.scheduler import Scheduler, Scoring
-from lightsout.simulate.trace import Trace
+from lightsout.simulate.trace import Trace, TracePod
 from lightsout.state import cron
 from lightsout.state.parse import scheduling_requirements
 from lightsout.state.types import ExpectedPod, Group, ObjectKey, Pod, Snapshot
@@ -161,29 +161,20 @@ class Simulator:
         return self.result
 
     # ------------------------------------------------------------------ pods
-    def _new_pod(
-        self,
-        namespace: str,
-        name: str,
-        spec: Mapping[str, Any],
-        owner_kind: str | None,
-        owner_name: str | None,
-        *,
-        run_seconds: float,
-        cronjob: str | None = None,
-    ) -> None:
-        key = ObjectKey(namespace, name)
+    def _new_pod(self, new: TracePod, cronjob: str | None = None) -> None:
+        """`new` is created now (a trace pod as it arrives, or a CronJob's run)."""
+        key = ObjectKey(new.namespace, new.name)
         pod = Pod(
             key=key,
             uid=f"sim-{len(self.result.pods)}",
             phase="Pending",
             node_name=None,
-            scheduling=scheduling_requirements(spec),
-            owner_kind=owner_kind,
-            owner_name=owner_name,
+            scheduling=scheduling_requirements(new.spec),
+            owner_kind=new.owner_kind,
+            owner_name=new.owner_name,
             created=self.clock.time(),
         )
-        sim = SimPod(key, pod, self.clock.now, run_seconds, cronjob=cronjob)
+        sim = SimPod(key, pod, self.clock.now, new.run_seconds, cronjob=cronjob)
         self.result.pods.append(sim)
         if cronjob is not None:
             self.cron_active.setdefault(cronjob, []).append(sim)
@@ -191,10 +182,7 @@ class Simulator:
         self.want_schedule()
 
     def _arrival(self, index: int) -> None:
-        p = self.trace.pods[index]
-        self._new_pod(
-            p.namespace, p.name, p.spec, p.owner_kind, p.owner_name, run_seconds=p.run_seconds
-        )
+        self._new_pod(self.trace.pods[index])
 
     def _cron_fire(self, payload: tuple[cron.CronSpec, datetime]) -> None:
         """The controller at a scheduled time (`cron.next_created` is what it announces)."""
@@ -220,9 +208,8 @@ class Simulator:
         self.cron_started += 1
         run = self.trace.cron_run_seconds.get(spec.key, 60.0)
         name = cron.job_name(spec, moment)
-        self._new_pod(
-            spec.namespace, name, spec.pod_spec, "Job", name, run_seconds=run, cronjob=spec.key
-        )
+        run_pod = TracePod(self.clock.now, run, spec.namespace, name, spec.pod_spec, "Job", name)
+        self._new_pod(run_pod, cronjob=spec.key)
 
     def _cron_run_ended(self, spec: cron.CronSpec) -> None:
         """A run ended: the controller, re-queued by its Job's update, starts the most recent

@@ -308,9 +308,8 @@ class _Problem:
 
     def row(self, entries: Sequence[tuple[int, float]], lo: float, hi: float) -> None:
         self.starts.append(len(self.idx))
-        for column, value in entries:
-            self.idx.append(column)
-            self.vals.append(value)
+        self.idx.extend(column for column, _ in entries)
+        self.vals.extend(value for _, value in entries)
         self.rows_lo.append(lo)
         self.rows_hi.append(hi)
 
@@ -629,16 +628,13 @@ def _highs(highspy: Any, np: Any, problem: _Problem, upper: list[float], time_li
     h.setOptionValue("threads", 1)
     h.setOptionValue("time_limit", max(1.0, time_limit))
     n_cols = len(upper)
-    h.addVars(
-        n_cols,
-        np.zeros(n_cols),
-        np.array([highspy.kHighsInf if v == math.inf else v for v in upper]),
-    )
+    # The bounds' math.inf is HiGHS' own infinity (`highspy.kHighsInf`).
+    h.addVars(n_cols, np.zeros(n_cols), np.array(upper))
     h.changeColsCost(n_cols, np.arange(n_cols, dtype=np.int32), np.array(problem.costs))
     h.addRows(
         len(problem.rows_lo),
-        np.array([-highspy.kHighsInf if v == -math.inf else v for v in problem.rows_lo]),
-        np.array([highspy.kHighsInf if v == math.inf else v for v in problem.rows_hi]),
+        np.array(problem.rows_lo),
+        np.array(problem.rows_hi),
         len(problem.idx),
         np.array(problem.starts, dtype=np.int32),
         np.array(problem.idx, dtype=np.int32),
@@ -905,9 +901,7 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
     started = time.monotonic()
     runs = zero_wait_runs(trace)
     mip = _zero_wait_pooled(highspy, np, trace, runs, time_limit)
-    n_cols, status, lp, dual, incumbent = mip.columns, mip.status, mip.lp, mip.dual, mip.incumbent
-    closed = mip.closed
-    runs_count, segments = len(runs), mip.segments
+    status, lp, dual, incumbent, closed = mip.status, mip.lp, mip.dual, mip.incumbent, mip.closed
     dropped = f"; {mip.dropped} pod run(s) fit no machine, left out" if mip.dropped else ""
     best = max(dual, lp)  # proven, never the incumbent (the MIP closes at a 1e-4 gap)
     if incumbent is not None and math.isfinite(best):  # zero-wait schedules exist: it bounds them
@@ -920,12 +914,11 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
             + ("" if closed else f"; the MIP did not close in {time_limit:.0f} s")
             + dropped
         )
-        made = "made machine by machine from the pooled MIP's solution" if mip.pooled else ""
+        made = ", made machine by machine from the pooled MIP's solution" if mip.pooled else ""
         return Bound(
             schedule=mip.schedule,
-            schedule_source=f"the MIP's {'optimum' if closed else 'best schedule'}"
-            + (f", {made}" if made else "")
-            + f", {incumbent / 1000:.3f} kWh",
+            schedule_source=f"the MIP's {'optimum' if closed else 'best schedule'}{made}, "
+            f"{incumbent / 1000:.3f} kWh",
             kind=ZERO_WAIT,
             kwh=best / 1000,
             incumbent_kwh=incumbent / 1000,
@@ -933,12 +926,12 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
             source=source,
             status=status,
             lp_kwh=lp / 1000,
-            variables=n_cols,
+            variables=mip.columns,
             constraints=mip.rows,
             seconds=time.monotonic() - started,
             note=note,
-            runs=runs_count,
-            segments=segments,
+            runs=len(runs),
+            segments=mip.segments,
         )
     if mip.infeasible:
         why = "no zero-wait schedule: the pods contend for more than the machines hold"
@@ -950,12 +943,12 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
         return Bound(
             kind=NO_BOUND,
             status=status,
-            variables=n_cols,
+            variables=mip.columns,
             constraints=mip.rows,
             seconds=time.monotonic() - started,
             note=f"{why}, and no wait limit was given to relax it with",
-            runs=runs_count,
-            segments=segments,
+            runs=len(runs),
+            segments=mip.segments,
         )
     waits, upper = _waits_problem(trace, runs, max_wait)
     h = _highs(highspy, np, waits, upper, max(1.0, time_limit - (time.monotonic() - started)))

@@ -68,10 +68,6 @@ class AlwaysOn:
     #: kWh per Group.
     kwh: Mapping[str, float]
 
-    @property
-    def total_kwh(self) -> float:
-        return sum(self.kwh.values())
-
     @classmethod
     def of(cls, result: Result) -> AlwaysOn:
         """The reference from an always-on replay (`always_on_reference` makes it)."""
@@ -191,7 +187,7 @@ def summarise(result: Result, reference: AlwaysOn | None = None) -> dict[str, An
         g = groups.setdefault(m.template.group, {"usedKWh": 0.0})
         used = m.ledger.used_wh / 1000
         g["usedKWh"] += used
-        boot_of[m.name] = m.power_on_seconds + m.boot_seconds
+        boot_of[m.name] = m.truth.power_on_seconds + m.truth.boot_seconds
         machines.append(
             {
                 "name": m.template.key.name,
@@ -219,7 +215,7 @@ def summarise(result: Result, reference: AlwaysOn | None = None) -> dict[str, An
         "scoring": result.options.scoring.value,
         "days": round(days, 3),
         "energy": {
-            **_energy(used, reference.total_kwh),
+            **_energy(used, sum(reference.kwh.values())),
             "alwaysOnReference": {
                 "policy": Policy.ALWAYS_ON.value,
                 "scoring": REFERENCE_SCORING.value,
