@@ -98,7 +98,6 @@ class Simulator:
         self.deadline: float | None = None
         self.cron_active: dict[str, list[SimPod]] = {}
         #: Per CronJob (by key): its spec and its fire times (seconds since start).
-        self.cron_specs: list[cron.CronSpec] = []
         self.cron_spec: dict[str, cron.CronSpec] = {}
         self.cron_times: dict[str, list[float]] = {}
         #: Per CronJob: the scheduled time of its last started run (`status.lastScheduleTime`).
@@ -126,13 +125,11 @@ class Simulator:
         clock = self.clock
         for index, trace_pod in enumerate(self.trace.pods):
             clock.push(trace_pod.at, Kind.ARRIVAL, index)
-        end_time = clock.time(self.end)
         for cronjob in self.trace.cronjobs:
             spec = cron.read(cronjob)
-            times = cron.fire_times(spec, self.start, end_time)
+            times = cron.fire_times(spec, self.start, clock.time(self.end))
             for moment in times:
                 clock.push(clock.seconds(moment), Kind.CRON, (spec, moment))
-            self.cron_specs.append(spec)
             self.cron_spec[spec.key] = spec
             self.cron_times[spec.key] = [clock.seconds(t) for t in times]
         for machine in self.machines.values():
@@ -308,7 +305,7 @@ class Simulator:
         if not self.options.prewarm or self.options.policy is not Policy.LIGHTSOUT:
             return ()
         return cron.expected_pods(
-            self.cron_specs, self.clock.time(), self._next_fire, self._cron_ends
+            list(self.cron_spec.values()), self.clock.time(), self._next_fire, self._cron_ends
         )
 
     def _next_fire(self, spec: cron.CronSpec, now: datetime) -> datetime | None:

@@ -232,8 +232,7 @@ def homelab_week(seed: int = 1) -> Trace:
     }
     week = _Week(machines, durations, cronjobs, runs)
     for day in range(7):
-        weekday = day < 5
-        if weekday:
+        if day < 5:
             # The dev Deployment: three replicas from 09:00 to 18:00 local.
             start, end = _local(day, 9), _local(day, 18)
             for _ in range(3):
@@ -310,10 +309,8 @@ def batch_heavy(seed: int = 2) -> Trace:
     ]
     runs = {"etl/etl-hourly": 900.0, "etl/rollup-nightly": 5400.0}
     week = _Week(machines, durations, cronjobs, runs)
-    for day in range(7):
-        if day >= 5:
-            continue
-        # Waves of batch Jobs through the working day.
+    for day in range(5):
+        # Waves of batch Jobs through the working day (Monday to Friday).
         for hour in (8, 10, 12.5, 14, 16):
             wave = _local(day, hour)
             for _ in range(rng.randint(20, 45)):

@@ -85,6 +85,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from lightsout.planning.energy import Draw
@@ -853,10 +854,7 @@ def _bridge(problem: _Problem, i: int, up: list[bool]) -> None:
     """Keep machine i up over each gap that costs less idling than the cycle it saves (and
     after its last pod, while idling costs less than its shutdown), by the objective's costs."""
     n = len(up)
-    on = [k for k in range(n) if up[k]]
-    if not on:
-        return
-    k = on[0]
+    k = next((k for k in range(n) if up[k]), n)  # from its first segment up
     while k < n:
         if up[k]:
             k += 1
@@ -902,6 +900,10 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
     runs = zero_wait_runs(trace)
     mip = _zero_wait_pooled(highspy, np, trace, runs, time_limit)
     status, lp, dual, incumbent, closed = mip.status, mip.lp, mip.dual, mip.incumbent, mip.closed
+    # A bound of the zero-wait model, with its size (the with-waits LP gives its own).
+    zero_wait = partial(
+        Bound, status=status, runs=len(runs), segments=mip.segments, variables=mip.columns
+    )
     dropped = f"; {mip.dropped} pod run(s) fit no machine, left out" if mip.dropped else ""
     best = max(dual, lp)  # proven, never the incumbent (the MIP closes at a 1e-4 gap)
     if incumbent is not None and math.isfinite(best):  # zero-wait schedules exist: it bounds them
@@ -915,7 +917,7 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
             + dropped
         )
         made = ", made machine by machine from the pooled MIP's solution" if mip.pooled else ""
-        return Bound(
+        return zero_wait(
             schedule=mip.schedule,
             schedule_source=f"the MIP's {'optimum' if closed else 'best schedule'}{made}, "
             f"{incumbent / 1000:.3f} kWh",
@@ -924,14 +926,10 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
             incumbent_kwh=incumbent / 1000,
             gap=gap,
             source=source,
-            status=status,
             lp_kwh=lp / 1000,
-            variables=mip.columns,
             constraints=mip.rows,
             seconds=time.monotonic() - started,
             note=note,
-            runs=len(runs),
-            segments=mip.segments,
         )
     if mip.infeasible:
         why = "no zero-wait schedule: the pods contend for more than the machines hold"
@@ -940,15 +938,11 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
     else:
         why = f"the zero-wait MIP proved no bound in {time_limit:.0f} s ({status})"
     if max_wait is None:
-        return Bound(
+        return zero_wait(
             kind=NO_BOUND,
-            status=status,
-            variables=mip.columns,
             constraints=mip.rows,
             seconds=time.monotonic() - started,
             note=f"{why}, and no wait limit was given to relax it with",
-            runs=len(runs),
-            segments=mip.segments,
         )
     waits, upper = _waits_problem(trace, runs, max_wait)
     h = _highs(highspy, np, waits, upper, max(1.0, time_limit - (time.monotonic() - started)))
