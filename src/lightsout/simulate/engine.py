@@ -123,8 +123,8 @@ class Simulator:
 
     def run(self) -> Result:
         clock = self.clock
-        for index, trace_pod in enumerate(self.trace.pods):
-            clock.push(trace_pod.at, Kind.ARRIVAL, index)
+        for trace_pod in self.trace.pods:
+            clock.push(trace_pod.at, Kind.ARRIVAL, trace_pod)
         for cronjob in self.trace.cronjobs:
             spec = cron.read(cronjob)
             times = cron.fire_times(spec, self.start, clock.time(self.end))
@@ -143,7 +143,7 @@ class Simulator:
             Kind.NODE_READY: SimMachine.booted,
             Kind.POD_DONE: self._pod_done,
             Kind.CRON: self._cron_fire,
-            Kind.ARRIVAL: self._arrival,
+            Kind.ARRIVAL: self._new_pod,
             Kind.RECONCILE: lambda key: self._reconcile(self.machines[key]),
             Kind.SCHEDULE: self._schedule,
             Kind.PLAN: self._plan,
@@ -177,9 +177,6 @@ class Simulator:
             self.cron_active.setdefault(cronjob, []).append(sim)
         self.scheduler.pending[key] = sim
         self.want_schedule()
-
-    def _arrival(self, index: int) -> None:
-        self._new_pod(self.trace.pods[index])
 
     def _cron_fire(self, payload: tuple[cron.CronSpec, datetime]) -> None:
         """The controller at a scheduled time (`cron.next_created` is what it announces)."""

@@ -142,8 +142,7 @@ def _cronjob(
 
 def _local(day: int, hour: float) -> float:
     """Seconds since START of `hour` o'clock local time on day `day` (0 = Monday)."""
-    zone = ZoneInfo(ZONE)
-    base = (START + timedelta(days=day)).astimezone(zone)
+    base = (START + timedelta(days=day)).astimezone(ZoneInfo(ZONE))
     midnight = base.replace(hour=0, minute=0, second=0, microsecond=0)
     moment = midnight + timedelta(hours=hour)
     return (moment.astimezone(UTC) - START).total_seconds()
@@ -291,18 +290,16 @@ def batch_heavy(seed: int = 2) -> Trace:
         _group("batch", 0.28, maxNodes=8, labels={"lightsout.dev/pool": "batch"}),
     ]
     durations: dict[str, Durations] = {}
-    for i in range(4):
-        name = f"small-{i + 1}"
-        machines.append(
-            _node(name, "batch", cpu=8, memory_gi=32, watts=(110, 45, 3), boot_timeout=300)
-        )
-        durations[name] = Durations(6, 75, 20)
-    for i in range(4):
-        name = f"large-{i + 1}"
-        machines.append(
-            _node(name, "batch", cpu=24, memory_gi=96, watts=(280, 120, 6), boot_timeout=600)
-        )
-        durations[name] = Durations(12, 200, 40)
+    # Four machines of each size: cpu, memory Gi, (on, idle, off) watts, boot timeout, truth.
+    for size, cpu, mem, watts, boot, truth in (
+        ("small", 8, 32, (110, 45, 3), 300, Durations(6, 75, 20)),
+        ("large", 24, 96, (280, 120, 6), 600, Durations(12, 200, 40)),
+    ):
+        for i in range(4):
+            name = f"{size}-{i + 1}"
+            node = _node(name, "batch", cpu=cpu, memory_gi=mem, watts=watts, boot_timeout=boot)
+            machines.append(node)
+            durations[name] = truth
     cronjobs = [
         _cronjob("etl-hourly", "etl", "5 * * * *", _spec("2", "4Gi")),
         _cronjob("rollup-nightly", "etl", "0 1 * * *", _spec("8", "32Gi")),
@@ -332,16 +329,9 @@ def bursty_random(seed: int = 3) -> Trace:
         _group("pool", 0.30, labels={"lightsout.dev/pool": "pool"}),
     ]
     durations: dict[str, Durations] = {}
-    for i, (cpu, mem, watts, boot) in enumerate(
-        [
-            (4, 16, (40, 14, 1), 50.0),
-            (4, 16, (40, 14, 1), 50.0),
-            (8, 32, (100, 42, 3), 90.0),
-            (8, 32, (100, 42, 3), 90.0),
-            (16, 64, (180, 75, 4), 180.0),
-            (16, 64, (180, 75, 4), 180.0),
-        ]
-    ):
+    # Two machines of each size: cpu, memory Gi, (on, idle, off) watts, true boot seconds.
+    sizes = [(4, 16, (40, 14, 1), 50.0), (8, 32, (100, 42, 3), 90.0), (16, 64, (180, 75, 4), 180.0)]
+    for i, (cpu, mem, watts, boot) in enumerate(size for size in sizes for _ in range(2)):
         name = f"box-{i + 1}"
         machines.append(_node(name, "pool", cpu=cpu, memory_gi=mem, watts=watts, boot_timeout=600))
         durations[name] = Durations(6, boot, 25)

@@ -777,7 +777,6 @@ def _zero_wait_pooled(
         # Closed when the best schedule costs no more than the bound (at the MIP's 1e-4 gap).
         closed=alone.closed
         or (alone.incumbent is not None and alone.incumbent <= best + 1e-4 * abs(best)),
-        infeasible=alone.infeasible,
         rows=outcome.rows,
         columns=outcome.columns,
         pooled=outcome.dual >= alone.dual,

@@ -225,12 +225,11 @@ def machine_manifest(obj: Mapping[str, Any]) -> dict[str, Any]:
         value = dig(obj, "metadata", key)
         if value:
             metadata[key] = value
-    spec = obj.get("spec") or {}
     return {
         "apiVersion": obj.get("apiVersion"),
         "kind": obj.get("kind"),
         "metadata": metadata,
-        "spec": node_spec_as_measured(obj) if obj.get("kind") == "Node" else spec,
+        "spec": node_spec_as_measured(obj) if obj.get("kind") == "Node" else obj.get("spec") or {},
     }
 
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lightsout.planning.energy import cost
 from lightsout.planning.scaledown import JOB
-from lightsout.simulate.engine import Options, Policy, Result, Scoring, replay
+from lightsout.simulate.engine import Policy, Result, Scoring, replay
 from lightsout.simulate.machines import SimPod, WaitCause
 
 #: A pod that waited for a power-on longer than its machine's power-on and boot plus this is
@@ -83,9 +83,7 @@ def always_on_reference(result: Result) -> AlwaysOn:
     options = result.options
     if options.policy is Policy.ALWAYS_ON and options.scoring is REFERENCE_SCORING:
         return AlwaysOn.of(result)
-    reference = Options(
-        policy=Policy.ALWAYS_ON, scoring=REFERENCE_SCORING, overrides=options.overrides
-    )
+    reference = replace(options, policy=Policy.ALWAYS_ON, scoring=REFERENCE_SCORING)
     return AlwaysOn.of(replay(result.trace, reference))
 
 

@@ -97,9 +97,7 @@ class Scheduler:
                 used = machine.requested.get(name, 0) + pod.pod.requests.get(name)
                 shares.append(min(1.0, used / capacity))
         used_share = sum(shares) / len(shares) if shares else 0.0
-        if self.scoring is Scoring.MOST_ALLOCATED:
-            return used_share
-        return 1.0 - used_share
+        return used_share if self.scoring is Scoring.MOST_ALLOCATED else 1.0 - used_share
 
     def _bind(self, pod: SimPod, machine: SimMachine) -> None:
         machine.count_energy()

@@ -311,6 +311,3 @@ def render_text(document: Mapping[str, Any]) -> str:
 
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
-
-
-__all__ = ["KNOBS", "Knob", "Point", "Sweep", "SweepError", "as_json", "knee", "parse", "run"]
