@@ -26,13 +26,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from lightsout.models.enums import Phase
 from lightsout.planning.decisions import Hold
 from lightsout.planning.energy import Draw, is_powered
 
 if TYPE_CHECKING:
+    from lightsout.simulate.machines import SimMachine
     from lightsout.simulate.optimum import ScheduleEnergy
 
 _HOUR = 3600.0
@@ -132,17 +133,8 @@ class Charges:
         return out
 
 
-class Charged(Protocol):
-    """What `breakdown` reads of a replay's machine (a `SimMachine`)."""
-
-    @property
-    def name(self) -> str: ...
-
-    charges: Charges
-
-
 def breakdown(
-    machines: Iterable[Charged], schedule: Sequence[ScheduleEnergy] | None = None
+    machines: Iterable[SimMachine], schedule: Sequence[ScheduleEnergy] | None = None
 ) -> list[dict[str, Any]]:
     """Per machine: its kWh by cause, and, given the bound's schedule, that schedule's kWh by
     group (`GROUPS`) and how much more Lights-Out spent in each (`aboveBound`)."""

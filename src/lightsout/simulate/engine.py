@@ -13,7 +13,7 @@ code like cluster-autoscaler with its defaults (docs/simulator.md says what diff
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -28,7 +28,7 @@ from lightsout.planning.wake import next_wake
 from lightsout.simulate.clock import Clock, Kind
 from lightsout.simulate.machines import SimMachine, SimPod, SimScale, read_machines
 from lightsout.simulate.scheduler import Scheduler, Scoring
-from lightsout.simulate.trace import Trace
+from lightsout.simulate.trace import Trace, TracePod
 from lightsout.state import cron
 from lightsout.state.parse import scheduling_requirements
 from lightsout.state.types import ExpectedPod, Group, ObjectKey, Pod, Snapshot
@@ -98,7 +98,6 @@ class Simulator:
         self.deadline: float | None = None
         self.cron_active: dict[str, list[SimPod]] = {}
         #: Per CronJob (by key): its spec and its fire times (seconds since start).
-        self.cron_specs: list[cron.CronSpec] = []
         self.cron_spec: dict[str, cron.CronSpec] = {}
         self.cron_times: dict[str, list[float]] = {}
         #: Per CronJob: the scheduled time of its last started run (`status.lastScheduleTime`).
@@ -124,15 +123,13 @@ class Simulator:
 
     def run(self) -> Result:
         clock = self.clock
-        for index, trace_pod in enumerate(self.trace.pods):
-            clock.push(trace_pod.at, Kind.ARRIVAL, index)
-        end_time = clock.time(self.end)
+        for trace_pod in self.trace.pods:
+            clock.push(trace_pod.at, Kind.ARRIVAL, trace_pod)
         for cronjob in self.trace.cronjobs:
             spec = cron.read(cronjob)
-            times = cron.fire_times(spec, self.start, end_time)
+            times = cron.fire_times(spec, self.start, clock.time(self.end))
             for moment in times:
                 clock.push(clock.seconds(moment), Kind.CRON, (spec, moment))
-            self.cron_specs.append(spec)
             self.cron_spec[spec.key] = spec
             self.cron_times[spec.key] = [clock.seconds(t) for t in times]
         for machine in self.machines.values():
@@ -146,7 +143,7 @@ class Simulator:
             Kind.NODE_READY: SimMachine.booted,
             Kind.POD_DONE: self._pod_done,
             Kind.CRON: self._cron_fire,
-            Kind.ARRIVAL: self._arrival,
+            Kind.ARRIVAL: self._new_pod,
             Kind.RECONCILE: lambda key: self._reconcile(self.machines[key]),
             Kind.SCHEDULE: self._schedule,
             Kind.PLAN: self._plan,
@@ -161,40 +158,25 @@ class Simulator:
         return self.result
 
     # ------------------------------------------------------------------ pods
-    def _new_pod(
-        self,
-        namespace: str,
-        name: str,
-        spec: Mapping[str, Any],
-        owner_kind: str | None,
-        owner_name: str | None,
-        *,
-        run_seconds: float,
-        cronjob: str | None = None,
-    ) -> None:
-        key = ObjectKey(namespace, name)
+    def _new_pod(self, new: TracePod, cronjob: str | None = None) -> None:
+        """`new` is created now (a trace pod as it arrives, or a CronJob's run)."""
+        key = ObjectKey(new.namespace, new.name)
         pod = Pod(
             key=key,
             uid=f"sim-{len(self.result.pods)}",
             phase="Pending",
             node_name=None,
-            scheduling=scheduling_requirements(spec),
-            owner_kind=owner_kind,
-            owner_name=owner_name,
+            scheduling=scheduling_requirements(new.spec),
+            owner_kind=new.owner_kind,
+            owner_name=new.owner_name,
             created=self.clock.time(),
         )
-        sim = SimPod(key, pod, self.clock.now, run_seconds, cronjob=cronjob)
+        sim = SimPod(key, pod, self.clock.now, new.run_seconds, cronjob=cronjob)
         self.result.pods.append(sim)
         if cronjob is not None:
             self.cron_active.setdefault(cronjob, []).append(sim)
         self.scheduler.pending[key] = sim
         self.want_schedule()
-
-    def _arrival(self, index: int) -> None:
-        p = self.trace.pods[index]
-        self._new_pod(
-            p.namespace, p.name, p.spec, p.owner_kind, p.owner_name, run_seconds=p.run_seconds
-        )
 
     def _cron_fire(self, payload: tuple[cron.CronSpec, datetime]) -> None:
         """The controller at a scheduled time (`cron.next_created` is what it announces)."""
@@ -220,9 +202,8 @@ class Simulator:
         self.cron_started += 1
         run = self.trace.cron_run_seconds.get(spec.key, 60.0)
         name = cron.job_name(spec, moment)
-        self._new_pod(
-            spec.namespace, name, spec.pod_spec, "Job", name, run_seconds=run, cronjob=spec.key
-        )
+        run_pod = TracePod(self.clock.now, run, spec.namespace, name, spec.pod_spec, "Job", name)
+        self._new_pod(run_pod, cronjob=spec.key)
 
     def _cron_run_ended(self, spec: cron.CronSpec) -> None:
         """A run ended: the controller, re-queued by its Job's update, starts the most recent
@@ -321,7 +302,7 @@ class Simulator:
         if not self.options.prewarm or self.options.policy is not Policy.LIGHTSOUT:
             return ()
         return cron.expected_pods(
-            self.cron_specs, self.clock.time(), self._next_fire, self._cron_ends
+            list(self.cron_spec.values()), self.clock.time(), self._next_fire, self._cron_ends
         )
 
     def _next_fire(self, spec: cron.CronSpec, now: datetime) -> datetime | None:

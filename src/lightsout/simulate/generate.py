@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -141,17 +142,22 @@ def _cronjob(
 
 def _local(day: int, hour: float) -> float:
     """Seconds since START of `hour` o'clock local time on day `day` (0 = Monday)."""
-    zone = ZoneInfo(ZONE)
-    base = (START + timedelta(days=day)).astimezone(zone)
+    base = (START + timedelta(days=day)).astimezone(ZoneInfo(ZONE))
     midnight = base.replace(hour=0, minute=0, second=0, microsecond=0)
     moment = midnight + timedelta(hours=hour)
     return (moment.astimezone(UTC) - START).total_seconds()
 
 
-class _Pods:
-    def __init__(self) -> None:
-        self.pods: list[TracePod] = []
-        self.counter = 0
+@dataclass
+class _Week:
+    """A generated week starting at `START`, as it is made: what every generated trace shares."""
+
+    machines: list[dict[str, Any]]
+    durations: dict[str, Durations]
+    cronjobs: list[dict[str, Any]] = field(default_factory=list)
+    #: Each CronJob's run time, by `namespace/name`.
+    runs: dict[str, float] = field(default_factory=dict)
+    pods: list[TracePod] = field(default_factory=list)
 
     def add(
         self,
@@ -162,47 +168,33 @@ class _Pods:
         spec: dict[str, Any],
         *,
         owner: str | None,
-        owner_name: str | None = None,
     ) -> None:
-        self.counter += 1
-        name = f"{prefix}-{self.counter:05d}"
+        """A pod named `<prefix>-<its number>` (an owned pod's owner is named `<prefix>`)."""
         self.pods.append(
             TracePod(
                 at=max(0.0, at),
                 run_seconds=max(1.0, run),
                 namespace=namespace,
-                name=name,
+                name=f"{prefix}-{len(self.pods) + 1:05d}",
                 spec=spec,
                 owner_kind=owner,
-                owner_name=owner_name or (prefix if owner else None),
+                owner_name=prefix if owner else None,
             )
         )
 
-
-def _week(
-    name: str,
-    description: str,
-    *,
-    seed: int,
-    machines: list[dict[str, Any]],
-    pods: _Pods,
-    durations: dict[str, Durations],
-    cronjobs: list[dict[str, Any]] | None = None,
-    runs: dict[str, float] | None = None,
-) -> Trace:
-    """A generated week starting at `START`: what every shipped trace shares."""
-    return Trace(
-        name=name,
-        description=description,
-        start=START,
-        duration_seconds=WEEK,
-        machines=tuple(machines),
-        cronjobs=tuple(cronjobs or ()),
-        pods=tuple(pods.pods),
-        durations=durations,
-        cron_run_seconds=runs or {},
-        seed=seed,
-    )
+    def trace(self, name: str, description: str, seed: int) -> Trace:
+        return Trace(
+            name=name,
+            description=description,
+            start=START,
+            duration_seconds=WEEK,
+            machines=tuple(self.machines),
+            cronjobs=tuple(self.cronjobs),
+            pods=tuple(self.pods),
+            durations=self.durations,
+            cron_run_seconds=self.runs,
+            seed=seed,
+        )
 
 
 def homelab_week(seed: int = 1) -> Trace:
@@ -237,27 +229,25 @@ def homelab_week(seed: int = 1) -> Trace:
         "media/photo-index": 900.0,
         "backup/old-sync": 300.0,
     }
-    pods = _Pods()
+    week = _Week(machines, durations, cronjobs, runs)
     for day in range(7):
-        weekday = day < 5
-        if weekday:
+        if day < 5:
             # The dev Deployment: three replicas from 09:00 to 18:00 local.
             start, end = _local(day, 9), _local(day, 18)
             for _ in range(3):
-                pods.add(
+                week.add(
                     start + rng.uniform(0, 5),
                     end - start,
                     "dev",
                     "dev-web",
                     _spec("1", "2Gi"),
                     owner="ReplicaSet",
-                    owner_name="dev-web",
                 )
             # Evening CI: bursts of Jobs between 18:00 and 22:00.
             t = _local(day, 18) + rng.expovariate(1 / 1200)
             while t < _local(day, 22):
                 for _ in range(rng.randint(3, 10)):
-                    pods.add(
+                    week.add(
                         t + rng.uniform(0, 20),
                         rng.uniform(180, 900),
                         "ci",
@@ -269,7 +259,7 @@ def homelab_week(seed: int = 1) -> Trace:
         else:
             # Weekend training runs on the GPU box.
             for hour in (10, 15):
-                pods.add(
+                week.add(
                     _local(day, hour) + rng.uniform(0, 600),
                     rng.uniform(7200, 10800),
                     "ml",
@@ -279,7 +269,7 @@ def homelab_week(seed: int = 1) -> Trace:
                 )
         # A few bare pods at random, any day, any time.
         for _ in range(rng.randint(1, 3)):
-            pods.add(
+            week.add(
                 day * DAY + rng.uniform(0, DAY),
                 rng.uniform(60, 600),
                 "default",
@@ -291,16 +281,7 @@ def homelab_week(seed: int = 1) -> Trace:
         "A homelab week: nightly backup CronJobs, evening CI bursts on weekdays, a dev "
         "Deployment in working hours, weekend GPU training, six heterogeneous machines."
     )
-    return _week(
-        "homelab-week",
-        description,
-        seed=seed,
-        machines=machines,
-        pods=pods,
-        durations=durations,
-        cronjobs=cronjobs,
-        runs=runs,
-    )
+    return week.trace("homelab-week", description, seed)
 
 
 def batch_heavy(seed: int = 2) -> Trace:
@@ -309,32 +290,28 @@ def batch_heavy(seed: int = 2) -> Trace:
         _group("batch", 0.28, maxNodes=8, labels={"lightsout.dev/pool": "batch"}),
     ]
     durations: dict[str, Durations] = {}
-    for i in range(4):
-        name = f"small-{i + 1}"
-        machines.append(
-            _node(name, "batch", cpu=8, memory_gi=32, watts=(110, 45, 3), boot_timeout=300)
-        )
-        durations[name] = Durations(6, 75, 20)
-    for i in range(4):
-        name = f"large-{i + 1}"
-        machines.append(
-            _node(name, "batch", cpu=24, memory_gi=96, watts=(280, 120, 6), boot_timeout=600)
-        )
-        durations[name] = Durations(12, 200, 40)
+    # Four machines of each size: cpu, memory Gi, (on, idle, off) watts, boot timeout, truth.
+    for size, cpu, mem, watts, boot, truth in (
+        ("small", 8, 32, (110, 45, 3), 300, Durations(6, 75, 20)),
+        ("large", 24, 96, (280, 120, 6), 600, Durations(12, 200, 40)),
+    ):
+        for i in range(4):
+            name = f"{size}-{i + 1}"
+            node = _node(name, "batch", cpu=cpu, memory_gi=mem, watts=watts, boot_timeout=boot)
+            machines.append(node)
+            durations[name] = truth
     cronjobs = [
         _cronjob("etl-hourly", "etl", "5 * * * *", _spec("2", "4Gi")),
         _cronjob("rollup-nightly", "etl", "0 1 * * *", _spec("8", "32Gi")),
     ]
     runs = {"etl/etl-hourly": 900.0, "etl/rollup-nightly": 5400.0}
-    pods = _Pods()
-    for day in range(7):
-        if day >= 5:
-            continue
-        # Waves of batch Jobs through the working day.
+    week = _Week(machines, durations, cronjobs, runs)
+    for day in range(5):
+        # Waves of batch Jobs through the working day (Monday to Friday).
         for hour in (8, 10, 12.5, 14, 16):
             wave = _local(day, hour)
             for _ in range(rng.randint(20, 45)):
-                pods.add(
+                week.add(
                     wave + rng.expovariate(1 / 300),
                     rng.uniform(300, 2400),
                     "batch",
@@ -343,16 +320,7 @@ def batch_heavy(seed: int = 2) -> Trace:
                     owner="Job",
                 )
     description = "Batch Jobs in waves through the working day, hourly and nightly CronJobs."
-    return _week(
-        "batch-heavy",
-        description,
-        seed=seed,
-        machines=machines,
-        pods=pods,
-        durations=durations,
-        cronjobs=cronjobs,
-        runs=runs,
-    )
+    return week.trace("batch-heavy", description, seed)
 
 
 def bursty_random(seed: int = 3) -> Trace:
@@ -361,20 +329,13 @@ def bursty_random(seed: int = 3) -> Trace:
         _group("pool", 0.30, labels={"lightsout.dev/pool": "pool"}),
     ]
     durations: dict[str, Durations] = {}
-    for i, (cpu, mem, watts, boot) in enumerate(
-        [
-            (4, 16, (40, 14, 1), 50.0),
-            (4, 16, (40, 14, 1), 50.0),
-            (8, 32, (100, 42, 3), 90.0),
-            (8, 32, (100, 42, 3), 90.0),
-            (16, 64, (180, 75, 4), 180.0),
-            (16, 64, (180, 75, 4), 180.0),
-        ]
-    ):
+    # Two machines of each size: cpu, memory Gi, (on, idle, off) watts, true boot seconds.
+    sizes = [(4, 16, (40, 14, 1), 50.0), (8, 32, (100, 42, 3), 90.0), (16, 64, (180, 75, 4), 180.0)]
+    for i, (cpu, mem, watts, boot) in enumerate(size for size in sizes for _ in range(2)):
         name = f"box-{i + 1}"
         machines.append(_node(name, "pool", cpu=cpu, memory_gi=mem, watts=watts, boot_timeout=600))
         durations[name] = Durations(6, boot, 25)
-    pods = _Pods()
+    week = _Week(machines, durations)
     # A Markov-modulated Poisson process: calm (one pod per 40 min on average) or a burst
     # (one per 40 s), switching after exponentially distributed sojourns.
     t, burst = 0.0, False
@@ -385,7 +346,7 @@ def bursty_random(seed: int = 3) -> Trace:
             burst = not burst
             switch = t + rng.expovariate(1 / (900 if burst else 6 * 3600))
         if t < WEEK:
-            pods.add(
+            week.add(
                 t,
                 rng.expovariate(1 / 900) + 30,
                 "random",
@@ -394,9 +355,7 @@ def bursty_random(seed: int = 3) -> Trace:
                 owner=rng.choice(["Job", "Job", None]),
             )
     description = "Poisson arrivals switching between calm and bursts; no schedule at all."
-    return _week(
-        "bursty-random", description, seed=seed, machines=machines, pods=pods, durations=durations
-    )
+    return week.trace("bursty-random", description, seed)
 
 
 def household_contention(seed: int = 4) -> Trace:
@@ -423,11 +382,11 @@ def household_contention(seed: int = 4) -> Trace:
         _cronjob("transcode", "media", "0 3 * * *", _spec("4", "16Gi", gpus=1, gpu_box=True)),
     ]
     runs = {"home/backup": 1800.0, "home/photo-sync": 900.0, "media/transcode": 3600.0}
-    pods = _Pods()
+    week = _Week(machines, durations, cronjobs, runs)
     for day in range(7):
         # Hand-started evening pods: a game server, a notebook, a build; bare pods.
         for _ in range(rng.randint(2, 5)):
-            pods.add(
+            week.add(
                 _local(day, rng.uniform(18, 23)),
                 rng.uniform(600, 5400),
                 "default",
@@ -438,7 +397,7 @@ def household_contention(seed: int = 4) -> Trace:
         # Ad-hoc GPU Jobs from late morning to night; with one GPU, some wait for another.
         t = _local(day, 11) + rng.expovariate(1 / 7200)
         while t < _local(day, 24):
-            pods.add(
+            week.add(
                 t,
                 rng.uniform(1200, 5400),
                 "ml",
@@ -451,29 +410,15 @@ def household_contention(seed: int = 4) -> Trace:
         "A household week contending for one GPU (ad-hoc GPU Jobs that overlap, a nightly GPU "
         "CronJob), night CronJobs on machines that boot in 30 s to 3 min, evening pods by hand."
     )
-    return _week(
-        "household-contention",
-        description,
-        seed=seed,
-        machines=machines,
-        pods=pods,
-        durations=durations,
-        cronjobs=cronjobs,
-        runs=runs,
-    )
+    return week.trace("household-contention", description, seed)
 
 
-GENERATORS: dict[str, Callable[[int], Trace]] = {
+#: Each shipped trace's generator; called without a seed, it uses the shipped trace's.
+GENERATORS: dict[str, Callable[..., Trace]] = {
     "homelab-week": homelab_week,
     "batch-heavy": batch_heavy,
     "bursty-random": bursty_random,
     "household-contention": household_contention,
-}
-DEFAULT_SEEDS = {
-    "homelab-week": 1,
-    "batch-heavy": 2,
-    "bursty-random": 3,
-    "household-contention": 4,
 }
 
 
@@ -481,7 +426,7 @@ def generate(name: str, seed: int | None = None) -> Trace:
     """The named trace with its default seed (or `seed`)."""
     if name not in GENERATORS:
         raise KeyError(f"unknown trace {name!r}; known: {', '.join(GENERATORS)}")
-    return GENERATORS[name](DEFAULT_SEEDS[name] if seed is None else seed)
+    return GENERATORS[name]() if seed is None else GENERATORS[name](seed)
 
 
 def scale_week(machines: int = 20, pods: int = 5_000, seed: int = 4) -> Trace:
@@ -496,9 +441,9 @@ def scale_week(machines: int = 20, pods: int = 5_000, seed: int = 4) -> Trace:
             _node(name, "fleet", cpu=8, memory_gi=32, watts=(110, 45, 3), boot_timeout=300)
         )
         durations[name] = Durations(6, 90, 20)
-    made = _Pods()
+    week = _Week(manifests, durations)
     for _ in range(pods):
-        made.add(
+        week.add(
             rng.uniform(0, WEEK),
             rng.expovariate(1 / 1200) + 30,
             "load",
@@ -506,12 +451,4 @@ def scale_week(machines: int = 20, pods: int = 5_000, seed: int = 4) -> Trace:
             _spec(rng.choice(["500m", "1", "2"]), rng.choice(["1Gi", "2Gi", "4Gi"])),
             owner="Job",
         )
-    return Trace(
-        name=f"scale-{machines}x{pods}",
-        start=START,
-        duration_seconds=WEEK,
-        machines=tuple(manifests),
-        pods=tuple(made.pods),
-        durations=durations,
-        seed=seed,
-    )
+    return week.trace(f"scale-{machines}x{pods}", "", seed)

@@ -27,7 +27,7 @@ from lightsout.planning.scheduling import HOSTNAME_LABEL
 from lightsout.planning.types import DrainStatus, JobPhase, MachineState, Phase, PowerState
 from lightsout.simulate.breakdown import Charges
 from lightsout.simulate.clock import Clock, Kind
-from lightsout.simulate.trace import Trace
+from lightsout.simulate.trace import Durations, Trace
 from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, snapshot_from
 from lightsout.state.resources import CPU, Resources
 from lightsout.state.types import CoreNode, Group, Machine, ObjectKey, Pod
@@ -122,9 +122,8 @@ class SimMachine(MemoryMachine):
     sim: Cluster = field(repr=False)
     template: Machine
     draw: Draw
-    power_on_seconds: float
-    boot_seconds: float
-    shutdown_seconds: float
+    #: What its power-on Job, its boot and its shutdown Job really take.
+    truth: Durations
     ledger: Ledger
     pods: dict[ObjectKey, SimPod] = field(default_factory=dict)
     requested: dict[str, int] = field(default_factory=dict)
@@ -241,7 +240,7 @@ class SimMachine(MemoryMachine):
         if on:
             self.power_ons += 1
             self.power_on_times.append(clock.now)
-        seconds = self.power_on_seconds if on else self.shutdown_seconds
+        seconds = self.truth.power_on_seconds if on else self.truth.shutdown_seconds
         clock.push(clock.now + seconds, Kind.JOB_DONE, (self, self.job))
 
     def job_done(self, job: MemoryJob) -> None:
@@ -252,14 +251,14 @@ class SimMachine(MemoryMachine):
         job.state, job.power_state = JobPhase.SUCCEEDED, target
         if target is PowerState.ON:
             self.power = PowerState.ON
-            self.sim.clock.push(self.sim.clock.now + self.boot_seconds, Kind.NODE_READY, self)
+            self.sim.clock.push(self.sim.clock.now + self.truth.boot_seconds, Kind.NODE_READY, self)
         else:
             self.power = PowerState.OFF
             self.node_ready = False
         self.reconcile_soon()
 
     def booted(self) -> None:
-        """The core Node registers Ready `boot_seconds` after the power-on."""
+        """The core Node registers Ready its boot time after the power-on."""
         if self.power is not PowerState.ON:
             return  # powered off again before it finished booting
         self.node_exists = self.node_ready = self.registered = True
@@ -334,7 +333,6 @@ def read_machines(
     for template in snapshot.machines:
         manifest, spec = specs[template.key.name]
         group = group_specs.get(template.group)
-        truth = trace.durations_of(template.key.name)
         # As the operator starts: from the spec's desired power state (a machine pinned On
         # with autoscaling off stays On all week), or On for every machine always-on.
         on = all_on or template.desired is DesiredPowerState.ON
@@ -351,9 +349,7 @@ def read_machines(
             pool=pools.get(template.group) if pool_of(spec, group) is not None else None,
             template=template,
             draw=Draw.declared(template.watts_on, template.watts_idle, template.watts_off),
-            power_on_seconds=truth.power_on_seconds,
-            boot_seconds=truth.boot_seconds,
-            shutdown_seconds=truth.shutdown_seconds,
+            truth=trace.durations_of(template.key.name),
             ledger=Ledger(counted_to=trace.start),
             timeline=[(0.0, Phase.OFF.value)],
         )

@@ -85,6 +85,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from lightsout.planning.energy import Draw
@@ -94,7 +95,7 @@ from lightsout.state import cron
 from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, snapshot_from
 from lightsout.state.parse import scheduling_requirements
 from lightsout.state.resources import CPU
-from lightsout.state.types import Machine, SchedulingRequirements
+from lightsout.state.types import Group, Machine, SchedulingRequirements, Snapshot
 
 _HOUR = 3600.0
 
@@ -137,10 +138,8 @@ class ScheduleEnergy:
         return self.standby + self.load + self.up + self.cycles
 
     def kwh_of(self, group: str) -> float:
-        """One of `breakdown.GROUPS`' names: standby, load, up or cycles."""
-        return {"standby": self.standby, "load": self.load, "up": self.up, "cycles": self.cycles}[
-            group
-        ]
+        """One of `breakdown.GROUPS`' names: standby, load, up or cycles (its field's name)."""
+        return float(getattr(self, group))
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -163,21 +162,21 @@ NO_BOUND = "none"
 class Bound:
     #: ZERO_WAIT (every pod starts on arrival), WITH_WAITS (each within max_wait) or NO_BOUND.
     kind: str
-    #: The proven lower bound, kWh; None when there is none.
-    kwh: float | None
-    #: The best schedule the solver found, kWh (None if none within the limit).
-    incumbent_kwh: float | None
-    #: (incumbent - bound) / incumbent; 0 when closed; None without a schedule to compare.
-    gap: float | None
-    #: What the bound is: "MIP optimum", "MIP dual bound" or "LP relaxation"; "" without one.
-    source: str
     status: str
-    lp_kwh: float | None
     runs: int
     segments: int
     variables: int
     constraints: int
     seconds: float
+    #: The proven lower bound, kWh; None when there is none.
+    kwh: float | None = None
+    #: The best schedule the solver found, kWh (None if none within the limit).
+    incumbent_kwh: float | None = None
+    #: (incumbent - bound) / incumbent; 0 when closed; None without a schedule to compare.
+    gap: float | None = None
+    #: What the bound is: "MIP optimum", "MIP dual bound" or "LP relaxation"; "" without one.
+    source: str = ""
+    lp_kwh: float | None = None
     #: Why the bound may be loose, or why there is none (one line).
     note: str = ""
     #: The wait the with-waits model allowed every pod, seconds (None for the others).
@@ -310,11 +309,22 @@ class _Problem:
 
     def row(self, entries: Sequence[tuple[int, float]], lo: float, hi: float) -> None:
         self.starts.append(len(self.idx))
-        for column, value in entries:
-            self.idx.append(column)
-            self.vals.append(value)
+        self.idx.extend(column for column, _ in entries)
+        self.vals.extend(value for _, value in entries)
         self.rows_lo.append(lo)
         self.rows_hi.append(hi)
+
+
+def _machines(trace: Trace) -> tuple[Snapshot, list[Machine]]:
+    """The trace's Groups and Nodes read as the planner reads them, and the machines of known
+    capacity (spec.resources): the only ones a model can place pods on."""
+    snapshot = snapshot_from(
+        {
+            GROUPS_KEY: [m for m in trace.machines if m.get("kind") == "Group"],
+            MACHINES_KEY: [m for m in trace.machines if m.get("kind") == "Node"],
+        }
+    )
+    return snapshot, [m for m in snapshot.machines if m.resources is not None]
 
 
 def _views(machines: Sequence[Machine]) -> list[NodeView]:
@@ -327,13 +337,7 @@ def _views(machines: Sequence[Machine]) -> list[NodeView]:
 def _problem(trace: Trace, runs: list[Run], *, pooled: bool = False) -> _Problem:
     """The zero-wait MIP, one x per machine; `pooled`, one integer x per set of identical
     machines (`_pooled`)."""
-    snapshot = snapshot_from(
-        {
-            GROUPS_KEY: [m for m in trace.machines if m.get("kind") == "Group"],
-            MACHINES_KEY: [m for m in trace.machines if m.get("kind") == "Node"],
-        }
-    )
-    machines = [m for m in snapshot.machines if m.resources is not None]
+    snapshot, machines = _machines(trace)
     members = [[i] for i in range(len(machines))]
     if pooled:
         members = _pooled(trace, runs, machines)
@@ -344,14 +348,19 @@ def _problem(trace: Trace, runs: list[Run], *, pooled: bool = False) -> _Problem
     problem = _Problem(machines, len(lengths), lengths, counts=counts, members=members, cuts=cuts)
     _costs(problem, trace, runs)
     _rows(problem, runs, {t: k for k, t in enumerate(cuts)})
-    for group in snapshot.groups:
-        in_group = [i for i, m in enumerate(machines) if m.group_key == group.key]
-        size = sum(counts[i] for i in in_group)
+    _group_rows(problem, snapshot.groups)
+    return problem
+
+
+def _group_rows(problem: _Problem, groups: Iterable[Group]) -> None:
+    """Each Group's minNodes and maxNodes in every segment (the machines it has up)."""
+    for group in groups:
+        in_group = [i for i, m in enumerate(problem.machines) if m.group_key == group.key]
+        size = sum(problem.counts[i] for i in in_group)
         lo, hi = float(min(group.min_nodes, size)), float(group.max_nodes)
         if in_group and (lo > 0 or hi < size):
             for k in range(problem.segments):
                 problem.row([(problem.x(i, k), 1.0) for i in in_group], lo, hi)
-    return problem
 
 
 def _pooled(trace: Trace, runs: Sequence[Run], machines: Sequence[Machine]) -> list[list[int]]:
@@ -381,19 +390,31 @@ def _pooled(trace: Trace, runs: Sequence[Run], machines: Sequence[Machine]) -> l
     return list(sets.values())
 
 
-def _costs(problem: _Problem, trace: Trace, runs: list[Run]) -> None:
-    """Objective coefficients in Wh, in column order; pairs (pod, machine) as allowed."""
-    machines = problem.machines
-    draws = [Draw.declared(m.watts_on, m.watts_idle, m.watts_off) for m in machines]
-    views = _views(machines)
+def _machine_costs(problem: _Problem, trace: Trace) -> list[Draw]:
+    """The machines' columns' costs in Wh, in column order (x: idle above standby while up, s:
+    a power cycle per start-up, e: the shutdown a machine up at the end never pays), and what
+    each pays whatever it does (its standby); returns their draws."""
+    draws = [Draw.declared(m.watts_on, m.watts_idle, m.watts_off) for m in problem.machines]
+    truths = [trace.durations_of(m.key.name) for m in problem.machines]
     for d in draws:
         problem.costs.extend(length / _HOUR * (d.idle - d.off) for length in problem.lengths)
-    for m, d in zip(machines, draws, strict=True):
-        truth = trace.durations_of(m.key.name)
+    for truth, d in zip(truths, draws, strict=True):
         cycle = truth.power_on_seconds + truth.boot_seconds + truth.shutdown_seconds
         problem.costs.extend([cycle / _HOUR * (d.idle - d.off)] * problem.segments)
     # A machine up in the last segment never pays its shutdown: e[i] <= x[i,last] earns it back.
-    _end_credits(problem, trace, draws)
+    for truth, d in zip(truths, draws, strict=True):
+        problem.costs.append(-truth.shutdown_seconds / _HOUR * (d.idle - d.off))
+    problem.standby = [
+        n * d.off * trace.duration_seconds / _HOUR
+        for n, d in zip(problem.counts, draws, strict=True)
+    ]
+    return draws
+
+
+def _costs(problem: _Problem, trace: Trace, runs: list[Run]) -> None:
+    """Objective coefficients in Wh, in column order; pairs (pod, machine) as allowed."""
+    draws = _machine_costs(problem, trace)
+    views = _views(problem.machines)
     for p, run in enumerate(runs):
         allowed = [i for i, view in enumerate(views) if _allowed(run.requests, view)]
         problem.dropped += not allowed
@@ -403,17 +424,6 @@ def _costs(problem: _Problem, trace: Trace, runs: list[Run]) -> None:
             problem.costs.append(
                 _load_watts(views[i], draws[i], run) * (run.end - run.start) / _HOUR
             )
-    problem.standby = [
-        n * d.off * trace.duration_seconds / _HOUR
-        for n, d in zip(problem.counts, draws, strict=True)
-    ]
-
-
-def _end_credits(problem: _Problem, trace: Trace, draws: Sequence[Draw]) -> None:
-    """The e[i] columns' costs: the shutdown a machine up at the end never pays."""
-    for m, d in zip(problem.machines, draws, strict=True):
-        shutdown = trace.durations_of(m.key.name).shutdown_seconds
-        problem.costs.append(-shutdown / _HOUR * (d.idle - d.off))
 
 
 def _load_watts(view: NodeView, draw: Draw, run: Run) -> float:
@@ -463,12 +473,18 @@ def _rows(problem: _Problem, runs: list[Run], index: dict[float, int]) -> None:
         problem.row([(problem.x(i, index[runs[p].start]), 1.0), (base + col, -1.0)], 0, inf)
     last = problem.segments - 1
     for i in range(len(problem.machines)):
-        for k in range(problem.segments):
-            entries = [(problem.s(i, k), 1.0), (problem.x(i, k), -1.0)]
-            if k:
-                entries.append((problem.x(i, k - 1), 1.0))
-            problem.row(entries, 0.0, inf)  # a start-up wherever it goes from off to up
+        _rise_rows(problem, i)
         problem.row([(problem.x(i, last), 1.0), (problem.y_base + i, -1.0)], 0.0, inf)
+
+
+def _rise_rows(problem: _Problem, i: int) -> None:
+    """s[i,k] >= x[i,k] - x[i,k-1]: a start-up wherever machine i goes from off to up (x before
+    the trace is 0)."""
+    for k in range(problem.segments):
+        entries = [(problem.s(i, k), 1.0), (problem.x(i, k), -1.0)]
+        if k:
+            entries.append((problem.x(i, k - 1), 1.0))
+        problem.row(entries, 0.0, math.inf)
 
 
 def _cover_rows(
@@ -511,13 +527,7 @@ def _cover_rows(
 def _waits_problem(trace: Trace, runs: list[Run], max_wait: float) -> tuple[_Problem, list[float]]:
     """The with-waits LP (module docstring): columns u[i,k] (at `problem.x`), s[i,k] (at
     `problem.s`), e[i] (from `problem.y_base`), then z[p,i,k]."""
-    snapshot = snapshot_from(
-        {
-            GROUPS_KEY: [m for m in trace.machines if m.get("kind") == "Group"],
-            MACHINES_KEY: [m for m in trace.machines if m.get("kind") == "Node"],
-        }
-    )
-    machines = [m for m in snapshot.machines if m.resources is not None]
+    snapshot, machines = _machines(trace)
     end = trace.duration_seconds
     windows = [
         (r.start, min(r.start + max_wait + max(r.length, r.end - r.start), end)) for r in runs
@@ -525,20 +535,10 @@ def _waits_problem(trace: Trace, runs: list[Run], max_wait: float) -> tuple[_Pro
     cuts = sorted({0.0, end, *(a for a, _ in windows), *(b for _, b in windows)})
     lengths = [cuts[k + 1] - cuts[k] for k in range(len(cuts) - 1)]
     n, m = len(lengths), len(machines)
-    problem = _Problem(machines, n, lengths)
-    draws = [Draw.declared(x.watts_on, x.watts_idle, x.watts_off) for x in machines]
+    problem = _Problem(machines, n, lengths, counts=[1] * m)
+    draws = _machine_costs(problem, trace)
     views = _views(machines)
-    upper: list[float] = []
-    for d in draws:
-        problem.costs.extend(length / _HOUR * (d.idle - d.off) for length in lengths)
-        upper.extend([1.0] * n)
-    for x, d in zip(machines, draws, strict=True):
-        truth = trace.durations_of(x.key.name)
-        cycle = truth.power_on_seconds + truth.boot_seconds + truth.shutdown_seconds
-        problem.costs.extend([cycle / _HOUR * (d.idle - d.off)] * n)
-        upper.extend([math.inf] * n)
-    _end_credits(problem, trace, draws)
-    upper.extend([1.0] * m)
+    upper = [1.0] * (n * m) + [math.inf] * (n * m) + [1.0] * m  # u, s and e
     z: dict[tuple[int, int, int], int] = {}  # (pod, machine, segment) -> column
     for p, (run, (start, stop)) in enumerate(zip(runs, windows, strict=True)):
         allowed = [i for i, view in enumerate(views) if _allowed(run.requests, view)]
@@ -556,13 +556,7 @@ def _waits_problem(trace: Trace, runs: list[Run], max_wait: float) -> tuple[_Pro
         if columns and least > 0:
             problem.row([(c, 1.0) for c in columns], least, math.inf)  # it runs long enough
     _waits_rows(problem, runs, z, views)
-    for group in snapshot.groups:
-        members = [i for i, x in enumerate(machines) if x.group_key == group.key]
-        lo, hi = float(min(group.min_nodes, len(members))), float(group.max_nodes)
-        if members and (lo > 0 or hi < len(members)):
-            for k in range(n):
-                problem.row([(problem.x(i, k), 1.0) for i in members], lo, hi)
-    problem.standby = [d.off * end / _HOUR for d in draws]
+    _group_rows(problem, snapshot.groups)
     return problem, upper
 
 
@@ -599,11 +593,7 @@ def _waits_rows(
     for i in range(len(problem.machines)):
         ups = [(problem.s(i, k), -1.0) for k in range(n)]
         problem.row([(problem.y_base + i, 1.0), *ups], -inf, 0.0)  # up at the end: started
-        for k in range(n):
-            rise = [(problem.s(i, k), 1.0), (u(i, k), -1.0)]
-            if k:
-                rise.append((u(i, k - 1), 1.0))
-            problem.row(rise, 0.0, inf)
+        _rise_rows(problem, i)
 
 
 def _schedule(problem: _Problem, values: Sequence[float]) -> tuple[ScheduleEnergy, ...]:
@@ -639,16 +629,13 @@ def _highs(highspy: Any, np: Any, problem: _Problem, upper: list[float], time_li
     h.setOptionValue("threads", 1)
     h.setOptionValue("time_limit", max(1.0, time_limit))
     n_cols = len(upper)
-    h.addVars(
-        n_cols,
-        np.zeros(n_cols),
-        np.array([highspy.kHighsInf if v == math.inf else v for v in upper]),
-    )
+    # The bounds' math.inf is HiGHS' own infinity (`highspy.kHighsInf`).
+    h.addVars(n_cols, np.zeros(n_cols), np.array(upper))
     h.changeColsCost(n_cols, np.arange(n_cols, dtype=np.int32), np.array(problem.costs))
     h.addRows(
         len(problem.rows_lo),
-        np.array([-highspy.kHighsInf if v == -math.inf else v for v in problem.rows_lo]),
-        np.array([highspy.kHighsInf if v == math.inf else v for v in problem.rows_hi]),
+        np.array(problem.rows_lo),
+        np.array(problem.rows_hi),
         len(problem.idx),
         np.array(problem.starts, dtype=np.int32),
         np.array(problem.idx, dtype=np.int32),
@@ -662,14 +649,14 @@ class _Outcome:
     columns: int
     status: str
     #: The LP relaxation's value, Wh (-inf unless solved to optimality).
-    lp: float
+    lp: float = -math.inf
     #: The MIP's proven dual bound, Wh (-inf without one).
-    dual: float
+    dual: float = -math.inf
     #: The best schedule's energy, Wh (None without one).
-    incumbent: float | None
-    closed: bool
+    incumbent: float | None = None
+    closed: bool = False
     #: The solver proved no zero-wait schedule exists.
-    infeasible: bool
+    infeasible: bool = False
     #: The best schedule per machine (empty without one).
     schedule: tuple[ScheduleEnergy, ...] = ()
     #: The best solution's column values (None without one).
@@ -714,10 +701,6 @@ def _zero_wait(
         return _Outcome(
             n_cols,
             status,
-            -math.inf,
-            -math.inf,
-            None,
-            False,
             infeasible=True,
             rows=len(problem.rows_lo),
             segments=problem.segments,
@@ -794,7 +777,6 @@ def _zero_wait_pooled(
         # Closed when the best schedule costs no more than the bound (at the MIP's 1e-4 gap).
         closed=alone.closed
         or (alone.incumbent is not None and alone.incumbent <= best + 1e-4 * abs(best)),
-        infeasible=alone.infeasible,
         rows=outcome.rows,
         columns=outcome.columns,
         pooled=outcome.dual >= alone.dual,
@@ -871,10 +853,7 @@ def _bridge(problem: _Problem, i: int, up: list[bool]) -> None:
     """Keep machine i up over each gap that costs less idling than the cycle it saves (and
     after its last pod, while idling costs less than its shutdown), by the objective's costs."""
     n = len(up)
-    on = [k for k in range(n) if up[k]]
-    if not on:
-        return
-    k = on[0]
+    k = next((k for k in range(n) if up[k]), n)  # from its first segment up
     while k < n:
         if up[k]:
             k += 1
@@ -919,9 +898,11 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
     started = time.monotonic()
     runs = zero_wait_runs(trace)
     mip = _zero_wait_pooled(highspy, np, trace, runs, time_limit)
-    n_cols, status, lp, dual, incumbent = mip.columns, mip.status, mip.lp, mip.dual, mip.incumbent
-    closed = mip.closed
-    runs_count, segments = len(runs), mip.segments
+    status, lp, dual, incumbent, closed = mip.status, mip.lp, mip.dual, mip.incumbent, mip.closed
+    # A bound of the zero-wait model, with its size (the with-waits LP gives its own).
+    zero_wait = partial(
+        Bound, status=status, runs=len(runs), segments=mip.segments, variables=mip.columns
+    )
     dropped = f"; {mip.dropped} pod run(s) fit no machine, left out" if mip.dropped else ""
     best = max(dual, lp)  # proven, never the incumbent (the MIP closes at a 1e-4 gap)
     if incumbent is not None and math.isfinite(best):  # zero-wait schedules exist: it bounds them
@@ -934,25 +915,20 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
             + ("" if closed else f"; the MIP did not close in {time_limit:.0f} s")
             + dropped
         )
-        made = "made machine by machine from the pooled MIP's solution" if mip.pooled else ""
-        return Bound(
+        made = ", made machine by machine from the pooled MIP's solution" if mip.pooled else ""
+        return zero_wait(
             schedule=mip.schedule,
-            schedule_source=f"the MIP's {'optimum' if closed else 'best schedule'}"
-            + (f", {made}" if made else "")
-            + f", {incumbent / 1000:.3f} kWh",
+            schedule_source=f"the MIP's {'optimum' if closed else 'best schedule'}{made}, "
+            f"{incumbent / 1000:.3f} kWh",
             kind=ZERO_WAIT,
             kwh=best / 1000,
             incumbent_kwh=incumbent / 1000,
             gap=gap,
             source=source,
-            status=status,
             lp_kwh=lp / 1000,
-            variables=n_cols,
             constraints=mip.rows,
             seconds=time.monotonic() - started,
             note=note,
-            runs=runs_count,
-            segments=segments,
         )
     if mip.infeasible:
         why = "no zero-wait schedule: the pods contend for more than the machines hold"
@@ -961,20 +937,11 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
     else:
         why = f"the zero-wait MIP proved no bound in {time_limit:.0f} s ({status})"
     if max_wait is None:
-        return Bound(
+        return zero_wait(
             kind=NO_BOUND,
-            kwh=None,
-            incumbent_kwh=None,
-            gap=None,
-            source="",
-            status=status,
-            lp_kwh=None,
-            variables=n_cols,
             constraints=mip.rows,
             seconds=time.monotonic() - started,
             note=f"{why}, and no wait limit was given to relax it with",
-            runs=runs_count,
-            segments=segments,
         )
     waits, upper = _waits_problem(trace, runs, max_wait)
     h = _highs(highspy, np, waits, upper, max(1.0, time_limit - (time.monotonic() - started)))
@@ -998,8 +965,6 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
         else "",
         kind=WITH_WAITS if solved else NO_BOUND,
         kwh=None if value is None else value / 1000,
-        incumbent_kwh=None,
-        gap=None,
         source="LP relaxation" if solved else "",
         status=status,
         lp_kwh=None if value is None else value / 1000,

@@ -40,9 +40,8 @@ def _pending_curve(result: Result) -> tuple[list[float], list[int]]:
     for pod in result.pods:
         if pod.wait is not None and pod.wait <= 0:
             continue  # started the moment it came: never waiting
-        steps.append((pod.arrival, 1))
         end = pod.arrival + pod.wait if pod.wait is not None else result.trace.duration_seconds
-        steps.append((end, -1))
+        steps += [(pod.arrival, 1), (end, -1)]
     steps.sort()
     times, counts, level = [0.0], [0], 0
     for moment, change in steps:
@@ -156,6 +155,3 @@ def plot_sweep(document: Mapping[str, Any], path: Path) -> None:
     axes.legend(fontsize="small")
     figure.savefig(path, dpi=110)
     plt.close(figure)
-
-
-__all__ = ["PlotMissingError", "plot", "plot_sweep"]

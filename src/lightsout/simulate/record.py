@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -225,12 +225,11 @@ def machine_manifest(obj: Mapping[str, Any]) -> dict[str, Any]:
         value = dig(obj, "metadata", key)
         if value:
             metadata[key] = value
-    spec = obj.get("spec") or {}
     return {
         "apiVersion": obj.get("apiVersion"),
         "kind": obj.get("kind"),
         "metadata": metadata,
-        "spec": node_spec_as_measured(obj) if obj.get("kind") == "Node" else spec,
+        "spec": node_spec_as_measured(obj) if obj.get("kind") == "Node" else obj.get("spec") or {},
     }
 
 
@@ -269,14 +268,12 @@ def learned_durations(node: Mapping[str, Any]) -> Durations | None:
     boot, shutdown = dig(learned, "bootSeconds"), dig(learned, "shutdownSeconds")
     if not isinstance(boot, int | float) and not isinstance(shutdown, int | float):
         return None
-    default = Durations()
-    return Durations(
-        power_on_seconds=0.0 if isinstance(boot, int | float) else default.power_on_seconds,
-        boot_seconds=float(boot) if isinstance(boot, int | float) else default.boot_seconds,
-        shutdown_seconds=(
-            float(shutdown) if isinstance(shutdown, int | float) else default.shutdown_seconds
-        ),
-    )
+    durations = Durations()
+    if isinstance(boot, int | float):
+        durations = replace(durations, power_on_seconds=0.0, boot_seconds=float(boot))
+    if isinstance(shutdown, int | float):
+        durations = replace(durations, shutdown_seconds=float(shutdown))
+    return durations
 
 
 def cronjob_manifest(obj: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lightsout.planning.energy import cost
 from lightsout.planning.scaledown import JOB
-from lightsout.simulate.engine import Options, Policy, Result, Scoring, replay
+from lightsout.simulate.engine import Policy, Result, Scoring, replay
 from lightsout.simulate.machines import SimPod, WaitCause
 
 #: A pod that waited for a power-on longer than its machine's power-on and boot plus this is
@@ -68,10 +68,6 @@ class AlwaysOn:
     #: kWh per Group.
     kwh: Mapping[str, float]
 
-    @property
-    def total_kwh(self) -> float:
-        return sum(self.kwh.values())
-
     @classmethod
     def of(cls, result: Result) -> AlwaysOn:
         """The reference from an always-on replay (`always_on_reference` makes it)."""
@@ -87,9 +83,7 @@ def always_on_reference(result: Result) -> AlwaysOn:
     options = result.options
     if options.policy is Policy.ALWAYS_ON and options.scoring is REFERENCE_SCORING:
         return AlwaysOn.of(result)
-    reference = Options(
-        policy=Policy.ALWAYS_ON, scoring=REFERENCE_SCORING, overrides=options.overrides
-    )
+    reference = replace(options, policy=Policy.ALWAYS_ON, scoring=REFERENCE_SCORING)
     return AlwaysOn.of(replay(result.trace, reference))
 
 
@@ -118,15 +112,8 @@ def longest_wait(result: Result) -> float:
     (re)started counts as waiting to the trace's end. The with-waits offline bound
     (`optimum.solve(max_wait=...)`) covers every schedule waiting no longer, this one included."""
     end = result.trace.duration_seconds
-    return (
-        max(
-            (end if p.started is None else p.started) - p.arrival
-            for p in result.pods
-            if p.arrival < end
-        )
-        if result.pods
-        else 0.0
-    )
+    pods = [p for p in result.pods if p.arrival < end]
+    return max(((end if p.started is None else p.started) - p.arrival for p in pods), default=0.0)
 
 
 def _waits(pods: Sequence[SimPod], end: float, boot_of: Mapping[str, float]) -> dict[str, Any]:
@@ -198,7 +185,7 @@ def summarise(result: Result, reference: AlwaysOn | None = None) -> dict[str, An
         g = groups.setdefault(m.template.group, {"usedKWh": 0.0})
         used = m.ledger.used_wh / 1000
         g["usedKWh"] += used
-        boot_of[m.name] = m.power_on_seconds + m.boot_seconds
+        boot_of[m.name] = m.truth.power_on_seconds + m.truth.boot_seconds
         machines.append(
             {
                 "name": m.template.key.name,
@@ -226,7 +213,7 @@ def summarise(result: Result, reference: AlwaysOn | None = None) -> dict[str, An
         "scoring": result.options.scoring.value,
         "days": round(days, 3),
         "energy": {
-            **_energy(used, reference.total_kwh),
+            **_energy(used, sum(reference.kwh.values())),
             "alwaysOnReference": {
                 "policy": Policy.ALWAYS_ON.value,
                 "scoring": REFERENCE_SCORING.value,

@@ -62,14 +62,9 @@ class Scheduler:
         ]
         changed = False
         for pod in sorted(self.pending.values(), key=lambda p: (p.arrival, p.key)):
-            best: tuple[float, str] | None = None
-            chosen: SimMachine | None = None
-            for machine in nodes:
-                if not fits(pod.pod, _view(machine)):
-                    continue
-                rank = (self._score(machine, pod), machine.name)
-                if best is None or rank[0] > best[0] or (rank[0] == best[0] and rank[1] < best[1]):
-                    best, chosen = rank, machine
+            able = [m for m in nodes if fits(pod.pod, _view(m))]
+            # The best score; on a tie, the first node by name.
+            chosen = min(able, key=lambda m: (-self._score(m, pod), m.name), default=None)
             if chosen is not None:
                 self._bind(pod, chosen)
                 changed = True
@@ -102,9 +97,7 @@ class Scheduler:
                 used = machine.requested.get(name, 0) + pod.pod.requests.get(name)
                 shares.append(min(1.0, used / capacity))
         used_share = sum(shares) / len(shares) if shares else 0.0
-        if self.scoring is Scoring.MOST_ALLOCATED:
-            return used_share
-        return 1.0 - used_share
+        return used_share if self.scoring is Scoring.MOST_ALLOCATED else 1.0 - used_share
 
     def _bind(self, pod: SimPod, machine: SimMachine) -> None:
         machine.count_energy()

@@ -292,19 +292,13 @@ def render_text(document: Mapping[str, Any]) -> str:
             )
         )
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
-    lines = [
-        head,
-        "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(columns, widths, strict=True))
-        ),
-    ]
-    lines.extend(
+    lines = [head]
+    lines.extend(  # the heading, then the rows: the first column to the left, figures right
         "  ".join(
             v.ljust(w) if i == 0 else v.rjust(w)
             for i, (v, w) in enumerate(zip(r, widths, strict=True))
         )
-        for r in rows
+        for r in (columns, *rows)
     )
     if document["kneeNote"]:
         lines.append(document["kneeNote"])
@@ -317,6 +311,3 @@ def render_text(document: Mapping[str, Any]) -> str:
 
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
-
-
-__all__ = ["KNOBS", "Knob", "Point", "Sweep", "SweepError", "as_json", "knee", "parse", "run"]

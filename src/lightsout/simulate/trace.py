@@ -146,13 +146,12 @@ def load(directory: Path | str) -> Trace:
         str(key): _number(dig(value, "runSeconds"), f"cronjobs.{key}.runSeconds")
         for key, value in (meta.get("cronjobs") or {}).items()
     }
-    pods: list[TracePod] = []
     pods_path = root / PODS_FILE
-    if pods_path.exists():
-        for number, line in enumerate(pods_path.read_text().splitlines(), start=1):
-            if line.strip():
-                pods.append(_pod(line, f"{pods_path}:{number}"))
-    pods.sort(key=lambda p: (p.at, p.namespace, p.name))
+    lines = pods_path.read_text().splitlines() if pods_path.exists() else []
+    pods = sorted(
+        (_pod(line, f"{pods_path}:{n}") for n, line in enumerate(lines, start=1) if line.strip()),
+        key=lambda p: (p.at, p.namespace, p.name),
+    )
     return Trace(
         name=as_str(meta.get("name"), root.name) or root.name,
         start=start,

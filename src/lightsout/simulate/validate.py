@@ -472,14 +472,8 @@ def pod_spec_problems(spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
         if effect not in (None, "") and effect not in TAINT_EFFECTS:
             effects = ", ".join(sorted(TAINT_EFFECTS))
             yield f"tolerations[{index}].effect", f"must be one of {effects}, got {effect!r}"
-    terms = dig(
-        spec,
-        "affinity",
-        "nodeAffinity",
-        "requiredDuringSchedulingIgnoredDuringExecution",
-        "nodeSelectorTerms",
-    )
     base = "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    terms = dig(spec, *base.split("."), "nodeSelectorTerms")
     for t, term in enumerate(as_list(terms)):
         for part in ("matchExpressions", "matchFields"):
             for r, requirement in enumerate(as_list(dig(term, part))):
