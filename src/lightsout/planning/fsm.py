@@ -694,13 +694,8 @@ def _adopted_off(m: MachineState, obs: Observations, now: datetime) -> Decision:
 def _booting(m: MachineState, obs: Observations, now: datetime) -> Decision:
     node = m.kubernetes_node_name
     if m.desired is PowerState.OFF:
-        return _power_off(
-            m,
-            obs,
-            now,
-            Reason.POWER_OFF_REQUESTED,
-            "desired power state changed to Off while booting",
-        )
+        why = "desired power state changed to Off while booting"
+        return _power_off(m, obs, now, Reason.POWER_OFF_REQUESTED, why)
     if obs.node_exists and obs.node_ready:
         return _registered(m, f"core Node {node} registered and Ready")
     op = m.operation
@@ -741,13 +736,7 @@ def _booting(m: MachineState, obs: Observations, now: datetime) -> Decision:
             ConditionType.POWER_ACTION_SUCCEEDED, False, Reason.REGISTRATION_TIMEOUT, text
         )
         return _start(
-            m,
-            now,
-            m.off_action,
-            m.intent_generation,
-            reason=Reason.REGISTRATION_TIMEOUT,
-            message=text,
-            extra=(registered, failing),
+            m, now, m.off_action, Reason.REGISTRATION_TIMEOUT, text, extra=(registered, failing)
         )
     return _attempt_failed(m, failed, Reason.REGISTRATION_TIMEOUT, message, (registered,))
 
@@ -773,15 +762,7 @@ def _draining(m: MachineState, obs: Observations, now: datetime) -> Decision:
             state = "not Ready" if obs.node_exists else "gone"
             message = f"core Node {node} is {state}, nothing left to drain; starting {m.off_action}"
         done = _condition(ConditionType.DRAINING, False, Reason.DRAINED, message)
-        return _start(
-            m,
-            now,
-            m.off_action,
-            m.intent_generation,
-            reason=Reason.DRAINED,
-            message=message,
-            extra=(done,),
-        )
+        return _start(m, now, m.off_action, Reason.DRAINED, message, extra=(done,))
     keep_going: tuple[Effect, ...] = (
         AcquireLease(),
         *(() if obs.node_cordoned else (Cordon(),)),
@@ -1033,7 +1014,7 @@ def _retry_pending(m: MachineState, obs: Observations, now: datetime, op: Operat
         reason = Reason.BMC_UNAVAILABLE if _outage(op) else Reason.RETRY_SCHEDULED
         return Decision(m.phase, reason, message, effects, op)
     message = f"retrying {op.action} ({_attempt_note(m, op, now)}) after: {op.message}"
-    return _start(m, now, op.action, op.intent_generation, reason=Reason.RETRYING, message=message)
+    return _start(m, now, op.action, Reason.RETRYING, message, generation=op.intent_generation)
 
 
 def _attempt_failed(
@@ -1126,10 +1107,7 @@ def _act_on_intent(m: MachineState, obs: Observations, now: datetime, why: str) 
 def _power_on(
     m: MachineState, now: datetime, reason: Reason, why: str, extra: tuple[Effect, ...] = ()
 ) -> Decision:
-    message = f"{why}; starting {m.on_action}"
-    return _start(
-        m, now, m.on_action, m.intent_generation, reason=reason, message=message, extra=extra
-    )
+    return _start(m, now, m.on_action, reason, f"{why}; starting {m.on_action}", extra=extra)
 
 
 def _power_off(
@@ -1155,21 +1133,22 @@ def _power_off(
         )
         return Decision(Phase.DRAINING, reason, message, effects, m.operation)
     message = f"{why}; core Node {node} not Ready, nothing to drain; starting {m.off_action}"
-    return _start(
-        m, now, m.off_action, m.intent_generation, reason=reason, message=message, extra=extra
-    )
+    return _start(m, now, m.off_action, reason, message, extra=extra)
 
 
 def _start(
     m: MachineState,
     now: datetime,
     action: Action,
-    generation: int,
-    *,
     reason: Reason,
     message: str,
+    *,
     extra: tuple[Effect, ...] = (),
+    generation: int | None = None,
 ) -> Decision:
+    """Start `action`'s Job for the current intent (a retry passes its own `generation`)."""
+    if generation is None:
+        generation = m.intent_generation
     attempt = _next_attempt(m, action, generation)
     operation = Operation(action, generation, attempt, started=now)
     effects: tuple[Effect, ...] = (

@@ -219,16 +219,7 @@ def power_on_order(snapshot: Snapshot, group: Group) -> list[Machine]:
     energy = EnergyModel.of(snapshot.machines, snapshot.groups)
     return sorted(
         _available(members(snapshot, group)),
-        key=lambda m: (
-            idle_rank(
-                group.selection_policy,
-                m,
-                group,
-                energy,
-                m.resources.as_dict() if m.resources else {},
-            ),
-            m.key,
-        ),
+        key=lambda m: (idle_rank(m, group, energy, m.resources), m.key),
     )
 
 

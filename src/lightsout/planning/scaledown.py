@@ -49,6 +49,7 @@ from lightsout.planning.cluster import (
     count_fit,
 )
 from lightsout.planning.decisions import Hold, PowerOff
+from lightsout.planning.explain import listed
 from lightsout.planning.policy import EnergyModel, power_off_rank
 from lightsout.planning.scheduling import fits, placement_reasons, selector_matches
 from lightsout.state.resources import CPU, MEMORY
@@ -183,7 +184,7 @@ def _candidates(
             notes[info.key] = f"group {group.key.name} has scaleDown.enabled=false"
             continue
         utilisation = _utilisation(cluster, info)
-        order = power_off_rank(group.selection_policy, info.machine, group, energy)
+        order = power_off_rank(info.machine, group, energy)
         candidates.append(((*order, utilisation), info, utilisation))
     candidates.sort(key=lambda item: (item[0], item[1].key))
     return [(info, utilisation) for _, info, utilisation in candidates], notes
@@ -221,7 +222,7 @@ def _needed(
         return Hold.BUSY, "its node is cordoned or not schedulable; left as it is"
     if target.placed:
         waiting = [pod.key for pods in target.placed.values() for pod in pods]
-        return Hold.PENDING, f"pending pods are expected to run here ({_list(waiting)})"
+        return Hold.PENDING, f"pending pods are expected to run here ({listed(waiting)})"
     if utilisation >= threshold:
         return (
             Hold.BUSY,
@@ -377,8 +378,3 @@ def _announced(
             f"(shutdown {shutdown:.0f}s + pre-warming lead {item.lead_seconds:.0f}s)"
         )
     return None
-
-
-def _list(keys: list[ObjectKey], shown: int = 3) -> str:
-    names = ", ".join(str(key) for key in keys[:shown])
-    return names if len(keys) <= shown else f"{names} and {len(keys) - shown} more"

@@ -342,13 +342,7 @@ def top_up(
         ]
         candidates.sort(
             key=lambda i: (
-                idle_rank(
-                    group.selection_policy,
-                    i.machine,
-                    group,
-                    energy,
-                    i.view.allocatable.as_dict() if i.view else {},
-                ),
+                idle_rank(i.machine, group, energy, i.view.allocatable if i.view else None),
                 i.key,
             )
         )

@@ -16,7 +16,7 @@ dedicated=db:NoSchedule".
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lightsout.planning.types import STARTUP_TAINT_KEY
 from lightsout.state.parse import merge_taints
@@ -224,13 +224,7 @@ def view_of_machine(
     load = daemonset_load(bare, daemonsets)
     if not load:
         return bare  # the planner builds this for every machine on every plan: no copy
-    return NodeView(
-        name=bare.name,
-        labels=bare.labels,
-        taints=bare.taints,
-        allocatable=allocatable,
-        requested=load,
-    )
+    return replace(bare, requested=load)
 
 
 def daemonset_load(view: NodeView, daemonsets: Iterable[DaemonSet]) -> Resources:
