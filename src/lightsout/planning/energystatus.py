@@ -23,6 +23,8 @@ _DECIMALS = 6
 #: Amounts keep more: a checkpoint adds its rounding error to them for good, and a lab's costs
 #: are fractions of a cent.
 _AMOUNT_DECIMALS = 9
+#: The status fields of an `Amounts`, in the order of its fields.
+_AMOUNT_KEYS = ("usedWattHours", "savedWattHours", "usedCost", "savedCost")
 
 
 def rounded_rate(in_force: Rate) -> Rate:
@@ -33,12 +35,7 @@ def rounded_rate(in_force: Rate) -> Rate:
 
 
 def _amounts(raw: Obj) -> Amounts:
-    return Amounts(
-        float(raw.get("usedWattHours") or 0.0),
-        float(raw.get("savedWattHours") or 0.0),
-        float(raw.get("usedCost") or 0.0),
-        float(raw.get("savedCost") or 0.0),
-    )
+    return Amounts(*(float(raw.get(key) or 0.0) for key in _AMOUNT_KEYS))
 
 
 def _period(raw: Any, fallback: dt.datetime) -> Period:
@@ -82,13 +79,8 @@ def _rate_fields(in_force: Rate) -> tuple[float, float, float]:
 
 
 def _amounts_to_status(amounts: Amounts) -> dict[str, float]:
-    used, saved, used_cost, saved_cost = (round(v, _AMOUNT_DECIMALS) for v in _fields(amounts))
-    return {
-        "usedWattHours": used,
-        "savedWattHours": saved,
-        "usedCost": used_cost,
-        "savedCost": saved_cost,
-    }
+    rounded = (round(v, _AMOUNT_DECIMALS) for v in _fields(amounts))
+    return dict(zip(_AMOUNT_KEYS, rounded, strict=True))
 
 
 def _period_to_status(period: Period) -> dict[str, Any]:

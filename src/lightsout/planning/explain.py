@@ -10,6 +10,7 @@ needs to go and fix the pod or the machines. Machines sharing a reason are liste
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 
 from lightsout.models.enums import Autoscaler
@@ -34,9 +35,7 @@ class Explainer:
         self.cluster = cluster
         self.room = room
         self.chosen = chosen
-        self.planned: dict[ObjectKey, int] = {}
-        for group in chosen.values():
-            self.planned[group] = self.planned.get(group, 0) + 1
+        self.planned = Counter(chosen.values())
         self.bins: dict[str, Bin] = {b.name: b for b in cluster.ready_bins + cluster.coming_bins}
         self._never: dict[tuple[Hashable, ...], tuple[str, ...]] = {}
 

@@ -908,14 +908,11 @@ def _succeeded(
     if job.message:
         message += f": {job.message}"
     forced = _forced_power_off(job) if target is PowerState.OFF else None
+    warn_forced: tuple[Effect, ...] = ()
     if forced:
         message += f"; {forced}"
-    # The machine is off as asked, but its OS may not have shut down cleanly: worth a warning.
-    warn_forced: tuple[Effect, ...] = (
-        (Event(EventType.WARNING, Reason.FORCED_POWER_OFF, f"{op.action}: {forced}"),)
-        if forced
-        else ()
-    )
+        # The machine is off as asked, but its OS may not have shut down cleanly: worth a warning.
+        warn_forced = (Event(EventType.WARNING, Reason.FORCED_POWER_OFF, f"{op.action}: {forced}"),)
     done = op.finish(
         OperationResult.SUCCEEDED, now, message, power_state=reported, values=job.values
     )

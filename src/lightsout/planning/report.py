@@ -33,8 +33,7 @@ def render_text(snapshot: Snapshot, plan: Plan, now: datetime) -> str:
         machines[machine.group_key].append(machine)
     groups = {group.key for group in snapshot.groups} | set(machines)
     for key in sorted(groups):
-        lines.append("")
-        lines.append(f"Group {key}")
+        lines.extend(("", f"Group {key}"))
         notes = plan.explanations.groups.get(key) or (
             "group not found: its machines are left alone",
         )
@@ -59,13 +58,11 @@ def render_text(snapshot: Snapshot, plan: Plan, now: datetime) -> str:
                 dry = " (dry run: not applied)" if action.dry_run else ""
                 lines.append(f"    {_verb(action)} {action.machine.name}{dry}: {action.reason}")
     if plan.explanations.pods:
-        lines.append("")
-        lines.append("Pending pods:")
+        lines.extend(("", "Pending pods:"))
         for key, notes in sorted(plan.explanations.pods.items()):
             lines.append(f"  {key}: {'; '.join(notes)}")
     if snapshot.problems:
-        lines.append("")
-        lines.append("Objects skipped or read with defaults:")
+        lines.extend(("", "Objects skipped or read with defaults:"))
         lines.extend(f"  {problem}" for problem in snapshot.problems)
     return "\n".join(lines) + "\n"
 
