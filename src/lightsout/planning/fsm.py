@@ -280,13 +280,9 @@ def _references(m: MachineState, obs: Observations, decision: Decision) -> Decis
         if m.reason not in set(ReferenceReason):
             return decision
         # It was held back by a reference (its reason says so): the condition turns True.
-        resolved = _condition(
-            ConditionType.REFERENCES_RESOLVED,
-            True,
-            Reason.REFERENCES_RESOLVED,
-            f"every object the {start.action} Job needs exists",
-        )
-        return replace(decision, effects=(*decision.effects, resolved))
+        text = f"every object the {start.action} Job needs exists"
+        ok = _condition(ConditionType.REFERENCES_RESOLVED, True, Reason.REFERENCES_RESOLVED, text)
+        return replace(decision, effects=(*decision.effects, ok))
     message = f"{problem.message}; {start.action} waits for it (no Job started, no attempt spent)"
     acting = m.phase in PHASE_ACTION or m.phase is Phase.DRAINING
     effects: tuple[Effect, ...] = (
@@ -701,15 +697,9 @@ def _booting(m: MachineState, obs: Observations, now: datetime) -> Decision:
     op = m.operation
     # The boot timeout runs from the confirmed power-on (the Job's end), not the Job's start:
     # a slow BMC or a Proxmox clone must not eat into the time the OS gets to boot.
-    if (
-        op is not None
-        and op.target is PowerState.ON
-        and op.result is OperationResult.SUCCEEDED
-        and op.finished is not None
-    ):
-        since = op.finished
-    else:
-        since = m.phase_since or now
+    since = m.phase_since or now
+    if op is not None and op.target is PowerState.ON and op.result is OperationResult.SUCCEEDED:
+        since = op.finished or since
     remaining = (since + timedelta(seconds=m.boot_timeout_seconds) - now).total_seconds()
     if remaining > 0:
         detail = "exists, not Ready yet" if obs.node_exists else "not registered yet"
@@ -752,11 +742,9 @@ def _draining(m: MachineState, obs: Observations, now: datetime) -> Decision:
             Event(EventType.NORMAL, Reason.DRAIN_CANCELLED, message),
         )
         return Decision(Phase.READY, Reason.DRAIN_CANCELLED, message, effects, m.operation)
-    drain = obs.drain
-    if not (obs.node_exists and obs.node_ready) or (
-        drain is not None and drain.pods_remaining <= 0
-    ):
-        if obs.node_exists and obs.node_ready:
+    drain, ready = obs.drain, obs.node_exists and obs.node_ready
+    if not ready or (drain is not None and drain.pods_remaining <= 0):
+        if ready:
             message = f"core Node {node} drained; starting {m.off_action}"
         else:
             state = "not Ready" if obs.node_exists else "gone"
@@ -830,7 +818,9 @@ def _running(m: MachineState, obs: Observations, now: datetime, op: Operation) -
         if intent_changed:
             return _cancel(m, now, op, "before its Job was created")
         age = (now - op.started).total_seconds()
-        timeout = _action_timeout(m, op.action)
+        timeout = (
+            m.shutdown_timeout_seconds if op.target is PowerState.OFF else m.boot_timeout_seconds
+        )
         if age > timeout:
             message = f"{what} has not been seen for {int(age)}s (timeout {timeout}s)"
             failed = op.finish(OperationResult.FAILED, now, message)
@@ -1194,12 +1184,6 @@ def _next_attempt(m: MachineState, action: Action, generation: int) -> int:
     if op is not None and op.action is action and op.intent_generation == generation:
         return op.attempt + 1
     return 1
-
-
-def _action_timeout(m: MachineState, action: Action) -> int:
-    if action.target is PowerState.OFF:
-        return m.shutdown_timeout_seconds
-    return m.boot_timeout_seconds
 
 
 def _observed_on(m: MachineState, obs: Observations, now: datetime) -> bool:

@@ -310,14 +310,13 @@ def instance(snapshot: Snapshot, machine: Machine) -> Instance | None:
             error_message=f"machine {machine.key} is Failed; see its status and events",
         )
     if machine.desired == PowerState.ON:
-        if machine.phase in _CREATING:
-            return Instance(pid, InstanceState.CREATING)
-        if machine.phase == Phase.UNKNOWN and not registered(snapshot, machine):
-            return Instance(pid, InstanceState.CREATING)
-        if starting(_core_node(snapshot, machine)):
+        creating = (
+            machine.phase in _CREATING
+            or (machine.phase == Phase.UNKNOWN and not registered(snapshot, machine))
             # Its Node still carries the startup taint: on its way, not usable yet.
-            return Instance(pid, InstanceState.CREATING)
-        return Instance(pid, InstanceState.RUNNING)
+            or starting(_core_node(snapshot, machine))
+        )
+        return Instance(pid, InstanceState.CREATING if creating else InstanceState.RUNNING)
     if machine.phase in (None, Phase.OFF):
         return None
     return Instance(pid, InstanceState.DELETING)

@@ -91,12 +91,7 @@ def fill_of(
     waste = 1.0 - sum(shares) / len(shares) if shares else 1.0
     cpu = used.get(CPU, 0) / allocatable[CPU] if allocatable.get(CPU) else 0.0
     return Fill(
-        machine=machine,
-        group=group,
-        value=value,
-        cost=energy.cost(machine, group, cpu),
-        waste=waste,
-        watts=energy.watts(machine, cpu),
+        machine, group, value, energy.cost(machine, group, cpu), waste, energy.watts(machine, cpu)
     )
 
 

@@ -224,17 +224,15 @@ def _needed(
         waiting = [pod.key for pods in target.placed.values() for pod in pods]
         return Hold.PENDING, f"pending pods are expected to run here ({listed(waiting)})"
     if utilisation >= threshold:
-        return (
-            Hold.BUSY,
-            f"utilisation {utilisation:.0%} is not under the threshold {threshold:.0%}",
+        return Hold.BUSY, (
+            f"utilisation {utilisation:.0%} is not under the threshold {threshold:.0%}"
         )
     for pod in movable:
         if pod.do_not_disrupt:
             return Hold.BUSY, f"pod {pod.key} has {pod.do_not_disrupt}"
         if pod.owner_kind is None:
-            return (
-                Hold.BUSY,
-                f"pod {pod.key} has no controller and would not come back after eviction",
+            return Hold.BUSY, (
+                f"pod {pod.key} has no controller and would not come back after eviction"
             )
         end = job_grace_end(pod, job_grace, now)
         if end is not None and end > now:
@@ -250,9 +248,8 @@ def _needed(
             if (budget.disruptions_allowed or 0) > 0:
                 continue
             if selector_matches(budget.selector, pod.labels):
-                return (
-                    Hold.BUSY,
-                    f"PodDisruptionBudget {budget.key} allows no disruption (pod {pod.key})",
+                return Hold.BUSY, (
+                    f"PodDisruptionBudget {budget.key} allows no disruption (pod {pod.key})"
                 )
     return None
 
@@ -326,9 +323,8 @@ def _held_back(
             )
     active = cluster.active.get(group.key, 0) - planned
     if active - 1 < group.min_nodes:
-        return (
-            Hold.MIN_NODES,
-            f"group {group.key.name} is at minNodes ({active} on, minimum {group.min_nodes})",
+        return Hold.MIN_NODES, (
+            f"group {group.key.name} is at minNodes ({active} on, minimum {group.min_nodes})"
         )
     in_flight = cluster.going.get(group.key, 0) + planned
     if in_flight >= policy.max_concurrent:
