@@ -110,6 +110,11 @@ def managed_groups(snapshot: Snapshot) -> list[Group]:
     return sorted(groups, key=lambda g: g.key)
 
 
+def _managed_machines(snapshot: Snapshot) -> list[Machine]:
+    keys = {g.key for g in managed_groups(snapshot)}
+    return [m for m in snapshot.machines if m.group_key in keys]
+
+
 def find_group(snapshot: Snapshot, node_group_id: str) -> Group:
     for group in managed_groups(snapshot):
         if group_id(group.key) == node_group_id:
@@ -438,11 +443,10 @@ def pod_price(
     by the pods' (plus a "stabilization pod" priced here too), which then ranks the groups by
     what their machines draw. Raises `NodeGroupError` when no such machine can hold the pod.
     """
-    keys = {g.key for g in managed_groups(snapshot)}
     prices = [
         fraction * node_price(snapshot, m, start, end)
-        for m in snapshot.machines
-        if m.group_key in keys and (fraction := pod_share(requests, m.resources)) is not None
+        for m in _managed_machines(snapshot)
+        if (fraction := pod_share(requests, m.resources)) is not None
     ]
     if not prices:
         raise NodeGroupError(
@@ -453,42 +457,6 @@ def pod_price(
 
 def gpu_types(snapshot: Snapshot) -> list[str]:
     """GPU types the managed Groups' machines declare (their `GPU_LABEL` label)."""
-    keys = {g.key for g in managed_groups(snapshot)}
     return sorted(
-        {
-            m.labels[GPU_LABEL]
-            for m in snapshot.machines
-            if m.group_key in keys and GPU_LABEL in m.labels
-        }
+        {m.labels[GPU_LABEL] for m in _managed_machines(snapshot) if GPU_LABEL in m.labels}
     )
-
-
-__all__ = [
-    "ERROR_CLASS_OTHER",
-    "GPU_LABEL",
-    "TEMPLATE_MACHINE",
-    "Instance",
-    "InstanceState",
-    "NodeGroupError",
-    "NodeGroupInfo",
-    "NodeGroupNotFoundError",
-    "Options",
-    "TemplateNode",
-    "decrease_target_size",
-    "delete_nodes",
-    "find_group",
-    "gpu_types",
-    "group_for_node",
-    "increase_size",
-    "instance_id",
-    "instances",
-    "machine_provider_id",
-    "node_groups",
-    "node_price",
-    "options",
-    "pod_price",
-    "pod_share",
-    "provider_id",
-    "target_size",
-    "template_node",
-]

@@ -194,13 +194,9 @@ def _utilisation(cluster: Cluster, info: MachineInfo) -> float:
     node = info.node
     if node is None:
         return 1.0
-    used: dict[str, int] = {}
-    for pod in cluster.pods_by_node.get(node.name, ()):
-        if not (pod.daemonset or pod.mirror):
-            for name in (CPU, MEMORY):
-                used[name] = used.get(name, 0) + pod.requests.get(name)
+    pods = [p for p in cluster.pods_by_node.get(node.name, ()) if not (p.daemonset or p.mirror)]
     shares = [
-        used.get(name, 0) / node.allocatable.get(name)
+        sum(pod.requests.get(name) for pod in pods) / node.allocatable.get(name)
         for name in (CPU, MEMORY)
         if node.allocatable.get(name) > 0
     ]
