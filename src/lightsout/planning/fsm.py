@@ -1136,7 +1136,9 @@ def _start(
     """Start `action`'s Job for the current intent (a retry passes its own `generation`)."""
     if generation is None:
         generation = m.intent_generation
-    attempt = _next_attempt(m, action, generation)
+    op, attempt = m.operation, 1
+    if op is not None and op.action is action and op.intent_generation == generation:
+        attempt = op.attempt + 1  # never reusing the name of an earlier Job of the intent
     operation = Operation(action, generation, attempt, started=now)
     effects: tuple[Effect, ...] = (
         AcquireLease(),
@@ -1176,14 +1178,6 @@ def _cleanup(m: MachineState, op: Operation) -> bool:
         and m.desired is PowerState.ON
         and op.intent_generation == m.intent_generation
     )
-
-
-def _next_attempt(m: MachineState, action: Action, generation: int) -> int:
-    """Attempt number for a new Job, never reusing the name of an earlier Job of the intent."""
-    op = m.operation
-    if op is not None and op.action is action and op.intent_generation == generation:
-        return op.attempt + 1
-    return 1
 
 
 def _observed_on(m: MachineState, obs: Observations, now: datetime) -> bool:

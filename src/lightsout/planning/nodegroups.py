@@ -401,11 +401,8 @@ def node_price(
     watts = machine.watts_on if machine.watts_on is not None else machine.watts_idle
     if watts is None:
         watts = energy.default_watts
-    price = (
-        group.price_per_kwh
-        if group is not None and group.price_per_kwh is not None
-        else energy.default_price
-    )
+    price = group.price_per_kwh if group is not None else None
+    price = energy.default_price if price is None else price
     hours = max((end - start).total_seconds(), 0.0) / 3600.0
     return watts / 1000.0 * hours * price
 

@@ -158,17 +158,10 @@ def _affinity_reason(
 ) -> str:
     failing: list[str] = []
     for term in terms:
-        for r in term.match_expressions:
-            if not requirement_matches(r, labels.get(r.key)):
-                failing.append(str(r))
-                break
-        else:
-            for r in term.match_fields:
-                if not requirement_matches(r, name if r.key == "metadata.name" else None):
-                    failing.append(str(r))
-                    break
-            else:
-                failing.append("empty term")
+        checks = [(r, labels.get(r.key)) for r in term.match_expressions]
+        checks += [(r, name if r.key == "metadata.name" else None) for r in term.match_fields]
+        unmet = (str(r) for r, value in checks if not requirement_matches(r, value))
+        failing.append(next(unmet, "empty term"))
     return "required node affinity does not match: " + " or ".join(failing or ["no term"])
 
 
