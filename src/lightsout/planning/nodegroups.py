@@ -331,10 +331,6 @@ def instances(snapshot: Snapshot, group: Group) -> list[Instance]:
     return [i for m in members(snapshot, group) if (i := instance(snapshot, m)) is not None]
 
 
-def _quantity(name: str, amount: int) -> str:
-    return f"{amount}m" if name == CPU else str(amount)
-
-
 def template_machine(snapshot: Snapshot, group: Group) -> Machine:
     """The machine a new node of the group would be: the next one the policy powers on."""
     order = power_on_order(snapshot, group)
@@ -365,7 +361,7 @@ def template_node(snapshot: Snapshot, group: Group) -> TemplateNode:
         labels=labels,
         annotations={TEMPLATE_MACHINE: str(machine.key)},
         taints=machine.taints,
-        capacity={name: _quantity(name, amount) for name, amount in resources},
+        capacity={name: f"{amount}m" if name == CPU else str(amount) for name, amount in resources},
     )
 
 

@@ -12,16 +12,8 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
-from lightsout.planning.decisions import Plan, PowerOn, ScaleAction
+from lightsout.planning.decisions import Plan, PowerOn
 from lightsout.state.types import Machine, ObjectKey, Snapshot
-
-
-def _size(machine: Machine) -> str:
-    return str(machine.resources) if machine.resources is not None else "unknown"
-
-
-def _verb(action: ScaleAction) -> str:
-    return "power on" if isinstance(action, PowerOn) else "power off"
 
 
 def render_text(snapshot: Snapshot, plan: Plan, now: datetime) -> str:
@@ -45,9 +37,10 @@ def render_text(snapshot: Snapshot, plan: Plan, now: datetime) -> str:
             for machine in members:
                 phase = str(machine.phase or "-")
                 note = "; ".join(plan.explanations.machines.get(machine.key, ()))
+                size = str(machine.resources) if machine.resources is not None else "unknown"
                 lines.append(
                     f"    {machine.key.name:<{width}}  {phase:<12} desired {machine.desired:<3}  "
-                    f"{_size(machine)}"
+                    f"{size}"
                 )
                 if note:
                     lines.append(f"    {'':<{width}}  └ {note}")
@@ -56,7 +49,8 @@ def render_text(snapshot: Snapshot, plan: Plan, now: datetime) -> str:
             lines.append("  actions:")
             for action in actions:
                 dry = " (dry run: not applied)" if action.dry_run else ""
-                lines.append(f"    {_verb(action)} {action.machine.name}{dry}: {action.reason}")
+                verb = "power on" if isinstance(action, PowerOn) else "power off"
+                lines.append(f"    {verb} {action.machine.name}{dry}: {action.reason}")
     if plan.explanations.pods:
         lines.extend(("", "Pending pods:"))
         for key, notes in sorted(plan.explanations.pods.items()):
