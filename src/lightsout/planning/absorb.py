@@ -142,11 +142,8 @@ def absorb(
     # Machines coming up, as kube-scheduler will fill them: the one Ready first takes the oldest
     # pods that fit, whatever their class.
     timed = sorted(
-        (
-            (ready_in(target.info, now) if target.info else 0.0, target.name, index)
-            for index, target in enumerate(cluster.coming_bins)
-        ),
-        key=lambda entry: (entry[0], entry[1]),
+        (ready_in(target.info, now) if target.info else 0.0, target.name, index)
+        for index, target in enumerate(cluster.coming_bins)
     )
     coming_bins = list(cluster.coming_bins)
     fresh: dict[int, FreshPowerOn | None] = {}  # by class id, looked up when first needed
@@ -155,15 +152,7 @@ def absorb(
     for seconds, _, index in timed:
         arriving = coming_bins[index]
         verdict = _in_time(
-            cluster,
-            arriving,
-            seconds=seconds,
-            learned=arriving.info is not None
-            and arriving.info.machine.learned_boot_seconds is not None,
-            waiting=waiting,
-            due=due,
-            room=room,
-            fresh=fresh,
+            cluster, arriving, seconds=seconds, waiting=waiting, due=due, room=room, fresh=fresh
         )
         fresh.update(verdict.fresh)
         for key, note in verdict.late.items():
@@ -227,7 +216,6 @@ def _in_time(
     target: Bin,
     *,
     seconds: float,
-    learned: bool,
     waiting: Sequence[Waiting],
     due: Mapping[int, datetime],
     room: Mapping[ObjectKey, int],
@@ -239,8 +227,9 @@ def _in_time(
     those looked up before). A pod that exists waits until the machine is Ready; a pod
     announced for later (its class's moment in `due`) only for what is Ready after it is due,
     so a machine Ready before then serves it however quick another would be. A machine whose
-    boot is not `learned` yet is always counted on: its estimate is the boot timeout, an upper
+    boot is not learned yet is always counted on: its estimate is the boot timeout, an upper
     bound, and starting a second machine on it would be a power-on bought on a guess."""
+    learned = target.info is not None and target.info.machine.learned_boot_seconds is not None
     usable: list[Waiting] = []
     late: dict[ObjectKey, str] = {}
     found: dict[int, FreshPowerOn | None] = {}

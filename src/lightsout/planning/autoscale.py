@@ -47,7 +47,7 @@ from lightsout.planning.cluster import (
     since_verdict,
 )
 from lightsout.planning.decisions import Explanations, Plan, PowerOff, PowerOn, ScaleAction
-from lightsout.planning.explain import Explainer
+from lightsout.planning.explain import Explainer, listed
 from lightsout.planning.policy import EnergyModel, describe
 from lightsout.planning.prewarm import Lead, due, lead_times
 from lightsout.planning.scaledown import Upcoming, scale_down
@@ -191,10 +191,9 @@ def _power_on(
     info = entry.bin.info
     assert info is not None and info.group is not None
     keys = tuple(pod.key for pod in entry.pods)
-    shown = ", ".join(str(key) for key in keys[:3]) + (
-        f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+    reason = (
+        f"{len(keys)} pending pod(s) need it ({listed(keys)}); {describe(entry.fill, len(keys))}"
     )
-    reason = f"{len(keys)} pending pod(s) need it ({shown}); {describe(entry.fill, len(keys))}"
     runs = [announced[key] for key in keys if key in announced]
     if runs:
         # Say why a machine comes on before any pod exists: a CronJob's run is announced.

@@ -169,12 +169,8 @@ class Filling:
 
     def __init__(self, target: Bin) -> None:
         self.bin = target
-        self.name, self.view, self.shape, self.info = (
-            target.name,
-            target.view,
-            target.shape,
-            target.info,
-        )
+        self.name, self.view = target.name, target.view
+        self.shape, self.info = target.shape, target.info
         self.free = dict(target.free)
         self.placed = {cls_id: list(pods) for cls_id, pods in target.placed.items()}
         self.changed = False

@@ -182,10 +182,7 @@ class Decision:
 
     @property
     def requeue_after(self) -> float | None:
-        for effect in self.effects:
-            if isinstance(effect, Requeue):
-                return effect.after_seconds
-        return None
+        return next((e.after_seconds for e in self.effects if isinstance(e, Requeue)), None)
 
     @property
     def attempts(self) -> int:

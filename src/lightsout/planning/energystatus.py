@@ -23,6 +23,9 @@ _DECIMALS = 6
 #: Amounts keep more: a checkpoint adds its rounding error to them for good, and a lab's costs
 #: are fractions of a cent.
 _AMOUNT_DECIMALS = 9
+#: The status fields of an `Amounts` and of a `Rate`, in the order of their fields.
+_AMOUNT_KEYS = ("usedWattHours", "savedWattHours", "usedCost", "savedCost")
+_RATE_KEYS = ("watts", "savingWatts", "pricePerKWh")
 
 
 def rounded_rate(in_force: Rate) -> Rate:
@@ -33,12 +36,7 @@ def rounded_rate(in_force: Rate) -> Rate:
 
 
 def _amounts(raw: Obj) -> Amounts:
-    return Amounts(
-        float(raw.get("usedWattHours") or 0.0),
-        float(raw.get("savedWattHours") or 0.0),
-        float(raw.get("usedCost") or 0.0),
-        float(raw.get("savedCost") or 0.0),
-    )
+    return Amounts(*(float(raw.get(key) or 0.0) for key in _AMOUNT_KEYS))
 
 
 def _period(raw: Any, fallback: dt.datetime) -> Period:
@@ -57,11 +55,7 @@ def account_from_status(raw: Any) -> Account | None:
     if counted_to is None or since is None:
         return None
     try:
-        in_force = Rate(
-            float(raw.get("watts") or 0.0),
-            float(raw.get("savingWatts") or 0.0),
-            float(raw.get("pricePerKWh") or 0.0),
-        )
+        in_force = Rate(*(float(raw.get(key) or 0.0) for key in _RATE_KEYS))
         total = _amounts(raw)
         # A period that does not parse counts as long gone: `at` starts the current one.
         today = _period(raw.get("today"), dt.datetime.min.replace(tzinfo=dt.UTC))
@@ -82,13 +76,8 @@ def _rate_fields(in_force: Rate) -> tuple[float, float, float]:
 
 
 def _amounts_to_status(amounts: Amounts) -> dict[str, float]:
-    used, saved, used_cost, saved_cost = (round(v, _AMOUNT_DECIMALS) for v in _fields(amounts))
-    return {
-        "usedWattHours": used,
-        "savedWattHours": saved,
-        "usedCost": used_cost,
-        "savedCost": saved_cost,
-    }
+    rounded = (round(v, _AMOUNT_DECIMALS) for v in _fields(amounts))
+    return dict(zip(_AMOUNT_KEYS, rounded, strict=True))
 
 
 def _period_to_status(period: Period) -> dict[str, Any]:
@@ -96,13 +85,10 @@ def _period_to_status(period: Period) -> dict[str, Any]:
 
 
 def account_to_status(account: Account, currency: str | None) -> dict[str, Any]:
-    watts, saving, per_kwh = (round(v, _DECIMALS) for v in _rate_fields(account.rate))
     out: dict[str, Any] = {
         "countedTo": format_time(account.counted_to),
         "since": format_time(account.since),
-        "watts": watts,
-        "savingWatts": saving,
-        "pricePerKWh": per_kwh,
+        **dict(zip(_RATE_KEYS, _rate_fields(rounded_rate(account.rate)), strict=True)),
         **_amounts_to_status(account.total),
         "today": _period_to_status(account.today),
         "month": _period_to_status(account.month),

@@ -10,7 +10,8 @@ needs to go and fix the pod or the machines. Machines sharing a reason are liste
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections import Counter
+from collections.abc import Hashable, Mapping, Sequence
 
 from lightsout.models.enums import Autoscaler
 from lightsout.planning.cluster import Availability, Bin, Cluster, MachineInfo, PodClass, count_fit
@@ -34,9 +35,7 @@ class Explainer:
         self.cluster = cluster
         self.room = room
         self.chosen = chosen
-        self.planned: dict[ObjectKey, int] = {}
-        for group in chosen.values():
-            self.planned[group] = self.planned.get(group, 0) + 1
+        self.planned = Counter(chosen.values())
         self.bins: dict[str, Bin] = {b.name: b for b in cluster.ready_bins + cluster.coming_bins}
         self._never: dict[tuple[Hashable, ...], tuple[str, ...]] = {}
 
@@ -54,13 +53,13 @@ class Explainer:
         if not reasons:
             return "no machine could ever host this pod: there are no Lights-Out machines"
         # Machines are separated by " | " because one machine's reasons are joined by "; ".
-        listed = " | ".join(
-            f"{_names(names)}: {reason}"
+        machines = " | ".join(
+            f"{listed(names)}: {reason}"
             for reason, names in sorted(reasons.items(), key=lambda item: item[1][0])
         )
         if not possible:
-            return f"no machine could ever host this pod: {listed}"
-        return f"no machine can be powered on for it now: {listed}"
+            return f"no machine could ever host this pod: {machines}"
+        return f"no machine can be powered on for it now: {machines}"
 
     def _never_reasons(self, cls: PodClass, info: MachineInfo) -> tuple[str, ...]:
         view = info.view
@@ -125,7 +124,7 @@ class Explainer:
         )
 
 
-def _names(names: list[str]) -> str:
-    if len(names) <= NAMES_SHOWN:
-        return ", ".join(names)
-    return f"{', '.join(names[:NAMES_SHOWN])} and {len(names) - NAMES_SHOWN} more"
+def listed(names: Sequence[object]) -> str:
+    """The first `NAMES_SHOWN` names, then how many more there are."""
+    shown = ", ".join(str(name) for name in names[:NAMES_SHOWN])
+    return shown if len(names) <= NAMES_SHOWN else f"{shown} and {len(names) - NAMES_SHOWN} more"

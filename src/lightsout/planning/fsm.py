@@ -280,13 +280,9 @@ def _references(m: MachineState, obs: Observations, decision: Decision) -> Decis
         if m.reason not in set(ReferenceReason):
             return decision
         # It was held back by a reference (its reason says so): the condition turns True.
-        resolved = _condition(
-            ConditionType.REFERENCES_RESOLVED,
-            True,
-            Reason.REFERENCES_RESOLVED,
-            f"every object the {start.action} Job needs exists",
-        )
-        return replace(decision, effects=(*decision.effects, resolved))
+        text = f"every object the {start.action} Job needs exists"
+        ok = _condition(ConditionType.REFERENCES_RESOLVED, True, Reason.REFERENCES_RESOLVED, text)
+        return replace(decision, effects=(*decision.effects, ok))
     message = f"{problem.message}; {start.action} waits for it (no Job started, no attempt spent)"
     acting = m.phase in PHASE_ACTION or m.phase is Phase.DRAINING
     effects: tuple[Effect, ...] = (
@@ -694,27 +690,16 @@ def _adopted_off(m: MachineState, obs: Observations, now: datetime) -> Decision:
 def _booting(m: MachineState, obs: Observations, now: datetime) -> Decision:
     node = m.kubernetes_node_name
     if m.desired is PowerState.OFF:
-        return _power_off(
-            m,
-            obs,
-            now,
-            Reason.POWER_OFF_REQUESTED,
-            "desired power state changed to Off while booting",
-        )
+        why = "desired power state changed to Off while booting"
+        return _power_off(m, obs, now, Reason.POWER_OFF_REQUESTED, why)
     if obs.node_exists and obs.node_ready:
         return _registered(m, f"core Node {node} registered and Ready")
     op = m.operation
     # The boot timeout runs from the confirmed power-on (the Job's end), not the Job's start:
     # a slow BMC or a Proxmox clone must not eat into the time the OS gets to boot.
-    if (
-        op is not None
-        and op.target is PowerState.ON
-        and op.result is OperationResult.SUCCEEDED
-        and op.finished is not None
-    ):
-        since = op.finished
-    else:
-        since = m.phase_since or now
+    since = m.phase_since or now
+    if op is not None and op.target is PowerState.ON and op.result is OperationResult.SUCCEEDED:
+        since = op.finished or since
     remaining = (since + timedelta(seconds=m.boot_timeout_seconds) - now).total_seconds()
     if remaining > 0:
         detail = "exists, not Ready yet" if obs.node_exists else "not registered yet"
@@ -741,13 +726,7 @@ def _booting(m: MachineState, obs: Observations, now: datetime) -> Decision:
             ConditionType.POWER_ACTION_SUCCEEDED, False, Reason.REGISTRATION_TIMEOUT, text
         )
         return _start(
-            m,
-            now,
-            m.off_action,
-            m.intent_generation,
-            reason=Reason.REGISTRATION_TIMEOUT,
-            message=text,
-            extra=(registered, failing),
+            m, now, m.off_action, Reason.REGISTRATION_TIMEOUT, text, extra=(registered, failing)
         )
     return _attempt_failed(m, failed, Reason.REGISTRATION_TIMEOUT, message, (registered,))
 
@@ -763,25 +742,15 @@ def _draining(m: MachineState, obs: Observations, now: datetime) -> Decision:
             Event(EventType.NORMAL, Reason.DRAIN_CANCELLED, message),
         )
         return Decision(Phase.READY, Reason.DRAIN_CANCELLED, message, effects, m.operation)
-    drain = obs.drain
-    if not (obs.node_exists and obs.node_ready) or (
-        drain is not None and drain.pods_remaining <= 0
-    ):
-        if obs.node_exists and obs.node_ready:
+    drain, ready = obs.drain, obs.node_exists and obs.node_ready
+    if not ready or (drain is not None and drain.pods_remaining <= 0):
+        if ready:
             message = f"core Node {node} drained; starting {m.off_action}"
         else:
             state = "not Ready" if obs.node_exists else "gone"
             message = f"core Node {node} is {state}, nothing left to drain; starting {m.off_action}"
         done = _condition(ConditionType.DRAINING, False, Reason.DRAINED, message)
-        return _start(
-            m,
-            now,
-            m.off_action,
-            m.intent_generation,
-            reason=Reason.DRAINED,
-            message=message,
-            extra=(done,),
-        )
+        return _start(m, now, m.off_action, Reason.DRAINED, message, extra=(done,))
     keep_going: tuple[Effect, ...] = (
         AcquireLease(),
         *(() if obs.node_cordoned else (Cordon(),)),
@@ -849,7 +818,9 @@ def _running(m: MachineState, obs: Observations, now: datetime, op: Operation) -
         if intent_changed:
             return _cancel(m, now, op, "before its Job was created")
         age = (now - op.started).total_seconds()
-        timeout = _action_timeout(m, op.action)
+        timeout = (
+            m.shutdown_timeout_seconds if op.target is PowerState.OFF else m.boot_timeout_seconds
+        )
         if age > timeout:
             message = f"{what} has not been seen for {int(age)}s (timeout {timeout}s)"
             failed = op.finish(OperationResult.FAILED, now, message)
@@ -927,14 +898,11 @@ def _succeeded(
     if job.message:
         message += f": {job.message}"
     forced = _forced_power_off(job) if target is PowerState.OFF else None
+    warn_forced: tuple[Effect, ...] = ()
     if forced:
         message += f"; {forced}"
-    # The machine is off as asked, but its OS may not have shut down cleanly: worth a warning.
-    warn_forced: tuple[Effect, ...] = (
-        (Event(EventType.WARNING, Reason.FORCED_POWER_OFF, f"{op.action}: {forced}"),)
-        if forced
-        else ()
-    )
+        # The machine is off as asked, but its OS may not have shut down cleanly: worth a warning.
+        warn_forced = (Event(EventType.WARNING, Reason.FORCED_POWER_OFF, f"{op.action}: {forced}"),)
     done = op.finish(
         OperationResult.SUCCEEDED, now, message, power_state=reported, values=job.values
     )
@@ -1033,7 +1001,7 @@ def _retry_pending(m: MachineState, obs: Observations, now: datetime, op: Operat
         reason = Reason.BMC_UNAVAILABLE if _outage(op) else Reason.RETRY_SCHEDULED
         return Decision(m.phase, reason, message, effects, op)
     message = f"retrying {op.action} ({_attempt_note(m, op, now)}) after: {op.message}"
-    return _start(m, now, op.action, op.intent_generation, reason=Reason.RETRYING, message=message)
+    return _start(m, now, op.action, Reason.RETRYING, message, generation=op.intent_generation)
 
 
 def _attempt_failed(
@@ -1126,10 +1094,7 @@ def _act_on_intent(m: MachineState, obs: Observations, now: datetime, why: str) 
 def _power_on(
     m: MachineState, now: datetime, reason: Reason, why: str, extra: tuple[Effect, ...] = ()
 ) -> Decision:
-    message = f"{why}; starting {m.on_action}"
-    return _start(
-        m, now, m.on_action, m.intent_generation, reason=reason, message=message, extra=extra
-    )
+    return _start(m, now, m.on_action, reason, f"{why}; starting {m.on_action}", extra=extra)
 
 
 def _power_off(
@@ -1155,22 +1120,25 @@ def _power_off(
         )
         return Decision(Phase.DRAINING, reason, message, effects, m.operation)
     message = f"{why}; core Node {node} not Ready, nothing to drain; starting {m.off_action}"
-    return _start(
-        m, now, m.off_action, m.intent_generation, reason=reason, message=message, extra=extra
-    )
+    return _start(m, now, m.off_action, reason, message, extra=extra)
 
 
 def _start(
     m: MachineState,
     now: datetime,
     action: Action,
-    generation: int,
-    *,
     reason: Reason,
     message: str,
+    *,
     extra: tuple[Effect, ...] = (),
+    generation: int | None = None,
 ) -> Decision:
-    attempt = _next_attempt(m, action, generation)
+    """Start `action`'s Job for the current intent (a retry passes its own `generation`)."""
+    if generation is None:
+        generation = m.intent_generation
+    op, attempt = m.operation, 1
+    if op is not None and op.action is action and op.intent_generation == generation:
+        attempt = op.attempt + 1  # never reusing the name of an earlier Job of the intent
     operation = Operation(action, generation, attempt, started=now)
     effects: tuple[Effect, ...] = (
         AcquireLease(),
@@ -1210,20 +1178,6 @@ def _cleanup(m: MachineState, op: Operation) -> bool:
         and m.desired is PowerState.ON
         and op.intent_generation == m.intent_generation
     )
-
-
-def _next_attempt(m: MachineState, action: Action, generation: int) -> int:
-    """Attempt number for a new Job, never reusing the name of an earlier Job of the intent."""
-    op = m.operation
-    if op is not None and op.action is action and op.intent_generation == generation:
-        return op.attempt + 1
-    return 1
-
-
-def _action_timeout(m: MachineState, action: Action) -> int:
-    if action.target is PowerState.OFF:
-        return m.shutdown_timeout_seconds
-    return m.boot_timeout_seconds
 
 
 def _observed_on(m: MachineState, obs: Observations, now: datetime) -> bool:

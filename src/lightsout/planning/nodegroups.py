@@ -110,6 +110,11 @@ def managed_groups(snapshot: Snapshot) -> list[Group]:
     return sorted(groups, key=lambda g: g.key)
 
 
+def _managed_machines(snapshot: Snapshot) -> list[Machine]:
+    keys = {g.key for g in managed_groups(snapshot)}
+    return [m for m in snapshot.machines if m.group_key in keys]
+
+
 def find_group(snapshot: Snapshot, node_group_id: str) -> Group:
     for group in managed_groups(snapshot):
         if group_id(group.key) == node_group_id:
@@ -219,16 +224,7 @@ def power_on_order(snapshot: Snapshot, group: Group) -> list[Machine]:
     energy = EnergyModel.of(snapshot.machines, snapshot.groups)
     return sorted(
         _available(members(snapshot, group)),
-        key=lambda m: (
-            idle_rank(
-                group.selection_policy,
-                m,
-                group,
-                energy,
-                m.resources.as_dict() if m.resources else {},
-            ),
-            m.key,
-        ),
+        key=lambda m: (idle_rank(m, group, energy, m.resources), m.key),
     )
 
 
@@ -319,14 +315,13 @@ def instance(snapshot: Snapshot, machine: Machine) -> Instance | None:
             error_message=f"machine {machine.key} is Failed; see its status and events",
         )
     if machine.desired == PowerState.ON:
-        if machine.phase in _CREATING:
-            return Instance(pid, InstanceState.CREATING)
-        if machine.phase == Phase.UNKNOWN and not registered(snapshot, machine):
-            return Instance(pid, InstanceState.CREATING)
-        if starting(_core_node(snapshot, machine)):
+        creating = (
+            machine.phase in _CREATING
+            or (machine.phase == Phase.UNKNOWN and not registered(snapshot, machine))
             # Its Node still carries the startup taint: on its way, not usable yet.
-            return Instance(pid, InstanceState.CREATING)
-        return Instance(pid, InstanceState.RUNNING)
+            or starting(_core_node(snapshot, machine))
+        )
+        return Instance(pid, InstanceState.CREATING if creating else InstanceState.RUNNING)
     if machine.phase in (None, Phase.OFF):
         return None
     return Instance(pid, InstanceState.DELETING)
@@ -334,10 +329,6 @@ def instance(snapshot: Snapshot, machine: Machine) -> Instance | None:
 
 def instances(snapshot: Snapshot, group: Group) -> list[Instance]:
     return [i for m in members(snapshot, group) if (i := instance(snapshot, m)) is not None]
-
-
-def _quantity(name: str, amount: int) -> str:
-    return f"{amount}m" if name == CPU else str(amount)
 
 
 def template_machine(snapshot: Snapshot, group: Group) -> Machine:
@@ -370,7 +361,7 @@ def template_node(snapshot: Snapshot, group: Group) -> TemplateNode:
         labels=labels,
         annotations={TEMPLATE_MACHINE: str(machine.key)},
         taints=machine.taints,
-        capacity={name: _quantity(name, amount) for name, amount in resources},
+        capacity={name: f"{amount}m" if name == CPU else str(amount) for name, amount in resources},
     )
 
 
@@ -406,11 +397,8 @@ def node_price(
     watts = machine.watts_on if machine.watts_on is not None else machine.watts_idle
     if watts is None:
         watts = energy.default_watts
-    price = (
-        group.price_per_kwh
-        if group is not None and group.price_per_kwh is not None
-        else energy.default_price
-    )
+    price = group.price_per_kwh if group is not None else None
+    price = energy.default_price if price is None else price
     hours = max((end - start).total_seconds(), 0.0) / 3600.0
     return watts / 1000.0 * hours * price
 
@@ -448,11 +436,10 @@ def pod_price(
     by the pods' (plus a "stabilization pod" priced here too), which then ranks the groups by
     what their machines draw. Raises `NodeGroupError` when no such machine can hold the pod.
     """
-    keys = {g.key for g in managed_groups(snapshot)}
     prices = [
         fraction * node_price(snapshot, m, start, end)
-        for m in snapshot.machines
-        if m.group_key in keys and (fraction := pod_share(requests, m.resources)) is not None
+        for m in _managed_machines(snapshot)
+        if (fraction := pod_share(requests, m.resources)) is not None
     ]
     if not prices:
         raise NodeGroupError(
@@ -463,42 +450,6 @@ def pod_price(
 
 def gpu_types(snapshot: Snapshot) -> list[str]:
     """GPU types the managed Groups' machines declare (their `GPU_LABEL` label)."""
-    keys = {g.key for g in managed_groups(snapshot)}
     return sorted(
-        {
-            m.labels[GPU_LABEL]
-            for m in snapshot.machines
-            if m.group_key in keys and GPU_LABEL in m.labels
-        }
+        {m.labels[GPU_LABEL] for m in _managed_machines(snapshot) if GPU_LABEL in m.labels}
     )
-
-
-__all__ = [
-    "ERROR_CLASS_OTHER",
-    "GPU_LABEL",
-    "TEMPLATE_MACHINE",
-    "Instance",
-    "InstanceState",
-    "NodeGroupError",
-    "NodeGroupInfo",
-    "NodeGroupNotFoundError",
-    "Options",
-    "TemplateNode",
-    "decrease_target_size",
-    "delete_nodes",
-    "find_group",
-    "gpu_types",
-    "group_for_node",
-    "increase_size",
-    "instance_id",
-    "instances",
-    "machine_provider_id",
-    "node_groups",
-    "node_price",
-    "options",
-    "pod_price",
-    "pod_share",
-    "provider_id",
-    "target_size",
-    "template_node",
-]

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from lightsout.models.enums import SelectionPolicy
-from lightsout.state.resources import CPU, EPHEMERAL_STORAGE, PODS
+from lightsout.state.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Resources
 from lightsout.state.types import Group, Machine
 
 #: Assumed draw of a machine without a power profile when no machine declares one.
@@ -91,12 +91,7 @@ def fill_of(
     waste = 1.0 - sum(shares) / len(shares) if shares else 1.0
     cpu = used.get(CPU, 0) / allocatable[CPU] if allocatable.get(CPU) else 0.0
     return Fill(
-        machine=machine,
-        group=group,
-        value=value,
-        cost=energy.cost(machine, group, cpu),
-        waste=waste,
-        watts=energy.watts(machine, cpu),
+        machine, group, value, energy.cost(machine, group, cpu), waste, energy.watts(machine, cpu)
     )
 
 
@@ -126,18 +121,15 @@ def best(fills: list[Fill]) -> Fill:
 
 
 def idle_rank(
-    policy: SelectionPolicy,
-    machine: Machine,
-    group: Group,
-    energy: EnergyModel,
-    allocatable: Mapping[str, int],
+    machine: Machine, group: Group, energy: EnergyModel, allocatable: Resources | None
 ) -> tuple[float, ...]:
     """Order in which to power on machines with no particular pod in mind (minNodes): the
-    cheapest to keep on first under `policy`."""
+    cheapest to keep on first under the Group's policy (`allocatable`: None when unknown)."""
     cost = energy.cost(machine, group, 0.0)
-    match policy:
+    match group.selection_policy:
         case SelectionPolicy.LEAST_WASTE:
-            return (float(allocatable.get(CPU, 0)), float(allocatable.get("memory", 0)), cost)
+            size = allocatable or Resources()
+            return (float(size.get(CPU)), float(size.get(MEMORY)), cost)
         case SelectionPolicy.PRIORITY:
             return (-machine.priority, cost)
         case SelectionPolicy.FASTEST_BOOT:
@@ -145,13 +137,11 @@ def idle_rank(
     return (cost,)
 
 
-def power_off_rank(
-    policy: SelectionPolicy, machine: Machine, group: Group, energy: EnergyModel
-) -> tuple[float, ...]:
+def power_off_rank(machine: Machine, group: Group, energy: EnergyModel) -> tuple[float, ...]:
     """Among equally idle machines, which to power off first: the reverse of the order
     they would be powered on in (the hungriest, the lowest priority; under FastestBoot the
     fastest to come back)."""
-    match policy:
+    match group.selection_policy:
         case SelectionPolicy.PRIORITY:
             return (float(machine.priority),)
         case SelectionPolicy.FASTEST_BOOT:

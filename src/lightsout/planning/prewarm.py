@@ -81,22 +81,20 @@ def due(
 ) -> tuple[Pod, ...]:
     """Expected pods inside their lead time, as pending pods no node has refused yet."""
     leads = lead_times(snapshot) if leads is None else leads
-    out: list[Pod] = []
-    for expected in snapshot.expected:
-        if now <= expected.at <= now + leads[expected.key].time:
-            out.append(
-                Pod(
-                    key=expected.key,
-                    uid=f"expected:{expected.key}",
-                    phase="Pending",
-                    node_name=None,
-                    scheduling=expected.scheduling,
-                    owner_kind="Job",
-                    unschedulable_since=now,
-                    created=now,
-                )
-            )
-    return tuple(out)
+    return tuple(
+        Pod(
+            key=expected.key,
+            uid=f"expected:{expected.key}",
+            phase="Pending",
+            node_name=None,
+            scheduling=expected.scheduling,
+            owner_kind="Job",
+            unschedulable_since=now,
+            created=now,
+        )
+        for expected in snapshot.expected
+        if now <= expected.at <= now + leads[expected.key].time
+    )
 
 
 def next_due(snapshot: Snapshot, now: datetime) -> datetime | None:

@@ -12,16 +12,8 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
-from lightsout.planning.decisions import Plan, PowerOn, ScaleAction
+from lightsout.planning.decisions import Plan, PowerOn
 from lightsout.state.types import Machine, ObjectKey, Snapshot
-
-
-def _size(machine: Machine) -> str:
-    return str(machine.resources) if machine.resources is not None else "unknown"
-
-
-def _verb(action: ScaleAction) -> str:
-    return "power on" if isinstance(action, PowerOn) else "power off"
 
 
 def render_text(snapshot: Snapshot, plan: Plan, now: datetime) -> str:
@@ -33,8 +25,7 @@ def render_text(snapshot: Snapshot, plan: Plan, now: datetime) -> str:
         machines[machine.group_key].append(machine)
     groups = {group.key for group in snapshot.groups} | set(machines)
     for key in sorted(groups):
-        lines.append("")
-        lines.append(f"Group {key}")
+        lines.extend(("", f"Group {key}"))
         notes = plan.explanations.groups.get(key) or (
             "group not found: its machines are left alone",
         )
@@ -46,9 +37,10 @@ def render_text(snapshot: Snapshot, plan: Plan, now: datetime) -> str:
             for machine in members:
                 phase = str(machine.phase or "-")
                 note = "; ".join(plan.explanations.machines.get(machine.key, ()))
+                size = str(machine.resources) if machine.resources is not None else "unknown"
                 lines.append(
                     f"    {machine.key.name:<{width}}  {phase:<12} desired {machine.desired:<3}  "
-                    f"{_size(machine)}"
+                    f"{size}"
                 )
                 if note:
                     lines.append(f"    {'':<{width}}  └ {note}")
@@ -57,15 +49,14 @@ def render_text(snapshot: Snapshot, plan: Plan, now: datetime) -> str:
             lines.append("  actions:")
             for action in actions:
                 dry = " (dry run: not applied)" if action.dry_run else ""
-                lines.append(f"    {_verb(action)} {action.machine.name}{dry}: {action.reason}")
+                verb = "power on" if isinstance(action, PowerOn) else "power off"
+                lines.append(f"    {verb} {action.machine.name}{dry}: {action.reason}")
     if plan.explanations.pods:
-        lines.append("")
-        lines.append("Pending pods:")
+        lines.extend(("", "Pending pods:"))
         for key, notes in sorted(plan.explanations.pods.items()):
             lines.append(f"  {key}: {'; '.join(notes)}")
     if snapshot.problems:
-        lines.append("")
-        lines.append("Objects skipped or read with defaults:")
+        lines.extend(("", "Objects skipped or read with defaults:"))
         lines.extend(f"  {problem}" for problem in snapshot.problems)
     return "\n".join(lines) + "\n"
 

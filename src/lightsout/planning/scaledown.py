@@ -49,6 +49,7 @@ from lightsout.planning.cluster import (
     count_fit,
 )
 from lightsout.planning.decisions import Hold, PowerOff
+from lightsout.planning.explain import listed
 from lightsout.planning.policy import EnergyModel, power_off_rank
 from lightsout.planning.scheduling import fits, placement_reasons, selector_matches
 from lightsout.state.resources import CPU, MEMORY
@@ -183,7 +184,7 @@ def _candidates(
             notes[info.key] = f"group {group.key.name} has scaleDown.enabled=false"
             continue
         utilisation = _utilisation(cluster, info)
-        order = power_off_rank(group.selection_policy, info.machine, group, energy)
+        order = power_off_rank(info.machine, group, energy)
         candidates.append(((*order, utilisation), info, utilisation))
     candidates.sort(key=lambda item: (item[0], item[1].key))
     return [(info, utilisation) for _, info, utilisation in candidates], notes
@@ -193,13 +194,9 @@ def _utilisation(cluster: Cluster, info: MachineInfo) -> float:
     node = info.node
     if node is None:
         return 1.0
-    used: dict[str, int] = {}
-    for pod in cluster.pods_by_node.get(node.name, ()):
-        if not (pod.daemonset or pod.mirror):
-            for name in (CPU, MEMORY):
-                used[name] = used.get(name, 0) + pod.requests.get(name)
+    pods = [p for p in cluster.pods_by_node.get(node.name, ()) if not (p.daemonset or p.mirror)]
     shares = [
-        used.get(name, 0) / node.allocatable.get(name)
+        sum(pod.requests.get(name) for pod in pods) / node.allocatable.get(name)
         for name in (CPU, MEMORY)
         if node.allocatable.get(name) > 0
     ]
@@ -221,19 +218,17 @@ def _needed(
         return Hold.BUSY, "its node is cordoned or not schedulable; left as it is"
     if target.placed:
         waiting = [pod.key for pods in target.placed.values() for pod in pods]
-        return Hold.PENDING, f"pending pods are expected to run here ({_list(waiting)})"
+        return Hold.PENDING, f"pending pods are expected to run here ({listed(waiting)})"
     if utilisation >= threshold:
-        return (
-            Hold.BUSY,
-            f"utilisation {utilisation:.0%} is not under the threshold {threshold:.0%}",
+        return Hold.BUSY, (
+            f"utilisation {utilisation:.0%} is not under the threshold {threshold:.0%}"
         )
     for pod in movable:
         if pod.do_not_disrupt:
             return Hold.BUSY, f"pod {pod.key} has {pod.do_not_disrupt}"
         if pod.owner_kind is None:
-            return (
-                Hold.BUSY,
-                f"pod {pod.key} has no controller and would not come back after eviction",
+            return Hold.BUSY, (
+                f"pod {pod.key} has no controller and would not come back after eviction"
             )
         end = job_grace_end(pod, job_grace, now)
         if end is not None and end > now:
@@ -249,9 +244,8 @@ def _needed(
             if (budget.disruptions_allowed or 0) > 0:
                 continue
             if selector_matches(budget.selector, pod.labels):
-                return (
-                    Hold.BUSY,
-                    f"PodDisruptionBudget {budget.key} allows no disruption (pod {pod.key})",
+                return Hold.BUSY, (
+                    f"PodDisruptionBudget {budget.key} allows no disruption (pod {pod.key})"
                 )
     return None
 
@@ -325,9 +319,8 @@ def _held_back(
             )
     active = cluster.active.get(group.key, 0) - planned
     if active - 1 < group.min_nodes:
-        return (
-            Hold.MIN_NODES,
-            f"group {group.key.name} is at minNodes ({active} on, minimum {group.min_nodes})",
+        return Hold.MIN_NODES, (
+            f"group {group.key.name} is at minNodes ({active} on, minimum {group.min_nodes})"
         )
     in_flight = cluster.going.get(group.key, 0) + planned
     if in_flight >= policy.max_concurrent:
@@ -377,8 +370,3 @@ def _announced(
             f"(shutdown {shutdown:.0f}s + pre-warming lead {item.lead_seconds:.0f}s)"
         )
     return None
-
-
-def _list(keys: list[ObjectKey], shown: int = 3) -> str:
-    names = ", ".join(str(key) for key in keys[:shown])
-    return names if len(keys) <= shown else f"{names} and {len(keys) - shown} more"

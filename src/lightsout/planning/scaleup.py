@@ -20,6 +20,7 @@ given; `plan` hands each result to the next step.
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -320,10 +321,7 @@ def top_up(
     """Machines to power on because their Group is below minNodes, besides `chosen`."""
     room_left = dict(room)
     taken = {entry.bin.info.key for entry in chosen if entry.bin.info}
-    planned: dict[ObjectKey, int] = {}
-    for entry in chosen:
-        if entry.bin.group_key is not None:
-            planned[entry.bin.group_key] = planned.get(entry.bin.group_key, 0) + 1
+    planned = Counter(entry.bin.group_key for entry in chosen if entry.bin.group_key is not None)
     out: list[tuple[MachineInfo, str]] = []
     for key, group in sorted(cluster.groups.items()):
         if group.autoscaler is not Autoscaler.BUILTIN:
@@ -342,13 +340,7 @@ def top_up(
         ]
         candidates.sort(
             key=lambda i: (
-                idle_rank(
-                    group.selection_policy,
-                    i.machine,
-                    group,
-                    energy,
-                    i.view.allocatable.as_dict() if i.view else {},
-                ),
+                idle_rank(i.machine, group, energy, i.view.allocatable if i.view else None),
                 i.key,
             )
         )

@@ -16,7 +16,7 @@ dedicated=db:NoSchedule".
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lightsout.planning.types import STARTUP_TAINT_KEY
 from lightsout.state.parse import merge_taints
@@ -158,17 +158,10 @@ def _affinity_reason(
 ) -> str:
     failing: list[str] = []
     for term in terms:
-        for r in term.match_expressions:
-            if not requirement_matches(r, labels.get(r.key)):
-                failing.append(str(r))
-                break
-        else:
-            for r in term.match_fields:
-                if not requirement_matches(r, name if r.key == "metadata.name" else None):
-                    failing.append(str(r))
-                    break
-            else:
-                failing.append("empty term")
+        checks = [(r, labels.get(r.key)) for r in term.match_expressions]
+        checks += [(r, name if r.key == "metadata.name" else None) for r in term.match_fields]
+        unmet = (str(r) for r, value in checks if not requirement_matches(r, value))
+        failing.append(next(unmet, "empty term"))
     return "required node affinity does not match: " + " or ".join(failing or ["no term"])
 
 
@@ -224,13 +217,7 @@ def view_of_machine(
     load = daemonset_load(bare, daemonsets)
     if not load:
         return bare  # the planner builds this for every machine on every plan: no copy
-    return NodeView(
-        name=bare.name,
-        labels=bare.labels,
-        taints=bare.taints,
-        allocatable=allocatable,
-        requested=load,
-    )
+    return replace(bare, requested=load)
 
 
 def daemonset_load(view: NodeView, daemonsets: Iterable[DaemonSet]) -> Resources:

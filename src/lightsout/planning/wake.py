@@ -73,12 +73,9 @@ def next_wake(snapshot: Snapshot, plan: Plan, now: datetime) -> datetime | None:
             since = pod.unschedulable_since or pod.created or now
             moments.append(since + SCHEDULER_GRACE)
             moments.extend(since + timedelta(seconds=w) for w in windows)
-        for node in snapshot.nodes:
-            if node.ready_since is not None:
-                moments.append(node.ready_since + SCHEDULER_GRACE)
-        for machine in snapshot.machines:
-            if machine.phase_since is not None:
-                moments.append(machine.phase_since + SCHEDULER_GRACE)
+        ready = [node.ready_since for node in snapshot.nodes]
+        ready += [machine.phase_since for machine in snapshot.machines]
+        moments.extend(moment + SCHEDULER_GRACE for moment in ready if moment is not None)
     for group in snapshot.groups:
         if group.windows and group.autoscaler is Autoscaler.BUILTIN:
             moments.extend(window_moments(group, snapshot.machines, now))

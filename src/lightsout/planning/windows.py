@@ -84,13 +84,7 @@ def floor_order(group: Group, machines: Sequence[Machine]) -> list[Machine]:
         for m in machines
         if m.group_key == group.key and m.autoscaling_enabled and m.phase is not Phase.FAILED
     ]
-
-    def rank(machine: Machine) -> tuple[tuple[float, ...], str]:
-        allocatable = machine.resources.as_dict() if machine.resources else {}
-        policy = group.selection_policy
-        return idle_rank(policy, machine, group, energy, allocatable), str(machine.key)
-
-    return sorted(own, key=rank)
+    return sorted(own, key=lambda m: (idle_rank(m, group, energy, m.resources), str(m.key)))
 
 
 def lead(group: Group, machines: Sequence[Machine], floor: int, *, cold: bool = False) -> timedelta:
