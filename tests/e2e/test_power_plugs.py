@@ -9,13 +9,18 @@ Each plug records every relay order with what the machine was doing and drew at 
 so the tests see whether an order ever cut a running OS.
 
 The machines of a test share one lab and run at once (the Jobs overlap), to keep the module
-short: one test per driver cycle, one for the faults.
+short: one test per driver cycle, one for the faults, one for the evidence a power-off needs
+(no meter, SSH unreachable, a kubelet still heartbeating; the lab's kwok renews each simulated
+machine's Lease in kube-node-lease while its Node exists), one for Wake-on-LAN after the plug.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import json
+import socket
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +34,7 @@ from lightsout_lab.operator_process import OperatorProcess
 from lightsout_lab.plug_apis import HomeAssistant, ShellyPlug, TasmotaPlug
 from lightsout_lab.plugs import PlugApi, PlugMachine
 from lightsout_lab.sshd import SshMachine
+from lightsout_lab.wol import WolListener
 from tests.e2e.autoscaling import lightsout
 from tests.e2e.conftest import PATIENCE
 from tests.harness import fleet
@@ -66,6 +72,9 @@ def lab(namespace: str) -> Iterator[Callable[..., Plugged]]:
             obey_shutdown: bool = True,
             token: str = TOKEN,
             plug: Mapping[str, Any] | None = None,
+            ac_restore: bool = True,
+            relay_on: bool = False,
+            lan: WolListener | None = None,
             **spec: Any,
         ) -> Plugged:
             name = f"{kind[:5]}-{next(numbers)}-{namespace}"
@@ -74,8 +83,19 @@ def lab(namespace: str) -> Iterator[Callable[..., Plugged]]:
                     name, boot_seconds=1.0, shutdown_seconds=1.0, obey_shutdown=obey_shutdown
                 )
             )
-            machine = PlugMachine(box, standby_watts=1.5, idle_watts=14.0)
+            machine = PlugMachine(
+                box, relay_on=relay_on, ac_restore=ac_restore, standby_watts=1.5, idle_watts=14.0
+            )
             block: dict[str, Any] = {"offWattsThreshold": THRESHOLD, **(plug or {})}
+            if lan is not None:
+                # Its packets go to the lab's listener on loopback, never to a real broadcast.
+                lan.wakes(machine)
+                block["wakeOnLan"] = {
+                    "macAddress": box.mac,
+                    "broadcastAddress": lan.host,
+                    "port": lan.port,
+                    "delaySeconds": 1,
+                }
             api: PlugApi
             if kind == "homeassistant":
                 api = HomeAssistant(machine, token=TOKEN)
@@ -139,6 +159,16 @@ def patch_all(crds: Cluster, namespace: str, machines: list[Plugged], desired: s
             "patch", "lsn", m.name, "-n", namespace, "--type", "merge",
             "-p", f'{{"spec": {{"desiredPowerState": "{desired}"}}}}',
         )  # fmt: skip
+
+
+def wait_failed(crds: Cluster, namespace: str, m: Plugged) -> dict[str, Any]:
+    """The machine's status once it is Failed (its power-off refused)."""
+
+    def probe() -> dict[str, Any] | None:
+        current = status(crds, namespace, m.name)
+        return current if current.get("phase") == "Failed" else None
+
+    return wait_for(probe, 300, f"{m.name} to go Failed")
 
 
 def test_each_plug_powers_its_machine_on_and_off_never_under_a_running_os(
@@ -240,15 +270,12 @@ def test_an_os_ignoring_shutdown_keeps_its_power_and_a_wrong_token_sends_nothing
         patch_all(crds, namespace, [kept, forced], "Off")
 
         # force false (default): the plug stays on, the power-off fails saying why.
-        def kept_failed() -> dict[str, Any] | None:
-            current = status(crds, namespace, kept.name)
-            return current if current.get("phase") == "Failed" else None
-
-        failed = wait_for(kept_failed, 300, f"{kept.name} to go Failed")
+        failed = wait_failed(crds, namespace, kept)
         message = failed["lastOperation"]["message"]
         report("tasmota", "OS ignores shutdown, force false", message=message)
         assert failed["lastOperation"]["action"] == "shutdown"
-        assert f"still answers on 127.0.0.1:{kept.box.ssh.port} {timeout} s after" in message
+        assert "the shutdown command was delivered over SSH" in message
+        assert f"still answered on 127.0.0.1:{kept.box.ssh.port} {timeout} s later" in message
         assert "plug stays on" in message
         assert [o.on for o in kept.plug.orders()] == [True]  # no order off
         assert kept.plug.relay_on and kept.box.reachable()
@@ -269,3 +296,226 @@ def test_an_os_ignoring_shutdown_keeps_its_power_and_a_wrong_token_sends_nothing
             e["reason"] for e in events_for(crds, namespace, forced.name) if e["type"] == "Warning"
         ]
         assert "ForcedPowerOff" in reasons
+
+
+@contextlib.contextmanager
+def probe_port() -> Iterator[tuple[int, Callable[[], None]]]:
+    """A TCP port that answers until `silence()`: a probe that goes quiet while the OS runs
+    (a firewall rule, a port another service owned)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                conn, _ = server.accept()
+                conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+
+    def silence() -> None:
+        stop.set()
+        thread.join()
+        server.close()
+
+    try:
+        yield server.getsockname()[1], silence
+    finally:
+        if not stop.is_set():
+            silence()
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (connections refused): a wrong SSH port."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port: int = server.getsockname()[1]
+    return port
+
+
+def test_no_power_is_cut_without_evidence_that_the_os_went_down(
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    kube_api: client.ApiClient,
+    lab: Callable[..., Plugged],
+) -> None:
+    timeout = 15  # spec.power.shutdownTimeoutSeconds
+    power = {"bootTimeoutSeconds": 180, "shutdownTimeoutSeconds": timeout}
+    one_try = {"desired": "On", "maxRetries": 0, "power": power}
+    # Home Assistant switches without a power sensor (no meter), and a metered Shelly.
+    clean = lab("homeassistant", **one_try)
+    unreachable = lab("homeassistant", **one_try)
+    forced = lab("homeassistant", plug={"force": True}, **one_try)
+    metered = lab("shelly", **one_try)
+    beating = lab("homeassistant", obey_shutdown=False, **one_try)
+    unmetered = [clean, unreachable, forced, beating]
+    for m in unmetered:
+        del m.node["spec"]["driver"]["homeassistant"]["powerSensorEntity"]
+    broken = [unreachable, forced, metered]
+    machines = [*unmetered, metered]
+    with probe_port() as (port, silence):
+        # `beating` is probed on a port that goes silent once its shutdown command arrives,
+        # while its OS (which ignores the command) and its kubelet keep running.
+        beating.node["spec"]["driver"]["homeassistant"]["probe"] = {
+            "host": "127.0.0.1",
+            "port": port,
+        }
+        with running(crds, kube_api, namespace, machines):
+            for m in machines:
+                wait_phase(crds, namespace, m.name, "Ready")
+            # Their SSH stops answering (a wrong port), the OS running: probe and SSH are silent.
+            wrong = closed_port()
+            for m in broken:
+                body = {
+                    "spec": {
+                        "desiredPowerState": "Off",
+                        "driver": {m.kind: {"ssh": {"port": wrong}}},
+                    }
+                }
+                crds.kubectl(
+                    "patch",
+                    "lsn",
+                    m.name,
+                    "-n",
+                    namespace,
+                    "--type",
+                    "merge",
+                    "-p",
+                    json.dumps(body),
+                )
+            patch_all(crds, namespace, [clean, beating], "Off")
+            wait_for(lambda: beating.box.shutdown_requests() >= 1 or None, PATIENCE, "its shutdown")
+            silence()
+
+            # No meter, nothing delivered, force false: refused at once, saying what is missing.
+            message = wait_failed(crds, namespace, unreachable)["lastOperation"]["message"]
+            report("homeassistant", "no meter, SSH unreachable, force false", message=message)
+            assert (
+                "did not answer at" in message
+                and "no shutdown command could be delivered" in message
+            )
+            assert "has no power sensor, so nothing shows the machine is off" in message
+            assert "check the probe address and port" in message and "powerSensorEntity" in message
+            assert "The plug stays on (force is false)" in message
+            assert [o.on for o in unreachable.plug.orders()] == [True]  # no order off
+            assert unreachable.plug.relay_on and unreachable.box.reachable()
+            assert unreachable.box.shutdown_requests() == 0
+            warned = [
+                e for e in events_for(crds, namespace, unreachable.name) if e["type"] == "Warning"
+            ]
+            assert any("no shutdown command could be delivered" in e["message"] for e in warned)
+
+            # With a meter reading the running OS's draw: the same refusal, naming the draw.
+            message = wait_failed(crds, namespace, metered)["lastOperation"]["message"]
+            report("shelly", "metered, SSH unreachable, force false", message=message)
+            assert "no shutdown command could be delivered" in message
+            assert "the plug measured 14.0 W at" in message and "not under the 5.0 W" in message
+            assert "check the shutdown command" not in message  # none was sent
+            assert [o.on for o in metered.plug.orders()] == [True] and metered.box.reachable()
+
+            # The probe went silent after a delivered shutdown, but the kubelet kept renewing its
+            # Lease for shutdownTimeoutSeconds: a running OS, its power kept.
+            message = wait_failed(crds, namespace, beating)["lastOperation"]["message"]
+            report("homeassistant", "probe silent, kubelet heartbeating", message=message)
+            assert "the shutdown command was delivered over SSH" in message
+            assert f"the kubelet of core Node {beating.name} last renewed its Lease" in message
+            assert "the OS is running" in message and "the power stays on" in message
+            assert [o.on for o in beating.plug.orders()] == [True] and beating.box.reachable()
+            reasons = {e["reason"] for e in events_for(crds, namespace, beating.name)}
+            assert {"WaitingForHeartbeat", "OSStillRunning"} <= reasons
+
+            # Delivered, the probe silent, then the kubelet's heartbeat stopped: one order off.
+            off = wait_phase(crds, namespace, clean.name, "Off")
+            events = events_for(crds, namespace, clean.name)
+            confirmed = [e["message"] for e in events if e["reason"] == "OSDownConfirmed"]
+            report("homeassistant", "no meter, SSH reachable", confirmed=confirmed)
+            assert off["lastOperation"]["attempt"] == 2  # the cut, after the Job that shut it down
+            assert "forced_after_seconds" not in off["lastOperation"]["values"]
+            (said,) = confirmed
+            assert "the shutdown command was delivered over SSH" in said and "went silent" in said
+            assert said.endswith("the OS is down, cutting the power")
+            assert [o.on for o in clean.plug.orders()] == [True, False]
+            cut = clean.plug.orders()[-1]
+            assert (cut.shutdown_requests, cut.machine_state) == (1, "soft-off")
+
+            # force true, nothing delivered: the power is cut after the timeout, with a warning.
+            off = wait_phase(crds, namespace, forced.name, "Off")
+            report(
+                "homeassistant", "no meter, SSH unreachable, force true", op=off["lastOperation"]
+            )
+            assert off["lastOperation"]["values"]["forced_after_seconds"] == timeout
+            switched_on, cut = forced.plug.orders()
+            assert switched_on.on and (cut.on, cut.machine_state) == (False, "running")
+            assert forced.box.shutdown_requests() == 0
+            warned = [e for e in events_for(crds, namespace, forced.name) if e["type"] == "Warning"]
+            assert "ForcedPowerOff" in {e["reason"] for e in warned}
+
+
+def test_a_machine_without_ac_restore_wakes_on_its_packet_and_a_live_plug_is_never_cycled(
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    kube_api: client.ApiClient,
+    lan: WolListener,
+    lab: Callable[..., Plugged],
+) -> None:
+    # Firmware without "power on after AC loss": the relay only gives standby power, the magic
+    # packet boots the machine. `cold` starts unpowered; `live` has its plug left on under an
+    # OS that was shut down (soft-off, drawing standby power).
+    cold = lab("shelly", ac_restore=False, lan=lan)
+    live = lab("tasmota", ac_restore=False, relay_on=True, lan=lan)
+    machines = [cold, live]
+    with running(crds, kube_api, namespace, machines):
+        for m in machines:
+            wait_phase(crds, namespace, m.name, "Off")
+        report(
+            "wakeOnLan",
+            "before",
+            states=[m.plug.machine_state() for m in machines],
+            watts=[m.plug.watts() for m in machines],
+            packets=len(lan.packets()),
+        )
+        assert [m.plug.machine_state() for m in machines] == ["unpowered", "soft-off"]
+        assert all(m.plug.orders() == [] for m in machines) and lan.packets() == []
+
+        patch_all(crds, namespace, machines, "On")
+        for m in machines:
+            ready = wait_phase(crds, namespace, m.name, "Ready")
+            op = ready["lastOperation"]
+            assert (op["action"], op["result"], op["values"]["driver"]) == (
+                "startup",
+                "Succeeded",
+                m.kind,
+            )
+            assert m.plug.machine_state() == "running" and m.box.reachable()
+            assert m.box.power_ons == 1 and m.box.shutdown_requests() == 0
+            assert len(lan.magic_packets(m.box.mac)) == 1  # one packet, for its MAC
+
+        delay = cold.node["spec"]["driver"]["shelly"]["wakeOnLan"]["delaySeconds"]
+        (switched_on,) = cold.plug.orders()
+        (packet,) = lan.magic_packets(cold.box.mac)
+        report(
+            "shelly",
+            "unpowered, patch On -> Ready",
+            orders=[(o.on, o.machine_state, o.watts) for o in cold.plug.orders()],
+            packet_after_order_s=round(packet.time - switched_on.time, 2),
+            watts=cold.plug.watts(),
+        )
+        # One order, on, to a plug under an unpowered machine; the packet after it, once the
+        # standby power had its delaySeconds to come up.
+        assert (switched_on.on, switched_on.machine_state) == (True, "unpowered")
+        assert packet.time - switched_on.time >= delay
+
+        report(
+            "tasmota",
+            "soft-off under a live plug, patch On -> Ready",
+            orders=len(live.plug.orders()),
+            packets=[p.mac for p in lan.magic_packets(live.box.mac)],
+            relay_on=live.plug.relay_on,
+            watts=live.plug.watts(),
+        )
+        # The plug that was already on is never cycled: no relay order, the packet alone.
+        assert live.plug.orders() == [] and live.plug.relay_on
+        assert len(lan.magic_packets()) == 2  # and no packet for anyone else

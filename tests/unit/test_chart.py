@@ -97,6 +97,7 @@ def test_watched_namespaces_bind_the_operator_there_only_and_jobs_get_a_rightles
     docs = render("watchNamespaces={lab,media}")
     bindings = of_kind(docs, "RoleBinding")
     assert sorted(b["metadata"]["namespace"] for b in bindings) == [
+        "kube-node-lease",  # kubelets' heartbeats, read before a power-off without a meter
         "kube-system",  # bootstrap tokens of clones that join by themselves
         "lab",
         "lightsout-system",  # the autoscaler's leader Lease lives here

@@ -147,6 +147,7 @@ class KubeMachine:
             action=effect.action,
             extravars={
                 **action_extravars(self.node, spec, action),
+                **_os_down(effect),
                 **(join.job_extravars(spec, self.labels, self.taints, network) if joining else {}),
             },
             credentials_secret=secret,
@@ -495,3 +496,16 @@ def wanted_status(
         # None removes the list (merge patch) once no correction counts any more.
         new["driftCorrections"] = [format_time(t) for t in decision.drift_corrections] or None
     return new
+
+
+def _os_down(effect: StartJob | DeleteJob) -> dict[str, Any]:
+    """`lightsout_os_down` for the power-off that follows a `cut_pending` one (the evidence
+    that the OS is down, playbooks/README.md), else nothing."""
+    if not isinstance(effect, StartJob) or not effect.os_down_evidence:
+        return {}
+    return {
+        "lightsout_os_down": {
+            "evidence": effect.os_down_evidence,
+            "forced_after": effect.os_down_forced_after,
+        }
+    }

@@ -90,6 +90,8 @@ class MachineView:
 
 #: Index ids (kopf handler ids) of the watch caches the reconcilers read; see `handlers/node.py`.
 #: Those of machines, Groups, core Nodes and pods feed the autoscaler's planner too.
+#: Where kubelets keep their heartbeat Leases (one per core Node, named after it).
+KUBE_NODE_LEASE = "kube-node-lease"
 MACHINES = "lightsout_machines"  # (namespace, name) → Lights-Out Node
 MACHINE_REFS = "lightsout_machine_refs"  # REF_* keys → (namespace, name) of machines
 GROUPS = "lightsout_groups"  # (namespace, name) → Group
@@ -305,6 +307,13 @@ class Reconciler:
             checked = health.not_checked(checked, view.health_problem)
         else:
             checked = health.included_again(checked, status)
+        # Read only while a power-off waits for the kubelet to stop (its evidence of a shut
+        # down OS): one GET per pass of such a machine, none for the others.
+        pending = machine.operation is not None and machine.operation.cut_pending
+        if pending or (observed_job is not None and observed_job.values.get("cut_pending")):
+            kubelet = self.api.get_lease(KUBE_NODE_LEASE, spec.kubernetes_node_name)
+        else:
+            kubelet = None
         obs = inputs.observations(
             job=observed_job,
             core_node=core_node,
@@ -316,6 +325,7 @@ class Reconciler:
             power_state=checked.power_state,
             power_state_at=checked.power_state_at,
             unresolved=view.unresolved,
+            kubelet_lease=kubelet,
         )
         decision = providerid.report(fsm.decide(machine, obs, now), core_node, provider_id)
         ctx.cpu_utilisation = energy.cpu_utilisation(node, core_node, view.pods_on_node)

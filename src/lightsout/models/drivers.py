@@ -133,9 +133,12 @@ class PlugWakeOnLan(ApiModel):
 
 
 class PlugDriver(ApiModel):
-    """What the smart-plug drivers share: the plug only cuts or gives power, so the OS is shut
-    down over SSH first, and the plug is switched off only once the machine no longer answers
-    and the plug measures a draw under `offWattsThreshold`."""
+    """What the smart-plug drivers share: the plug only cuts or gives power, so it is switched
+    off only on positive evidence that the OS went down. With a meter: a draw under
+    `offWattsThreshold` (after the shutdown command over SSH while the OS answered). Without
+    one: the shutdown command was delivered over SSH, then the probe went silent, then the
+    machine's kubelet stopped renewing its Lease in kube-node-lease. A silent probe alone is no
+    evidence."""
 
     ssh: SSHShutdown
     """How the OS is shut down before the plug is switched off."""
@@ -149,9 +152,11 @@ class PlugDriver(ApiModel):
     readings (`status.learned`), else as declared in `power`; else 5 W. Ignored for a
     plug without a power meter (a Home Assistant switch without `powerSensorEntity`)."""
     force: bool = False
-    """When the draw has not fallen under the threshold within `power.shutdownTimeoutSeconds`
-    of the shutdown command: true switches the plug off anyway (a Warning event), false
-    (default) leaves it on and the power-off fails with the reason."""
+    """When nothing shows the OS went down (it still answers, the draw stays high, its kubelet
+    still renews its Lease, or no shutdown command could be delivered): true switches the plug
+    off anyway, `power.shutdownTimeoutSeconds` after the shutdown was asked for (a Warning event
+    ForcedPowerOff), false (default) leaves it on and the power-off fails saying which evidence
+    is missing."""
 
 
 class ShellyDriver(PlugDriver):
@@ -206,8 +211,10 @@ class HomeAssistantDriver(PlugDriver):
     switch_entity: SwitchEntity
     """The switch entity powering the machine, e.g. `switch.rack_plug`."""
     power_sensor_entity: SensorEntity | None = None
-    """A sensor entity measuring the plug's draw in W, e.g. `sensor.rack_plug_power`; without
-    it the machine counts as off once it stops answering."""
+    """A sensor entity measuring the plug's draw in W, e.g. `sensor.rack_plug_power`. Without
+    it nothing measures that the machine is off: the switch is turned off only after a shutdown
+    command was delivered over SSH, the probe went silent and the kubelet stopped renewing its
+    Lease; a machine whose SSH does not answer keeps its power (unless `force`)."""
 
 
 TOKEN_KEYS_PAIRED = Rule(

@@ -388,12 +388,14 @@ class ScheduleWindow(ApiModel):
     max_nodes: int | None = Field(default=None, ge=0, le=1000)
     """The Group's maxNodes while the window is open."""
     quiet: bool = False
-    """While open, none of the Group's machines is powered on for pending pods that a machine
-    of another Group could host (on or off); a pod only this Group can host still wakes one,
+    """While open, none of the Group's machines is powered on for a pending pod when another
+    Group's machine could be powered on now for the pod: autoscaled, not Failed, not pinned, its
+    Group below its maximum (maxNodes, scaleUp.maxConcurrentOperations) and not itself quiet,
+    the pod allowed on it and fitting it. Otherwise the pod still wakes one of this Group's,
     unless `strict`. A floor still applies."""
     strict: bool = False
-    """With quiet: no power-on for pending pods at all while open, even for a pod only this
-    Group can host (it waits for the window to close)."""
+    """With quiet: no power-on for pending pods at all while open, even for a pod no other
+    Group's machine could be powered on for (it waits for the window to close)."""
 
     def times(self) -> window_times.WindowTimes:
         """Its openings as a cron schedule and a length, whichever form it is written in."""

@@ -204,6 +204,10 @@ def _power_on(
             f"{expected.at.astimezone(UTC):%H:%M:%SZ} (in {due_in:.0f}s, {lead.describe()}); "
             f"{reason}"
         )
+    if entry.quiet:
+        # Its Group is quiet now: say why it is woken all the same (no other Group's machine
+        # could be powered on for these pods, and why each was not).
+        reason = f"{entry.quiet}; {reason}"
     return PowerOn(info.key, info.group.key, reason, keys, info.group.dry_run)
 
 

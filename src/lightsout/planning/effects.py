@@ -40,6 +40,11 @@ class StartJob:
     action: Action
     generation: int
     attempt: int
+    #: For the power-off that follows a `cut_pending` one: what showed the OS went down (the
+    #: Job's `lightsout_os_down.evidence`), and, when the power is cut without that proof
+    #: because the driver's `force` is set, the seconds the OS was given (else 0).
+    os_down_evidence: str = ""
+    os_down_forced_after: int = 0
 
 
 @dataclass(frozen=True)

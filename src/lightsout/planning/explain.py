@@ -6,20 +6,26 @@ untolerated taints) and machines that could but may not be powered on now (pinne
 maxNodes, too many power-ons in flight, scale-up window) are told apart: when none could ever
 host it the line starts "no machine could ever host this pod", which is the message a person
 needs to go and fix the pod or the machines. Machines sharing a reason are listed together.
+Whether an off machine may be powered on, and the alternatives a quiet window leaves the pod
+(named in its machines' reason), are `planning.startable`'s, as scale-up decided them.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping
 
-from lightsout.models.enums import Autoscaler
 from lightsout.planning.cluster import Availability, Bin, Cluster, MachineInfo, PodClass, count_fit
+from lightsout.planning.scaleup import room_of
 from lightsout.planning.scheduling import shortfalls
-from lightsout.state.types import ObjectKey
-
-#: Names listed per reason before "and N more".
-NAMES_SHOWN = 3
+from lightsout.planning.startable import (
+    NAMES_SHOWN,
+    alternatives,
+    group_limit,
+    listed,
+    not_startable,
+)
+from lightsout.state.types import Group, ObjectKey
 
 
 class Explainer:
@@ -38,6 +44,10 @@ class Explainer:
         self.planned = Counter(chosen.values())
         self.bins: dict[str, Bin] = {b.name: b for b in cluster.ready_bins + cluster.coming_bins}
         self._never: dict[tuple[Hashable, ...], tuple[str, ...]] = {}
+        #: The room scale-up decided with (`scaleup.eligible_classes`), before this plan's
+        #: power-ons; and per class, the machines a quiet window left it.
+        self._decided = room_of(cluster)
+        self._alternatives: dict[int, list[str]] = {}
 
     def why_not(self, cls: PodClass) -> str:
         reasons: dict[str, list[str]] = {}
@@ -85,21 +95,15 @@ class Explainer:
                     return f"{info.state} with room, but the scheduler already refused the pod"
                 full = "; ".join(shortfalls(cls.req.requests, target.free))
                 return f"{info.state}, no room left: {full}"
-            case Availability.OFF:
-                pass
-            case _:
-                return info.state
-        if group is None:
-            return f"group {info.machine.group} not found"
-        if group.autoscaler is not Autoscaler.BUILTIN:
-            return f"group {group.key.name} is sized by {group.autoscaler}"
-        if not info.machine.autoscaling_enabled:
-            return "pinned (autoscaling.enabled=false)"
+        why = not_startable(info)
+        if why is not None:
+            return why
+        assert group is not None  # managed
         if info.key in self.chosen:
             return "being powered on for other pods"
-        if group.key not in cls.eligible and group.quiet:
-            whom = "any pending pod" if group.quiet == "strict" else "pods another Group can host"
-            return f"{group.window_note}: no power-on for {whom}"
+        quiet = self._quiet(cls, group) if group.key not in cls.eligible else None
+        if quiet is not None:
+            return quiet
         if group.key not in cls.eligible:
             return (
                 f"pods wait {group.scale_up.stabilization_seconds}s before group "
@@ -109,22 +113,27 @@ class Explainer:
             return self.group_limit(group.key)
         return "off, not needed by the machines chosen"
 
-    def group_limit(self, key: ObjectKey) -> str:
-        """Why a Group may start no further power-on now."""
-        group = self.cluster.groups[key]
-        planned = self.planned.get(key, 0)
-        active = self.cluster.active.get(key, 0) + planned
-        if active >= group.max_nodes:
-            return f"group {key.name} at maxNodes ({active} of {group.max_nodes} on)"
-        in_flight = self.cluster.coming.get(key, 0) + planned
-        limit = group.scale_up.max_concurrent
+    def _quiet(self, cls: PodClass, group: Group) -> str | None:
+        """How `group`'s quiet window holds it back from `cls`: always when strict, else by the
+        machines of other Groups that can be powered on for it instead (None: it does not)."""
+        if not group.quiet:
+            return None
+        if group.quiet == "strict":
+            return f"{group.window_note}: no power-on for any pending pod"
+        names = self._alternatives.get(cls.id)
+        if names is None:
+            found = alternatives(self.cluster, self._decided, cls)
+            names = self._alternatives[cls.id] = [info.key.name for info in found]
+        if not names:
+            return None
         return (
-            f"group {key.name} has {in_flight} power-on operations in flight "
-            f"(scaleUp.maxConcurrentOperations {limit})"
+            f"{group.window_note}: no power-on for pods another Group can host "
+            f"({listed(names)} can be powered on for them)"
         )
 
+    def group_limit(self, key: ObjectKey) -> str:
+        """Why a Group may start no further power-on now, this plan's power-ons counted."""
+        return group_limit(self.cluster, key, self.planned.get(key, 0))
 
-def listed(names: Sequence[object]) -> str:
-    """The first `NAMES_SHOWN` names, then how many more there are."""
-    shown = ", ".join(str(name) for name in names[:NAMES_SHOWN])
-    return shown if len(names) <= NAMES_SHOWN else f"{shown} and {len(names) - NAMES_SHOWN} more"
+
+__all__ = ["NAMES_SHOWN", "Explainer", "listed"]

@@ -63,6 +63,10 @@ AcquireLease, and every transitional phase renews the Lease on each reconcile):
 | PoweringOff | Job succeeded, power Off | Off | JobSucceeded (DeleteCoreNode per policy) |
 | PoweringOff | same, Job reports forced_after_seconds | as above | same + Warning ForcedPowerOff |
 | PoweringOff | Job succeeded, power On/unreported | retry | PowerStateMismatch (Drifted=True) |
+| PoweringOff | Job succeeded, cut_pending, kubelet renews | unchanged | WaitingForHeartbeat |
+| PoweringOff | cut_pending, kubelet Lease expired, gone | unchanged | OSDownConfirmed, StartJob |
+| PoweringOff | cut_pending, renewed past shutdownTimeout, force | unchanged | OSDownConfirmed |
+| PoweringOff | cut_pending, renewed past shutdownTimeout | retry | OSStillRunning |
 | PoweringOff | Job failed/lost, retry due, D changed | as PoweringOn | |
 | Failed | new generation (any spec edit) | per D, attempt 1 | PowerOnRequested/PowerOffRequested |
 | Failed | D On and core Node Ready | Ready | NodeRegistered |
@@ -81,6 +85,15 @@ playbook that failed because the BMC (or hypervisor API) refused with 503/429/50
 answer (`planning.outages`) is retried after the same backoff without spending `maxRetries`,
 with reason BMCUnavailable, for 30 minutes in the action's phase; the backoff keeps such an
 outage to a handful of attempts (`outages.attempts_within`), never a request storm.
+
+Never under a running OS: a driver that cuts the power without a graceful path of its own and
+without a meter (a Home Assistant switch without a power sensor) reports `cut_pending` once the
+OS shutdown was delivered and the probe went silent, leaving the power on. The machine stays
+PoweringOff until its kubelet's Lease in kube-node-lease has not been renewed for a whole lease
+duration (or there is none: not a cluster node), then the power-off runs again (the next
+attempt number) with that evidence, and only then is the power cut. A kubelet still renewing
+`shutdownTimeoutSeconds` after the Job ended means the OS runs: the attempt fails (or, with the
+driver's `force`, the power is cut with ForcedPowerOff).
 
 Drain timeout: eviction is never forced past a PodDisruptionBudget, because powering off a
 machine whose pods a PDB protects is exactly the outage a PDB exists to prevent. After
@@ -201,6 +214,9 @@ class Reason(StrEnum):
     ADDRESS_POOL_EXHAUSTED = "AddressPoolExhausted"
     FORCED_POWER_OFF = "ForcedPowerOff"
     BMC_UNAVAILABLE = "BMCUnavailable"
+    WAITING_FOR_HEARTBEAT = "WaitingForHeartbeat"
+    OS_DOWN_CONFIRMED = "OSDownConfirmed"
+    OS_STILL_RUNNING = "OSStillRunning"
 
 
 #: Reasons that describe a passing wait rather than the machine; a steady phase replaces them.
@@ -827,9 +843,17 @@ def _running(m: MachineState, obs: Observations, now: datetime, op: Operation) -
             return _attempt_failed(m, failed, Reason.JOB_LOST, message)
         # Not visible yet (watch lag, or a crash between writing status and creating the
         # Job): ask for it again; the name is deterministic so this cannot make a second one.
+        evidence = op.values.get("os_down_evidence")
+        forced = op.values.get("os_down_forced_after")
         effects: tuple[Effect, ...] = (
             AcquireLease(),
-            StartJob(op.action, op.intent_generation, op.attempt),
+            StartJob(
+                op.action,
+                op.intent_generation,
+                op.attempt,
+                evidence if isinstance(evidence, str) else "",
+                forced if isinstance(forced, int) else 0,
+            ),
             Requeue(JOB_POLL_SECONDS),
         )
         return Decision(m.phase, Reason.WAITING_FOR_JOB, f"waiting for {what}", effects, op)
@@ -879,6 +903,8 @@ def _running(m: MachineState, obs: Observations, now: datetime, op: Operation) -
 def _succeeded(
     m: MachineState, obs: Observations, now: datetime, op: Operation, job: ObservedJob
 ) -> Decision:
+    if op.target is PowerState.OFF and job.values.get("cut_pending") is True:
+        return _confirm_os_down(m, obs, now, op, job)
     # "Unknown" from the playbook means it could not tell: treated as not reported.
     reported = job.power_state if job.power_state is not PowerState.UNKNOWN else None
     target = op.target
@@ -963,6 +989,67 @@ def _succeeded(
     return Decision(
         Phase.OFF, Reason.JOB_SUCCEEDED, message, effects, done, observed_power_state=PowerState.OFF
     )
+
+
+def _confirm_os_down(
+    m: MachineState, obs: Observations, now: datetime, op: Operation, job: ObservedJob
+) -> Decision:
+    """The power-off Job delivered the OS shutdown, saw the probe go silent and left the power
+    on (`cut_pending`: nothing measures the draw). Silence alone is no proof that the OS is
+    down, so the power is cut (by the next attempt, given the evidence) only once the kubelet
+    has stopped renewing its Lease; one still renewing `shutdown_timeout_seconds` after the Job
+    ended is a running OS."""
+    said = str(job.values.get("evidence") or "the shutdown command was delivered").rstrip(". ")
+    done = op
+    if op.result is not OperationResult.SUCCEEDED:
+        text = f"{op.action} Job (attempt {op.attempt}) left the power on: {said}"
+        done = op.finish(
+            OperationResult.SUCCEEDED, now, text, power_state=job.power_state, values=job.values
+        )
+    if m.desired is not op.target:
+        why = f"desired power state changed to {m.desired} before the power was cut"
+        return _act_on_intent(m, obs, now, why)
+    node, heartbeat = m.kubernetes_node_name, obs.kubelet
+    if heartbeat is None or heartbeat.renewed is None:
+        seen = f"core Node {node} has no kubelet Lease (kube-node-lease/{node})"
+    else:
+        quiet = int((now - heartbeat.renewed).total_seconds())
+        seen = (
+            f"the kubelet of core Node {node} last renewed its Lease at "
+            f"{heartbeat.renewed:%H:%M:%S} UTC ({quiet} s ago)"
+        )
+    if heartbeat is None or heartbeat.stopped(now):
+        evidence = f"{said}; {seen}"
+        message = f"{evidence}: the OS is down, cutting the power"
+        return _start(
+            m, now, op.action, Reason.OS_DOWN_CONFIRMED, message,
+            generation=op.intent_generation, os_down=(evidence, 0),
+        )  # fmt: skip
+    waited = (now - (done.finished or now)).total_seconds()
+    if waited < m.shutdown_timeout_seconds:
+        message = f"{said}; {seen}: waiting for it to stop before the power is cut"
+        assert heartbeat.renewed is not None  # stopped() is True without a renewal
+        until = (heartbeat.renewed - now).total_seconds() + heartbeat.duration_seconds
+        effects: tuple[Effect, ...] = (
+            AcquireLease(),
+            Event(EventType.NORMAL, Reason.WAITING_FOR_HEARTBEAT, message),
+            Requeue(min(JOB_POLL_SECONDS, max(SOON_SECONDS, until + SOON_SECONDS))),
+        )
+        return Decision(m.phase, Reason.WAITING_FOR_HEARTBEAT, message, effects, done)
+    running = (
+        f"{said}; but {seen}, {int(waited)} s after the probe went silent: the OS is running "
+        "(check that the probe watches a port only the running OS answers on)"
+    )
+    if m.force_power_off:
+        message = f"{running}; force is set: cutting the power"
+        return _start(
+            m, now, op.action, Reason.OS_DOWN_CONFIRMED, message,
+            generation=op.intent_generation,
+            os_down=(running, m.shutdown_timeout_seconds),
+        )  # fmt: skip
+    message = f"{running}; the power stays on (force is false)"
+    failed = done.finish(OperationResult.FAILED, now, message, values=done.values)
+    return _attempt_failed(m, failed, Reason.OS_STILL_RUNNING, message)
 
 
 def _forced_power_off(job: ObservedJob) -> str | None:
@@ -1132,18 +1219,23 @@ def _start(
     *,
     extra: tuple[Effect, ...] = (),
     generation: int | None = None,
+    os_down: tuple[str, int] = ("", 0),
 ) -> Decision:
-    """Start `action`'s Job for the current intent (a retry passes its own `generation`)."""
+    """Start `action`'s Job for the current intent (a retry passes its own `generation`; the
+    power-off after a `cut_pending` one passes `os_down`, its evidence and forced seconds)."""
     if generation is None:
         generation = m.intent_generation
     op, attempt = m.operation, 1
     if op is not None and op.action is action and op.intent_generation == generation:
         attempt = op.attempt + 1  # never reusing the name of an earlier Job of the intent
-    operation = Operation(action, generation, attempt, started=now)
+    # The evidence is kept with the attempt, so a Job made again (not visible yet) carries it.
+    kept = {"os_down_evidence": os_down[0], "os_down_forced_after": os_down[1]}
+    values = kept if os_down[0] else {}
+    operation = Operation(action, generation, attempt, started=now, values=values)
     effects: tuple[Effect, ...] = (
         AcquireLease(),
         *extra,
-        StartJob(action, generation, attempt),
+        StartJob(action, generation, attempt, *os_down),
         Event(EventType.NORMAL, reason, message),
         Requeue(JOB_POLL_SECONDS),
     )

@@ -10,7 +10,9 @@ Called by `lightsout.planning.autoscale.plan` in three steps:
    `policy.best` picks among Groups; identical machines that would be filled identically are
    taken in one step. Each Group's room (maxNodes, and scaleUp.maxConcurrentOperations less the
    power-on operations in flight, booting machines apart) bounds it. Then machines whose pods
-   fit on the others are dropped.
+   fit on the others are dropped. The candidates are the machines `startable.not_startable`
+   allows; a Group in a quiet window is offered a class only when no other Group has a machine
+   `startable.could_power_on` accepts for it (`eligible_classes`), and when strict never.
 3. `top_up`: Groups below minNodes get their cheapest machines powered on.
 
 Each step returns what it decided (`Absorbed`, `Choice`, `TopUp`) and changes nothing it is
@@ -26,7 +28,6 @@ from dataclasses import dataclass, replace
 
 from lightsout.models.enums import Autoscaler, SelectionPolicy
 from lightsout.planning.cluster import (
-    Availability,
     Bin,
     Cluster,
     MachineInfo,
@@ -37,7 +38,7 @@ from lightsout.planning.cluster import (
 )
 from lightsout.planning.packing import drop_redundant
 from lightsout.planning.policy import EnergyModel, Fill, best, fill_of, idle_rank, rank
-from lightsout.planning.scheduling import shortfalls
+from lightsout.planning.startable import alternatives, not_startable, quiet_wake
 from lightsout.state.types import Group, ObjectKey, Pod
 
 
@@ -94,12 +95,15 @@ class Chosen:
     bin: Bin
     fill: Fill
     pods: tuple[Pod, ...]
+    #: Why a quiet window open on its Group lets it wake this machine (`startable.quiet_wake`),
+    #: for its PowerOn reason; "" when none is open.
+    quiet: str = ""
 
 
 def eligible_classes(cluster: Cluster, classes: Sequence[PodClass]) -> tuple[PodClass, ...]:
     """The pods left after `absorb` (`Absorbed.classes`), regrouped by the Groups whose scale-up
     window they are past (scaleUp.stabilizationWindowSeconds: how long a pod must wait before a
-    machine is started)."""
+    machine is started), less the Groups a quiet window holds back from them (`_quieted`)."""
     windows = {
         key: group.scale_up.stabilization_seconds
         for key, group in cluster.groups.items()
@@ -108,6 +112,7 @@ def eligible_classes(cluster: Cluster, classes: Sequence[PodClass]) -> tuple[Pod
     # A pod's eligible Groups depend only on how many distinct windows its age has passed.
     levels = sorted(set(windows.values()))
     by_level = [frozenset(k for k, w in windows.items() if w <= level) for level in levels]
+    room = room_of(cluster)
     out: list[PodClass] = []
     for cls in classes:
         buckets: dict[frozenset[ObjectKey], list[Pod]] = {}
@@ -117,38 +122,31 @@ def eligible_classes(cluster: Cluster, classes: Sequence[PodClass]) -> tuple[Pod
             buckets.setdefault(eligible, []).append(pod)
         for eligible, pods in buckets.items():
             regrouped = PodClass(len(out), cls.req, tuple(pods), cls.weight, eligible)
-            out.append(_quieted(cluster, regrouped))
+            out.append(_quieted(cluster, room, regrouped))
     out.sort(key=lambda c: (-c.weight, c.pods[0].key))
     return tuple(out)
 
 
-def _quieted(cluster: Cluster, cls: PodClass) -> PodClass:
+def _quieted(cluster: Cluster, room: Mapping[ObjectKey, int], cls: PodClass) -> PodClass:
     """`cls` without the Groups a quiet schedule window keeps from powering on for it: a strict
-    one always, a quiet one when a machine of another Group could host its pods (on or off,
-    by placement and its allocatable)."""
+    one always, a quiet one when another Group has a machine that could be powered on now for
+    its pods (`startable.alternatives`: autoscaled, Off, not pinned, its Group below its
+    maximum and not itself quiet)."""
     quiet = {key for key in cls.eligible if cluster.groups[key].quiet}
     if not quiet:
         return cls
-    others = {
-        info.group.key
-        for info in cluster.infos
-        if info.group is not None
-        and info.group.key not in quiet
-        and info.view is not None
-        and not cluster.placer.reasons(cls, info.shape, info.view)
-        and not shortfalls(cls.req.requests, info.view.allocatable.as_dict())
-    }
-    kept = {key for key in quiet if cluster.groups[key].quiet != "strict" and not (others - {key})}
-    return replace(cls, eligible=cls.eligible - (quiet - kept))
+    held = {key for key in quiet if cluster.groups[key].quiet == "strict"}
+    if held != quiet and next(alternatives(cluster, room, cls), None) is not None:
+        held = quiet
+    return replace(cls, eligible=cls.eligible - held)
 
 
 def offers_of(cluster: Cluster, energy: EnergyModel) -> list[Offer]:
     offers: dict[Hashable, Offer] = {}
     for info in cluster.infos:
-        if info.availability is not Availability.OFF or not info.managed:
+        if not_startable(info) is not None or info.view is None:
             continue
-        if info.view is None or info.group is None:
-            continue
+        assert info.group is not None  # managed
         m, policy = info.machine, info.group.selection_policy
         # Machines alike in everything their Group's policy looks at are one offer, so a
         # hundred identical boxes cost one simulation, not a hundred.
@@ -254,14 +252,16 @@ def choose(
         for left, _ in placed:
             for user in users.get(left.cls.id, ()):
                 user.dirty = True
-    packed = drop_redundant(
-        cluster.placer, [target for target, _ in picked], {c.id: c for c in classes}
-    )
+    by_id = {cls.id: cls for cls in classes}
+    packed = drop_redundant(cluster.placer, [target for target, _ in picked], by_id)
     chosen: list[Chosen] = []
     for machine, (_, fill) in zip(packed, picked, strict=True):
         if machine.placed:
             pods = tuple(pod for pods in machine.placed.values() for pod in pods)
-            chosen.append(Chosen(machine, fill, pods))
+            quiet = ""
+            if fill.group.quiet:
+                quiet = quiet_wake(cluster, room, fill.group, (by_id[i] for i in machine.placed))
+            chosen.append(Chosen(machine, fill, pods, quiet))
         elif machine.group_key is not None:
             room_left[machine.group_key] += 1
     return Choice(tuple(chosen), room_left, tuple(left.unplaced() for left in waiting))
@@ -333,10 +333,7 @@ def top_up(
         candidates = [
             info
             for info in cluster.infos
-            if info.group is group
-            and info.managed
-            and info.availability is Availability.OFF
-            and info.key not in taken
+            if info.group is group and not_startable(info) is None and info.key not in taken
         ]
         candidates.sort(
             key=lambda i: (

@@ -146,6 +146,12 @@ class Operation:
     def target(self) -> PowerState | None:
         return self.action.target
 
+    @property
+    def cut_pending(self) -> bool:
+        """A power-off Job left the power on until the OS is confirmed down (a driver without a
+        meter: the shutdown was delivered and the probe went silent)."""
+        return self.values.get("cut_pending") is True
+
     def matches(self, job: ObservedJob) -> bool:
         """Whether `job` is the Job of this operation (same action, intent and attempt)."""
         return (self.action, self.intent_generation, self.attempt) == (
@@ -258,6 +264,9 @@ class MachineState:
     #: the adoption was decided on (`status.observedGeneration == metadata.generation`): the
     #: operator's own patch of `desiredPowerState` has not reached its cache yet.
     adopting: PowerState | None = None
+    #: The driver's `force`: a power-off without proof that the OS went down cuts the power
+    #: after `shutdown_timeout_seconds` rather than failing.
+    force_power_off: bool = False
 
     @property
     def on_action(self) -> Action:
@@ -294,3 +303,19 @@ class Observations:
     #: Per power action, the first object its Job needs that does not exist (or lacks a key):
     #: such an action is held back, with no Job and no attempt spent.
     unresolved: Mapping[Action, Unresolved] = field(default_factory=dict)
+    #: The heartbeat of the machine's kubelet (its Lease in kube-node-lease), read only while a
+    #: power-off waits for it (`Operation.cut_pending`); None: no such Lease.
+    kubelet: KubeletHeartbeat | None = None
+
+
+@dataclass(frozen=True)
+class KubeletHeartbeat:
+    """A kubelet's Lease in `kube-node-lease`: it renews `renewed` every few seconds while its
+    OS runs; the node lifecycle controller counts it gone `duration_seconds` after."""
+
+    renewed: datetime | None
+    duration_seconds: int = 40
+
+    def stopped(self, now: datetime) -> bool:
+        """No renewal for a whole lease duration: the kubelet, and so its OS, is not running."""
+        return self.renewed is None or (now - self.renewed).total_seconds() >= self.duration_seconds

@@ -26,7 +26,7 @@ MESSAGE_LIMIT = 2048
 #: check never lands), the power state read, a clone's vmid and host (without them a clone
 #: goes unrecorded) and how long the OS had before a forced power-off (the operator warns of
 #: it). Kept only as numbers or short strings (a name has at most 253 characters).
-KEPT_VALUES = ("node", "power_state", "vmid", "host", "forced_after_seconds")
+KEPT_VALUES = ("node", "power_state", "vmid", "host", "forced_after_seconds", "cut_pending")
 _KEPT_MAX = 253
 
 Outcome = Literal["Succeeded", "Failed"]

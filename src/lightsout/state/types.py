@@ -274,7 +274,8 @@ class Window:
     times: WindowTimes
     min_nodes: int | None = None
     max_nodes: int | None = None
-    #: No power-on for pods another Group could host (`strict`: for no pending pod at all).
+    #: No power-on for a pod another Group's machine could be powered on for now
+    #: (`planning.startable.alternatives`; `strict`: for no pending pod at all).
     quiet: bool = False
     strict: bool = False
 
