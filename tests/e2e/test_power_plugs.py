@@ -446,6 +446,11 @@ def test_no_power_is_cut_without_evidence_that_the_os_went_down(
                 "homeassistant", "no meter, SSH unreachable, force true", op=off["lastOperation"]
             )
             assert off["lastOperation"]["values"]["forced_after_seconds"] == timeout
+            # It says what happened: no shutdown was ever sent, so none "did not finish".
+            said = off["lastOperation"]["message"]
+            assert "the power was cut without evidence that the OS went down" in said
+            assert "no shutdown command could be delivered" in said
+            assert "did not shut down" not in said and "forced_reason=" not in said
             switched_on, cut = forced.plug.orders()
             assert switched_on.on and (cut.on, cut.machine_state) == (False, "running")
             assert forced.box.shutdown_requests() == 0

@@ -153,6 +153,15 @@ def test_the_cut_that_succeeds_ends_off_and_a_forced_one_warns() -> None:
     assert Reason.FORCED_POWER_OFF in reasons
     warning = [e for e in forced.effects if isinstance(e, Event) and e.type is EventType.WARNING]
     assert warning
+    assert "the OS did not shut down within 60 s" in forced.message
+    # A role that says what was missing is quoted instead: no shutdown it never sent.
+    missing = "the probe did not answer, so no shutdown command could be delivered"
+    told = cut({"power_state": "Off", "forced_after_seconds": 15, "forced_reason": missing})
+    assert told.message.endswith(
+        "the power was cut without evidence that the OS went down, 15 s after the shutdown "
+        f"was asked for ({missing})"
+    )
+    assert "did not shut down" not in told.message
 
 
 def test_a_changed_intent_while_waiting_acts_on_it_and_never_cuts() -> None:

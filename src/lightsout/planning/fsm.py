@@ -1058,6 +1058,14 @@ def _forced_power_off(job: ObservedJob) -> str | None:
     seconds = job.values.get("forced_after_seconds")
     if not isinstance(seconds, int) or isinstance(seconds, bool):
         return None
+    reason = job.values.get("forced_reason")
+    if isinstance(reason, str) and reason:
+        # The role says what was missing (a plug: no shutdown delivered, no meter): say that,
+        # not a shutdown that may never have been sent.
+        return (
+            f"the power was cut without evidence that the OS went down, {seconds} s after the "
+            f"shutdown was asked for ({reason})"
+        )
     if seconds <= 0:
         return "the machine was powered off hard (no graceful shutdown possible)"
     return f"the OS did not shut down within {seconds} s and the machine was powered off hard"

@@ -25,9 +25,13 @@ MESSAGE_LIMIT = 2048
 #: health-check pod checked (without it no one can tell whose result it is, and the machine's
 #: check never lands), the power state read, a clone's vmid and host (without them a clone
 #: goes unrecorded) and how long the OS had before a forced power-off (the operator warns of
-#: it). Kept only as numbers or short strings (a name has at most 253 characters).
+#: it), and whether the power was left on for the operator to confirm the OS is down. Kept
+#: only as numbers or short strings (a name has at most 253 characters).
 KEPT_VALUES = ("node", "power_state", "vmid", "host", "forced_after_seconds", "cut_pending")
 _KEPT_MAX = 253
+#: Values that are sentences of their own (what a power-off saw, in order): the operator quotes
+#: them where they belong, so the one-line summary of the values leaves them out.
+PROSE_VALUES = frozenset({"evidence", "forced_reason"})
 
 Outcome = Literal["Succeeded", "Failed"]
 
@@ -127,7 +131,11 @@ def build_result(
     """Decide the outcome from ansible-runner's status/rc and what the events said."""
     values = collector.values
     if status == "successful" and rc == 0 and collector.failed_task is None:
-        summary = ", ".join(f"{k}={v}" for k, v in values.items() if not isinstance(v, dict))
+        summary = ", ".join(
+            f"{k}={v}"
+            for k, v in values.items()
+            if not isinstance(v, dict) and k not in PROSE_VALUES
+        )
         message = f"{playbook} succeeded" + (f": {summary}" if summary else "")
         return RunResult("Succeeded", None, message, values)
     if collector.failure is not None:
