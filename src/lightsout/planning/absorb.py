@@ -25,7 +25,6 @@ from datetime import UTC, datetime
 from lightsout.models.enums import Phase
 from lightsout.planning.cluster import (
     SCHEDULER_GRACE,
-    Availability,
     Bin,
     Cluster,
     Filling,
@@ -35,6 +34,7 @@ from lightsout.planning.cluster import (
     count_fit,
     since_verdict,
 )
+from lightsout.planning.startable import not_startable
 from lightsout.state.types import ObjectKey, Pod
 
 #: How much later than a fresh power-on of an off machine a machine already coming up may be
@@ -77,7 +77,7 @@ def fresh_power_on(
     found: FreshPowerOn | None = None
     for info in cluster.infos:
         group, view = info.group, info.view
-        if info.availability is not Availability.OFF or not info.managed:
+        if not_startable(info) is not None:  # the rule scale-up and the quiet windows use
             continue
         if view is None or group is None or room.get(group.key, 0) <= 0:
             continue

@@ -2,9 +2,9 @@
 
 One decision, three callers, so "could be powered on" is written once:
 
-- `scaleup.offers_of` and `scaleup.top_up` take their candidates from `not_startable`: Off
-  (not Failed, on, booting or unresolved) and managed by the built-in autoscaler
-  (`MachineInfo.managed`: a `builtin` Group, not pinned).
+- `scaleup.offers_of`, `scaleup.top_up` and `absorb.fresh_power_on` take their candidates from
+  `not_startable`: Off (not Failed, on, booting or unresolved) and managed by the built-in
+  autoscaler (`MachineInfo.managed`: a `builtin` Group, not pinned).
 - `scaleup.eligible_classes` holds a Group in a quiet window back from a class only if another
   Group has a machine `could_power_on` accepts for it (`alternatives`).
 - `explain.Explainer` names that machine when the quiet window holds its Group back, and
