@@ -328,10 +328,10 @@ def observations(
     power_state: PowerState = PowerState.UNKNOWN,
     power_state_at: dt.datetime | None = None,
     unresolved: Mapping[Action, Unresolved] | None = None,
-    kubelet_lease: Obj | None = None,
+    kubelet: KubeletHeartbeat | None = None,
 ) -> Observations:
-    """What one pass sees; `kubelet_lease` is the machine's Lease in kube-node-lease, when it was
-    read (only while a power-off waits for the kubelet to stop)."""
+    """What one pass sees; `kubelet` is the machine's kubelet heartbeat, when it was read (only
+    while a power-off waits for the kubelet to stop)."""
     return Observations(
         job=job,
         node_exists=core_node is not None,
@@ -345,19 +345,7 @@ def observations(
         power_state=power_state,
         power_state_observed_at=power_state_at,
         unresolved=dict(unresolved or {}),
-        kubelet=kubelet_heartbeat(kubelet_lease),
-    )
-
-
-def kubelet_heartbeat(lease: Obj | None) -> KubeletHeartbeat | None:
-    """A kubelet's Lease (`kube-node-lease/<node>`) as its heartbeat; None without one."""
-    if lease is None:
-        return None
-    spec = lease.get("spec") or {}
-    duration = spec.get("leaseDurationSeconds")
-    return KubeletHeartbeat(
-        renewed=parse_time(spec.get("renewTime")) or parse_time(spec.get("acquireTime")),
-        duration_seconds=duration if isinstance(duration, int) and duration > 0 else 40,
+        kubelet=kubelet,
     )
 
 

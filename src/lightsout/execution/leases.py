@@ -22,7 +22,7 @@ from typing import Any
 from lightsout.execution.jobs import LABEL_MANAGED_BY, LABEL_NODE, MANAGED_BY
 from lightsout.execution.naming import label_value, stable_hash
 from lightsout.k8s.api import Api, ConflictError
-from lightsout.planning.types import LeaseState
+from lightsout.planning.types import KubeletHeartbeat, LeaseState
 from lightsout.state.parse import dig
 
 LEASE_PREFIX = "lightsout"
@@ -97,14 +97,29 @@ def lease_expiry(lease: Mapping[str, Any] | None) -> datetime | None:
     no Lease)."""
     if lease is None:
         return None
+    since, duration = _held(lease)
+    if since is None or duration is None:
+        return None
+    return since + timedelta(seconds=duration)
+
+
+def kubelet_heartbeat(lease: Mapping[str, Any] | None) -> KubeletHeartbeat | None:
+    """A kubelet's Lease (`kube-node-lease/<node>`) as its heartbeat; None without one. A Lease
+    without a duration is taken at the kubelet's default, 40 s."""
+    if lease is None:
+        return None
+    renewed, duration = _held(lease)
+    return KubeletHeartbeat(renewed, duration if duration and duration > 0 else 40)
+
+
+def _held(lease: Mapping[str, Any]) -> tuple[datetime | None, int | None]:
+    """When the Lease was last renewed (else acquired), and its duration in seconds."""
     spec = _spec(lease)
     duration = spec.get("leaseDurationSeconds")
     if not isinstance(duration, int) or isinstance(duration, bool):
-        return None
+        duration = None
     since = parse_micro_time(spec.get("renewTime")) or parse_micro_time(spec.get("acquireTime"))
-    if since is None:
-        return None
-    return since + timedelta(seconds=duration)
+    return since, duration
 
 
 def lease_state(lease: Mapping[str, Any] | None, holder: str, now: datetime) -> LeaseState:

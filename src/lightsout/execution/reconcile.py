@@ -325,7 +325,7 @@ class Reconciler:
             power_state=checked.power_state,
             power_state_at=checked.power_state_at,
             unresolved=view.unresolved,
-            kubelet_lease=kubelet,
+            kubelet=leases.kubelet_heartbeat(kubelet),
         )
         decision = providerid.report(fsm.decide(machine, obs, now), core_node, provider_id)
         ctx.cpu_utilisation = energy.cpu_utilisation(node, core_node, view.pods_on_node)
