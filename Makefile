@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PYTHON312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12) python3.12)
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml lab/pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: setup binaries cluster-autoscaler images test test-unit test-e2e test-molecule lint crds demo dashboard-check dev-cluster bench clean
+.PHONY: setup binaries cluster-autoscaler images images-previous test test-unit test-e2e test-molecule lint crds demo dashboard-check dev-cluster bench clean
 
 setup: $(STAMP)
 
@@ -30,20 +30,26 @@ cluster-autoscaler:
 images:
 	@bash tools/images/build.sh
 
+# The previous release's images and chart (tools/images/previous-release, built from that commit
+# with `git archive`: it needs the git history), which tests/e2e/test_install.py upgrades from.
+# Only the tests need them, so README's install block (`make images`) does not build them.
+images-previous:
+	@bash tools/images/build.sh --previous >/dev/null
+
 # The suite runs in parallel workers (pytest-xdist), each with its own control plane; the tests
 # of the host's one real node go to one worker (tests/conftest.py). Budget: 30 minutes on 2
 # cores (README, "Test time"). The 25 slowest tests are listed at the end.
 TEST_WORKERS ?= 3
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
-test: setup binaries cluster-autoscaler images
+test: setup binaries cluster-autoscaler images images-previous
 	@bash tools/ci/system-packages.sh tests node prometheus
 	$(PY) -m pytest $(XDIST) --durations=25 tests
 
 test-unit: setup
 	$(PY) -m pytest -n 2 -m unit tests
 
-test-e2e: setup binaries cluster-autoscaler images
+test-e2e: setup binaries cluster-autoscaler images images-previous
 	@bash tools/ci/system-packages.sh tests node prometheus
 	$(PY) -m pytest $(XDIST) --durations=25 -m e2e tests
 
@@ -62,6 +68,7 @@ crds: setup
 	$(VENV)/bin/lightsout crds --output crds
 	$(VENV)/bin/lightsout crds --output deploy/helm/lightsout/crds
 	$(PY) -m lightsout.models.reference docs/crds.md
+	$(PY) -m lightsout.models.drivers playbooks/vars/drivers.yml
 
 # ipmi_sim, ipmitool and sshd emulate the IPMI server and the Wake-on-LAN mini PC (idempotent;
 # apt-get via sudo when not root, only when something is missing).

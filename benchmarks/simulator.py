@@ -7,9 +7,9 @@ the offline bound with HiGHS and prints one table: energy / bound for both polic
 saved against the one always-on reference (`report.always_on_reference`), pod waits (CronJob
 pods apart; pods waiting for a power-on past boot + 5 s, pods waiting for busy capacity),
 power cycles, evictions of running pods (a Job's restarts from zero). Then, per trace, where
-Lights-Out spends above the bound's schedule, by machine and cause (`simulate.breakdown`), and
-the replay time of a synthetic week of 20 machines and 5,000 pods. Figures are printed, never
-asserted.
+Lights-Out spends above the bound's schedule, by machine and cause
+(`simulate.analysis.breakdown`), and the replay time of a synthetic week of 20 machines and
+5,000 pods. Figures are printed, never asserted.
 
 Run: `.venv/bin/python -m benchmarks.simulator [solver seconds]` (part of `make bench`).
 """
@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lightsout.simulate.breakdown import GROUPS, breakdown
-from lightsout.simulate.engine import Options, Policy, replay
-from lightsout.simulate.generate import scale_week
-from lightsout.simulate.optimum import Bound, solve
-from lightsout.simulate.report import always_on_reference, longest_wait, summarise
-from lightsout.simulate.trace import load
+from lightsout.simulate.analysis.breakdown import GROUPS, breakdown
+from lightsout.simulate.analysis.optimum import Bound, solve
+from lightsout.simulate.analysis.report import always_on_reference, longest_wait, summarise
+from lightsout.simulate.replay.engine import Options, Policy, replay
+from lightsout.simulate.traces.generate import scale_week
+from lightsout.simulate.traces.trace import load
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 NAMES = ("homelab-week", "batch-heavy", "bursty-random", "household-contention")

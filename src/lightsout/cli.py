@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lightsout.simulate.engine import Options, Result
-    from lightsout.simulate.optimum import Bound
-    from lightsout.simulate.sweep import Sweep
-    from lightsout.simulate.trace import Trace
+    from lightsout.simulate.analysis.optimum import Bound
+    from lightsout.simulate.analysis.sweep import Sweep
+    from lightsout.simulate.replay.engine import Options, Result
+    from lightsout.simulate.traces.trace import Trace
 
 #: How long a command waits to connect to the API server (TLS handshake included) before it
 #: says the server does not answer; each call is tried 4 times (urllib3's retries).
@@ -202,7 +202,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Replay a trace against the production planner; print energy, waits, cycles, bounds."""
-    from lightsout.simulate import engine, report
+    from lightsout.simulate.analysis import report
+    from lightsout.simulate.replay import engine
 
     _settings_of(args)
     sweep = _sweep_of(args)
@@ -223,7 +224,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     summary = report.summarise(result, reference)
     summary["replaySeconds"] = replay_seconds
     if args.plot:
-        from lightsout.simulate.plot import PlotMissingError, plot
+        from lightsout.simulate.analysis.plot import PlotMissingError, plot
 
         try:
             plot(result, Path(args.plot))
@@ -238,7 +239,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         max_wait = max(max_wait, report.longest_wait(reactive_result))
     solved = None
     if args.optimum:
-        from lightsout.simulate.optimum import SolverMissingError, solve
+        from lightsout.simulate.analysis.optimum import SolverMissingError, solve
 
         try:
             # If no zero-wait schedule exists, the bound lets pods wait as long as the
@@ -258,12 +259,12 @@ def _print_simulation(
     solved: Bound | None,
 ) -> None:
     """`lightsout simulate`'s report, text or JSON, with the bound and the breakdown asked for."""
-    from lightsout.simulate import report
+    from lightsout.simulate.analysis import report
 
     bound = None if solved is None else solved.as_json()
     rows = None
     if args.breakdown:
-        from lightsout.simulate.breakdown import breakdown
+        from lightsout.simulate.analysis.breakdown import breakdown
 
         rows = breakdown(result.machines, None if solved is None else solved.schedule)
     if args.output == "json":  # strict JSON: a non-finite figure fails here, not in a parser
@@ -274,7 +275,7 @@ def _print_simulation(
     else:
         sys.stdout.write(report.render_text(summary, baseline, bound))
         if rows is not None:
-            from lightsout.simulate.breakdown import render
+            from lightsout.simulate.analysis.breakdown import render
 
             sys.stdout.write(render(rows, None if solved is None else solved.schedule_source))
 
@@ -286,9 +287,9 @@ class _RefusedError(Exception):
 
 def _trace_of(args: argparse.Namespace) -> Trace:
     """The trace `lightsout simulate` replays; `_RefusedError` saying why it cannot."""
-    from lightsout.simulate import generate
-    from lightsout.simulate.trace import TraceError, load
-    from lightsout.simulate.validate import validate
+    from lightsout.simulate.traces import generate
+    from lightsout.simulate.traces.trace import TraceError, load
+    from lightsout.simulate.traces.validate import validate
 
     path = Path(args.trace)
     try:
@@ -306,7 +307,7 @@ def _trace_of(args: argparse.Namespace) -> Trace:
 
 def _settings_of(args: argparse.Namespace) -> None:
     """Refuse a `--set` that could change nothing, once, before any trace is read."""
-    from lightsout.simulate.machines import apply_overrides
+    from lightsout.simulate.traces.overrides import apply_overrides
 
     try:
         apply_overrides({"spec": {}}, args.set or ())
@@ -318,7 +319,7 @@ def _sweep_of(args: argparse.Namespace) -> Sweep | None:
     """The parsed `--sweep` (None without one); `_RefusedError` saying why not."""
     if args.sweep is None:
         return None
-    from lightsout.simulate.sweep import SweepError, parse
+    from lightsout.simulate.analysis.sweep import SweepError, parse
 
     try:
         sweep = parse(args.sweep)
@@ -334,12 +335,12 @@ def _sweep_of(args: argparse.Namespace) -> Sweep | None:
 
 def _simulate_sweep(trace: Trace, sweep: Sweep, options: Options, args: argparse.Namespace) -> int:
     """`lightsout simulate TRACE --sweep KNOB[=V1,...]`: a replay per value, the table."""
-    from lightsout.simulate import sweep as sweeping
+    from lightsout.simulate.analysis import sweep as sweeping
 
     points, baseline = sweeping.run(trace, sweep, options)
     document = sweeping.as_json(sweep, points, baseline)
     if args.plot:
-        from lightsout.simulate.plot import PlotMissingError, plot_sweep
+        from lightsout.simulate.analysis.plot import PlotMissingError, plot_sweep
 
         try:
             plot_sweep(document, Path(args.plot))
@@ -361,7 +362,7 @@ def _print_problems(what: str, problems: Sequence[object]) -> None:
 
 def cmd_trace_validate(args: argparse.Namespace) -> int:
     """Check a trace as the API server checks objects; exit 2 naming every problem."""
-    from lightsout.simulate.validate import check
+    from lightsout.simulate.traces.validate import check
 
     problems, found = check(args.directory)
     if problems:
@@ -375,8 +376,8 @@ def cmd_trace_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_trace_generate(args: argparse.Namespace) -> int:
-    from lightsout.simulate import generate
-    from lightsout.simulate.trace import write
+    from lightsout.simulate.traces import generate
+    from lightsout.simulate.traces.trace import write
 
     trace = generate.generate(args.name, args.seed)
     out = write(trace, args.output)
@@ -388,8 +389,8 @@ def cmd_trace_record(args: argparse.Namespace) -> int:
     """Watch the cluster's pods for --duration (or until SIGINT/SIGTERM), then write a trace."""
     from lightsout.commands.record import record
     from lightsout.k8s.api import Api, current_namespace, error_message
-    from lightsout.simulate.record import build, machines_without_durations, parse_duration
-    from lightsout.simulate.trace import write
+    from lightsout.simulate.traces.record import build, machines_without_durations, parse_duration
+    from lightsout.simulate.traces.trace import write
 
     try:
         seconds = parse_duration(args.duration)

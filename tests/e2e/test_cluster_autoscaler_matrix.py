@@ -1,17 +1,22 @@
 """cluster-autoscaler as people configure it: each expander, and the flags README sets, on one
-lab (issue 28).
+lab (issues 28 and 40).
 
-One `lightsout run` with its gRPC server, one Redfish emulator and one set of machines: issue
-28's two Groups ("small": two 4-cpu machines at 30 W; "big": one 16-cpu machine at 220 W) and
-two Groups alike, "rack-a" and "rack-b" (two 4-cpu machines each, labelled `pool: racks` and
-tainted `dedicated=racks:NoSchedule`, so only the pods that ask for them go there). Each row
-starts its own cluster-autoscaler process with README's flags, adding only what the row is
-about (the racks row also drops README's 10-minute pause after a scale-up), and ends with
-every machine Off again, its core Node gone:
+One `lightsout run` with its gRPC server, one Redfish emulator and one set of machines: two
+Groups on which cluster-autoscaler's expanders disagree, "small" (two 4-cpu machines at 180 W)
+and "big" (one 16-cpu machine at 30 W: larger, yet frugal enough to win the price expander
+despite its size penalty), and two Groups alike, "rack-a" and "rack-b" (two 4-cpu machines
+each, labelled `pool: racks` and tainted `dedicated=racks:NoSchedule`, so only the pods that
+ask for them go there). Each row starts its own cluster-autoscaler process with README's
+flags, adding only what the row is about (the racks row also drops README's 10-minute pause
+after a scale-up), and ends with every machine Off again, its core Node gone:
 
-- one row per expander (`least-waste`, `most-pods`, `priority` with its ConfigMap, `random`;
-  `price`, README's, is test_cluster_autoscaler.py's): the Group the expander documents is
-  scaled up;
+- one row per expander (`price`, README's; `least-waste`, cluster-autoscaler's default;
+  `most-pods`; `priority` with its ConfigMap): each asserts the one Group that expander
+  chooses under cluster-autoscaler's own scoring (worked out in `ROWS`), and, where the
+  expander logs its score of every option (price, least-waste), that both Groups were scored.
+  `random` has no row: a test that it picks both Groups needs repeated scale-ups (7 for a
+  false failure under 2 %: n draws all alike has probability 2^(1-n)), each a row's cost,
+  for one `rand.Int31n` over the options (expander/random/random.go);
 - one row for the racks, with README's `--balance-similar-node-groups` and
   `--max-nodes-total` two above the Nodes there are: of three pods that each need a rack
   machine, two run, on one machine powered on in each rack, and the third waits while
@@ -43,7 +48,6 @@ from lightsout_lab.operator_process import OperatorProcess
 from lightsout_lab.sushy import POWER_ON, SushyEmulator
 from tests.e2e.autoscaling import Fleet, diagnosed, pod, pod_node, running
 from tests.e2e.ca_support import (
-    PRICED,
     PRICED_GROUP_OF,
     assert_allowed,
     ca_group,
@@ -55,7 +59,14 @@ from tests.e2e.ca_support import (
 from tests.e2e.conftest import PATIENCE, patch_desired, wait_phase
 from tests.harness.wait import get_json, wait_for
 
-#: Two Groups alike: two 4-cpu machines each, as issue 28's small ones.
+#: Issue 28's Groups (`priced_groups`) with other machines: "small"'s 4-cpu machines draw 180 W,
+#: "big"'s 16-cpu one 30 W, so the expanders disagree (`ROWS`).
+DISAGREEING = {
+    "small-1": {"cpu": "4", "memory": "8Gi", "watts": 180},
+    "small-2": {"cpu": "4", "memory": "8Gi", "watts": 180},
+    "big": {"cpu": "16", "memory": "32Gi", "watts": 30},
+}
+#: Two Groups alike: two 4-cpu machines each.
 RACKS = {f"rack-{r}{i}": {"cpu": "4", "memory": "8Gi", "watts": 30} for r in "ab" for i in (1, 2)}
 GROUP_OF = {**PRICED_GROUP_OF, **{short: short[:-1] for short in RACKS}}
 RACK_LABEL = {"pool": "racks"}
@@ -66,6 +77,10 @@ RACK_A_SECONDS = 10
 RACK_B_SECONDS = 1800
 PRIORITIES = "cluster-autoscaler-priority-expander"
 SCALE_UP = re.compile(r"\] Scale-up: setting group (\S+) size to (\d+)")
+#: What the price expander logs of each option at --v=5 (expander/price/price.go).
+PRICE_SCORE = re.compile(r"Price expander for (\S+): .*final_score=([\d.]+)")
+#: What least-waste logs of each option at --v=1 (expander/waste/waste.go).
+WASTE_SCORE = re.compile(r"Expanding Node Group (\S+) would waste .* ([\d.]+)% Blended")
 
 
 def rack_group(name: str, unneeded_seconds: int) -> dict[str, Any]:
@@ -87,7 +102,7 @@ def rack_pod(name: str) -> dict[str, Any]:
 
 @pytest.fixture
 def machines(namespace: str) -> Fleet:
-    return Fleet(namespace, {**PRICED, **RACKS})
+    return Fleet(namespace, {**DISAGREEING, **RACKS})
 
 
 @pytest.fixture
@@ -167,20 +182,45 @@ class Lab:
 
 @dataclass(frozen=True)
 class Row:
-    """One expander, the 3-cpu pods left pending, and the Groups its documentation allows."""
+    """One expander, the 3-cpu pods left pending, the Group it must choose and why. `scores`
+    matches the line the expander logs of each option, if it logs one; `flags` are what the
+    row adds to README's and its `--expander` (such as the log level that line needs)."""
 
     expander: str
     pods: int
-    allowed: tuple[str, ...]
+    chosen: str
     why: str
+    scores: re.Pattern[str] | None = None
+    flags: tuple[str, ...] = ()
 
 
-#: Each expander's documented choice on issue 28's Groups (price: test_cluster_autoscaler.py).
+# Each row's choice under cluster-autoscaler 1.34.5's own scoring, for 3-cpu, 100Mi pods.
+# - price (expander/price): per option, unfitness * (node price + s) / (pods' price + s),
+#   lowest wins. Prices per hour, in W (x pricePerKWh / 1000, the same for both): a small
+#   node 180, the big one 30; a pod's price is its share of the machine where that is
+#   cheapest, 3/16 of the big one, 5.625; s, the stabilization pod's (500m, 500Mi), 0.5/16 of
+#   the big one, 0.94. Ratios: small 180.94 / 6.56 = 27.6, big 30.94 / 6.56 = 4.71.
+#   Unfitness is max(P/cpus, cpus/P), P the preferred node's cpus (1 up to 2 Nodes in the
+#   cluster, 2 up to 6, 4 up to 20 ...): small 4, big 16 at P=1, scores 110 vs 75; 55 vs 38
+#   at P=2; 28 vs 19 at P=4; a larger P favours big more. Big wins at any cluster size.
+# - least-waste (expander/waste): idle share of cpu plus of memory of the new nodes: small
+#   0.25 + 0.988, big 0.8125 + 0.997. Small wins.
+# - most-pods (expander/mostpods): of three pods, "small" (at most two machines) holds two, the
+#   big machine all three. Big wins (least-waste would take small: 0.25 + 0.988 vs 0.44 + 0.99).
+# - priority: the ConfigMap ranks ^<namespace>/small$ (50) above .* (10). Small wins, where
+#   price, README's expander, takes big.
 ROWS = (
-    Row("least-waste", 1, ("small",), "a 4-cpu node idles 1 cpu, a 16-cpu node 13"),
-    Row("most-pods", 3, ("big",), "two small machines hold two 3-cpu pods, one big holds three"),
-    Row("priority", 1, ("big",), "its ConfigMap ranks ^<namespace>/big$ above .*"),
-    Row("random", 1, ("small", "big"), "any Group that holds the pod"),
+    Row(
+        "price",
+        1,
+        "big",
+        "16 cpus at 30 W beat 4 at 180 W despite the size penalty",
+        PRICE_SCORE,
+        ("--v=5",),
+    ),
+    Row("least-waste", 1, "small", "a 4-cpu node idles 1 cpu, a 16-cpu node 13", WASTE_SCORE),
+    Row("most-pods", 3, "big", "two small machines hold two 3-cpu pods, one big holds three"),
+    Row("priority", 1, "small", "its ConfigMap ranks ^<namespace>/small$ above .*"),
 )
 
 
@@ -203,7 +243,7 @@ def test_each_expander_and_flag_chooses_as_readme_documents(
     ]
     machines.apply(crds, bmc, groups, GROUP_OF)
     lab = Lab(crds, namespace, tmp_path, grpc_address, ca_kubeconfig, machines, bmc)
-    priorities = {"priorities": f"10:\n  - .*\n50:\n  - ^{namespace}/big$\n"}
+    priorities = {"priorities": f"10:\n  - .*\n50:\n  - ^{namespace}/small$\n"}
     crds.kubectl(
         "create", "configmap", PRIORITIES, "-n", "kube-system",
         *(f"--from-literal={k}={v}" for k, v in priorities.items()),
@@ -213,14 +253,14 @@ def test_each_expander_and_flag_chooses_as_readme_documents(
         for row in ROWS:
             started = dt.datetime.now(dt.UTC)
             pods = [f"{row.expander}-{i}" for i in range(row.pods)]
-            chosen = expander_row(lab, row, pods)
-            assert chosen in [f"{namespace}/{g}" for g in row.allowed], (row, chosen)
+            chosen, scores = expander_row(lab, row, pods)
+            assert chosen == f"{namespace}/{row.chosen}", (row, chosen, scores)
             chose = (dt.datetime.now(dt.UTC) - started).total_seconds()
             lab.reset(pods)
             seconds[row.expander] = (dt.datetime.now(dt.UTC) - started).total_seconds()
             print(
                 f"\n{row.expander}: {chosen} ({row.why}); chosen after {chose:.0f} s,"
-                f" reset after {seconds[row.expander] - chose:.0f} s more"
+                f" reset after {seconds[row.expander] - chose:.0f} s more; scores: {scores}"
             )
     finally:
         crds.kubectl("delete", "configmap", PRIORITIES, "-n", "kube-system", "--ignore-not-found")
@@ -231,10 +271,11 @@ def test_each_expander_and_flag_chooses_as_readme_documents(
     print(f"matrix: {sum(seconds.values()):.0f} s for {len(seconds)} rows")
 
 
-def expander_row(lab: Lab, row: Row, pods: list[str]) -> str:
+def expander_row(lab: Lab, row: Row, pods: list[str]) -> tuple[str, dict[str, str]]:
     """The node group cluster-autoscaler with `row.expander` scales up for `pods`, once the
-    operator has recorded the intent on one of that group's machines."""
-    autoscaler = lab.autoscaler(row.expander, f"--expander={row.expander}")
+    operator has recorded the intent on one of that group's machines, and what the expander
+    logged of each option (`row.scores`, by node group)."""
+    autoscaler = lab.autoscaler(row.expander, f"--expander={row.expander}", *row.flags)
     with autoscaler, diagnosed(lab.crds, lab.namespace):
         lab.create(pod(name, "3") for name in pods)
         try:
@@ -253,8 +294,13 @@ def expander_row(lab: Lab, row: Row, pods: list[str]) -> str:
         log = autoscaler.text()
     assert len(SCALE_UP.findall(log)) == 1, SCALE_UP.findall(log)
     assert size == "1", (group, size)
+    scores = dict(row.scores.findall(log)) if row.scores else {}
+    if row.scores:
+        # Both Groups were options: the choice was the expander's, not the only one left.
+        groups = [f"{lab.namespace}/{g}" for g in ("big", "small")]
+        assert sorted(scores) == groups, (row.expander, scores)
     assert_allowed(autoscaler)
-    return str(group)
+    return str(group), scores
 
 
 def settled_nodes(crds: Cluster) -> list[str] | None:

@@ -5,7 +5,9 @@ process, the health-check pods run by the stand-in kubelet (real ansible-runner,
 healthcheck playbook), one machine of each driver: sushy-tools as a Redfish BMC, ipmi_sim as an
 IPMI BMC, an OpenSSH server as a Wake-on-LAN machine (its power state is whether its SSH port
 answers) and fakepve as a Proxmox VE host. A run is started from the CronJob at once, as
-`kubectl create job --from=cronjob/…` does, instead of waiting for the schedule.
+`kubectl create job --from=cronjob/…` does, instead of waiting for the schedule. Before it, each
+new machine's first check (the Job the operator starts for a new machine) has landed, with no run
+of the schedule behind it.
 """
 
 from __future__ import annotations
@@ -120,19 +122,22 @@ def cli_job(output: str) -> str:
 
 
 def wait_checked(
-    cluster: Cluster, namespace: str, names: list[str], job: str, timeout: float = PATIENCE
+    cluster: Cluster, namespace: str, names: list[str], job: str | None, timeout: float = PATIENCE
 ) -> dict[str, dict[str, Any]]:
-    """Every machine's status once the run `job` has landed in it (one list per poll, not a
-    `kubectl get` per machine: those would compete with the check's own pods for the CPU)."""
+    """Every machine's status once the run `job` (None: any check) has landed in it (one list
+    per poll, not a `kubectl get` per machine: those would compete with the check's own pods for
+    the CPU)."""
 
     def landed() -> dict[str, dict[str, Any]] | None:
         items = (get_json(cluster, "lsn", "-n", namespace) or {}).get("items") or []
         every = {i["metadata"]["name"]: i.get("status") or {} for i in items}
         found = {name: every.get(name, {}) for name in names}
-        done = all((s.get("lastHealthCheck") or {}).get("job") == job for s in found.values())
+        checks = [s.get("lastHealthCheck") or {} for s in found.values()]
+        done = all(c.get("job") == job if job else c for c in checks)
         return found if done else None
 
-    return wait_for(landed, timeout, f"the health check {job} to land on {names}")
+    what = f"the health check {job}" if job else "a health check"
+    return wait_for(landed, timeout, f"{what} to land on {names}")
 
 
 def condition(machine: Mapping[str, Any], kind: str) -> dict[str, Any]:
@@ -227,11 +232,25 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
         assert secrets == ["bmc", "bmc-ca", "ipmi", "pve", "pve-ca", "ssh"]
         assert pod["hostNetwork"] is True  # a Wake-on-LAN machine is reached from the host
 
+        # --- each new machine's first check: the operator's own, before any run of the schedule
+        firsts = wait_checked(crds, namespace, names, None)
+        scheduled = (get_json(crds, "cronjob", CRONJOB, "-n", namespace) or {}).get("status") or {}
+        assert "lastScheduleTime" not in scheduled  # no run of the schedule made them
+        first_jobs = {n: firsts[n]["lastHealthCheck"]["job"] for n in names}
+        print(f"first checks: {json.dumps(first_jobs)}")
+        for name in names:
+            assert health(firsts[name]) == ("True", "Healthy", found[name])
+
         # --- every machine checked: healthy, in the power state its emulator reports
-        checked = wait_checked(crds, namespace, names, run_check(crds, namespace))
+        job = run_check(crds, namespace)
+        checked = wait_checked(crds, namespace, names, job)
         for name, machine in checked.items():
             print(f"{name}: lastHealthCheck {json.dumps(machine['lastHealthCheck'])}")
             assert health(machine) == ("True", "Healthy", found[name])
+            # The first check came from another Job, and earlier than the first run.
+            assert first_jobs[name] != job
+            first = dt.datetime.fromisoformat(firsts[name]["lastHealthCheck"]["time"])
+            assert first < dt.datetime.fromisoformat(machine["lastHealthCheck"]["time"])
         # The running VM is drift (phase Off); driftPolicy Report: it is only reported. The
         # result lands first, the state machine's next pass finds the drift in it.
         wait_for(

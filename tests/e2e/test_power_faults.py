@@ -12,6 +12,7 @@ from lightsout_lab.operator_process import OperatorProcess
 from lightsout_lab.sushy import POWER_OFF, SushyEmulator
 from tests.e2e.conftest import patch_desired, wait_phase
 from tests.harness import fleet
+from tests.harness.cycle import report
 from tests.harness.wait import events_for, get_json
 
 
@@ -55,14 +56,32 @@ def test_wrong_credentials_fail_with_authentication_message_and_leak_nothing(
     machine: fleet.MachineDef,
     sim: MachineSimulator,
 ) -> None:
+    """The default maxRetries (3): a refused password is not retried, and the message names
+    the Secret and keys to fix."""
     wrong = "Wr0ng-Passw0rd-That-Must-Not-Leak"
-    node = fleet.redfish_node(machine, bmc, desired="On", maxRetries=0)
+    node = fleet.redfish_node(machine, bmc, desired="On")
+    assert "maxRetries" not in node["spec"]
     fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc, password=wrong), fleet.group(), node])
     failed = wait_phase(crds, namespace, machine.name, "Failed")
 
-    message = failed["lastOperation"]["message"]
-    assert "401" in message or "auth" in message.lower(), message
+    op = failed["lastOperation"]
+    report("redfish", "wrong password", attempts=failed["attempts"], message=failed["message"])
+    assert (op["action"], op["result"], op["attempt"]) == ("startup", "Failed", 1)
+    assert failed["attempts"] == 1, "a refusal is not retried"
+    assert failed["reason"] == "AuthenticationFailed"
+    secret = f"Secret {namespace}/bmc, keys 'username' and 'password'"
+    for text in (op["message"], failed["message"]):
+        assert "HTTP 401" in text and f"refused the credentials from {secret}" in text, text
+    warnings = [
+        e["message"]
+        for e in events_for(crds, namespace, machine.name)
+        if (e["type"], e["reason"]) == ("Warning", "AuthenticationFailed")
+    ]
+    assert len(warnings) == 1 and secret in warnings[0], warnings
+    jobs = get_json(crds, "jobs", "-n", namespace, "-l", f"lightsout.dev/node={machine.name}")
+    assert [j["metadata"]["name"] for j in jobs["items"]] == [op["job"]]
     assert bmc.power_state(machine.uuid) == "Off"
+    assert bmc.count_power_requests(machine.uuid) == 0
 
     job = get_json(crds, "job", failed["lastOperation"]["job"], "-n", namespace)
     everything = "\n".join(

@@ -253,16 +253,30 @@ def test_an_os_ignoring_shutdown_keeps_its_power_and_a_wrong_token_sends_nothing
         "tasmota", obey_shutdown=False, desired="On", maxRetries=0, power=power,
         plug={"force": True},
     )  # fmt: skip
-    locked_out = lab("homeassistant", token="not-the-token", desired="On", maxRetries=0)
+    # The default maxRetries (3): a refused token is not retried all the same.
+    locked_out = lab("homeassistant", token="not-the-token", desired="On")
+    assert "maxRetries" not in locked_out.node["spec"]
     machines = [kept, forced, locked_out]
     with running(crds, kube_api, namespace, machines):
-        # A wrong Home Assistant token: Failed naming the 401, and no relay order at all.
+        # A wrong Home Assistant token: Failed after the first attempt, naming the 401 and the
+        # Secret's key to fix, and no relay order at all.
         failed = wait_phase(crds, namespace, locked_out.name, "Failed")
-        message = failed["lastOperation"]["message"]
-        report("homeassistant", "wrong token", message=message)
-        assert "HTTP 401" in message and "token" in message, message
+        op = failed["lastOperation"]
+        message = op["message"]
+        report("homeassistant", "wrong token", attempts=failed["attempts"], message=message)
+        assert (op["attempt"], failed["attempts"]) == (1, 1)
+        assert failed["reason"] == "AuthenticationFailed"
+        secret = f"Secret {namespace}/{locked_out.name}-creds, key 'token'"
+        assert "HTTP 401" in message and "(authentication failed: " in message, message
+        assert f"refused the credentials from {secret}" in message, message
+        events = events_for(crds, namespace, locked_out.name)
+        assert any(
+            (e["type"], e["reason"]) == ("Warning", "AuthenticationFailed")
+            and secret in e["message"]
+            for e in events
+        ), events
         assert locked_out.plug.orders() == [] and not locked_out.plug.relay_on
-        seen = message + str(events_for(crds, namespace, locked_out.name)) + operator.text()
+        seen = message + str(events) + operator.text()
         assert "not-the-token" not in seen
 
         for m in (kept, forced):

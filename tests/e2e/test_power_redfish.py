@@ -1,23 +1,49 @@
 """The power state machine end to end: kubectl patch → Job → Ansible → sushy-tools → Node.
 
 Real kube-apiserver/controller-manager/scheduler, real Redfish emulator, real ansible-runner in
-the action Job's pod (run by the stand-in kubelet), the operator as a real process.
+the action Job's pod (run by the stand-in kubelet), the operator as a real process. The
+machine's OS ignores the ACPI shutdown: after the drain and `gracefulShutdownSeconds` the power
+is forced off, and the Node says so (status and a ForcedPowerOff Warning). A second machine,
+behind a BMC that takes sessions only, is cycled on and off 20 times: every Job's Redfish
+session is deleted again.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
+from kubernetes import client
 
 from lightsout_lab import Cluster
 from lightsout_lab.cluster import KWOK_ANNOTATION
 from lightsout_lab.machines import MachineSimulator
 from lightsout_lab.operator_process import OperatorProcess
-from lightsout_lab.sushy import POWER_OFF, POWER_ON, SushyEmulator
+from lightsout_lab.redfish_profiles import SESSIONS
+from lightsout_lab.sushy import POWER_OFF, POWER_ON, FakeSystem, SushyEmulator
 from tests.e2e.conftest import PATIENCE, patch_desired, status, wait_phase
 from tests.harness import fleet
+from tests.harness.cycle import report
 from tests.harness.wait import events_for, get_json, wait_for
 from tests.harness.workload import web_deployment, web_pdb
+
+#: Seconds the OS that ignores the ACPI shutdown is given before the power is forced off.
+GRACEFUL_SECONDS = 3
+#: Power cycles of the session-leak test, spread over MACHINES machines behind one BMC.
+CYCLES = 20
+MACHINES = 4
+
+
+@pytest.fixture
+def bmc(machine: fleet.MachineDef) -> Iterator[SushyEmulator]:
+    """The machine's BMC (sushy-tools as it is); the machine's OS ignores GracefulShutdown (the
+    BMC accepts it, the machine stays On until ForceOff)."""
+    system = FakeSystem(uuid=machine.uuid, name=machine.name, graceful_shutdown="ignore")
+    with SushyEmulator([system]) as emulator:
+        yield emulator
 
 
 def always_on_node(cluster: Cluster, name: str, unschedulable: bool) -> None:
@@ -44,6 +70,12 @@ def always_on_node(cluster: Cluster, name: str, unschedulable: bool) -> None:
     )
 
 
+def ignoring_node(machine: fleet.MachineDef, bmc: SushyEmulator) -> dict[str, Any]:
+    node = fleet.redfish_node(machine, bmc, labels={"lightsout.dev/test": "yes"})
+    node["spec"]["driver"]["redfish"]["gracefulShutdownSeconds"] = GRACEFUL_SECONDS
+    return node
+
+
 def test_power_on_then_drain_and_power_off(
     crds: Cluster,
     namespace: str,
@@ -58,7 +90,7 @@ def test_power_on_then_drain_and_power_off(
         [
             *fleet.bmc_secrets(bmc),
             fleet.group(),
-            fleet.redfish_node(machine, bmc, labels={"lightsout.dev/test": "yes"}),
+            ignoring_node(machine, bmc),
         ],
     )
     wait_phase(crds, namespace, machine.name, "Off")
@@ -129,7 +161,85 @@ def test_power_on_then_drain_and_power_off(
         "shutdown",
         "Succeeded",
     )
+    # Drained, asked to shut down, ignored it: forced off after its seconds, one order each.
+    orders = bmc.power_requests(machine.uuid)
+    assert [(r.reset_type, r.status) for r in orders] == [
+        ("On", 204),
+        ("GracefulShutdown", 204),
+        ("ForceOff", 204),
+    ]
+    hard = (
+        f"the OS did not shut down within {GRACEFUL_SECONDS} s and the machine was powered off hard"
+    )
+    assert off["reason"] == "JobSucceeded"
+    assert hard in off["message"], off["message"]
+    assert off["lastOperation"]["values"]["forced_after_seconds"] == GRACEFUL_SECONDS
+    forced = wait_for(
+        lambda: [
+            (e["type"], e["message"])
+            for e in events_for(crds, namespace, machine.name)
+            if e["reason"] == "ForcedPowerOff"
+        ],
+        30,
+        "a ForcedPowerOff event",
+    )
+    assert forced == [("Warning", f"shutdown: {hard}")]
     pods = web_pods()
     assert len(pods) == 2 and {p["spec"]["nodeName"] for p in pods} == {spare}
     assert get_json(crds, "node", machine.name) is None, "core Node removed (policy Delete)"
     crds.kubectl("delete", "node", spare, "--wait=false")
+
+
+def test_sessions_only_bmc_keeps_no_session_after_20_power_cycles(
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    kube_api: client.ApiClient,
+) -> None:
+    """Machines behind a BMC that refuses Basic auth (sessions only), cycled on and off through
+    the operator: 20 power cycles in all (4 machines in 5 rounds, their Jobs side by side, all
+    logging in to the one emulator's session table). Each Job logs in with a session and deletes
+    it again, so the BMC holds none after any round nor at the end (a BMC keeps only a few; a
+    leaked one per Job locks users out)."""
+    boxes = [
+        fleet.MachineDef(name=f"cycled{i}-{namespace}", uuid=str(uuid.uuid4()), cpu="8")
+        for i in range(MACHINES)
+    ]
+    systems = [FakeSystem(uuid=b.uuid, name=b.name, profile="sessions-only") for b in boxes]
+    with SushyEmulator(systems, landing_seconds=(1, 1)) as bmc:
+        nodes = [fleet.redfish_node(box, bmc) for box in boxes]
+        fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), fleet.group(), *nodes])
+        sim = fleet.simulator(kube_api, bmc, boxes, namespace, boot_seconds=0.5)
+        try:
+            for box in boxes:
+                wait_phase(crds, namespace, box.name, "Off")
+            for cycle in range(1, CYCLES // MACHINES + 1):
+                for wanted, phase in (("On", "Ready"), ("Off", "Off")):
+                    for box in boxes:
+                        patch_desired(crds, namespace, box.name, wanted)
+                    for box in boxes:
+                        reached = wait_phase(crds, namespace, box.name, phase)
+                        assert reached["lastOperation"]["result"] == "Succeeded", reached
+                assert bmc.live_sessions() == 0, f"a session left after round {cycle}"
+                report("redfish-sessions", f"round {cycle}", machines=MACHINES)
+        finally:
+            sim.stop()
+            for box in boxes:
+                crds.kubectl("delete", "node", box.name, "--ignore-not-found", "--wait=false")
+        requests = bmc.requests()
+        made = [r for r in requests if r.path == SESSIONS and r.method == "POST"]
+        deleted = [
+            r for r in requests if r.method == "DELETE" and r.path.startswith(SESSIONS + "/")
+        ]
+        report("redfish-sessions", "done", logins=len(made), logouts=len(deleted))
+        # One login per Job (at least the 40 power Jobs), each deleted; one order per intent.
+        assert len(made) >= 2 * CYCLES
+        assert [r.status for r in made] == [201] * len(made)
+        assert [r.status for r in deleted] == [204] * len(made)
+        for box in boxes:
+            orders = bmc.power_requests(box.uuid)
+            assert [r.reset_type for r in orders] == ["On", "GracefulShutdown"] * (
+                CYCLES // MACHINES
+            ), box.name
+            assert {r.status for r in orders} == {204}
+        assert bmc.live_sessions() == 0

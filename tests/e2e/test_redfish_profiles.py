@@ -1,14 +1,16 @@
-"""The Redfish driver against BMCs that behave like real vendors' (iDRAC, iLO, XCC, AMI, ...).
+"""The Redfish driver against BMCs that behave like real vendors' (iDRAC, iLO, AMI, ...).
 
 One emulator holds one system per vendor profile (`lightsout_lab.redfish_profiles`). One
 ansible-runner play drives all of them at once with the real `redfish_power` role (one host per
 system, in parallel): a power-on with a one-time PXE boot, then a power-off. Each row checks what
-reached its BMC: exactly one accepted order of each kind (or the escalation's two), busy answers
-retried, iDRAC's 409 "already powered ON" taken as success, the boot override PATCHed once with
-the ETag rules the profile wants, and every Redfish session the role opened deleted again. The
-session leak check runs the role 20 times against the sessions-only BMC in one more play.
-(The runner's playbooks around the role, and its report of a forced power-off as
-forced_after_seconds, are proven in test_runner_redfish.py.)
+reached its BMC: exactly one accepted order of each kind (or the escalation's two, or a power-on
+ordered again after the host fell back to Off), busy answers retried, iDRAC's 409 "already
+powered ON" taken as success, the boot override PATCHed with the ETag rules the profile wants
+(the refused If-Match forms, then the accepted one), and every Redfish session the role opened
+deleted again. One more play drives a host that never completes a power-on: the run fails
+saying so after two orders. (Sessions over 20 power cycles through the operator against the
+sessions-only BMC: test_power_redfish.py. The runner's playbooks around the role, and its
+report of a forced power-off as forced_after_seconds, are proven in test_runner_redfish.py.)
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ class Row:
     graceful: str = "GracefulShutdown"
     ignores_acpi: bool = False
     already_on: bool = False
+    #: Power-ons the BMC accepted and the host did not complete before one did.
+    fell_back: int = 0
+    #: The answers to the boot override's PATCHes, in order.
+    boots: tuple[int, ...] = (204,)
 
     @property
     def off_orders(self) -> list[str]:
@@ -59,12 +65,19 @@ ROWS = [
     Row("idrac", already_on=True),
     # No GracefulShutdown: the soft-off is a PushPowerButton press, which this OS ignores.
     Row("ilo", graceful="PushPowerButton", ignores_acpi=True),
-    Row("xcc"),
     Row("ami"),
-    Row("etag-strict"),
+    # Weak ETag refused (412), its strong form taken.
+    Row("etag-strict", boots=(412, 204)),
+    # Every If-Match refused (412): as read, strong, then none, which is taken.
+    Row("no-if-match", boots=(412, 412, 204)),
+    # The first power-on falls back to Off (PoweringOn, then Off): ordered once more.
+    Row("falls-back-once", fell_back=1),
     Row("sessions-only"),
-    Row("idrac10"),
+    # The PATCH on the ComputerSystem is refused: it goes to the settings object.
+    Row("idrac10", boots=(400, 204)),
 ]
+#: Every power-on of this one falls back: not a row, the run must fail (see its test).
+NEVER_ON = FakeSystem(uuid=str(uuid.uuid4()), name="box-falls-back", profile="falls-back")
 SYSTEMS = {
     row.profile: FakeSystem(
         uuid=str(uuid.uuid4()),
@@ -85,10 +98,16 @@ class Driven:
 
 
 def run_play(
-    tmp_path: Path, bmc: SushyEmulator, hosts: dict[str, dict[str, Any]], tasks: list[Any]
+    tmp_path: Path,
+    bmc: SushyEmulator,
+    hosts: dict[str, dict[str, Any]],
+    tasks: list[Any],
+    *,
+    failures: list[str] | None = None,
 ) -> dict[str, Any]:
     """Run `tasks` on `hosts` (local, in parallel) in one ansible-runner play; return the
-    values the play reported with set_stats."""
+    values the play reported with set_stats. With `failures`, the play is expected to fail:
+    the failed tasks' messages are appended to it."""
     project = tmp_path / "project"
     project.mkdir(exist_ok=True)
     playbook = project / f"play-{uuid.uuid4().hex[:6]}.yml"
@@ -118,6 +137,11 @@ def run_play(
     )
     with result.stdout as handle:
         output = handle.read()
+    if failures is not None:
+        assert result.rc != 0, output[-8000:]
+        failed = [e for e in result.events if e.get("event") == "runner_on_failed"]
+        failures.extend(str(e["event_data"]["res"].get("msg", "")) for e in failed)
+        return {}
     assert result.rc == 0, output[-8000:]
     stats = [e for e in result.events if e.get("event") == "playbook_on_stats"]
     data: dict[str, Any] = stats[-1]["event_data"].get("artifact_data", {})
@@ -126,7 +150,7 @@ def run_play(
 
 @pytest.fixture(scope="module")
 def driven(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Driven]:
-    with SushyEmulator(SYSTEMS.values(), landing_seconds=(1, 3)) as bmc:
+    with SushyEmulator([*SYSTEMS.values(), NEVER_ON], landing_seconds=(1, 3)) as bmc:
         bmc.start_unseen_power_on(SYSTEMS["idrac"].uuid)
         hosts = {
             row.profile: {
@@ -180,9 +204,9 @@ def test_power_on_with_pxe_and_off(driven: Driven, row: Row) -> None:
     assert off["state"] == "Off"
     assert bmc.power_state(system.uuid) == "Off"
 
-    boots = bmc.boot_requests(system.uuid, accepted_only=True)
-    assert len(boots) == 1, bmc.boot_requests(system.uuid)
-    assert boots[0].body["Boot"]["BootSourceOverrideTarget"] == "Pxe"
+    boots = bmc.boot_requests(system.uuid)
+    assert tuple(r.status for r in boots) == row.boots
+    assert all(r.body["Boot"]["BootSourceOverrideTarget"] == "Pxe" for r in boots)
 
     orders = bmc.power_requests(system.uuid)
     busy = [400] if profile.busy else []
@@ -191,7 +215,8 @@ def test_power_on_with_pxe_and_off(driven: Driven, row: Row) -> None:
         # Busy once, then 409: nothing was ordered, and the machine came up all the same.
         assert [r.status for r in on_orders] == [400, 409]
     else:
-        assert [r.status for r in on_orders] == [*busy, 204]
+        # A power-on that fell back is ordered again once it read Off, never before.
+        assert [r.status for r in on_orders] == [*busy, 204] * (1 + row.fell_back)
     off_orders = [r for r in orders if r.reset_type != row.on]
     assert [r.reset_type for r in off_orders if r.status == 204] == row.off_orders
     assert [r.status for r in off_orders] == [*busy, 204] * len(row.off_orders)
@@ -204,37 +229,28 @@ def test_every_session_was_deleted(driven: Driven) -> None:
     assert driven.bmc.live_sessions() == 0  # ...and out again
 
 
-def test_sessions_only_bmc_keeps_no_session_after_20_logins(tmp_path: Path, driven: Driven) -> None:
-    """The role's own login and logout (tasks_from: session / logout) 20 times, as 20 runs
-    at once would (one host each, in parallel: the cheapest way through Ansible), each login
-    used for a read only a session can make: the BMC ends up holding no session."""
+def test_a_host_that_never_completes_its_power_on_fails_clearly(
+    tmp_path: Path, driven: Driven
+) -> None:
+    """Every power-on falls back to Off: two orders (the second only after the first fell
+    back), then the run fails saying what happened; the session is deleted all the same."""
     bmc = driven.bmc
-    before = len(bmc.requests())
-    role = "ansible.builtin.include_role"
+    hosts = {"never-on": {"redfish_power_system_id": NEVER_ON.uuid}}
     tasks = [
-        {"name": "Log in", role: {"name": "redfish_power", "tasks_from": "session"}},
         {
-            "name": "Read the system with the session",
-            "ansible.builtin.uri": {
-                "url": bmc.system_url(SYSTEMS["sessions-only"].uuid),
-                "headers": "{{ redfish_power_auth_headers }}",
-                "ca_path": "{{ redfish_power_ca_path }}",
-            },
-        },
-        {"name": "Log out", role: {"name": "redfish_power", "tasks_from": "logout"}},
+            "name": "Power on",
+            "ansible.builtin.include_role": {"name": "redfish_power"},
+            "vars": {"redfish_power_state": "on"},
+        }
     ]
-    hosts = {
-        f"run-{n}": {"redfish_power_system_id": SYSTEMS["sessions-only"].uuid} for n in range(20)
-    }
-    run_play(tmp_path, bmc, hosts, tasks)
-    requests = bmc.requests()[before:]
-    reads = [r for r in requests if r.method == "GET" and r.system and r.status == 200]
-    assert len(reads) == 20  # each login was good for a read Basic auth cannot make
-    made = [r for r in requests if r.path == SESSIONS and r.method == "POST" and r.status == 201]
-    deleted = [
-        r
-        for r in requests
-        if r.method == "DELETE" and r.path.startswith(SESSIONS + "/") and r.status == 204
+    failures: list[str] = []
+    run_play(tmp_path, bmc, hosts, tasks, failures=failures)
+    said = " ".join(failures)
+    assert f"System {NEVER_ON.uuid} on {bmc.endpoint} did not power on" in said, failures
+    assert "2 time(s) the BMC accepted the power-on, PowerState went PoweringOn" in said
+    assert [(r.reset_type, r.status) for r in bmc.power_requests(NEVER_ON.uuid)] == [
+        ("On", 204),
+        ("On", 204),
     ]
-    assert (len(made), len(deleted)) == (20, 20)
+    assert bmc.power_state(NEVER_ON.uuid) == "Off"
     assert bmc.live_sessions() == 0

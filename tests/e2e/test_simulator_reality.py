@@ -40,9 +40,9 @@ import pytest
 from kubernetes import client
 
 from lightsout.planning.energystatus import account_from_status
-from lightsout.simulate import trace as traces
-from lightsout.simulate.engine import Result, replay
-from lightsout.simulate.record import learned_durations
+from lightsout.simulate.replay.engine import Result, replay
+from lightsout.simulate.traces import trace as traces
+from lightsout.simulate.traces.record import learned_durations
 from lightsout.state import cron
 from lightsout_lab import Cluster
 from lightsout_lab.machines import MachineSimulator, SimMachine

@@ -53,7 +53,7 @@ def test_wheel_holds_only_the_operator_package(wheel: Path) -> None:
     top = {name.split("/")[0] for name in names}
     assert {t for t in top if not t.endswith(".dist-info")} == {"lightsout"}
     assert "lightsout/runner/main.py" in names  # the Job entrypoint is the operator's own
-    assert "lightsout/simulate/engine.py" in names  # `lightsout simulate` is a user command
+    assert "lightsout/simulate/replay/engine.py" in names  # `lightsout simulate` is a user command
     # The externalgrpc stubs are generated at build time and shipped, the build backend is not.
     assert "lightsout/grpc/protos/externalgrpc_pb2_grpc.py" in names
     assert "lightsout/grpc/protos/k8s_node_pb2.py" in names

@@ -931,14 +931,14 @@ def test_failed_job_message_quotes_the_playbook() -> None:
                 attempt=4,
                 state=JobPhase.FAILED,
                 failed_task="Power on through Redfish",
-                message="HTTP 401 Unauthorized",
+                message="HTTP 500 Internal Server Error",
             )
         ),
         at(60),
     )
     assert decision.phase is Phase.FAILED
     assert "Power on through Redfish" in decision.message
-    assert "HTTP 401 Unauthorized" in decision.message
+    assert "HTTP 500 Internal Server Error" in decision.message
     assert "gave up after 4 attempts" in decision.message
     assert decision.operation is not None
     assert decision.operation.result is FAILED

@@ -509,7 +509,7 @@ def test_gpu_label_refresh_cleanup(serve: Any) -> None:
     stub.Cleanup(pb.CleanupRequest())
 
 
-# --- pod prices and cluster-autoscaler's price expander --------------------------------------
+# --- node and pod prices (the price expander's choice is test_cluster_autoscaler_matrix's) ---
 HOUR = (dt.datetime(2026, 1, 1, tzinfo=dt.UTC), dt.datetime(2026, 1, 1, 1, tzinfo=dt.UTC))
 
 
@@ -617,65 +617,6 @@ def test_a_pod_no_machine_can_hold_is_refused_with_the_reason(serve: Any) -> Non
     with pytest.raises(grpc.RpcError) as exc:
         pod_price(stub, b"\xff\xff")
     assert code(exc) == grpc.StatusCode.INVALID_ARGUMENT
-
-
-def price_expander_choice(
-    stub: pb_grpc.CloudProviderStub, pod_cpus: int, preferred_cpu: int
-) -> str:
-    """The node group cluster-autoscaler's `price` expander (expander/price/price.go, 1.34)
-    picks for one pending pod and one new node, from this servicer's answers: per group,
-    unfitness * (node price + stabilization) / (pod price + stabilization), lowest wins; the
-    stabilization pod asks for 500m cpu and 500Mi, unfitness is the larger ratio of the
-    preferred node's cpus (1 up to 2 nodes in the cluster, 2 up to 6, ...) to the group's.
-    Only groups whose template holds the pod are options."""
-    stabilization = pod_price(stub, pod_bytes("500m", "500Mi"))
-    pod_cost = pod_price(stub, pod_bytes(str(pod_cpus)))
-    scores: dict[str, float] = {}
-    for info in stub.NodeGroups(pb.NodeGroupsRequest()).nodeGroups:
-        template = k8s_node_pb2.Node.FromString(
-            stub.NodeGroupTemplateNodeInfo(
-                pb.NodeGroupTemplateNodeInfoRequest(id=info.id)
-            ).nodeBytes
-        )
-        node = pb.ExternalGrpcNode(
-            name=template.metadata.name, annotations=dict(template.metadata.annotations)
-        )
-        node_cost = stub.PricingNodePrice(
-            pb.PricingNodePriceRequest(
-                node=node, startTimestamp=_stamp(HOUR[0]), endTimestamp=_stamp(HOUR[1])
-            )
-        ).price
-        cpus = int(template.status.capacity["cpu"].string.removesuffix("m")) / 1000
-        if cpus < pod_cpus:
-            continue
-        unfitness = max(preferred_cpu / cpus, cpus / preferred_cpu)
-        scores[info.id] = unfitness * (node_cost + stabilization) / (pod_cost + stabilization)
-    return min(scores, key=lambda gid: scores[gid])
-
-
-@pytest.mark.parametrize(
-    ("small", "big", "pod_cpu", "expected"),
-    [
-        # Issue 28: a 3-cpu pod fits both; the 4-cpu machines at 30 W draw least.
-        (("4", 30), ("16", 220), 3, "small"),
-        # The bigger machine draws less than the smaller one: its Group wins though it wastes
-        # more cpus (least-waste would pick "small").
-        (("4", 90), ("8", 30), 3, "big"),
-        # Too big for the small machines: only "big" holds it.
-        (("4", 30), ("16", 220), 6, "big"),
-    ],
-)
-@pytest.mark.parametrize("preferred_cpu", [1, 2, 4])
-def test_price_expander_prefers_the_group_whose_machines_draw_least(
-    serve: Any,
-    small: tuple[str, float],
-    big: tuple[str, float],
-    pod_cpu: int,
-    expected: str,
-    preferred_cpu: int,
-) -> None:
-    stub, _ = serve(*two_groups(small, big))
-    assert price_expander_choice(stub, pod_cpu, preferred_cpu) == f"{NS}/{expected}"
 
 
 def test_health_reports_serving_on_both_ports_and_not_serving_when_stopping() -> None:

@@ -25,7 +25,7 @@ from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
 from lightsout.planning.learning import learn_draw
 from lightsout.planning.types import ConditionStatus, EventType, Learned, LeaseState
-from lightsout.simulate.record import node_spec_as_measured
+from lightsout.simulate.traces.record import node_spec_as_measured
 from lightsout.state.measured import expected_resources, expected_watts
 from lightsout.state.resources import CPU, MEMORY
 from tests.unit.test_autoscale import ons
@@ -75,7 +75,7 @@ def test_busy_draw_waits_for_an_idle_one_and_the_record_survives_status() -> Non
 
 
 # ---------------------------------------------------------------- declared vs measured
-def test_measured_draw_wins_over_declared_and_declared_capacity_over_inspected() -> None:
+def test_measured_draw_wins_over_declared_and_inspected_capacity_unless_pinned() -> None:
     declared = node()
     assert tuple(expected_watts(declared)) == (120.0, 40.0, 5.0)
     measured = node(learned={"idleWatts": 137.0, "offWatts": 7.0})
@@ -86,8 +86,28 @@ def test_measured_draw_wins_over_declared_and_declared_capacity_over_inspected()
     without = node(inspected=inspected)
     assert expected_resources(without) is not None
     assert expected_resources(without).get(CPU) == 16_000
-    with_declared = node({"resources": {"cpu": "12", "memory": "48Gi"}}, inspected=inspected)
-    assert expected_resources(with_declared).get(CPU) == 12_000
+    # Declared less (or more) than inspected: the planner takes the inspected cpu and memory,
+    # keeps the declared pods, and gives the one GPU resource the inspected count.
+    declared_spec = {
+        "cpu": "12",
+        "memory": "48Gi",
+        "pods": 30,
+        "extended": {"nvidia.com/gpu": "2", "example.com/fpga": "1"},
+    }
+    with_declared = node({"resources": declared_spec}, inspected={**inspected, "gpus": 1})
+    assert expected_resources(with_declared).as_dict() == {
+        CPU: 16_000,
+        MEMORY: 64 * 2**30,
+        "pods": 30,
+        "nvidia.com/gpu": 1,
+        "example.com/fpga": 1,
+    }
+    pinned = node({"resources": {**declared_spec, "pinned": True}}, inspected=inspected)
+    assert expected_resources(pinned).get(CPU) == 12_000
+    assert expected_resources(pinned).get("nvidia.com/gpu") == 2
+    # Only memory inspected: not enough to replace the declared capacity.
+    half = node({"resources": declared_spec}, inspected={"memory": "64Gi"})
+    assert expected_resources(half).get(MEMORY) == 48 * 2**30
     assert expected_resources(node()) is None
 
 
@@ -203,21 +223,84 @@ def test_declared_resources_above_inspected_get_a_condition_and_one_event_naming
     )
     judged = inspection.judge(spec_of(raw), {"inspected": inspected})
     assert judged.condition is not None and judged.condition.status is ConditionStatus.TRUE
+    assert judged.condition.reason == "InspectedCapacityUsed"
     assert "spec.resources.cpu 16 > inspected 8" in judged.condition.message
     assert "kubernetes.io/arch=amd64 but inspected architecture arm64" in judged.condition.message
     assert "GPUs in spec.resources.extended 1 > inspected 0" in judged.condition.message
-    assert "memory" not in judged.condition.message
+    assert "the planner uses the inspected cpu, memory and GPUs" in judged.condition.message
+    assert "memory 32Gi" not in judged.condition.message
     assert judged.event is not None and judged.event.type is EventType.WARNING
     # Once the condition holds that message, no second event.
     held = {"type": "InspectionMismatch", "status": "True", "message": judged.condition.message}
     again = inspection.judge(spec_of(raw), {"inspected": inspected, "conditions": [held]})
     assert again.event is None
-    # Declaring less than the machine has is a person's choice; fixing it is news once.
-    fixed = node({"resources": {"cpu": "6", "memory": "30Gi"}})
+    # Fixing it is news once.
+    fixed = node({"resources": {"cpu": "8", "memory": "32Gi"}})
     resolved = inspection.judge(spec_of(fixed), {"inspected": inspected, "conditions": [held]})
     assert resolved.condition is not None and resolved.condition.status is ConditionStatus.FALSE
+    assert resolved.condition.reason == "DeclaredMatchesInspected"
     assert resolved.event is not None and resolved.event.type is EventType.NORMAL
     assert inspection.judge(spec_of(fixed), {}).condition is None
+
+
+def test_declared_resources_below_inspected_are_a_mismatch_too_and_say_which_figure_is_used() -> (
+    None
+):
+    inspected = {"cpu": 16, "memory": "64Gi", "gpus": 2}
+    less = {"cpu": "12", "memory": "60Gi", "extended": {"nvidia.com/gpu": "1"}}
+    judged = inspection.judge(spec_of(node({"resources": less})), {"inspected": inspected})
+    assert judged.condition is not None and judged.condition.status is ConditionStatus.TRUE
+    assert judged.condition.reason == "InspectedCapacityUsed"
+    message = judged.condition.message
+    assert "spec.resources.cpu 12 < inspected 16" in message
+    assert "spec.resources.memory 60Gi < inspected 64Gi" in message
+    assert "GPUs in spec.resources.extended 1 < inspected 2" in message
+    assert "spec.resources.pinned: true keeps the declared ones" in message
+    assert judged.event is not None and judged.event.type is EventType.WARNING
+    # Pinned: still a mismatch, the declared figures are planned and the condition says so.
+    pinned = spec_of(node({"resources": {**less, "pinned": True}}))
+    kept = inspection.judge(pinned, {"inspected": inspected})
+    assert kept.condition is not None and kept.condition.status is ConditionStatus.TRUE
+    assert kept.condition.reason == "DeclaredCapacityUsed"
+    assert "spec.resources.pinned: the planner uses the declared figures" in kept.condition.message
+    # GPUs found on a machine that names no GPU resource: flagged, and the count can't be used.
+    unnamed = spec_of(node({"resources": {"cpu": "16", "memory": "64Gi"}}))
+    gpus = inspection.judge(unnamed, {"inspected": inspected})
+    assert gpus.condition is not None
+    assert "GPUs in spec.resources.extended 0 < inspected 2 (the declared count is planned" in (
+        gpus.condition.message
+    )
+    # Only an arch label differs: its own reason, capacity untouched.
+    label = spec_of(
+        node(
+            {
+                "resources": {"cpu": "16", "memory": "64Gi"},
+                "labels": {"kubernetes.io/arch": "arm64"},
+            }
+        )
+    )
+    arch = inspection.judge(
+        label, {"inspected": {"cpu": 16, "memory": "64Gi", "architecture": "amd64"}}
+    )
+    assert arch.condition is not None and arch.condition.reason == "ArchitectureLabelDiffers"
+    # No spec.resources: nothing to disagree with, and the condition says the inspected is used.
+    bare = inspection.judge(spec_of(node()), {"inspected": inspected})
+    assert bare.condition is not None and bare.condition.status is ConditionStatus.FALSE
+    assert "the planner uses the inspected figures" in bare.condition.message
+
+
+def test_a_bad_pinned_value_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValueError, match="pinned"):
+        spec_of(node({"resources": {"cpu": "4", "memory": "8Gi", "pinned": "maybe"}}))
+
+
+def test_the_planner_powers_on_the_machine_whose_inspected_capacity_holds_the_pod() -> None:
+    # Declared 8 cpus but inspected 16: a 12-cpu pod fits it unless the 8 are pinned.
+    declared_low = machine("low", "8", "16Gi")
+    declared_low["status"]["inspected"] = {"cpu": 16, "memory": "64Gi", "source": "redfish"}
+    assert ons(run(group(), declared_low, pod("big-1", "12", "32Gi"))) == ["low"]
+    declared_low["spec"]["resources"]["pinned"] = True
+    assert ons(run(group(), declared_low, pod("big-1", "12", "32Gi"))) == []
 
 
 # ---------------------------------------------------------------- the first check
@@ -287,6 +370,18 @@ def test_a_recorded_trace_carries_the_measured_draw_and_the_inspected_capacity()
     assert NodeSpec.model_validate(spec).resources is not None  # the replay reads it back
     kept = node_spec_as_measured({**node({"resources": {"cpu": "4", "memory": "8Gi"}})})
     assert kept["resources"] == {"cpu": "4", "memory": "8Gi"}
+    declared = {"cpu": "4", "memory": "8Gi", "extended": {"nvidia.com/gpu": "2"}}
+    both = {"cpu": 16, "memory": "64Gi", "gpus": 1}
+    replaced = node_spec_as_measured(node({"resources": declared}, inspected=both))
+    assert replaced["resources"] == {
+        "cpu": "16",
+        "memory": "64Gi",
+        "extended": {"nvidia.com/gpu": "1"},
+    }
+    pinned = {**declared, "pinned": True}
+    assert node_spec_as_measured(node({"resources": pinned}, inspected=both))["resources"] == (
+        pinned
+    )
     assert expected_resources({"spec": spec}).get(MEMORY) == 64 * 2**30
 
 

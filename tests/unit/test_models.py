@@ -17,7 +17,6 @@ from lightsout.models.enums import (
     Autoscaler,
     BootOverride,
     DriftPolicy,
-    DriverKind,
     PowerState,
     ProxmoxMode,
     SelectionPolicy,
@@ -85,7 +84,7 @@ def test_sample_nodes_differ_in_size_and_draw() -> None:
     assert cpus == [32, 16, 4]
     assert parse_quantity(big.resources.memory) == 128 * 2**30
     assert [n.power.on_watts for n in (big, mid, small)] == [180, 110, 35]
-    assert all(n.driver.kind is DriverKind.REDFISH for n in (big, mid, small))
+    assert all(n.driver.kind == "redfish" for n in (big, mid, small))
 
 
 def test_node_defaults() -> None:
@@ -139,7 +138,7 @@ def test_driver_block_defaults() -> None:
             },
         }
     ).driver
-    assert wol.kind is DriverKind.WOL
+    assert wol.kind == "wol"
     assert wol.wol is not None
     assert (wol.wol.broadcast_address, wol.wol.port, wol.wol.ssh.port) == ("255.255.255.255", 9, 22)
     assert wol.wol.ssh.private_key_secret_ref.key == "ssh-privatekey"

@@ -89,8 +89,9 @@ def test_an_outage_past_the_window_counts_like_any_failure() -> None:
 
 
 def test_a_refusal_that_is_not_an_outage_spends_max_retries() -> None:
-    failed = job(state=JobPhase.FAILED, failed_task=TASK, message="HTTP 401: Unauthorized")
+    failed = job(state=JobPhase.FAILED, failed_task=TASK, message="HTTP 400: power off disabled")
     decision = decide(
         machine(Phase.POWERING_ON, ON, max_retries=0, operation=op()), obs(job=failed), at(20)
     )
     assert decision.phase is Phase.FAILED
+    assert decision.reason == Reason.RETRIES_EXHAUSTED

@@ -12,7 +12,9 @@ from wsgiref.util import setup_testing_defaults
 
 import pytest
 
+from lightsout_lab import redfish_profiles
 from lightsout_lab.redfish_profiles import (
+    FALLBACK_SECONDS,
     PROFILES,
     SESSIONS,
     ProfileMiddleware,
@@ -138,7 +140,7 @@ def message_id(answer: Any) -> str:
 
 @pytest.mark.parametrize(
     ("profile", "missing"),
-    [("idrac", "GracefulRestart"), ("ilo", "GracefulShutdown"), ("xcc", "PushPowerButton")],
+    [("idrac", "GracefulRestart"), ("ilo", "GracefulShutdown"), ("ami", "PushPowerButton")],
 )
 def test_a_family_lists_its_reset_types_and_refuses_others(profile: str, missing: str) -> None:
     bmc = Bmc(profile)
@@ -180,8 +182,8 @@ def test_idrac_answers_a_redundant_on_with_409_and_lets_the_power_on_land() -> N
     assert bmc.backend.released == [UUID]
 
 
-def test_xcc_takes_a_redundant_on() -> None:
-    bmc = Bmc("xcc")
+def test_a_family_without_409_takes_a_redundant_on() -> None:
+    bmc = Bmc("ami")
     bmc.sushy.power = "On"
     assert bmc.call("POST", RESET, {"ResetType": "On"})[0] == 204
 
@@ -211,6 +213,10 @@ STRONG = '"abc"'
         ("strict", "W/" + STRONG, 412),
         ("strict", "*", 412),
         ("strict", '"old", ' + STRONG, None),
+        ("refused", None, None),
+        ("refused", STRONG, 412),
+        ("refused", "W/" + STRONG, 412),
+        ("refused", "*", 412),
     ],
 )
 def test_if_match_rules(mode: Any, if_match: str | None, status: int | None) -> None:
@@ -240,6 +246,49 @@ def test_etag_strict_sends_a_weak_etag_and_wants_the_strong_one() -> None:
     assert bmc.call("PATCH", SYSTEM, boot, {"If-Match": headers["ETag"]})[0] == 412
     assert bmc.call("PATCH", SYSTEM, boot, {"If-Match": "*"})[0] == 412
     assert bmc.call("PATCH", SYSTEM, boot, {"If-Match": headers["ETag"][2:]})[0] == 204
+
+
+def test_no_if_match_takes_a_patch_only_without_if_match() -> None:
+    bmc = Bmc("no-if-match")
+    _, headers, _ = bmc.call("GET", SYSTEM)
+    assert headers["ETag"].startswith('W/"')
+    boot = {"Boot": {"BootSourceOverrideTarget": "Pxe"}}
+    for if_match in (headers["ETag"], headers["ETag"][2:], "*"):
+        status, _, answer = bmc.call("PATCH", SYSTEM, boot, {"If-Match": if_match})
+        assert status == 412
+        assert "without If-Match" in answer["error"]["message"]
+    assert bmc.sushy.boot == "Hdd"
+    assert bmc.call("PATCH", SYSTEM, boot)[0] == 204
+    assert bmc.sushy.boot == "Pxe"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(("profile", "falls_back"), [("falls-back-once", 1), ("falls-back", 3)])
+def test_a_power_on_that_falls_back_reads_powering_on_then_off(
+    monkeypatch: pytest.MonkeyPatch, profile: str, falls_back: int
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(redfish_profiles.time, "monotonic", clock)
+    bmc = Bmc(profile)
+    for _ in range(falls_back):
+        assert bmc.call("POST", RESET, {"ResetType": "On"})[0] == 204
+        assert bmc.call("GET", SYSTEM)[2]["PowerState"] == "PoweringOn"
+        clock.now += FALLBACK_SECONDS
+        assert bmc.call("GET", SYSTEM)[2]["PowerState"] == "Off"
+        assert bmc.resets() == []  # nothing reached the machine
+    assert bmc.call("POST", RESET, {"ResetType": "On"})[0] == 204
+    if profile == "falls-back-once":
+        assert bmc.resets() == ["On"]  # the next power-on is the machine's
+    else:
+        assert bmc.resets() == []
+        assert bmc.call("GET", SYSTEM)[2]["PowerState"] == "PoweringOn"
 
 
 def login(bmc: Bmc, password: str = PASSWORD) -> tuple[int, dict[str, str]]:

@@ -19,11 +19,13 @@ from lightsout import cli
 from lightsout.models.enums import Phase
 from lightsout.planning.autoscale import plan
 from lightsout.planning.wake import next_wake
-from lightsout.simulate import generate, optimum
-from lightsout.simulate.engine import Options, Policy, Result, Scoring, Simulator, replay
-from lightsout.simulate.machines import WaitCause
-from lightsout.simulate.report import longest_wait, percentile, render_text, summarise
-from lightsout.simulate.trace import Durations, Trace, TracePod, load, write
+from lightsout.simulate.analysis import optimum
+from lightsout.simulate.analysis.optimum import model, solver
+from lightsout.simulate.analysis.report import longest_wait, percentile, render_text, summarise
+from lightsout.simulate.replay.engine import Options, Policy, Result, Scoring, Simulator, replay
+from lightsout.simulate.replay.machines import WaitCause
+from lightsout.simulate.traces import generate
+from lightsout.simulate.traces.trace import Durations, Trace, TracePod, load, write
 from lightsout.state import cron
 from lightsout.state.build import CRONJOBS_KEY, GROUPS_KEY, MACHINES_KEY, snapshot_from
 from lightsout.state.parse import scheduling_requirements
@@ -395,8 +397,8 @@ def test_the_with_waits_bound_is_below_the_zero_wait_one_it_relaxes() -> None:
     t = trace([pod(600, 1800, "a"), pod(3000, 600, "b", cpu="2")], machines=[node("m1")])
     zero = optimum.solve(t, time_limit=20)
     assert zero.kind == optimum.ZERO_WAIT and zero.kwh is not None
-    waits, upper = optimum._waits_problem(t, optimum.zero_wait_runs(t), 0.0)
-    h = optimum._highs(__import__("highspy"), __import__("numpy"), waits, upper, 20)
+    waits, upper = model.waits_problem(t, optimum.zero_wait_runs(t), 0.0)
+    h = solver.highs(__import__("highspy"), __import__("numpy"), waits, upper, 20)
     h.run()
     relaxed = (h.getInfo().objective_function_value + waits.constant) / 1000
     assert relaxed <= zero.kwh + 1e-9
@@ -662,7 +664,7 @@ def test_the_wear_limit_caps_power_ons_in_the_simulation_and_the_report_shows_it
 
 
 def test_plot_draws_the_timeline_into_a_png(tmp_path: Path) -> None:
-    from lightsout.simulate.plot import plot
+    from lightsout.simulate.analysis.plot import plot
 
     target = tmp_path / "week.png"
     plot(replay(_cycles_trace()), target)

@@ -1,4 +1,4 @@
-"""The replay's energy by machine and cause (`simulate.breakdown`, `simulate --breakdown`) and
+"""The replay's energy by machine and cause (`analysis.breakdown`, `simulate --breakdown`) and
 the bound's schedule beside it (`optimum.ScheduleEnergy`).
 
 One hand-built trace: one machine (4 cpu; 120 W on, 40 W idle, 5 W off; power-on 10 s, boot
@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from lightsout import cli
-from lightsout.simulate import optimum
-from lightsout.simulate.breakdown import Cause, breakdown
-from lightsout.simulate.engine import replay
-from lightsout.simulate.trace import Trace, TracePod, write
+from lightsout.simulate.analysis import optimum
+from lightsout.simulate.analysis.breakdown import breakdown
+from lightsout.simulate.replay.charges import Cause
+from lightsout.simulate.replay.engine import replay
+from lightsout.simulate.traces.trace import Trace, TracePod, write
 from tests.unit.test_simulate import node, pod, pod_spec, trace
 
 pytestmark = pytest.mark.unit

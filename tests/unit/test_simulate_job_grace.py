@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from lightsout import cli
-from lightsout.simulate.engine import Options, Result, replay
-from lightsout.simulate.report import render_text, summarise
-from lightsout.simulate.trace import Trace, TracePod, write
+from lightsout.simulate.analysis.report import render_text, summarise
+from lightsout.simulate.replay.engine import Options, Result, replay
+from lightsout.simulate.traces.trace import Trace, TracePod, write
 from tests.unit.test_simulate import node, phases, pod_spec, trace
 
 pytestmark = pytest.mark.unit

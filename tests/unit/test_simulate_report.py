@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from lightsout import cli
-from lightsout.simulate.engine import Options, Policy, replay
-from lightsout.simulate.report import render_text, summarise
-from lightsout.simulate.trace import Trace, TracePod, write
+from lightsout.simulate.analysis.report import render_text, summarise
+from lightsout.simulate.replay.engine import Options, Policy, replay
+from lightsout.simulate.traces.trace import Trace, TracePod, write
 from tests.unit.test_simulate import TRUTH, node, pod, trace
 
 pytestmark = pytest.mark.unit
@@ -143,7 +143,7 @@ def test_the_plot_legend_covers_no_data(tmp_path: Path, monkeypatch: pytest.Monk
     import matplotlib.figure
     import matplotlib.pyplot  # first: on import it wraps Figure.savefig, unpatched
 
-    from lightsout.simulate.plot import plot
+    from lightsout.simulate.analysis.plot import plot
 
     drawn: list[tuple[Any, list[Any], list[str]]] = []
     original = matplotlib.figure.Figure.savefig

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from lightsout import cli
-from lightsout.simulate import report, sweep
-from lightsout.simulate.engine import Options, Policy, Result, replay
-from lightsout.simulate.trace import Trace, write
+from lightsout.simulate.analysis import report, sweep
+from lightsout.simulate.replay.engine import Options, Policy, Result, replay
+from lightsout.simulate.traces.trace import Trace, write
 from tests.unit.test_simulate import TRUTH, node, pod, trace
 
 pytestmark = pytest.mark.unit

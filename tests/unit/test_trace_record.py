@@ -1,4 +1,4 @@
-"""`lightsout trace record`'s pure part (`lightsout.simulate.record`): durations as typed on the
+"""`lightsout trace record`'s pure part (`simulate.traces.record`): durations as typed on the
 command line, a live pod turned into a trace line (arrival, run time, scheduling spec, origin),
 CronJob runs told apart, machines and CronJobs cleaned, and the whole trace written in the one
 format the simulator reads back. The watching itself is proven end to end
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from lightsout.execution import jobs
-from lightsout.simulate.engine import Options, replay
-from lightsout.simulate.record import (
+from lightsout.simulate.replay.engine import Options, replay
+from lightsout.simulate.traces.record import (
     OPERATOR,
     OPERATOR_LABEL,
     Observed,
@@ -30,8 +30,8 @@ from lightsout.simulate.record import (
     scheduling_spec,
     trace_pod,
 )
-from lightsout.simulate.trace import Durations, load, write
-from lightsout.simulate.validate import validate
+from lightsout.simulate.traces.trace import Durations, load, write
+from lightsout.simulate.traces.validate import validate
 
 pytestmark = pytest.mark.unit
 

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from lightsout import cli
-from lightsout.simulate import generate
-from lightsout.simulate.trace import (
+from lightsout.simulate.traces import generate
+from lightsout.simulate.traces.trace import (
     CRONJOBS_FILE,
     MACHINES_FILE,
     PODS_FILE,
@@ -21,7 +21,7 @@ from lightsout.simulate.trace import (
     load,
     write,
 )
-from lightsout.simulate.validate import validate
+from lightsout.simulate.traces.validate import validate
 from tests.unit.test_simulate import ROOT, cronjob, pod, trace
 
 pytestmark = pytest.mark.unit

@@ -25,7 +25,7 @@ from lightsout.models.schedule import ScheduleError, parse
 from lightsout.planning.autoscale import plan
 from lightsout.planning.prewarm import MARGIN
 from lightsout.planning.wake import next_wake
-from lightsout.simulate.engine import replay
+from lightsout.simulate.replay.engine import replay
 from tests.unit import test_simulate as sim
 from tests.unit.test_autoscale_objects import at, group, machine, ons, pod, pod_note, snap
 

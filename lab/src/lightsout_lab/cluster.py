@@ -6,9 +6,11 @@ on the spot, and writes an admin kubeconfig; kwok plays the pods' lives as
 `lightsout_lab.kwok_stages` says. Used by the session fixture in `tests/conftest.py`,
 by `lightsout-lab dev-cluster up|down|env` and by `lightsout-lab demo`. Every process runs in its
 own session so `stop()` can kill whole process groups even after a test failed half-way.
-`halt(name)` and `resume(name)` stop one component and start it again with the same arguments
-(same port, etcd's data kept): what a control-plane node's reboot or an etcd restart looks like
-to the operator (`tests/e2e/test_control_plane_faults.py`).
+`halt(name)` (SIGTERM, as a reboot stops it) or `kill(name)` (SIGKILL, a crash) and
+`resume(name)` stop one component and start it again with the same arguments (same port, etcd's
+data kept): what a control-plane node's reboot, an API server's crash or an etcd restart looks
+like to the operator and to the machines' kubelets, which kwok plays and which keep their
+heartbeats across it by themselves (`tests/e2e/test_control_plane_faults.py`).
 
 kube-apiserver and kube-controller-manager look time zones up in `zoneinfo/` first (Go's
 `ZONEINFO`), then in the system's database as usual: a test can put a made-up zone there (a
@@ -164,10 +166,20 @@ class Cluster:
         self._save_state()
 
     def halt(self, name: str) -> None:
-        """Stop one component (`kube-apiserver`, `etcd`, ...) as a crash or reboot would: its
-        process group is killed; its port, certificates and (etcd) data stay for `resume`."""
+        """Stop one component (`kube-apiserver`, `etcd`, ...) as a reboot would: its process
+        group is sent SIGTERM (SIGKILL after 10 s); its port, certificates and (etcd) data stay
+        for `resume`."""
+        self._stop_component(name, grace=10.0)
+
+    def kill(self, name: str) -> None:
+        """Kill one component at once (SIGKILL to its process group), as a crash or the OOM
+        killer would: no graceful shutdown, connections cut mid-request. Start it again with
+        `resume`."""
+        self._stop_component(name, grace=0.0)
+
+    def _stop_component(self, name: str, grace: float) -> None:
         pid = self.pids.pop(name)
-        _kill_group(pid)
+        _kill_group(pid, grace)
         proc = self._procs.pop(name, None)
         if proc is not None:
             proc.wait()
@@ -183,16 +195,9 @@ class Cluster:
         self._save_state()
         assert self._pki is not None
         self._wait_https(name, f"{self.server}/readyz", time.monotonic() + timeout, self._pki)
-        ready = time.monotonic()
-        if "kwok" in self.pids:
-            # kwok (v0.7) plays the machines' kubelets, but unlike a kubelet it never watches
-            # Nodes again after its API server went away: a Node created afterwards (a machine
-            # that boots) would stay NotReady for ever. Started again, it lists them afresh.
-            self.halt("kwok")
-            argv, env = self._launches["kwok"]
-            self._spawn("kwok", argv, env)
-            self._save_state()
-        return ready
+        # kwok is left running, as a node's kubelet is through a control-plane restart: its
+        # informers list and watch again, its Lease renewals are retried every renew interval.
+        return time.monotonic()
 
     def destroy(self) -> None:
         """Stop and remove the directory."""
@@ -445,10 +450,12 @@ def _alive(pid: int) -> bool:
 
 
 def _kill_group(pid: int, grace: float = 10.0) -> None:
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
+    """SIGTERM to the group, SIGKILL once `grace` seconds passed (at once when 0)."""
+    if grace > 0:
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
     end = time.monotonic() + grace
     while time.monotonic() < end:
         if not _alive(pid):

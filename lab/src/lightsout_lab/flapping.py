@@ -15,7 +15,10 @@ counted: the machine simulator reads power through them) fails, in turn:
 - `drop`: the connection is closed with no answer at all, which is what a client whose request
   timed out sees (it cannot tell whether the BMC acted on it), without the client's timeout.
 
-Neither kind reaches sushy: the BMC did not act on it. `stop(bmc.workdir)` ends the flapping.
+Neither kind reaches sushy: the BMC did not act on it. The recorder writes both down (a refusal
+with status 503, a drop with status 0), so `SushyEmulator.requests()` holds every request the
+client sent, which the flapping-BMC e2e test bounds with `planning.outages.outage_requests`.
+`stop(bmc.workdir)` ends the flapping.
 The state is a small JSON file in the emulator's work dir, read on every request, so a test
 switches it while the emulator runs.
 """

@@ -11,6 +11,13 @@ kubelet).
 When the machine goes off, the Node is
 deleted (as a node that stopped heartbeating would later be removed). Used by the end-to-end
 tests and by `lightsout-lab demo`.
+
+kwok takes over a Node when it sees it added (its Lease in kube-node-lease is its heartbeat).
+A Node made again while kwok's watch was down (the API server restarted) reaches kwok as a
+change, not an addition, when it lists again, and kwok (v0.7) never takes it over: no Lease,
+NotReady for ever. So, as a kubelet keeps trying until its Node is registered and heartbeating,
+a machine whose Node has no fresh Lease `HEARTBEAT_SECONDS` after its registration registers
+it again (deleted and made again, which kwok's re-established watch sees as an addition).
 """
 
 from __future__ import annotations
@@ -30,6 +37,15 @@ from lightsout_lab import bootstrap
 from lightsout_lab.cluster import KWOK_ANNOTATION
 
 log = logging.getLogger(__name__)
+
+#: How long a registered Node may go without its first heartbeat (kwok's Lease renewed since
+#: the registration) before the machine registers it again. kwok makes the Lease within a
+#: second of seeing the Node; a loaded CI machine may take a few.
+HEARTBEAT_SECONDS = 15.0
+#: How often a machine waiting for its first heartbeat reads its Lease.
+HEARTBEAT_POLL_SECONDS = 2.0
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+LIFECYCLE_TAINTS = frozenset({"node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"})
 
 
 def tcp_probe(host: str, port: int, timeout: float = 1.0) -> Callable[[], str]:
@@ -89,6 +105,10 @@ class SimMachine:
     registered: bool = False
     registrations: int = 0
     observed: str = "Unknown"
+    #: When (monotonic, and wall-clock for the Lease's renewTime) the Node was last registered,
+    #: while its first heartbeat is awaited; None once a heartbeat was seen.
+    awaiting_heartbeat: tuple[float, float] | None = None
+    heartbeat_checked: float = 0.0
 
 
 @dataclass
@@ -135,6 +155,8 @@ class MachineSimulator:
                 machine.on_since = now
             if not machine.registered and now - machine.on_since >= machine.boot_seconds:
                 self._register(machine)
+            elif machine.registered and machine.awaiting_heartbeat is not None:
+                self._check_heartbeat(machine, now)
         elif machine.observed == "Off":
             machine.on_since = None
             if machine.registered:
@@ -183,7 +205,74 @@ class MachineSimulator:
         )
         machine.registered = True
         machine.registrations += 1
+        machine.awaiting_heartbeat = (time.monotonic(), time.time())
         log.info("machine %s booted and registered", machine.node_name)
+
+    def _check_heartbeat(self, machine: SimMachine, now: float) -> None:
+        """Until kwok renews the registered Node's Lease, read it every few seconds; past
+        `HEARTBEAT_SECONDS` without a renewal since the registration, register again."""
+        assert machine.awaiting_heartbeat is not None
+        since, since_wall = machine.awaiting_heartbeat
+        if now - machine.heartbeat_checked < HEARTBEAT_POLL_SECONDS:
+            return
+        machine.heartbeat_checked = now
+        try:
+            lease = client.CoordinationV1Api(self.api).read_namespaced_lease(
+                machine.node_name, NODE_LEASE_NAMESPACE
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            lease = None
+        renewed = lease.spec.renew_time if lease is not None and lease.spec else None
+        if renewed is not None and renewed.timestamp() >= since_wall - 1:
+            machine.awaiting_heartbeat = None
+            return
+        if now - since < HEARTBEAT_SECONDS:
+            return
+        log.warning(
+            "machine %s: no heartbeat %.0fs after its registration; registering again",
+            machine.node_name,
+            now - since,
+        )
+        self._register_again(machine)
+
+    def _register_again(self, machine: SimMachine) -> None:
+        """Delete the Node (this one: uid precondition) and make it again as it was, so kwok
+        sees it added; labels, taints and providerID are kept."""
+        core = client.CoreV1Api(self.api)
+        existing = self.api.sanitize_for_serialization(core.read_node(machine.node_name))
+        meta = existing["metadata"]
+        body: Any = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": machine.node_name,
+                "labels": meta.get("labels") or {},
+                "annotations": {**(meta.get("annotations") or {}), KWOK_ANNOTATION: "fake"},
+            },
+            "spec": {
+                k: v
+                for k, v in (existing.get("spec") or {}).items()
+                if k in ("taints", "providerID", "unschedulable")
+            },
+            "status": {
+                k: v
+                for k, v in (existing.get("status") or {}).items()
+                if k in ("capacity", "allocatable", "nodeInfo")
+            },
+        }
+        # The node-lifecycle controller's taints for a Node without heartbeats are its own to
+        # add and remove; a kubelet registering does not send them.
+        body["spec"]["taints"] = [
+            t for t in body["spec"].get("taints") or [] if t["key"] not in LIFECYCLE_TAINTS
+        ]
+        core.delete_node(
+            machine.node_name, body=client.V1DeleteOptions(preconditions={"uid": meta["uid"]})
+        )
+        core.create_node(body)
+        machine.registrations += 1
+        machine.awaiting_heartbeat = (time.monotonic(), time.time())
 
     def _adopt(self, machine: SimMachine, body: Any) -> None:
         """The Node exists (Lights-Out creates it, tainted, before power-on): like a real
@@ -239,4 +328,5 @@ class MachineSimulator:
             if exc.status != 404:
                 raise
         machine.registered = False
+        machine.awaiting_heartbeat = None
         log.info("machine %s powered off; its Node is gone", machine.node_name)

@@ -18,7 +18,15 @@ schemas (ComputerSystem, Processor, Chassis, Power, EnvironmentMetrics; DMTF DSP
 - `GET /redfish/v1/Chassis/<meter id>` linking either `Power` (PowerControl[0].
   PowerConsumedWatts: the deprecated resource most BMCs answer) or `EnvironmentMetrics`
   (PowerWatts.Reading), as the meter's `resource` says, and that resource, whose reading
-  follows the system's PowerState: `on_watts` while On, `off_watts` while Off.
+  follows the system's PowerState: `off_watts` while Off; while On `on_watts`, or, with an
+  `idle_watts`, the draw of a machine whose cpu is `load` busy: idle + (on - idle) * load;
+- with `pcie_gpus`, the chassis' `PCIeDevices` collection (PCIeDevice, PCIeFunction): the BMC's
+  own video (ASPEED, a VGA-class display controller, as on most servers) and that many GPUs
+  (NVIDIA 3D controllers) listed only there, not among the Processors, as many BMCs do.
+
+The machine runs no workload, so nothing here knows its cpu load: a test that puts pods on it
+writes the share of its cpu they keep busy to `load_file` (a number from 0 to 1; absent: idle),
+standing in for the machine's own sensors.
 
 Authentication stays sushy's: each answer of ours starts with an internal GET of the system
 through the wrapped app carrying the client's own `Authorization`, and a refusal (401) is
@@ -58,12 +66,30 @@ class PowerMeter:
     instruction_set: str = "x86-64"
     gpus: int = 0
     resource: MeterResource = "Power"
+    #: The draw while On with no load; None: `on_watts` whatever the load.
+    idle_watts: float | None = None
+    #: Where a test writes the cpu share in use (0 to 1) while `idle_watts` is set.
+    load_file: str | None = None
+    #: GPUs listed only as PCIe devices (besides the BMC's own video); 0: no PCIeDevices.
+    pcie_gpus: int = 0
 
     def to_config(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def load(self) -> float:
+        """The cpu share in use the test wrote, clamped to 0..1; 0 when none was written."""
+        try:
+            with open(self.load_file or "", encoding="utf-8") as file:
+                return min(max(float(file.read().strip()), 0.0), 1.0)
+        except (OSError, ValueError):
+            return 0.0
+
     def watts(self, power_state: str) -> float:
-        return self.off_watts if power_state == "Off" else self.on_watts
+        if power_state == "Off":
+            return self.off_watts
+        if self.idle_watts is None:
+            return self.on_watts
+        return round(self.idle_watts + (self.on_watts - self.idle_watts) * self.load(), 1)
 
 
 class PowerMeterMiddleware:
@@ -222,7 +248,9 @@ class PowerMeterMiddleware:
                 "ChassisType": "RackMount",
                 meter.resource: {"@odata.id": f"{base}/{meter.resource}"},
                 "Links": {"ComputerSystems": [{"@odata.id": system["@odata.id"]}]},
-            }
+            } | ({"PCIeDevices": {"@odata.id": f"{base}/PCIeDevices"}} if meter.pcie_gpus else {})
+        if rest[0] == "PCIeDevices" and meter.pcie_gpus:
+            return _pcie(base, meter.pcie_gpus, rest[1:])
         if rest != [meter.resource]:
             return None
         if meter.resource == "EnvironmentMetrics":
@@ -247,3 +275,65 @@ class PowerMeterMiddleware:
                 }
             ],
         }
+
+
+#: (id, Manufacturer, Model, VendorId, DeviceId, ClassCode) of the BMC's own video and a GPU.
+_BMC_VIDEO = ("BMCVideo", "ASPEED Technology, Inc.", "AST2600", "0x1a03", "0x2000", "0x030000")
+_GPU = ("GPU{n}", "NVIDIA Corporation", "Emulated GPU", "0x10de", "0x20b5", "0x030200")
+
+
+def _pcie(base: str, gpus: int, rest: list[str]) -> Mapping[str, Any] | None:
+    """The chassis' PCIeDevices collection, a device, its PCIeFunctions or its one function."""
+    devices = {_BMC_VIDEO[0]: _BMC_VIDEO}
+    devices |= {_GPU[0].format(n=n): (_GPU[0].format(n=n), *_GPU[1:]) for n in range(gpus)}
+    collection = f"{base}/PCIeDevices"
+    if not rest:
+        return {
+            "@odata.id": collection,
+            "@odata.type": "#PCIeDeviceCollection.PCIeDeviceCollection",
+            "Name": "PCIe Device Collection",
+            "Members@odata.count": len(devices),
+            "Members": [{"@odata.id": f"{collection}/{i}"} for i in devices],
+        }
+    found = devices.get(rest[0])
+    if found is None or len(rest) > 3 or (len(rest) > 1 and rest[1] != "PCIeFunctions"):
+        return None
+    ident, maker, model, vendor, device, klass = found
+    path = f"{collection}/{ident}"
+    functions = f"{path}/PCIeFunctions"
+    if len(rest) == 1:
+        return {
+            "@odata.id": path,
+            "@odata.type": "#PCIeDevice.v1_11_0.PCIeDevice",
+            "Id": ident,
+            "Name": model,
+            "Manufacturer": maker,
+            "Model": model,
+            "DeviceType": "SingleFunction",
+            "PCIeFunctions": {"@odata.id": functions},
+            "Status": {"State": "Enabled", "Health": "OK"},
+        }
+    if len(rest) == 2:
+        return {
+            "@odata.id": functions,
+            "@odata.type": "#PCIeFunctionCollection.PCIeFunctionCollection",
+            "Name": "PCIe Function Collection",
+            "Members@odata.count": 1,
+            "Members": [{"@odata.id": f"{functions}/0"}],
+        }
+    if rest[2] != "0":
+        return None
+    return {
+        "@odata.id": f"{functions}/0",
+        "@odata.type": "#PCIeFunction.v1_6_0.PCIeFunction",
+        "Id": "0",
+        "Name": f"{model} function 0",
+        "FunctionId": 0,
+        "FunctionType": "Physical",
+        "DeviceClass": "DisplayController",
+        "VendorId": vendor,
+        "DeviceId": device,
+        "ClassCode": klass,
+        "Links": {"PCIeDevice": {"@odata.id": path}},
+        "Status": {"State": "Enabled", "Health": "OK"},
+    }

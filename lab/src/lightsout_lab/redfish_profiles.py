@@ -12,11 +12,17 @@ one family each, written from those documented facts (no vendor's files copied):
 - ``ilo``: lists no ``GracefulShutdown``; a soft power-off is ``PushPowerButton`` (a short press:
   the OS is asked to shut down; pressed while Off it powers on); busy answers carry
   ``InvalidOperationForSystemState``.
-- ``xcc``: refuses ``PushPowerButton`` (not in its list; HTTP 400).
 - ``ami``: a PATCH needs ``If-Match`` with the resource's current ETag (HTTP 428 without it,
   412 when stale); GETs carry a strong ETag.
 - ``etag-strict``: sends its ETag weak (``W/"…"``, as compression makes some BMCs do) but only
   accepts the strong form in ``If-Match``; ``If-Match: *`` is refused (412).
+- ``no-if-match``: sends a weak ETag but refuses every PATCH carrying ``If-Match`` (412), weak,
+  strong or ``*`` alike (bmclib added a switch to stop sending it for such BMCs); a PATCH
+  without one is taken.
+- ``falls-back`` / ``falls-back-once``: accepts a power-on (204), PowerState reads
+  ``PoweringOn`` for ``FALLBACK_SECONDS``, then ``Off`` again: the host did not complete its
+  power-on (chaos/powerman#154). ``falls-back`` does so at every power-on, ``falls-back-once``
+  at the first one only (the next power-on works).
 - ``sessions-only``: Basic auth refused (401); only a session created with
   ``POST /redfish/v1/SessionService/Sessions`` (token in ``X-Auth-Token``) works.
 - ``idrac10``: the ``idrac`` behaviours, and a boot-override PATCH on the ComputerSystem is
@@ -41,10 +47,11 @@ import io
 import json
 import secrets
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal, Protocol
 
-EtagMode = Literal["none", "required", "strict"]
+EtagMode = Literal["none", "required", "strict", "refused"]
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 SYSTEMS = "/redfish/v1/Systems/"
@@ -53,6 +60,10 @@ SESSION_SERVICE = "/redfish/v1/SessionService"
 RESET_SUFFIX = "/Actions/ComputerSystem.Reset"
 SETTINGS_SUFFIX = "/Settings"
 HOLD_HEADER = "X-Lightsout-Hold"
+#: Seconds a power-on that falls back reads PoweringOn before it reads Off again: long enough
+#: for a client polling every second to see it even when its play runs several hosts in step
+#: (a first read 3 s after the order missed it on a loaded machine).
+FALLBACK_SECONDS = 10.0
 
 #: What sushy-tools lists (and what a profile without its own list keeps).
 SUSHY_RESET_TYPES = (
@@ -81,6 +92,8 @@ class Profile:
     ``busy``: the first attempt of every Reset order is answered with it (HTTP 400); the retry
     is accepted. ``already_on_conflict``: an On/ForceOn for a system that is (or is becoming)
     On is answered 409. ``push_button``: PushPowerButton works as a short press.
+    ``falls_back``: how many power-ons (On/ForceOn) per system the BMC accepts but the host does
+    not complete (PoweringOn, then Off again; nothing reaches sushy).
     """
 
     name: str
@@ -91,6 +104,7 @@ class Profile:
     etag: EtagMode = "none"
     sessions_only: bool = False
     boot_via_settings: bool = False
+    falls_back: int = 0
 
 
 _SYS518 = Busy(
@@ -119,11 +133,11 @@ PROFILES: dict[str, Profile] = {
             ),
             push_button=True,
         ),
-        # Lenovo XCC lists no PushPowerButton and refuses it (the profile's 400 for a reset
-        # type it does not list): sushy-tools' own list is exactly that.
-        Profile(name="xcc", reset_types=SUSHY_RESET_TYPES),
         Profile(name="ami", etag="required"),
         Profile(name="etag-strict", etag="strict"),
+        Profile(name="no-if-match", etag="refused"),
+        Profile(name="falls-back", falls_back=1_000_000),
+        Profile(name="falls-back-once", falls_back=1),
         Profile(name="sessions-only", sessions_only=True),
         dataclasses.replace(_IDRAC, name="idrac10", boot_via_settings=True),
     )
@@ -215,6 +229,8 @@ class ProfileMiddleware:
         self.sessions: dict[str, str] = {}  # session id -> token
         self.lock = threading.Lock()
         self._refused_busy: set[str] = set()  # systems whose last Reset was answered busy
+        self._fell_back: dict[str, int] = {}  # system -> power-ons that fell back so far
+        self._powering_on: dict[str, float] = {}  # system -> when its PoweringOn ends
         self._basic = "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
 
     def _uuid(self, identity: str | None) -> str | None:
@@ -362,10 +378,17 @@ class ProfileMiddleware:
         if answer.status != 200 or not isinstance(resource, dict):
             return answer
         _shape(resource, profile, system)
+        uuid = self._uuid(system) or system
+        with self.lock:
+            ends = self._powering_on.get(uuid)
+            if ends is not None and time.monotonic() >= ends:
+                del self._powering_on[uuid]
+            elif ends is not None:
+                resource["PowerState"] = "PoweringOn"
         headers = [(k, v) for k, v in answer.headers if k.lower() != "content-length"]
         if profile.etag != "none":
             etag = etag_of(resource)
-            sent = "W/" + etag if profile.etag == "strict" else etag
+            sent = "W/" + etag if profile.etag in ("strict", "refused") else etag
             resource["@odata.etag"] = sent
             headers.append(("ETag", sent))
         return _Answer(200, headers, json.dumps(resource).encode())
@@ -439,6 +462,18 @@ class ProfileMiddleware:
                 "IDRAC.2.8.PSU501",
             )
         self.backend.release(uuid)
+        with self.lock:
+            self._powering_on.pop(uuid, None)  # any later order ends a power-on that stalled
+            fell_back = self._fell_back.get(uuid, 0)
+            if (
+                reset_type in ("On", "ForceOn")
+                and target == "Off"
+                and fell_back < profile.falls_back
+            ):
+                # Accepted, and the host starts, but never completes its power-on.
+                self._fell_back[uuid] = fell_back + 1
+                self._powering_on[uuid] = time.monotonic() + FALLBACK_SECONDS
+                return _Answer(204, [], b"")
         if reset_type == "PushPowerButton" and profile.push_button:
             # A short press: the OS is asked to shut down when on; the machine starts when off.
             pressed = "GracefulShutdown" if target == "On" else "On"
@@ -474,7 +509,7 @@ def check_if_match(mode: EtagMode, if_match: str | None, current: str) -> _Answe
 
     ``current`` is the strong (quoted) ETag. ``required`` (AMI): no If-Match is 428; a stale one
     412; weak or strong forms of the current one, or ``*``, pass. ``strict``: ``*`` and weak
-    forms are 412; no If-Match passes.
+    forms are 412; no If-Match passes. ``refused``: any If-Match is 412; none passes.
     """
     if if_match is None:
         if mode == "required":
@@ -485,6 +520,12 @@ def check_if_match(mode: EtagMode, if_match: str | None, current: str) -> _Answe
             )
         return None
     candidates = [tag.strip() for tag in if_match.split(",")]
+    if mode == "refused":
+        return redfish_error(
+            412,
+            "This BMC does not support conditional requests: send the PATCH without If-Match.",
+            "Base.1.8.PreconditionFailed",
+        )
     if mode == "required":
         ok = any(tag == "*" or tag.removeprefix("W/") == current for tag in candidates)
     else:

@@ -16,8 +16,9 @@ What it gives you:
   the recorder (``MIDDLEWARES``), e.g. ``lightsout_lab.flapping`` (a BMC failing every other
   request).
   ``FakeSystem(..., profile="idrac")`` gives a system a vendor family's documented behaviour
-  (``lightsout_lab.redfish_profiles``: idrac, ilo, xcc, ami, etag-strict, sessions-only,
-  idrac10); with any profile the BMC also serves a SessionService (``live_sessions()``).
+  (``lightsout_lab.redfish_profiles``: idrac, ilo, ami, etag-strict, no-if-match,
+  falls-back, falls-back-once, sessions-only, idrac10); with any profile the BMC also serves
+  a SessionService (``live_sessions()``).
 - ``power_state(uuid)`` / ``wait_power_state(uuid, "On")`` — read a system's PowerState.
 - ``power_requests(...)`` / ``count_power_requests(...)`` — every
   ``POST /redfish/v1/Systems/<id>/Actions/ComputerSystem.Reset`` that reached the emulator,

@@ -25,6 +25,7 @@ from lightsout.actuation.nodeops import (
     node_ready,
     node_unregistered,
 )
+from lightsout.models.drivers import ProxmoxDriver
 from lightsout.models.enums import DriftPolicy, ProxmoxMode
 from lightsout.models.group import (
     DEFAULT_CORRECTION_WINDOW_SECONDS,
@@ -34,6 +35,7 @@ from lightsout.models.group import (
 from lightsout.models.node import NodeSpec
 from lightsout.planning.fsm import Reason
 from lightsout.planning.learning import median
+from lightsout.planning.outages import credentials_source
 from lightsout.planning.types import (
     Action,
     DrainStatus,
@@ -274,7 +276,7 @@ def machine_state(node: Obj, spec: NodeSpec, group: GroupSpec | None) -> Machine
         and adopted is not desired
         else None
     )
-    proxmox = spec.driver.proxmox
+    proxmox = spec.driver.block(ProxmoxDriver)
     return MachineState(
         name=meta["name"],
         kubernetes_node_name=spec.kubernetes_node_name,
@@ -303,6 +305,7 @@ def machine_state(node: Obj, spec: NodeSpec, group: GroupSpec | None) -> Machine
         adopt_drift=health.drift_policy is DriftPolicy.ADOPT,
         adopting=adopting,
         force_power_off=spec.driver.plug is not None and spec.driver.plug.force,
+        credentials=credentials_source(spec, str(meta.get("namespace") or "")),
     )
 
 

@@ -7,8 +7,8 @@ listed again when that resourceVersion has expired (410 Gone; a pod that went mi
 between is taken as gone then). The machines (Lights-Out Groups and Nodes, with what the
 operator learned of their durations) and the CronJobs are listed at the start and again when
 the duration is over or on SIGINT/SIGTERM (the first listing is kept if the cluster cannot be
-reached then), and `simulate.record.build` turns it all into the trace that
-`simulate.trace.write` writes. Called by `cli.cmd_trace_record`; the API calls are
+reached then), and `simulate.traces.record.build` turns it all into the trace that
+`simulate.traces.trace.write` writes. Called by `cli.cmd_trace_record`; the API calls are
 `lightsout.k8s.people`'s (the user's own rights, not the operator's). No Secret is read.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from lightsout.k8s import people
 from lightsout.k8s.api import Api, error_message
-from lightsout.simulate.record import Observed, Seen, job_cronjob
+from lightsout.simulate.traces.record import Observed, Seen, job_cronjob
 from lightsout.state.parse import as_str, dig
 
 Obj = dict[str, Any]

@@ -6,7 +6,10 @@ health-result cache keeps them in each pod's record (`health.pod_record`); a mac
 reconcile pass (`execution.reconcile`) turns a new record's values into `status.power` and
 `status.inspected` (`measured_status`), learns the draw from the watts
 (`planning.learning.learn_draw`), and compares what a person declared with what was inspected
-on every pass (`mismatch`), so an edit of `spec.resources` is judged at once. Pure.
+on every pass (`judge`), so an edit of `spec.resources` is judged at once: a declared figure
+above or below the inspected one is a mismatch, and the condition says which figure the planner
+uses (the inspected one, unless `spec.resources.pinned`; the choice itself is
+`state.measured.expected_resources`). Pure.
 """
 
 from __future__ import annotations
@@ -20,12 +23,18 @@ from lightsout.models.node import NodeSpec
 from lightsout.models.types import parse_quantity
 from lightsout.planning.effects import Event, SetCondition
 from lightsout.planning.types import ConditionStatus, ConditionType, EventType
+from lightsout.state.measured import gpu_names, inspected_resources
 from lightsout.state.parse import condition
 
 Obj = Mapping[str, Any]
 #: The arch label a person may set in spec.labels, compared with the inspected architecture.
 ARCH_LABEL = "kubernetes.io/arch"
-MISMATCH = "DeclaredExceedsInspected"
+#: InspectionMismatch reasons: declared capacity differs and the planner uses the inspected
+#: figures; it differs and the planner uses the declared ones (`spec.resources.pinned`, or cpu
+#: and memory not both inspected); only the arch label differs (applied as declared); nothing.
+INSPECTED_USED = "InspectedCapacityUsed"
+DECLARED_PINNED = "DeclaredCapacityUsed"
+LABEL_DIFFERS = "ArchitectureLabelDiffers"
 MATCH = "DeclaredMatchesInspected"
 _MAX_WATTS = 100_000.0
 
@@ -82,35 +91,90 @@ def measured_status(record: Obj, time: str) -> dict[str, Any]:
     return out
 
 
-def _exceeds(declared: str, inspected: str) -> bool:
-    return parse_quantity(declared) > parse_quantity(inspected)
+def _compare(declared: object, inspected: object) -> str:
+    """`>` or `<` between two amounts, "" when equal."""
+    left, right = parse_quantity(str(declared)), parse_quantity(str(inspected))
+    return ">" if left > right else "<" if left < right else ""
 
 
-def disagreements(spec: NodeSpec, inspected: Obj | None) -> list[str]:
+@dataclass(frozen=True)
+class Disagreements:
+    """What the declared spec and the inspected machine disagree on, each naming both values."""
+
+    capacity: list[str]
+    label: list[str]
+
+    def __bool__(self) -> bool:
+        return bool(self.capacity or self.label)
+
+
+def disagreements(spec: NodeSpec, inspected: Obj | None) -> Disagreements:
     """Each declared figure the inspected machine contradicts, naming both values: cpu or
-    memory declared above what the machine has, extended GPUs above its GPUs, an arch label
-    other than its architecture. Declaring less than the machine has is a person's choice
-    (room for the system), not a disagreement."""
+    memory declared above or below what the machine has, GPUs in the extended resources other
+    than its GPUs, an arch label other than its architecture."""
+    found = Disagreements([], [])
     if not inspected:
-        return []
-    found: list[str] = []
+        return found
     resources = spec.resources
     if resources is not None:
         for name, declared in (("cpu", resources.cpu), ("memory", resources.memory)):
             have = inspected.get(name)
-            if have is not None and _exceeds(str(declared), str(have)):
-                found.append(f"spec.resources.{name} {declared} > inspected {have}")
-        gpus = inspected.get("gpus")
+            if have is not None and (sign := _compare(declared, have)):
+                found.capacity.append(f"spec.resources.{name} {declared} {sign} inspected {have}")
+        gpus, names = inspected.get("gpus"), gpu_names(resources.extended)
         declared_gpus = sum(
-            (parse_quantity(str(q)) for n, q in (resources.extended or {}).items() if "gpu" in n),
-            Decimal(0),
+            (parse_quantity(str((resources.extended or {})[n])) for n in names), Decimal(0)
         )
-        if isinstance(gpus, int) and declared_gpus > gpus:
-            found.append(f"GPUs in spec.resources.extended {declared_gpus} > inspected {gpus}")
+        if isinstance(gpus, int) and (sign := _compare(declared_gpus, gpus)):
+            unnamed = "" if len(names) == 1 or resources.pinned else _UNNAMED
+            found.capacity.append(
+                f"GPUs in spec.resources.extended {declared_gpus} {sign} inspected {gpus}{unnamed}"
+            )
     arch, label = inspected.get("architecture"), (spec.labels or {}).get(ARCH_LABEL)
     if arch and label and arch != label:
-        found.append(f"spec.labels {ARCH_LABEL}={label} but inspected architecture {arch}")
+        found.label.append(f"spec.labels {ARCH_LABEL}={label} but inspected architecture {arch}")
     return found
+
+
+_UNNAMED = " (the declared count is planned: no single GPU resource name to give the inspected one)"
+_USES_INSPECTED = (
+    "the planner uses the inspected cpu, memory and GPUs; spec.resources.pinned: true keeps "
+    "the declared ones"
+)
+_USES_DECLARED = "spec.resources.pinned: the planner uses the declared figures"
+_UNTIL_BOTH = "the planner uses the declared figures until cpu and memory are both inspected"
+_LABELS = "the label is applied as declared"
+
+
+def _verdict(
+    spec: NodeSpec, found: Disagreements, usable: bool
+) -> tuple[ConditionStatus, str, str]:
+    """InspectionMismatch's status, reason and message: what differs and which figure is used
+    (`usable`: the inspection holds both cpu and memory, so it can replace the declared)."""
+    if not found:
+        if spec.resources is None:
+            return (
+                ConditionStatus.FALSE,
+                MATCH,
+                "no spec.resources: the planner uses the inspected figures",
+            )
+        return (
+            ConditionStatus.FALSE,
+            MATCH,
+            "the declared resources match what the controller reported",
+        )
+    pinned = spec.resources is not None and spec.resources.pinned
+    inspected_used = usable and not pinned
+    used = _USES_INSPECTED if inspected_used else _USES_DECLARED if pinned else _UNTIL_BOTH
+    parts = []
+    if found.capacity:
+        parts.append("; ".join(found.capacity) + f" ({used})")
+    if found.label:
+        parts.append("; ".join(found.label) + f" ({_LABELS})")
+    reason = (
+        (INSPECTED_USED if inspected_used else DECLARED_PINNED) if found.capacity else LABEL_DIFFERS
+    )
+    return ConditionStatus.TRUE, reason, "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -123,19 +187,15 @@ class Judgement:
 
 def judge(spec: NodeSpec, status: Obj) -> Judgement:
     """InspectionMismatch for the declared spec against `status.inspected` (nothing before a
-    first inspection); an event naming both values when the disagreement is new or changed."""
+    first inspection), saying which figure the planner uses; an event naming both values when
+    the disagreement is new or changed."""
     inspected = status.get("inspected")
     if not isinstance(inspected, Mapping):
         return Judgement(None, None)
     found = disagreements(spec, inspected)
-    if found:
-        message = "; ".join(found) + " (the planner uses the declared figures)"
-        status_and_reason = ConditionStatus.TRUE, MISMATCH
-    else:
-        message = "the declared resources fit what the controller reported"
-        status_and_reason = ConditionStatus.FALSE, MATCH
-    verdict = SetCondition(ConditionType.INSPECTION_MISMATCH, *status_and_reason, message)
+    state, reason, message = _verdict(spec, found, inspected_resources(inspected) is not None)
+    verdict = SetCondition(ConditionType.INSPECTION_MISMATCH, state, reason, message)
     current = condition(status, ConditionType.INSPECTION_MISMATCH) or {}
     news = current.get("message") != message and (found or current.get("status") == "True")
-    event = Event(EventType.WARNING if found else EventType.NORMAL, verdict.reason, message)
+    event = Event(EventType.WARNING if found else EventType.NORMAL, reason, message)
     return Judgement(verdict, event if news else None)

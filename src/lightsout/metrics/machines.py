@@ -26,7 +26,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from lightsout.metrics.families import ACTION_DURATION, ACTIONS, TRANSITION_DURATION
-from lightsout.models.enums import Action, DriverKind, Phase, ProxmoxMode
+from lightsout.models.drivers import DRIVER_KINDS
+from lightsout.models.enums import Action, Phase, ProxmoxMode
 from lightsout.planning.energy import Account
 from lightsout.planning.energystatus import account_from_status
 from lightsout.state.parse import dig, parse_time
@@ -64,7 +65,7 @@ def _measured(power: Any) -> tuple[float, str] | None:
 
 def _driver(spec: Mapping[str, Any]) -> str:
     driver = spec.get("driver") or {}
-    return next((kind.value for kind in DriverKind if kind.value in driver), "unknown")
+    return next((kind for kind in DRIVER_KINDS if kind in driver), "unknown")
 
 
 def _zero_actions(spec: Mapping[str, Any]) -> None:

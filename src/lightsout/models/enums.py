@@ -40,18 +40,6 @@ class Phase(StrEnum):
     DEPROVISIONING = "Deprovisioning"
 
 
-class DriverKind(StrEnum):
-    """How a machine is powered; the name of the one block set under `spec.driver`."""
-
-    REDFISH = "redfish"
-    IPMI = "ipmi"
-    WOL = "wol"
-    PROXMOX = "proxmox"
-    SHELLY = "shelly"
-    TASMOTA = "tasmota"
-    HOMEASSISTANT = "homeassistant"
-
-
 class Action(StrEnum):
     """An action run as a Job; also the playbook's base name (`startup.yml`)."""
 

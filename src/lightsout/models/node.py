@@ -15,7 +15,7 @@ from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
 from lightsout.models.base import ApiModel, Rule, default_empty, rules
 from lightsout.models.common import Conditions, Energy, Taints
-from lightsout.models.drivers import CloudInitJoin, NodeDriver
+from lightsout.models.drivers import CloudInitJoin, NodeDriver, ProxmoxDriver
 from lightsout.models.enums import (
     Action,
     HealthCheckResult,
@@ -73,6 +73,12 @@ class NodeResources(ApiModel):
         default=None, max_length=16, json_schema_extra=rules(EXTENDED_NAMES)
     )
     """Extended resources by name (`nvidia.com/gpu: 1`)."""
+    pinned: bool = False
+    """Plan with these figures even when a health check inspected others. False (the default):
+    once the machine's controller has reported its cpu and memory (`status.inspected`) the
+    planner uses the inspected cpu, memory and GPU count instead, and the InspectionMismatch
+    condition names each declared figure that differs; set it to keep room for the system, or
+    when the BMC counts wrong."""
 
     @model_validator(mode="after")
     def _extended_names(self) -> Self:
@@ -166,8 +172,9 @@ class NodeSpec(ApiModel):
     driver: NodeDriver
     """How the machine is powered."""
     resources: NodeResources | None = None
-    """Expected capacity, so the autoscaler can plan a machine that has never joined; unset,
-    the cpu and memory its controller reported (`status.inspected`) are used."""
+    """Expected capacity, so the autoscaler can plan a machine that has never joined; once its
+    controller reported cpu and memory (`status.inspected`) those replace the declared ones
+    unless `pinned`; without this block, the inspected cpu and memory are used."""
     labels: LabelMap | None = None
     """Labels applied to the core Node when it registers."""
     taints: Taints | None = None
@@ -187,7 +194,7 @@ class NodeSpec(ApiModel):
     def clone_join(self) -> CloudInitJoin | None:
         """The `join` block, when the machine is an Ephemeral Proxmox clone that has one: it
         joins by itself (with an address from its Group's `addressPool`, if any)."""
-        proxmox = self.driver.proxmox
+        proxmox = self.driver.block(ProxmoxDriver)
         if proxmox is not None and proxmox.mode is ProxmoxMode.EPHEMERAL:
             return proxmox.join
         return None
@@ -296,8 +303,8 @@ class MeasuredPower(ApiModel):
 
 class Inspected(ApiModel):
     """What the machine's controller says it is: the BMC's inventory (Redfish ProcessorSummary,
-    MemorySummary, Processors) or the hypervisor's VM configuration. A Node without
-    `spec.resources` is planned with this capacity."""
+    MemorySummary, Processors, PCIeDevices) or the hypervisor's VM configuration. The planner
+    uses this capacity unless `spec.resources.pinned`."""
 
     cpu: int | None = Field(default=None, ge=1, le=100_000)
     """Logical processors (threads where the controller reports them, else cores)."""
@@ -306,7 +313,8 @@ class Inspected(ApiModel):
     architecture: ShortText | None = None
     """Processor architecture as Kubernetes names it (`amd64`, `arm64`)."""
     gpus: int | None = Field(default=None, ge=0, le=1_000)
-    """GPUs (Processors of type GPU, PCIe display controllers)."""
+    """GPUs: Processors of type GPU, or PCIe display controllers other than the BMC's own video,
+    whichever counts more (a BMC may list a GPU in both)."""
     observed_at: datetime
     """When the controller was read."""
     source: ShortText

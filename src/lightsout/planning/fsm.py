@@ -41,6 +41,7 @@ AcquireLease, and every transitional phase renews the Lease on each reconcile):
 | PoweringOn | Job succeeded, power Off | retry | PowerStateMismatch (Drifted=True) |
 | PoweringOn | Job failed | retry | JobFailed (quotes the failed task) |
 | PoweringOn | Job failed: BMC did not answer | retry (maxRetries kept) | BMCUnavailable |
+| PoweringOn | Job failed: credentials refused (401, 403) | Failed | AuthenticationFailed |
 | Provisioning | Group's address pool exhausted | retry | AddressPoolExhausted (no StartJob) |
 | PoweringOn | Job's pod cannot start | retry | PodStartFailed (DeleteJob; names the cause) |
 | PoweringOn | Job deleted by anyone before it finished | retry | JobLost (not re-created) |
@@ -70,7 +71,7 @@ AcquireLease, and every transitional phase renews the Lease on each reconcile):
 | PoweringOff | Job failed/lost, retry due, D changed | as PoweringOn | |
 | Failed | new generation (any spec edit) | per D, attempt 1 | PowerOnRequested/PowerOffRequested |
 | Failed | D On and core Node Ready | Ready | NodeRegistered |
-| Failed | otherwise | unchanged | RetriesExhausted |
+| Failed | otherwise | unchanged | RetriesExhausted (AuthenticationFailed after a refusal) |
 
 Startup taint: every StartJob of an on-action comes after a `PrepareCoreNode` (the core Node is
 created, or patched, with the machine's labels and taints plus `lightsout.dev/unregistered:
@@ -84,7 +85,11 @@ machine is Failed, which is not a dead end: any new generation starts over at at
 playbook that failed because the BMC (or hypervisor API) refused with 503/429/502/504 or did not
 answer (`planning.outages`) is retried after the same backoff without spending `maxRetries`,
 with reason BMCUnavailable, for 30 minutes in the action's phase; the backoff keeps such an
-outage to a handful of attempts (`outages.attempts_within`), never a request storm.
+outage to a handful of attempts (`outages.attempts_within`), never a request storm. A playbook
+that failed because the endpoint refused the credentials (HTTP 401/403, IPMI's "incorrect
+password": `outages.credentials_refused`) is not retried at all: the machine is Failed at once
+with reason AuthenticationFailed and a message naming the Secret and keys the credentials come
+from (`MachineState.credentials`), since every retry would get the same answer.
 
 Never under a running OS: a driver that cuts the power without a graceful path of its own and
 without a meter (a Home Assistant switch without a power sensor) reports `cut_pending` once the
@@ -214,6 +219,7 @@ class Reason(StrEnum):
     ADDRESS_POOL_EXHAUSTED = "AddressPoolExhausted"
     FORCED_POWER_OFF = "ForcedPowerOff"
     BMC_UNAVAILABLE = "BMCUnavailable"
+    AUTHENTICATION_FAILED = "AuthenticationFailed"
     WAITING_FOR_HEARTBEAT = "WaitingForHeartbeat"
     OS_DOWN_CONFIRMED = "OSDownConfirmed"
     OS_STILL_RUNNING = "OSStillRunning"
@@ -554,7 +560,8 @@ def _failed(m: MachineState, obs: Observations, now: datetime) -> Decision:
             message = "the health check found the machine powered Off while Failed"
             return _drift(m, obs, now, message, PowerState.OFF)
     hint = "gave up; any change to the Node's spec starts over"
-    return _steady(m, obs, Reason.RETRIES_EXHAUSTED, op.message or hint)
+    reason = Reason.AUTHENTICATION_FAILED if _refused(op) else Reason.RETRIES_EXHAUSTED
+    return _steady(m, obs, reason, op.message or hint)
 
 
 def _steady(
@@ -888,6 +895,9 @@ def _running(m: MachineState, obs: Observations, now: datetime, op: Operation) -
         return _succeeded(m, obs, now, op, job)
     task = f" at task '{job.failed_task}'" if job.failed_task else ""
     message = f"{op.action} playbook failed{task}: {job.message or 'no message'}"
+    refused = job.failed_task is not None and outages.credentials_refused(message)
+    if refused:
+        message = _name_credentials(m, message)
     failed = op.finish(
         OperationResult.FAILED,
         now,
@@ -896,6 +906,8 @@ def _running(m: MachineState, obs: Observations, now: datetime, op: Operation) -
         power_state=job.power_state,
         values=job.values,
     )
+    if refused:
+        return _credentials_refused(failed, message)
     cause = Reason.BMC_UNAVAILABLE if _outage(failed) else Reason.JOB_FAILED
     return _attempt_failed(m, failed, cause, message)
 
@@ -1079,6 +1091,9 @@ def _retry_pending(m: MachineState, obs: Observations, now: datetime, op: Operat
             now,
             f"desired power state changed to {m.desired}; {op.action} retries abandoned",
         )
+    if _refused(op):
+        # A refusal recorded before refusals ended the action (an upgraded operator).
+        return _credentials_refused(op, op.message)
     allowed = m.max_retries + 1
     if op.attempt >= allowed and not _rides_out(m, op, now):
         # maxRetries was lowered while a retry was pending.
@@ -1136,6 +1151,37 @@ def _attempt_failed(
         Event(EventType.WARNING, Reason.RETRIES_EXHAUSTED, text),
     )
     return Decision(Phase.FAILED, Reason.RETRIES_EXHAUSTED, text, effects, failed)
+
+
+def _name_credentials(m: MachineState, message: str) -> str:
+    """A refusal's message with where the credentials come from and what to do: the Job's pod
+    only sees the Secret's files, so the operator adds the Secret's name from the spec."""
+    if m.credentials:
+        where = f"the endpoint refused the credentials from {m.credentials}"
+    else:
+        where = "the endpoint asks for credentials this driver does not send"
+    return (
+        f"{message}; {where}: not retried (the answer would be the same); fix them, then edit "
+        "the Node's spec to try again"
+    )
+
+
+def _credentials_refused(failed: Operation, message: str) -> Decision:
+    """The endpoint refused the credentials: Failed after this attempt, whatever `maxRetries`
+    says (each retry would be refused the same way, minutes apart)."""
+    effects: tuple[Effect, ...] = (
+        _condition(
+            ConditionType.POWER_ACTION_SUCCEEDED, False, Reason.AUTHENTICATION_FAILED, message
+        ),
+        ReleaseLease(),
+        Event(EventType.WARNING, Reason.AUTHENTICATION_FAILED, message),
+    )
+    return Decision(Phase.FAILED, Reason.AUTHENTICATION_FAILED, message, effects, failed)
+
+
+def _refused(failed: Operation) -> bool:
+    """The attempt's playbook failed because the endpoint refused the credentials."""
+    return failed.failed_task is not None and outages.credentials_refused(failed.message)
 
 
 def _outage(failed: Operation) -> bool:

@@ -28,7 +28,7 @@ powering it off and on again would pay: its shutdown time plus the run's pre-war
 which is one break-even time plus the lead's margin.
 
 Beside each machine's note (words), `ScaleDown.holds` says as a `Hold` why a Ready machine it
-could power off stays on: the replay's energy breakdown (`simulate.breakdown`) charges a Ready
+could power off stays on: the replay's energy breakdown (`simulate.replay.charges`) charges a Ready
 machine's idle time to it.
 """
 

@@ -267,6 +267,9 @@ class MachineState:
     #: The driver's `force`: a power-off without proof that the OS went down cuts the power
     #: after `shutdown_timeout_seconds` rather than failing.
     force_power_off: bool = False
+    #: Where the credentials the endpoint checks come from (`outages.credentials_source`:
+    #: Secret namespace/name and key names, never a value); '' when the driver sends none.
+    credentials: str = ""
 
     @property
     def on_action(self) -> Action:

@@ -1,7 +1,7 @@
 """When time alone would change the autoscaler's plan: `next_wake(snapshot, plan, now)`.
 
 Pure. The autoscaler handler (through `execution.scaling`) sleeps until this moment when no
-watched change wakes it first; the replay simulator (`lightsout.simulate.engine`) wakes the
+watched change wakes it first; the replay simulator (`lightsout.simulate.replay.engine`) wakes the
 planner at the same moments, so simulated and real plans are made at the same times.
 """
 

@@ -1,9 +1,13 @@
 """The replay simulator behind `lightsout simulate`: know what Lights-Out saves before it runs.
 
-`trace` reads and writes workload traces (docs/simulator.md), `generate` makes the shipped
-seeded weeks, `engine` replays a trace in simulated time (`clock`) on the in-memory port
-(`machines`) and a kube-scheduler model (`scheduler`) against the production planner
-(`planning.autoscale.plan`) and power state machine (`planning.fsm`), `report` turns a replay
-into figures, and `optimum` computes the offline bound with HiGHS.
+Three rooms, each importing only the ones after it (an import-linter contract):
+
+- `analysis`: what is computed from replays (the report, the energy breakdown, the offline
+  optimum with HiGHS, the sweep, the plots);
+- `replay`: the event loop in simulated time, its machines and pods on the in-memory port, its
+  model of kube-scheduler, against the production planner (`planning.autoscale.plan`) and
+  power state machine (`planning.fsm`);
+- `traces`: the workload trace format and what reads, validates, generates and records it.
+
 Pure: no Kubernetes client, no kopf (an import-linter contract keeps it so).
 """

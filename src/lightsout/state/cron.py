@@ -3,7 +3,7 @@
 One code path for announced work, live and simulated: `expected_pods(crons, now)` turns
 CronJobs into the `Snapshot.expected` pods the planner pre-warms for (`planning.prewarm`).
 `state.build.snapshot_from` calls it with the CronJobs the autoscaler handler watches, and the
-replay simulator (`lightsout.simulate.engine`) with the trace's CronJobs, looking their next
+replay simulator (`lightsout.simulate.replay.engine`) with the trace's CronJobs, looking their next
 run up in its own expansion of the same `fire_times`.
 
 `fire_times` expands `spec.schedule` in `spec.timeZone` (the controller's default is its own
@@ -11,7 +11,7 @@ zone: UTC here) with `lightsout.models.schedule`, the controller's own schedule 
 (robfig/cron's `Next`), so daylight-saving nights come out as the controller has them: a run
 at a local time that does not exist that night is skipped, one in the repeated hour happens
 twice. `expression` and `zone` read the two fields and say what is wrong (the trace check
-`lightsout.simulate.validate` calls them too); a suspended CronJob has no runs.
+`lightsout.simulate.traces.validate` calls them too); a suspended CronJob has no runs.
 
 Which run the controller will create next depends on its active Jobs, and `next_created` is
 the one place that decides it, from what is known of them: live, the CronJob's

@@ -6,9 +6,12 @@ watts in `status.learned`): the planner's snapshot (`state.build`), the energy a
 the live operator (`execution.energy`) and, through the snapshot's machines, the replay
 simulator all read it here.
 
-- Capacity: declared, else inspected. A person may declare less than the hardware has (to keep
-  room for the system) and is believed; a Node with no `spec.resources` is planned with the
-  inspected cpu and memory.
+- Capacity: inspected, else declared. Once the controller reported cpu and memory, they
+  replace the declared ones (and the inspected GPU count replaces the one GPU resource
+  declared in `spec.resources.extended`), unless `spec.resources.pinned` says to plan with the
+  declared figures (room kept for the system, a BMC that counts wrong). The declared pods and
+  other extended resources stay: no controller reports them. `execution.inspection` words the
+  differences and which figure is used in the InspectionMismatch condition.
 - Draw: measured, else declared. A meter is believed over a figure copied from a data sheet.
 """
 
@@ -53,11 +56,34 @@ def inspected_resources(value: object) -> Resources | None:
     return Resources.of({CPU: cpu, MEMORY: memory, PODS: DEFAULT_PODS})
 
 
-def expected_resources(node: Mapping[str, Any]) -> Resources | None:
-    """What the machine offers once it has joined: declared, else inspected, else unknown."""
-    return declared_resources(dig(node, "spec", "resources")) or inspected_resources(
-        dig(node, "status", "inspected")
+def uses_inspected(spec_resources: object) -> bool:
+    """Whether inspected figures replace the declared `spec.resources` (not pinned)."""
+    return not (isinstance(spec_resources, Mapping) and spec_resources.get("pinned") is True)
+
+
+def gpu_names(extended: object) -> list[str]:
+    """The declared extended resources that are GPUs (their name says so: `nvidia.com/gpu`)."""
+    return (
+        sorted(n for n in extended if isinstance(n, str) and "gpu" in n.lower())
+        if isinstance(extended, Mapping)
+        else []
     )
+
+
+def expected_resources(node: Mapping[str, Any]) -> Resources | None:
+    """What the machine offers once it has joined: inspected (over declared unless pinned),
+    else declared, else unknown."""
+    value = dig(node, "spec", "resources")
+    declared = declared_resources(value)
+    inspected_value = dig(node, "status", "inspected")
+    inspected = inspected_resources(inspected_value)
+    if declared is None or inspected is None or not uses_inspected(value):
+        return declared or inspected
+    amounts = {**declared.as_dict(), CPU: inspected.get(CPU), MEMORY: inspected.get(MEMORY)}
+    gpus, names = dig(inspected_value, "gpus"), gpu_names(dig(value, "extended"))
+    if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 0 and len(names) == 1:
+        amounts[names[0]] = gpus  # which vendor's resource name a GPU has, only a person says
+    return Resources.of(amounts)
 
 
 def expected_watts(node: Mapping[str, Any]) -> Watts:
@@ -83,5 +109,7 @@ __all__ = [
     "declared_resources",
     "expected_resources",
     "expected_watts",
+    "gpu_names",
     "inspected_resources",
+    "uses_inspected",
 ]

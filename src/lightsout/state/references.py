@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from lightsout.models.drivers import REGISTRY
 from lightsout.models.enums import Action
 from lightsout.state.parse import is_mapping
 
@@ -57,32 +58,11 @@ def _driver(spec: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
     return "", {}
 
 
-#: Drivers that shut the OS down over SSH (their `ssh.privateKeySecretRef` is the Secret).
-SSH_DRIVERS = frozenset({"wol", "shelly", "tasmota", "homeassistant"})
-
-
 def _secret_needs(kind: str, block: Mapping[str, Any]) -> list[tuple[str, str, tuple[str, ...]]]:
-    """(what, Secret name, keys the driver reads) for each Secret the driver block names."""
-    needs: list[tuple[str, str, tuple[str, ...]]] = []
-    if kind in SSH_DRIVERS:
-        ref = _mapping(_mapping(block.get("ssh")).get("privateKeySecretRef"))
-        if ref.get("name"):
-            keys: tuple[str, ...] = (str(ref.get("key", "ssh-privatekey")),)
-            token = _mapping(block.get("tokenSecretRef"))
-            if token.get("name"):  # homeassistant: the token is in the same Secret
-                keys += (str(token.get("key", "token")),)
-            needs.append(("SSH key Secret", str(ref["name"]), keys))
-    else:
-        ref = _mapping(block.get("credentialsSecretRef"))
-        if ref.get("name"):
-            if ref.get("tokenIdKey") and ref.get("tokenSecretKey"):
-                keys = (str(ref["tokenIdKey"]), str(ref["tokenSecretKey"]))
-            else:
-                keys = (
-                    str(ref.get("usernameKey", "username")),
-                    str(ref.get("passwordKey", "password")),
-                )
-            needs.append(("credentials Secret", str(ref["name"]), keys))
+    """(what, Secret name, keys the driver reads) for each Secret the driver block names: the
+    driver's own (the registry says which) and the CA every TLS block may name."""
+    driver = REGISTRY.get(kind)
+    needs = [(n.what, n.name, n.keys) for n in (driver.secrets(block) if driver else ())]
     ca = _mapping(_mapping(block.get("tls")).get("caSecretRef"))
     if ca.get("name"):
         needs.append(("CA Secret", str(ca["name"]), (str(ca.get("key", "ca.crt")),)))
@@ -109,7 +89,8 @@ def unresolved(
             f"Group {namespace}/{group_name} not found (spec.group of this machine)",
         )
     kind, block = _driver(spec)
-    join = _mapping(block.get("join")) if kind == "proxmox" and action == "provision" else {}
+    ephemeral = kind in REGISTRY and REGISTRY[kind].ephemeral
+    join = _mapping(block.get("join")) if ephemeral and action == Action.PROVISION else {}
     k3s = _mapping(join.get("k3sTokenSecretRef"))
     join_needs = (
         [("k3s token Secret", str(k3s["name"]), (str(k3s.get("key", "token")),))]

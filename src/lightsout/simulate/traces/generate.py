@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from lightsout.simulate.trace import Durations, Trace, TracePod
+from lightsout.simulate.traces.trace import Durations, Trace, TracePod
 
 API_VERSION = "lightsout.dev/v1alpha1"
 DAY = 86_400.0

@@ -29,8 +29,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from lightsout.simulate.trace import Durations, Trace, TracePod
-from lightsout.state.measured import declared_resources, expected_watts, inspected_resources
+from lightsout.simulate.traces.trace import Durations, Trace, TracePod
+from lightsout.state.measured import (
+    declared_resources,
+    expected_watts,
+    gpu_names,
+    inspected_resources,
+    uses_inspected,
+)
 from lightsout.state.parse import as_list, as_str, dig, parse_time
 from lightsout.state.types import MIRROR_POD
 
@@ -235,9 +241,9 @@ def machine_manifest(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 def node_spec_as_measured(node: Mapping[str, Any]) -> dict[str, Any]:
     """The Node's spec with what `state.measured` prefers written in: the draw learned from
-    measured watts in place of the declared `spec.power` watts, and the inspected cpu and
-    memory as `spec.resources` when none is declared (a replay has no status to read them
-    from)."""
+    measured watts in place of the declared `spec.power` watts, and the inspected cpu, memory
+    (and GPUs) in `spec.resources` unless the declared ones are pinned (a replay has no status
+    to read them from)."""
     spec = dict(node.get("spec") or {})
     on, idle, off = expected_watts(node)
     # A measured figure next to a declared one may break the spec's order (off <= idle <= on),
@@ -253,8 +259,18 @@ def node_spec_as_measured(node: Mapping[str, Any]) -> dict[str, Any]:
     if power:
         spec["power"] = power
     inspected = dig(node, "status", "inspected")
-    if declared_resources(spec.get("resources")) is None and inspected_resources(inspected):
-        spec["resources"] = {"cpu": str(inspected["cpu"]), "memory": str(inspected["memory"])}
+    declared = spec.get("resources")
+    if inspected_resources(inspected) and (
+        declared_resources(declared) is None or uses_inspected(declared)
+    ):
+        resources = (
+            dict(declared) if isinstance(declared, Mapping) and declared_resources(declared) else {}
+        )
+        resources |= {"cpu": str(inspected["cpu"]), "memory": str(inspected["memory"])}
+        names, gpus = gpu_names(resources.get("extended")), inspected.get("gpus")
+        if len(names) == 1 and isinstance(gpus, int):
+            resources["extended"] = {**resources["extended"], names[0]: str(gpus)}
+        spec["resources"] = resources
     return spec
 
 

@@ -1,10 +1,8 @@
-"""Where a replay's energy went, per machine and cause, beside the offline bound's schedule.
+"""A replay machine's energy by cause, counted as the replay goes (`SimMachine.charges`).
 
-`lightsout simulate TRACE --breakdown` prints it (and `-o json` gives it under `breakdown`);
-`benchmarks.simulator` and docs/simulator.md's Figures use it to say where Lights-Out spends
-above the bound. Each `SimMachine` carries a `Charges`, which its `count_energy` feeds with
-every interval the ledger counts (the same seconds, the same `planning.energy.Draw`), so the
-causes of a machine add up to its ledger's energy:
+Each `SimMachine` carries a `Charges`, which its `count_energy` feeds with every interval the
+ledger counts (the same seconds, the same `planning.energy.Draw`), so the causes of a machine
+add up to its ledger's energy:
 
 - **standby**: its `offWatts` all the time, which every schedule pays, the bound's included;
 - **load**: its pods' share, `(on - idle) x cpu share`, wherever it was counted;
@@ -16,25 +14,18 @@ causes of a machine add up to its ledger's energy:
   waiting out its unneeded time, kept for pending or pre-warmed pods, an announced run,
   minNodes, ...; "unplanned" until a plan names one).
 
-The bound's side (`optimum.ScheduleEnergy`) has standby, load, `up` (above standby while up)
-and `cycles` (power-on, boot and shutdown above standby); Lights-Out's causes are grouped the
-same way (`GROUPS`) to subtract.
+`analysis.breakdown` reports them per machine, beside the offline bound's schedule.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lightsout.models.enums import Phase
 from lightsout.planning.decisions import Hold
 from lightsout.planning.energy import Draw, is_powered
-
-if TYPE_CHECKING:
-    from lightsout.simulate.machines import SimMachine
-    from lightsout.simulate.optimum import ScheduleEnergy
 
 _HOUR = 3600.0
 
@@ -62,14 +53,6 @@ _PHASE_CAUSE = {
     Phase.DRAINING: Cause.SHUTTING_DOWN,
     Phase.POWERING_OFF: Cause.SHUTTING_DOWN,
     Phase.DEPROVISIONING: Cause.SHUTTING_DOWN,
-}
-
-#: Lights-Out's causes as the bound's schedule counts them (`optimum.ScheduleEnergy`).
-GROUPS: Mapping[str, tuple[Cause, ...]] = {
-    "standby": (Cause.STANDBY,),
-    "load": (Cause.LOAD,),
-    "up": (Cause.BUSY, Cause.JOB_GRACE, Cause.IDLE, Cause.OTHER),
-    "cycles": (Cause.POWERING_ON, Cause.SHUTTING_DOWN),
 }
 
 
@@ -131,53 +114,3 @@ class Charges:
                 out[cause.value] = round(out[cause.value] + wh / 1000, 6)
         out[Cause.IDLE.value] = idle
         return out
-
-
-def breakdown(
-    machines: Iterable[SimMachine], schedule: Sequence[ScheduleEnergy] | None = None
-) -> list[dict[str, Any]]:
-    """Per machine: its kWh by cause, and, given the bound's schedule, that schedule's kWh by
-    group (`GROUPS`) and how much more Lights-Out spent in each (`aboveBound`)."""
-    theirs = {s.name: s for s in schedule or ()}
-    rows: list[dict[str, Any]] = []
-    for machine in machines:
-        charges = machine.charges
-        row: dict[str, Any] = {
-            "name": machine.name,
-            "kWh": round(charges.total_wh / 1000, 6),
-            "causes": charges.as_json(),
-        }
-        other = theirs.get(machine.name)
-        if other is not None:
-            ours = {group: charges.of(*causes) / 1000 for group, causes in GROUPS.items()}
-            row["bound"] = other.as_json()
-            row["aboveBound"] = {g: round(ours[g] - other.kwh_of(g), 6) for g in GROUPS}
-        rows.append(row)
-    return rows
-
-
-def render(rows: Sequence[Mapping[str, Any]], schedule_note: str | None) -> str:
-    """The breakdown as text: a line per machine, its causes largest first, and the bound's."""
-    lines = ["energy by machine and cause, kWh (standby: offWatts all week, paid by any schedule)"]
-    for row in rows:
-        causes = row["causes"]
-        # What rounds to 0.000 is left out (a plan's 0.1 s, say).
-        parts = [
-            (f"idle ({hold})", kwh)
-            for hold, kwh in causes[Cause.IDLE.value].items()
-            if round(kwh, 3) > 0
-        ]
-        parts += [(k, v) for k, v in causes.items() if k != Cause.IDLE.value and round(v, 3) > 0]
-        parts.sort(key=lambda part: -part[1])
-        text = ", ".join(f"{name} {kwh:.3f}" for name, kwh in parts)
-        lines.append(f"  {row['name']}: {row['kWh']:.3f} = {text}")
-        if "bound" in row:
-            b, above = row["bound"], row["aboveBound"]
-            lines.append(
-                f"    bound's schedule: {b['kWh']:.3f} (up {b['upHours']:.1f} h, "
-                f"{b['starts']:.1f} starts); Lights-Out above it: "
-                + ", ".join(f"{g} {round(above[g], 3) + 0.0:+.3f}" for g in GROUPS)
-            )
-    if schedule_note:
-        lines.append(f"  (the bound's schedule: {schedule_note})")
-    return "\n".join(lines) + "\n"

@@ -8,8 +8,7 @@ off elsewhere in the replay (a plan, a scheduling pass, an eviction) goes throug
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
@@ -25,9 +24,10 @@ from lightsout.planning.energy import Draw, Ledger, is_powered
 from lightsout.planning.learning import median
 from lightsout.planning.scheduling import HOSTNAME_LABEL
 from lightsout.planning.types import DrainStatus, JobPhase, MachineState, Phase, PowerState
-from lightsout.simulate.breakdown import Charges
-from lightsout.simulate.clock import Clock, Kind
-from lightsout.simulate.trace import Durations, Trace
+from lightsout.simulate.replay.charges import Charges
+from lightsout.simulate.replay.clock import Clock, Kind
+from lightsout.simulate.traces.overrides import apply_overrides
+from lightsout.simulate.traces.trace import Durations, Trace
 from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, snapshot_from
 from lightsout.state.resources import CPU, Resources
 from lightsout.state.types import CoreNode, Group, Machine, ObjectKey, Pod
@@ -132,7 +132,7 @@ class SimMachine(MemoryMachine):
     power_on_times: list[float] = field(default_factory=list)
     #: (seconds since start, phase) at every phase change.
     timeline: list[tuple[float, str]] = field(default_factory=list)
-    #: Its energy by cause (`simulate.breakdown`), counted with the ledger.
+    #: Its energy by cause (`charges`), counted with the ledger.
     charges: Charges = field(default_factory=Charges)
     #: Why the last plan kept it on, if it did (`Plan.holds`): what its idle time is charged to.
     hold: Hold | None = None
@@ -355,34 +355,3 @@ def read_machines(
         )
         out.append(machine)
     return snapshot.groups, out
-
-
-def apply_overrides(manifest: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
-    """A copy of a Group manifest with `spec.a.b=value` settings (values read as YAML)."""
-    from lightsout.simulate import yamlfile
-
-    out = copy.deepcopy(dict(manifest))
-    for setting in overrides:
-        path, sep, raw = setting.partition("=")
-        if not sep or not path:
-            raise ValueError(f"--set {setting!r}: expected PATH=VALUE")
-        parts = path.split(".")
-        if parts[0] == "group":
-            parts = parts[1:]
-        if len(parts) < 2 or parts[0] != "spec":
-            # Anywhere else it would change nothing the replay reads, without a word.
-            raise ValueError(
-                f"--set {setting!r}: a Group setting is under spec "
-                "(e.g. spec.scaleDown.unneededSeconds=300)"
-            )
-        target = out
-        for part in parts[:-1]:
-            target = target.setdefault(part, {})
-            if not isinstance(target, dict):
-                raise ValueError(f"--set {setting!r}: {part} is not an object")
-        try:
-            target[parts[-1]] = yamlfile.load(raw)
-        except yamlfile.YAMLError as error:
-            problem = str(getattr(error, "problem", None) or "not YAML")
-            raise ValueError(f"--set {setting!r}: the value is not YAML ({problem})") from None
-    return out

@@ -1,6 +1,6 @@
 """A trace checked as the API server would check its objects, before anything is replayed.
 
-`validate(directory)` reads every file of a trace (`lightsout.simulate.trace`) and returns
+`validate(directory)` reads every file of a trace (`lightsout.simulate.traces.trace`) and returns
 every problem, not just the first, each naming the file, the object (kind and name, or the
 line of `pods.jsonl`) and the field, as `kubectl apply` with strict field validation would:
 
@@ -30,9 +30,9 @@ from pydantic import BaseModel, ValidationError
 from lightsout.models.base import RuleViolationError
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
-from lightsout.simulate import yamlfile
-from lightsout.simulate.machines import apply_overrides
-from lightsout.simulate.trace import CRONJOBS_FILE, MACHINES_FILE, PODS_FILE, TRACE_FILE
+from lightsout.simulate.traces import yamlfile
+from lightsout.simulate.traces.overrides import apply_overrides
+from lightsout.simulate.traces.trace import CRONJOBS_FILE, MACHINES_FILE, PODS_FILE, TRACE_FILE
 from lightsout.state import cron
 from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, snapshot_from
 from lightsout.state.parse import NODE_OPERATORS, TAINT_EFFECTS, as_list, dig, parse_time

@@ -16,8 +16,8 @@ from enum import StrEnum
 
 from lightsout.planning.scheduling import NodeView, fits
 from lightsout.planning.types import Phase
-from lightsout.simulate.clock import Clock, Kind
-from lightsout.simulate.machines import SimMachine, SimPod, WaitCause
+from lightsout.simulate.replay.clock import Clock, Kind
+from lightsout.simulate.replay.machines import SimMachine, SimPod, WaitCause
 from lightsout.state.resources import CPU, MEMORY, Resources
 from lightsout.state.types import ObjectKey
 

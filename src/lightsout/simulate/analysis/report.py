@@ -20,8 +20,8 @@ from typing import Any
 
 from lightsout.planning.energy import cost
 from lightsout.planning.scaledown import JOB
-from lightsout.simulate.engine import Policy, Result, Scoring, replay
-from lightsout.simulate.machines import SimPod, WaitCause
+from lightsout.simulate.replay.engine import Policy, Result, Scoring, replay
+from lightsout.simulate.replay.machines import SimPod, WaitCause
 
 #: A pod that waited for a power-on longer than its machine's power-on and boot plus this is
 #: reported. "Its machine" is the one it first ran on or, when slower, the one the planner

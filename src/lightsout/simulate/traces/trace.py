@@ -13,7 +13,7 @@ A trace is a directory (the format is documented in docs/simulator.md):
 `load` reads one (the simulator calls it), `write` writes one (the generator and the recorder
 call it). Pod specs are parsed by the production `lightsout.state.parse`, so a pod means to
 the simulator exactly what it means to the planner. `load` assumes a valid trace:
-`lightsout.simulate.validate` checks one first (every problem named by file, object and field).
+`validate` checks one first (every problem named by file, object and field).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from lightsout.simulate import yamlfile
+from lightsout.simulate.traces import yamlfile
 from lightsout.state.parse import as_str, dig, format_time, parse_time
 
 TRACE_FILE = "trace.yaml"

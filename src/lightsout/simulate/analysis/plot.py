@@ -14,7 +14,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from lightsout.simulate.engine import Result
+from lightsout.simulate.replay.engine import Result
 
 #: Colour of each phase on the timeline; Off is left blank.
 COLOURS = {

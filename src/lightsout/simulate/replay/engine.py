@@ -25,10 +25,10 @@ from lightsout.planning.autoscale import plan
 from lightsout.planning.decisions import Plan, PowerOn
 from lightsout.planning.fsm import decide
 from lightsout.planning.wake import next_wake
-from lightsout.simulate.clock import Clock, Kind
-from lightsout.simulate.machines import SimMachine, SimPod, SimScale, read_machines
-from lightsout.simulate.scheduler import Scheduler, Scoring
-from lightsout.simulate.trace import Trace, TracePod
+from lightsout.simulate.replay.clock import Clock, Kind
+from lightsout.simulate.replay.machines import SimMachine, SimPod, SimScale, read_machines
+from lightsout.simulate.replay.scheduler import Scheduler, Scoring
+from lightsout.simulate.traces.trace import Trace, TracePod
 from lightsout.state import cron
 from lightsout.state.parse import scheduling_requirements
 from lightsout.state.types import ExpectedPod, Group, ObjectKey, Pod, Snapshot
@@ -65,7 +65,7 @@ class Options:
 
 @dataclass
 class Result:
-    """What a replay produced; `simulate.report` computes the figures from it."""
+    """What a replay produced; `analysis.report` computes the figures from it."""
 
     trace: Trace
     options: Options

@@ -30,9 +30,9 @@ from pydantic import ValidationError
 
 from lightsout.models.enums import SelectionPolicy
 from lightsout.models.group import DEFAULT_BREAK_EVEN_MULTIPLE, GroupSpec
-from lightsout.simulate import report
-from lightsout.simulate.engine import Options, Policy, replay
-from lightsout.simulate.trace import Trace
+from lightsout.simulate.analysis import report
+from lightsout.simulate.replay.engine import Options, Policy, replay
+from lightsout.simulate.traces.trace import Trace
 
 
 class SweepError(ValueError):
