@@ -24,7 +24,7 @@ from lightsout_lab.operator_process import OperatorProcess
 from tests.e2e.conftest import patch_desired
 from tests.harness import fleet
 from tests.harness.cycle import patch_and_wait, report, wait_phase
-from tests.harness.wait import events_for, get_json, wait_for
+from tests.harness.wait import events_for, events_with_reason, get_json
 
 #: Seconds the site shutdown playbook gives the OS that ignores the soft-off.
 GRACEFUL_SECONDS = 3
@@ -177,15 +177,7 @@ def test_ipmi_machine_powers_on_and_off(
         )
         assert forced_off["reason"] == "JobSucceeded"
         assert hard in forced_off["message"], forced_off["message"]
-        forced = wait_for(
-            lambda: [
-                (e["type"], e["message"])
-                for e in events_for(crds, namespace, stubborn.name)
-                if e["reason"] == "ForcedPowerOff"
-            ],
-            30,
-            "a ForcedPowerOff event",
-        )
+        forced = events_with_reason(crds, namespace, stubborn.name, "ForcedPowerOff")
         assert forced == [("Warning", f"shutdown: {hard}")]
         # The machine whose OS obeyed was not forced, and no event says it was.
         assert "forced_after_seconds" not in off["lastOperation"]["values"]

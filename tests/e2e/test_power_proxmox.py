@@ -22,7 +22,7 @@ from lightsout_lab.fakepve import CLONE, DESTROY, SHUTDOWN, START, FakePveCluste
 from lightsout_lab.operator_process import OperatorProcess
 from tests.harness import fleet
 from tests.harness.cycle import patch_and_wait, report, wait_phase
-from tests.harness.wait import events_for, get_json, wait_for
+from tests.harness.wait import events_for, events_with_reason, get_json, wait_for
 
 TEMPLATE = 9000
 PERSISTENT_VMID = 100
@@ -88,16 +88,7 @@ def test_persistent_vm_is_started_and_stopped(
         assert off["reason"] == "JobSucceeded"
         assert hard in off["message"], off["message"]
         assert off["lastOperation"]["values"]["forced_after_seconds"] == 120
-        # Events are posted right after the status is written.
-        forced = wait_for(
-            lambda: [
-                (e["type"], e["message"])
-                for e in events_for(crds, namespace, name)
-                if e["reason"] == "ForcedPowerOff"
-            ],
-            30,
-            "a ForcedPowerOff event",
-        )
+        forced = events_with_reason(crds, namespace, name, "ForcedPowerOff")
         assert forced == [("Warning", f"shutdown: {hard}")]
 
 

@@ -27,7 +27,7 @@ from lightsout_lab.sushy import POWER_OFF, POWER_ON, FakeSystem, SushyEmulator
 from tests.e2e.conftest import PATIENCE, patch_desired, status, wait_phase
 from tests.harness import fleet
 from tests.harness.cycle import report
-from tests.harness.wait import events_for, get_json, wait_for
+from tests.harness.wait import events_for, events_with_reason, get_json, wait_for
 from tests.harness.workload import web_deployment, web_pdb
 
 #: Seconds the OS that ignores the ACPI shutdown is given before the power is forced off.
@@ -174,15 +174,7 @@ def test_power_on_then_drain_and_power_off(
     assert off["reason"] == "JobSucceeded"
     assert hard in off["message"], off["message"]
     assert off["lastOperation"]["values"]["forced_after_seconds"] == GRACEFUL_SECONDS
-    forced = wait_for(
-        lambda: [
-            (e["type"], e["message"])
-            for e in events_for(crds, namespace, machine.name)
-            if e["reason"] == "ForcedPowerOff"
-        ],
-        30,
-        "a ForcedPowerOff event",
-    )
+    forced = events_with_reason(crds, namespace, machine.name, "ForcedPowerOff")
     assert forced == [("Warning", f"shutdown: {hard}")]
     pods = web_pods()
     assert len(pods) == 2 and {p["spec"]["nodeName"] for p in pods} == {spare}

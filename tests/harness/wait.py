@@ -51,6 +51,23 @@ def get_json(cluster: Cluster, *args: str) -> Any:
     return json.loads(proc.stdout)
 
 
+def events_with_reason(
+    cluster: Cluster, namespace: str, name: str, reason: str, timeout: float = 30
+) -> list[tuple[str, str]]:
+    """(type, message) of the object's events with this reason, once there is one (events are
+    posted right after the status that says the same is written)."""
+    found: list[tuple[str, str]] = wait_for(
+        lambda: [
+            (e["type"], e["message"])
+            for e in events_for(cluster, namespace, name)
+            if e["reason"] == reason
+        ],
+        timeout,
+        f"a {reason} event on {name}",
+    )
+    return found
+
+
 def events_for(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
     """Events whose involved object has this name, oldest first."""
     data = get_json(

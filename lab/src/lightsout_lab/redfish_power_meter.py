@@ -205,13 +205,7 @@ class PowerMeterMiddleware:
         base = f"{_SYSTEMS}{system['Id']}/Processors"
         ids = [f"CPU{n}" for n in range(meter.sockets)] + [f"GPU{n}" for n in range(meter.gpus)]
         if not rest:
-            return {
-                "@odata.id": base,
-                "@odata.type": "#ProcessorCollection.ProcessorCollection",
-                "Name": "Processors Collection",
-                "Members@odata.count": len(ids),
-                "Members": [{"@odata.id": f"{base}/{i}"} for i in ids],
-            }
+            return _collection(base, "Processor", "Processors Collection", ids)
         ident = rest[0]
         if len(rest) != 1 or ident not in ids:
             return None
@@ -277,6 +271,17 @@ class PowerMeterMiddleware:
         }
 
 
+def _collection(odata_id: str, kind: str, name: str, members: list[str]) -> Mapping[str, Any]:
+    """A Redfish collection of `kind` resources (`#<kind>Collection.<kind>Collection`)."""
+    return {
+        "@odata.id": odata_id,
+        "@odata.type": f"#{kind}Collection.{kind}Collection",
+        "Name": name,
+        "Members@odata.count": len(members),
+        "Members": [{"@odata.id": f"{odata_id}/{member}"} for member in members],
+    }
+
+
 #: (id, Manufacturer, Model, VendorId, DeviceId, ClassCode) of the BMC's own video and a GPU.
 _BMC_VIDEO = ("BMCVideo", "ASPEED Technology, Inc.", "AST2600", "0x1a03", "0x2000", "0x030000")
 _GPU = ("GPU{n}", "NVIDIA Corporation", "Emulated GPU", "0x10de", "0x20b5", "0x030200")
@@ -288,13 +293,7 @@ def _pcie(base: str, gpus: int, rest: list[str]) -> Mapping[str, Any] | None:
     devices |= {_GPU[0].format(n=n): (_GPU[0].format(n=n), *_GPU[1:]) for n in range(gpus)}
     collection = f"{base}/PCIeDevices"
     if not rest:
-        return {
-            "@odata.id": collection,
-            "@odata.type": "#PCIeDeviceCollection.PCIeDeviceCollection",
-            "Name": "PCIe Device Collection",
-            "Members@odata.count": len(devices),
-            "Members": [{"@odata.id": f"{collection}/{i}"} for i in devices],
-        }
+        return _collection(collection, "PCIeDevice", "PCIe Device Collection", list(devices))
     found = devices.get(rest[0])
     if found is None or len(rest) > 3 or (len(rest) > 1 and rest[1] != "PCIeFunctions"):
         return None
