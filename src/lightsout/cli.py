@@ -127,11 +127,11 @@ def cmd_power(args: argparse.Namespace) -> int:
     """Set desiredPowerState; with --wait, follow the phases until done, Failed or timeout."""
     from lightsout.commands.power import ExitCode, Progress, verdict
     from lightsout.k8s.api import Api, current_namespace
-    from lightsout.models.enums import PowerState
+    from lightsout.models.enums import DesiredPowerState
 
     ns = args.namespace or current_namespace()
     api = Api(connect_timeout=CONNECT_SECONDS)
-    desired = PowerState.ON if args.state == "on" else PowerState.OFF
+    desired = DesiredPowerState.ON if args.state == "on" else DesiredPowerState.OFF
     if api.get_resource(ns, "nodes", args.node) is None:
         print(f"error: Node {args.node!r} not found in namespace {ns!r}", file=sys.stderr)
         return ExitCode.NOT_FOUND

@@ -27,11 +27,11 @@ from lightsout.models.enums import (
     Action,
     ConditionStatus,
     ConditionType,
+    DesiredPowerState,
     HealthCheckResult,
     ObservedPowerState,
     OperationResult,
     Phase,
-    PowerState,
 )
 from lightsout.models.group import Group, GroupStatus, NodeCounts, ScaleEvent
 from lightsout.models.node import HealthCheckRecord, Intent, LastOperation, Node, NodeStatus
@@ -267,7 +267,7 @@ FULL_NODE_STATUS = NodeStatus(
     ),
     provider_id="lightsout://ns/big-box",
     observed_generation=1,
-    intent=Intent(desired=PowerState.ON, generation=1),
+    intent=Intent(desired=DesiredPowerState.ON, generation=1),
     phase_since=NOW,
     reason="Registered",
     message="core Node is Ready",

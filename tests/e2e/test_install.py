@@ -38,7 +38,7 @@ import yaml
 from kubernetes import client
 
 from lightsout.execution.results import parse_job_outcome
-from lightsout.planning.types import STARTUP_TAINT_KEY, JobPhase, PowerState
+from lightsout.planning.types import STARTUP_TAINT_KEY, JobPhase, ObservedPowerState
 from lightsout_lab import Cluster
 from lightsout_lab.binaries import find_binaries, find_helm
 from lightsout_lab.machines import MachineSimulator
@@ -224,7 +224,7 @@ def check_operator_pod(pod: dict[str, Any], node: RealNode, image: str) -> None:
 
 def check_action_pod(
     cluster: Cluster, namespace: str, job_name: str, node: RealNode, image: str
-) -> PowerState | None:
+) -> ObservedPowerState | None:
     """The Job's one pod ran the runner image on the real node, locked down and token-less;
     returns the power state its termination message reports."""
     job = get_json(cluster, "job", job_name, "-n", namespace)
@@ -381,7 +381,10 @@ def test_readme_install_then_upgrade_while_machines_boot_and_drain(
         check_operator_pod(pod, real_node, old_tags["operator"])
     on = wait_phase(crds, namespace, box, "Ready")
     assert on["lastOperation"]["job"] == job, "the new pods followed the same Job"
-    assert check_action_pod(crds, namespace, job, real_node, old_tags["runner"]) is PowerState.ON
+    assert (
+        check_action_pod(crds, namespace, job, real_node, old_tags["runner"])
+        is ObservedPowerState.ON
+    )
 
     # --- A workload on the machine whose PodDisruptionBudget holds its drain.
     fleet.apply(crds, namespace, [web_deployment({"cpu": "100m"}), web_pdb(2)])
@@ -439,13 +442,13 @@ def test_readme_install_then_upgrade_while_machines_boot_and_drain(
     )
     shutdown = off["lastOperation"]["job"]
     assert check_action_pod(crds, namespace, shutdown, real_node, new_tags["runner"]) is (
-        PowerState.OFF
+        ObservedPowerState.OFF
     )
     for name, startup in startups.items():
         ready_ = wait_phase(crds, namespace, name, "Ready")
         assert ready_["lastOperation"]["job"] == startup, f"{name}: the same startup Job"
         assert check_action_pod(crds, namespace, startup, real_node, old_tags["runner"]) is (
-            PowerState.ON
+            ObservedPowerState.ON
         )
 
     # Every machine where it was asked to be, with one power order per intent and one Job each.

@@ -35,7 +35,7 @@ from lightsout.execution.jobs import (
     build_extravars_configmap,
 )
 from lightsout.execution.results import TERMINATION_MESSAGE_LIMIT, parse_job_outcome
-from lightsout.planning.types import Action, JobPhase, PowerState
+from lightsout.planning.types import Action, JobPhase, ObservedPowerState
 from lightsout_lab import Cluster
 from lightsout_lab.operator_process import OperatorProcess
 from lightsout_lab.realnode import (
@@ -177,7 +177,7 @@ def test_startup_job_runs_in_the_runner_image_under_a_real_kubelet(
         # The operator's reading of the Job: succeeded, the machine is On, and it changed.
         outcome = parse_job_outcome(job, pods)
         assert outcome.state is JobPhase.SUCCEEDED, (outcome, _explain(real_node, pods))
-        assert outcome.power_state is PowerState.ON
+        assert outcome.power_state is ObservedPowerState.ON
         assert dict(outcome.values) == {"power_state": "On", "driver": "redfish", "changed": True}
         # The BMC saw exactly one power-on order, and the machine is on.
         assert bmc.count_power_requests(system.uuid, reset_types=POWER_ON) == 1

@@ -27,7 +27,7 @@ from lightsout.models.group import AddressPool
 from lightsout.planning.decisions import Explanations, Plan, PowerOff, PowerOn
 from lightsout.planning.effects import Decision
 from lightsout.planning.fsm import Reason, decide
-from lightsout.planning.types import MachineState, Phase, PowerState
+from lightsout.planning.types import MachineState, ObservedPowerState, Phase
 from lightsout.state.parse import scheduling_requirements
 from lightsout.state.types import Group, Machine, ObjectKey, Pod, ScaleDownPolicy, Snapshot
 
@@ -41,7 +41,7 @@ POOL = AddressPool.model_validate(
 
 def machine(
     phase: Phase = Phase.OFF,
-    desired: PowerState = PowerState.ON,
+    desired: ObservedPowerState = ObservedPowerState.ON,
     *,
     ephemeral: bool = False,
     fail: frozenset[str] = frozenset(),
@@ -65,7 +65,7 @@ def machine(
         node_exists=running,
         node_ready=running,
         registered=running,
-        power=PowerState.ON if running else PowerState.OFF,
+        power=ObservedPowerState.ON if running else ObservedPowerState.OFF,
     )
 
 
@@ -140,7 +140,7 @@ def test_a_pool_held_by_another_clone_is_exhausted_and_freed_when_that_clone_is_
 
 
 def test_a_power_off_pass_cordons_and_drains_then_the_next_starts_the_shutdown() -> None:
-    m = machine(Phase.READY, PowerState.OFF, running=True)
+    m = machine(Phase.READY, ObservedPowerState.OFF, running=True)
     drained = carry(m)
     assert m.calls == ["lease", "status", "cordon", "drain", "event PowerOffRequested"]
     assert drained.drain is not None
@@ -188,7 +188,7 @@ def fleet() -> dict[ObjectKey, MemoryMachine]:
                 name=key.name,
                 kubernetes_node_name=key.name,
                 phase=Phase.OFF,
-                desired=PowerState.OFF,
+                desired=ObservedPowerState.OFF,
                 intent_generation=1,
             )
         )
@@ -208,7 +208,7 @@ def snapshot(dry_run: bool = False, unneeded_seconds: int | None = 300) -> Snaps
             group="lab",
             kubernetes_node_name=key.name,
             phase=Phase.OFF,
-            desired=PowerState.OFF,
+            desired=ObservedPowerState.OFF,
         )
         for key in (A, B)
     )
@@ -228,7 +228,7 @@ def test_a_plan_sets_the_intent_records_the_scale_up_and_says_so_once() -> None:
     plan = Plan(actions=(on(A),), unneeded_since={B: NOW}, explanations=Explanations())
     done = applier.apply(port, snapshot(), plan, NOW)
     assert done.powered_on == ["lab/a"]
-    assert machines[A].state.desired is PowerState.ON
+    assert machines[A].state.desired is ObservedPowerState.ON
     assert machines[A].generation == 2  # a new intent
     assert [(g, up) for g, up, _, _ in port.scaled] == [(GROUP.key, True)]
     assert port.unneeded == {B: "2026-11-26T12:00:00Z"}
@@ -258,7 +258,7 @@ def test_a_conflicting_write_is_counted_and_nothing_is_recorded() -> None:
     done = PlanApplier().apply(port, snapshot(), Plan(actions=(on(A),)), NOW)
     assert done.conflicts == 1
     assert done.outcomes == [(on(A), "conflict")]
-    assert machines[A].state.desired is PowerState.OFF
+    assert machines[A].state.desired is ObservedPowerState.OFF
     assert port.scaled == []
     assert port.events == []
 
@@ -272,7 +272,7 @@ def test_dry_run_says_what_it_would_do_and_changes_nothing(where: str) -> None:
     off = PowerOff(machine=B, group=GROUP.key, reason="unneeded", dry_run=where == "group")
     done = applier.apply(port, snapshot(dry_run=where == "group"), Plan(actions=(action, off)), NOW)
     assert [outcome for _, outcome in done.outcomes] == ["dry_run", "dry_run"]
-    assert all(m.state.desired is PowerState.OFF for m in machines.values())
+    assert all(m.state.desired is ObservedPowerState.OFF for m in machines.values())
     assert [(e.reason, e.message) for _, _, e in port.events] == [
         ("DryRunScaleUp", "dry run: would power on: 1 pod pending"),
         ("DryRunScaleUp", "dry run: would power on machine a (group lab) for this pod"),

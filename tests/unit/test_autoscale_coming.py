@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from lightsout.models.enums import Phase, PowerState
+from lightsout.models.enums import DesiredPowerState, Phase
 from lightsout.planning.absorb import COMING_MARGIN_SECONDS, ready_in
 from lightsout.planning.cluster import Availability, MachineInfo
 from lightsout.state.types import Machine, ObjectKey
@@ -165,7 +165,7 @@ def _info(phase: Phase | None = None, **fields: Any) -> MachineInfo:
         group="lab",
         kubernetes_node_name="m",
         phase=phase,
-        desired=PowerState.ON,
+        desired=DesiredPowerState.ON,
         boot_seconds=300,
         **fields,
     )

@@ -28,10 +28,10 @@ from lightsout.planning.types import (
     MachineState,
     Observations,
     ObservedJob,
+    ObservedPowerState,
     Operation,
     OperationResult,
     Phase,
-    PowerState,
 )
 from lightsout.planning.wake import next_wake
 from lightsout.state.parse import scheduling_requirements
@@ -78,7 +78,7 @@ def _state(phase: Phase, op: Operation | None, learned: Learned = NOTHING) -> Ma
         name="m",
         kubernetes_node_name="m",
         phase=phase,
-        desired=PowerState.ON if phase is Phase.BOOTING else PowerState.OFF,
+        desired=ObservedPowerState.ON if phase is Phase.BOOTING else ObservedPowerState.OFF,
         intent_generation=2,
         phase_since=at(-100),
         operation=op,

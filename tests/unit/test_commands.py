@@ -10,7 +10,7 @@ import pytest
 
 from lightsout.commands import status
 from lightsout.commands.power import ExitCode, verdict
-from lightsout.models.enums import PowerState
+from lightsout.models.enums import DesiredPowerState
 
 pytestmark = pytest.mark.unit
 
@@ -49,7 +49,7 @@ def node(
 def test_verdict_counts_only_the_status_of_the_patched_generation(
     asked: str, phase: str, observed: int, intent: str, expected: ExitCode | None
 ) -> None:
-    result = verdict(node(phase, observed, intent), PowerState(asked), generation=7)
+    result = verdict(node(phase, observed, intent), DesiredPowerState(asked), generation=7)
     assert result.code == expected
 
 
@@ -61,7 +61,7 @@ def test_a_failure_names_the_task_and_the_bmc_message() -> None:
         reason="RetriesExhausted",
         lastOperation={"failedTask": "redfish_power : Power off", "message": "HTTP 400: no"},
     )
-    result = verdict(failed, PowerState.OFF, generation=7)
+    result = verdict(failed, DesiredPowerState.OFF, generation=7)
     assert result.code is ExitCode.FAILED
     assert result.progress.line("box") == (
         "box: Failed (RetriesExhausted): task 'redfish_power : Power off': HTTP 400: no"

@@ -37,16 +37,16 @@ from lightsout.planning.types import (
     NodeRemovalPolicy,
     Observations,
     ObservedJob,
+    ObservedPowerState,
     Operation,
     OperationResult,
     Phase,
-    PowerState,
 )
 
 pytestmark = pytest.mark.unit
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
-ON, OFF = PowerState.ON, PowerState.OFF
+ON, OFF = ObservedPowerState.ON, ObservedPowerState.OFF
 STARTUP, SHUTDOWN = Action.STARTUP, Action.SHUTDOWN
 PROVISION, DEPROVISION = Action.PROVISION, Action.DEPROVISION
 RUNNING, SUCCEEDED, FAILED = (
@@ -60,7 +60,7 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def machine(phase: Phase, desired: PowerState, gen: int = 5, **kw: Any) -> MachineState:
+def machine(phase: Phase, desired: ObservedPowerState, gen: int = 5, **kw: Any) -> MachineState:
     kw.setdefault("phase_since", T0)
     return MachineState(
         name="m1",
@@ -270,7 +270,7 @@ POWERING_ON_ROWS: list[Row] = [
      [LEASE, "Condition:PowerActionSucceeded=True:JobSucceeded", "Event:Normal:JobSucceeded",
       "Requeue"]),
     ("job-succeeded-power-unknown-boots", machine(Phase.POWERING_ON, ON, operation=op()),
-     obs(job=job(state=JobPhase.SUCCEEDED, power_state=PowerState.UNKNOWN)), at(60),
+     obs(job=job(state=JobPhase.SUCCEEDED, power_state=ObservedPowerState.UNKNOWN)), at(60),
      Phase.BOOTING, "JobSucceeded",
      [LEASE, "Condition:PowerActionSucceeded=True:JobSucceeded", "Event:Normal:JobSucceeded",
       "Requeue"]),
@@ -538,7 +538,8 @@ POWERING_OFF_ROWS: list[Row] = [
      Phase.POWERING_OFF, "RetryScheduled", retry("PowerStateMismatch", drifted=True)),
     ("power-unknown-after-shutdown-is-a-mismatch",
      machine(Phase.POWERING_OFF, OFF, gen=6, operation=OFF_OP),
-     obs(job=job(SHUTDOWN, gen=6, state=JobPhase.SUCCEEDED, power_state=PowerState.UNKNOWN)),
+     obs(job=job(SHUTDOWN, gen=6, state=JobPhase.SUCCEEDED,
+                 power_state=ObservedPowerState.UNKNOWN)),
      at(60), Phase.POWERING_OFF, "RetryScheduled", retry("PowerStateMismatch", drifted=True)),
     ("shutdown-failed-retries", machine(Phase.POWERING_OFF, OFF, gen=6, operation=OFF_OP),
      obs(job=job(SHUTDOWN, gen=6, state=JobPhase.FAILED)), at(60),

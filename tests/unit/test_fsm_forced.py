@@ -15,7 +15,14 @@ import pytest
 
 from lightsout.planning.effects import Decision, Event
 from lightsout.planning.fsm import Reason, decide
-from lightsout.planning.types import Action, EventType, JobPhase, Observations, Phase, PowerState
+from lightsout.planning.types import (
+    Action,
+    EventType,
+    JobPhase,
+    Observations,
+    ObservedPowerState,
+    Phase,
+)
 from tests.unit.test_fsm import (
     DEPROVISION,
     OFF,
@@ -41,7 +48,7 @@ def values(**more: Any) -> dict[str, Any]:
 
 
 def seen_done(
-    action: Action, power: PowerState, reported: dict[str, Any], gen: int = 5
+    action: Action, power: ObservedPowerState, reported: dict[str, Any], gen: int = 5
 ) -> Observations:
     """Observations of a finished `action` Job that reported `power` and these values."""
     return obs(

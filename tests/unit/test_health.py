@@ -17,7 +17,7 @@ from lightsout.actuation import inputs
 from lightsout.commands import healthcheck
 from lightsout.config import OperatorConfig
 from lightsout.execution import health
-from lightsout.planning.types import ConditionStatus, LeaseState, PowerState
+from lightsout.planning.types import ConditionStatus, LeaseState, ObservedPowerState
 from lightsout.runner import indexed
 from lightsout.runner.config import ConfigError
 from lightsout.state.references import ReferenceReason, Unresolved
@@ -183,13 +183,16 @@ def test_a_new_result_sets_the_health_fields_and_hands_the_power_to_the_fsm() ->
     seen = health.assess({"phase": "Off"}, record(OK), LeaseState.FREE)
     assert seen.record is not None and seen.record["reason"] == "Healthy"
     assert seen.condition is not None and seen.condition.status is ConditionStatus.TRUE
-    assert (seen.power_state, seen.observed_power_state) == (PowerState.ON, PowerState.ON)
+    assert (seen.power_state, seen.observed_power_state) == (
+        ObservedPowerState.ON,
+        ObservedPowerState.ON,
+    )
     assert seen.power_state_at is not None
     # The same result again changes nothing, but still tells the FSM what was read.
     again = health.assess(
         {"phase": "Off", "lastHealthCheck": seen.record}, record(OK), LeaseState.FREE
     )
-    assert again.record is None and again.power_state is PowerState.ON
+    assert again.record is None and again.power_state is ObservedPowerState.ON
 
 
 def test_a_failed_check_is_unhealthy_and_its_power_state_unknown() -> None:
@@ -200,7 +203,7 @@ def test_a_failed_check_is_unhealthy_and_its_power_state_unknown() -> None:
         ConditionStatus.FALSE,
         "AuthenticationFailed",
     )
-    assert seen.observed_power_state is PowerState.UNKNOWN and seen.power_state_at is None
+    assert seen.observed_power_state is ObservedPowerState.UNKNOWN and seen.power_state_at is None
 
 
 @pytest.mark.parametrize(
@@ -216,7 +219,7 @@ def test_a_machine_an_action_drives_is_skipped_and_says_so(phase: str, lease: Le
     assert seen.record is not None
     assert (seen.record["result"], seen.record["reason"]) == ("Skipped", "ActionInProgress")
     assert seen.condition is None and seen.observed_power_state is None
-    assert seen.power_state is PowerState.UNKNOWN
+    assert seen.power_state is ObservedPowerState.UNKNOWN
 
 
 def test_the_runner_picks_its_machine_by_completion_index(tmp_path: Path) -> None:

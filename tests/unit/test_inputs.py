@@ -14,10 +14,10 @@ from lightsout.models.node import NodeSpec
 from lightsout.planning.types import (
     Action,
     MachineState,
+    ObservedPowerState,
     Operation,
     OperationResult,
     Phase,
-    PowerState,
 )
 from lightsout.state.types import MIRROR_POD
 
@@ -56,7 +56,7 @@ def spec(n: dict[str, Any]) -> NodeSpec:
 def test_fresh_node_is_unknown_with_intent_at_current_generation() -> None:
     machine = state(node())
     assert machine.phase is Phase.UNKNOWN
-    assert machine.desired is PowerState.ON
+    assert machine.desired is ObservedPowerState.ON
     assert machine.intent_generation == 3
     assert machine.operation is None
 
@@ -76,7 +76,7 @@ def test_any_edit_of_a_failed_machine_is_a_new_intent() -> None:
 def test_an_adoption_is_pending_until_the_spec_read_is_newer_than_the_decision() -> None:
     status = {"phase": "Failed", "reason": "DriftAdopted", "observedPowerState": "On"}
     stale = node({**status, "observedGeneration": 3}, desiredPowerState="Off")
-    assert state(stale).adopting is PowerState.ON
+    assert state(stale).adopting is ObservedPowerState.ON
     patched = node({**status, "observedGeneration": 3}, generation=4, desiredPowerState="On")
     assert state(patched).adopting is None
     # A person changing desiredPowerState later is a newer generation: not pending.
@@ -152,7 +152,7 @@ def test_operation_round_trips_through_status() -> None:
         2,
         started,
     )
-    assert op.result is OperationResult.FAILED and op.power_state is PowerState.ON
+    assert op.result is OperationResult.FAILED and op.power_state is ObservedPowerState.ON
     back = inputs.operation_to_status(op, "lo-big-box-shutdown-g4-a2")
     assert back is not None and back["job"] == "lo-big-box-shutdown-g4-a2"
     assert inputs.operation_from_status(back) == op
@@ -181,7 +181,7 @@ def _op(action: Action, result: OperationResult, **values: Any) -> Operation:
         1,
         started=dt.datetime(2026, 1, 2, tzinfo=dt.UTC),
         result=result,
-        power_state=PowerState(power) if power else None,
+        power_state=ObservedPowerState(power) if power else None,
         values=values,
     )
 

@@ -33,7 +33,7 @@ from lightsout.execution.results import (
     parse_job_outcome,
     parse_runner_result,
 )
-from lightsout.planning.types import Action, JobPhase, OperationResult, PowerState
+from lightsout.planning.types import Action, JobPhase, ObservedPowerState, OperationResult
 
 pytestmark = pytest.mark.unit
 
@@ -477,7 +477,7 @@ OUTCOMES = [
     pytest.param(
         job_obj(COMPLETE, succeeded=1),
         [pod(message=result(message="powered on", values={"power_state": "On"}))],
-        JobPhase.SUCCEEDED, "powered on", None, PowerState.ON,
+        JobPhase.SUCCEEDED, "powered on", None, ObservedPowerState.ON,
         id="complete-with-result",
     ),
     pytest.param(
@@ -550,7 +550,7 @@ OUTCOMES = [
     pytest.param(
         job_obj(active=1),
         [pod(message=result(message="powered on", values={"power_state": "On"}))],
-        JobPhase.SUCCEEDED, "powered on", None, PowerState.ON,
+        JobPhase.SUCCEEDED, "powered on", None, ObservedPowerState.ON,
         id="pod-succeeded-before-the-controller-noticed",
     ),
     pytest.param(
@@ -609,7 +609,7 @@ def test_parse_job_outcome(
     state: JobPhase,
     message: str,
     failed_task: str | None,
-    power: PowerState | None,
+    power: ObservedPowerState | None,
 ) -> None:
     outcome = parse_job_outcome(job, pods)
     assert outcome.state is state
@@ -643,16 +643,18 @@ def test_runaway_message_is_clipped() -> None:
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
-        ({"power_state": "On"}, PowerState.ON),
-        ({"power_state": "off"}, PowerState.OFF),
-        ({"power_state": "Unknown"}, PowerState.UNKNOWN),
-        ({"powerState": "ON "}, PowerState.ON),
+        ({"power_state": "On"}, ObservedPowerState.ON),
+        ({"power_state": "off"}, ObservedPowerState.OFF),
+        ({"power_state": "Unknown"}, ObservedPowerState.UNKNOWN),
+        ({"powerState": "ON "}, ObservedPowerState.ON),
         ({"power_state": 1}, None),
         ({"power_state": "Standby"}, None),
         ({}, None),
     ],
 )
-def test_power_state_from_values(values: dict[str, Any], expected: PowerState | None) -> None:
+def test_power_state_from_values(
+    values: dict[str, Any], expected: ObservedPowerState | None
+) -> None:
     assert JobOutcome(JobPhase.SUCCEEDED, "", values=values).power_state == expected
 
 
@@ -682,7 +684,7 @@ def test_observe_job_reads_identity_from_labels() -> None:
     assert (observed.action, observed.generation, observed.attempt) == (Action.STARTUP, 7, 2)
     assert (observed.state, observed.power_state, observed.message) == (
         JobPhase.SUCCEEDED,
-        PowerState.ON,
+        ObservedPowerState.ON,
         "ok",
     )
 

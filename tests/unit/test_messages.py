@@ -26,9 +26,9 @@ from lightsout.planning.types import (
     Action,
     MachineState,
     Observations,
+    ObservedPowerState,
     Operation,
     Phase,
-    PowerState,
 )
 from lightsout.runner.result import RunResult, render_result
 from lightsout.text import MARK, MESSAGE_LIMIT, clip_middle
@@ -110,7 +110,7 @@ def test_wrong_system_id_message_ends_with_the_hint_whatever_the_number_of_syste
         name="box",
         kubernetes_node_name="box",
         phase=Phase.POWERING_ON,
-        desired=PowerState.ON,
+        desired=ObservedPowerState.ON,
         intent_generation=3,
         max_retries=1,
         operation=Operation(Action.STARTUP, 3, 2, started=NOW),
@@ -118,7 +118,7 @@ def test_wrong_system_id_message_ends_with_the_hint_whatever_the_number_of_syste
     decision = decide(machine, Observations(job=observed), NOW)
     assert decision.phase is Phase.FAILED
 
-    status = wanted_status(context(), PowerState.ON, 3, decision, NOW)
+    status = wanted_status(context(), ObservedPowerState.ON, 3, decision, NOW)
     message = status["message"]
     print(f"{count} systems: status.message {len(message.encode())} bytes: …{message[-90:]}")
     assert len(message.encode()) <= MESSAGE_LIMIT

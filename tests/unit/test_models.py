@@ -16,8 +16,8 @@ from lightsout.models.drivers import ProxmoxDriver, RedfishDriver
 from lightsout.models.enums import (
     Autoscaler,
     BootOverride,
+    DesiredPowerState,
     DriftPolicy,
-    PowerState,
     ProxmoxMode,
     SelectionPolicy,
 )
@@ -78,7 +78,7 @@ def test_sample_nodes_differ_in_size_and_draw() -> None:
     }
 
     big, mid, small = nodes["big-box"].spec, nodes["mid-box"].spec, nodes["small-box"].spec
-    assert big.desired_power_state is PowerState.ON
+    assert big.desired_power_state is DesiredPowerState.ON
     assert big.resources is not None and mid.resources is not None and small.resources is not None
     cpus = [parse_quantity(n.resources.cpu) for n in (big, mid, small) if n.resources]
     assert cpus == [32, 16, 4]
@@ -90,7 +90,7 @@ def test_sample_nodes_differ_in_size_and_draw() -> None:
 def test_node_defaults() -> None:
     spec = NodeSpec.model_validate(MINIMAL_NODE)
 
-    assert spec.desired_power_state is PowerState.OFF
+    assert spec.desired_power_state is DesiredPowerState.OFF
     redfish = spec.driver.config
     assert isinstance(redfish, RedfishDriver)
     assert redfish.credentials_secret_ref.username_key == "username"

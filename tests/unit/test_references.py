@@ -23,10 +23,10 @@ from lightsout.planning.types import (
     JobPhase,
     MachineState,
     Observations,
+    ObservedPowerState,
     Operation,
     OperationResult,
     Phase,
-    PowerState,
 )
 from lightsout.state.build import (
     CONFIGMAPS_KEY,
@@ -167,7 +167,7 @@ MISSING = Unresolved(ReferenceReason.SECRET_NOT_FOUND, "credentials Secret ns/bm
 
 
 def machine_state(phase: Phase, **kw: Any) -> MachineState:
-    return MachineState("box", "box", phase, PowerState.ON, 5, phase_since=T0, **kw)
+    return MachineState("box", "box", phase, ObservedPowerState.ON, 5, phase_since=T0, **kw)
 
 
 def test_a_missing_secret_holds_the_power_on_back_in_its_phase_with_a_warning() -> None:

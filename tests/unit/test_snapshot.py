@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from lightsout.models.enums import Autoscaler, Phase, PowerState, SelectionPolicy
+from lightsout.models.enums import Autoscaler, DesiredPowerState, Phase, SelectionPolicy
 from lightsout.state.build import (
     DAEMONSETS_KEY,
     GROUPS_KEY,
@@ -256,7 +256,7 @@ def test_machines_merge_their_groups_labels_and_taints() -> None:
     )
     (m,) = snapshot.machines
     assert m.key == mkey("m1") and m.group_key == ObjectKey(NS, "lab")
-    assert (m.phase, m.desired) == (Phase.BOOTING, PowerState.ON)
+    assert (m.phase, m.desired) == (Phase.BOOTING, DesiredPowerState.ON)
     assert m.labels == {"site": "home", "disk": "ssd"}
     assert m.taints == (Taint("lab", "", "NoSchedule"), Taint("t", "m", "NoExecute"))
     assert (m.watts_on, m.watts_idle, m.watts_off, m.priority, m.boot_seconds) == (

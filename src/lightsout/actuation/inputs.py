@@ -45,10 +45,10 @@ from lightsout.planning.types import (
     MachineState,
     Observations,
     ObservedJob,
+    ObservedPowerState,
     Operation,
     OperationResult,
     Phase,
-    PowerState,
     core_node_labels,
 )
 from lightsout.state.parse import dig, format_time, parse_time, str_map
@@ -124,7 +124,7 @@ def operation_from_status(raw: Any) -> Operation | None:
         finished=parse_time(raw.get("finished")),
         failed_task=raw.get("failedTask") or None,
         message=str(raw.get("message") or ""),
-        power_state=_enum(PowerState, power, None) if power else None,
+        power_state=_enum(ObservedPowerState, power, None) if power else None,
         values=dict(values),
     )
 
@@ -247,7 +247,7 @@ def clone_to_status(previous: Any, op: Operation | None) -> dict[str, Any] | Non
     if (
         op.action is Action.DEPROVISION
         and op.result is OperationResult.SUCCEEDED
-        and op.power_state is PowerState.OFF
+        and op.power_state is ObservedPowerState.OFF
     ):
         return None
     return kept
@@ -256,7 +256,7 @@ def clone_to_status(previous: Any, op: Operation | None) -> dict[str, Any] | Non
 def machine_state(node: Obj, spec: NodeSpec, group: GroupSpec | None) -> MachineState:
     """MachineState of one Node resource (its Group supplies the drift policy)."""
     meta, status = node["metadata"], node.get("status") or {}
-    desired = PowerState(spec.desired_power_state)  # the planner's power states (+ Unknown)
+    desired = ObservedPowerState(spec.desired_power_state)  # the planner's power states (+ Unknown)
     generation = int(meta.get("generation") or 1)
     # The intent only changes when the desired power state does: editing labels bumps the
     # generation but must not look like a new power command.
@@ -268,7 +268,7 @@ def machine_state(node: Obj, spec: NodeSpec, group: GroupSpec | None) -> Machine
     intent_generation = int(held) if kept and isinstance(held, int) else generation
     policy = group or GroupSpec()  # no Group: its defaults
     health = policy.health_check
-    adopted = _enum(PowerState, status.get("observedPowerState"), desired)
+    adopted = _enum(ObservedPowerState, status.get("observedPowerState"), desired)
     adopting = (
         adopted
         if status.get("reason") == Reason.DRIFT_ADOPTED
@@ -328,7 +328,7 @@ def observations(
     drain: DrainStatus | None,
     lease: LeaseState,
     lease_expires: dt.datetime | None = None,
-    power_state: PowerState = PowerState.UNKNOWN,
+    power_state: ObservedPowerState = ObservedPowerState.UNKNOWN,
     power_state_at: dt.datetime | None = None,
     unresolved: Mapping[Action, Unresolved] | None = None,
     kubelet: KubeletHeartbeat | None = None,

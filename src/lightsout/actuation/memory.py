@@ -27,7 +27,7 @@ from lightsout.planning.types import (
     MachineState,
     Observations,
     ObservedJob,
-    PowerState,
+    ObservedPowerState,
 )
 from lightsout.state.types import ObjectKey
 
@@ -63,7 +63,7 @@ class MemoryJob:
     generation: int
     attempt: int
     state: JobPhase = JobPhase.RUNNING
-    power_state: PowerState | None = None
+    power_state: ObservedPowerState | None = None
 
 
 @dataclass(kw_only=True)
@@ -82,7 +82,7 @@ class MemoryMachine:
     #: A kubelet has registered the core Node (one made before power-on has not, yet).
     registered: bool = False
     cordoned: bool = False
-    power: PowerState = PowerState.OFF
+    power: ObservedPowerState = ObservedPowerState.OFF
     #: `metadata.generation` of its spec: a new desired power state is a new intent.
     generation: int = 1
     events: list[Event] = field(default_factory=list)
@@ -194,7 +194,7 @@ class MemoryMachine:
             self.node_exists = self.node_ready = self.registered = False
             self.node_ready_since = None
 
-    def set_desired(self, state: PowerState) -> None:
+    def set_desired(self, state: ObservedPowerState) -> None:
         self._called(f"desired {state}")
         if self.state.desired is not state:
             self.generation += 1
@@ -234,7 +234,7 @@ class MemoryScale:
     #: Machines whose write loses a race (tests).
     conflicts: frozenset[ObjectKey] = frozenset()
 
-    def set_desired(self, machine: ObjectKey, state: PowerState) -> bool:
+    def set_desired(self, machine: ObjectKey, state: ObservedPowerState) -> bool:
         if machine in self.conflicts:
             return False
         self.machines[machine].set_desired(state)

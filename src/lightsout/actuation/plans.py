@@ -30,7 +30,7 @@ from lightsout.actuation.port import ScalePort
 from lightsout.models.enums import Autoscaler
 from lightsout.planning.decisions import Plan, PowerOn, ScaleAction
 from lightsout.planning.effects import Event
-from lightsout.planning.types import EventType, PowerState
+from lightsout.planning.types import EventType, ObservedPowerState
 from lightsout.state.parse import format_time
 from lightsout.state.types import ObjectKey, Snapshot
 
@@ -97,7 +97,9 @@ class PlanApplier:
     # ------------------------------------------------------------------ power actions
     def _power(self, port: ScalePort, action: ScaleAction, done: Applied) -> bool:
         on = isinstance(action, PowerOn)
-        if not port.set_desired(action.machine, PowerState.ON if on else PowerState.OFF):
+        if not port.set_desired(
+            action.machine, ObservedPowerState.ON if on else ObservedPowerState.OFF
+        ):
             # Someone (a person, the FSM's status write) changed it since the snapshot: the
             # change wakes the planner again, which decides on the new state.
             done.conflicts += 1

@@ -22,7 +22,7 @@ from typing import Protocol
 
 from lightsout.planning.decisions import ScaleAction
 from lightsout.planning.effects import Decision, DeleteJob, Event, StartJob
-from lightsout.planning.types import DrainStatus, MachineState, PowerState
+from lightsout.planning.types import DrainStatus, MachineState, ObservedPowerState
 from lightsout.state.types import ObjectKey
 
 
@@ -71,14 +71,14 @@ class MachinePort(Protocol):
 
     def delete_core_node(self, unregistered_only: bool) -> None: ...
 
-    def set_desired(self, state: PowerState) -> None:
+    def set_desired(self, state: ObservedPowerState) -> None:
         """`spec.desiredPowerState` (driftPolicy Adopt: the intent follows the machine)."""
 
 
 class ScalePort(Protocol):
     """What applying one plan writes (`scaling.PlanApplier.apply`)."""
 
-    def set_desired(self, machine: ObjectKey, state: PowerState) -> bool:
+    def set_desired(self, machine: ObjectKey, state: ObservedPowerState) -> bool:
         """`spec.desiredPowerState` of a machine unchanged since the plan's snapshot; False
         when it changed (the change wakes the planner, which plans again)."""
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from lightsout.models.enums import Phase, PowerState
+from lightsout.models.enums import DesiredPowerState, Phase
 
 Obj = dict[str, Any]
 
@@ -27,7 +27,7 @@ class ExitCode(IntEnum):
 
 
 #: The phase each desired state ends in.
-GOAL = {PowerState.ON: Phase.READY, PowerState.OFF: Phase.OFF}
+GOAL = {DesiredPowerState.ON: Phase.READY, DesiredPowerState.OFF: Phase.OFF}
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,7 @@ def progress_of(node: Obj) -> Progress:
     )
 
 
-def verdict(node: Obj, desired: PowerState, generation: int) -> Verdict:
+def verdict(node: Obj, desired: DesiredPowerState, generation: int) -> Verdict:
     """Whether the machine reached `desired` for the intent of `generation` (or later)."""
     status = node.get("status") or {}
     progress = progress_of(node)

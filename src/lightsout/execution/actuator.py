@@ -39,8 +39,7 @@ from lightsout.execution.jobs import (
 )
 from lightsout.k8s.api import Api, ConflictError, EvictionBlockedError, error_message
 from lightsout.metrics.families import LEASE_CONFLICTS
-from lightsout.models.enums import Action
-from lightsout.models.enums import PowerState as Desired
+from lightsout.models.enums import Action, DesiredPowerState
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec, PlaybookOverrides
 from lightsout.planning.effects import (
@@ -55,7 +54,7 @@ from lightsout.planning.types import (
     DrainStatus,
     EventType,
     MachineState,
-    PowerState,
+    ObservedPowerState,
 )
 from lightsout.state.parse import dig, format_time
 from lightsout.text import clip_middle
@@ -408,11 +407,13 @@ class KubeMachine:
 
         self._on_fresh_node(step)
 
-    def set_desired(self, state: PowerState) -> None:
-        write_desired(self.api, self.node, Desired(state.value))
+    def set_desired(self, state: ObservedPowerState) -> None:
+        write_desired(self.api, self.node, DesiredPowerState(state.value))
 
 
-def write_desired(api: Api, machine: Obj, state: Desired, *, conditional: bool = False) -> None:
+def write_desired(
+    api: Api, machine: Obj, state: DesiredPowerState, *, conditional: bool = False
+) -> None:
     """The one writer of a machine's `spec.desiredPowerState` (the plan applier, the
     externalgrpc servicer, driftPolicy Adopt). `conditional`: only if the machine is unchanged
     since it was read (else `ConflictError`)."""
@@ -448,7 +449,7 @@ def _merge_conditions(
 
 def wanted_status(
     ctx: KubeMachine,
-    desired: PowerState,
+    desired: ObservedPowerState,
     intent_generation: int,
     decision: Decision,
     now: dt.datetime,

@@ -54,9 +54,9 @@ from lightsout.planning.types import (
     ConditionStatus,
     ConditionType,
     LeaseState,
+    ObservedPowerState,
     OperationResult,
     Phase,
-    PowerState,
 )
 from lightsout.state.parse import condition, format_time, parse_time
 from lightsout.state.references import ReferenceReason, Unresolved
@@ -385,9 +385,9 @@ class Assessment:
     record: dict[str, Any] | None
     condition: SetCondition | None
     #: Power state read by the last check the state machine may use, and when.
-    power_state: PowerState
+    power_state: ObservedPowerState
     power_state_at: dt.datetime | None
-    observed_power_state: PowerState | None
+    observed_power_state: ObservedPowerState | None
     #: `status.power` / `status.inspected` a new healthy check reported (`execution.inspection`).
     measured: Mapping[str, Any] | None = None
 
@@ -477,7 +477,7 @@ def assess(
         return Assessment(skipped, None, *_usable(last), None)
     message = clip_middle(str(record.get("message") or ""))
     if record.get("result") == OperationResult.SUCCEEDED:
-        power = parse_power_state(record.get("powerState")) or PowerState.UNKNOWN
+        power = parse_power_state(record.get("powerState")) or ObservedPowerState.UNKNOWN
         text = f"the controller answered: power {power}"
         new = {
             **base,
@@ -492,11 +492,11 @@ def assess(
     reason = classify(message)
     new = {**base, "result": "Unhealthy", "reason": reason, "message": message}
     condition = SetCondition(ConditionType.HEALTHY, ConditionStatus.FALSE, reason, message)
-    return Assessment(new, condition, PowerState.UNKNOWN, None, PowerState.UNKNOWN)
+    return Assessment(new, condition, ObservedPowerState.UNKNOWN, None, ObservedPowerState.UNKNOWN)
 
 
-def _usable(last: Mapping[str, Any]) -> tuple[PowerState, dt.datetime | None]:
+def _usable(last: Mapping[str, Any]) -> tuple[ObservedPowerState, dt.datetime | None]:
     if last.get("result") != "Healthy":
-        return PowerState.UNKNOWN, None
-    power = parse_power_state(last.get("powerState")) or PowerState.UNKNOWN
+        return ObservedPowerState.UNKNOWN, None
+    power = parse_power_state(last.get("powerState")) or ObservedPowerState.UNKNOWN
     return power, parse_time(last.get("time"))

@@ -49,8 +49,8 @@ from lightsout.planning.types import (
     Learned,
     MachineState,
     ObservedJob,
+    ObservedPowerState,
     Phase,
-    PowerState,
 )
 from lightsout.state import references
 from lightsout.state.references import Unresolved
@@ -357,10 +357,13 @@ def _learned_draw(
     """The learned record with the draw a new reading teaches (None: nothing new)."""
     power = (checked.measured or {}).get("power")
     state = checked.observed_power_state
-    if not isinstance(power, Mapping) or state not in (PowerState.ON, PowerState.OFF):
+    if not isinstance(power, Mapping) or state not in (
+        ObservedPowerState.ON,
+        ObservedPowerState.OFF,
+    ):
         return decision.learned
     before = decision.learned or machine.learned
-    after = learn_draw(before, float(power["watts"]), state is PowerState.ON, utilisation)
+    after = learn_draw(before, float(power["watts"]), state is ObservedPowerState.ON, utilisation)
     return after if after != before else decision.learned
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from lightsout.actuation.inputs import job_identity
 from lightsout.execution.jobs import CONTAINER_NAME
-from lightsout.planning.types import JobPhase, ObservedJob, OperationResult, PowerState
+from lightsout.planning.types import JobPhase, ObservedJob, ObservedPowerState, OperationResult
 from lightsout.state.parse import parse_time
 from lightsout.text import clip_middle
 
@@ -81,17 +81,19 @@ class JobOutcome:
     runner_result: OperationResult | None = None
 
     @property
-    def power_state(self) -> PowerState | None:
+    def power_state(self) -> ObservedPowerState | None:
         """`values.power_state` as reported by the playbook (`On`/`Off`/`Unknown`)."""
         return parse_power_state(self.values.get("power_state", self.values.get("powerState")))
 
 
-def parse_power_state(value: Any) -> PowerState | None:
+def parse_power_state(value: Any) -> ObservedPowerState | None:
     if not isinstance(value, str):
         return None
-    return {"on": PowerState.ON, "off": PowerState.OFF, "unknown": PowerState.UNKNOWN}.get(
-        value.strip().lower()
-    )
+    return {
+        "on": ObservedPowerState.ON,
+        "off": ObservedPowerState.OFF,
+        "unknown": ObservedPowerState.UNKNOWN,
+    }.get(value.strip().lower())
 
 
 def parse_runner_result(text: str | None) -> tuple[RunnerResult | None, str]:

@@ -23,10 +23,10 @@ from lightsout.execution import leases
 from lightsout.execution.actuator import write_desired
 from lightsout.k8s.api import Api, ConflictError
 from lightsout.metrics.families import AUTOSCALER_DECISIONS, PENDING_OLDEST, PENDING_PODS
-from lightsout.models.enums import PowerState as Desired
+from lightsout.models.enums import DesiredPowerState
 from lightsout.planning.decisions import PowerOn, ScaleAction
 from lightsout.planning.effects import Event
-from lightsout.planning.types import PowerState
+from lightsout.planning.types import ObservedPowerState
 from lightsout.state.parse import format_time
 from lightsout.state.types import UNNEEDED_SINCE, ObjectKey, Snapshot
 
@@ -49,11 +49,13 @@ class KubeScale:
     def _objects(self, kind: str) -> Mapping[ObjectKey, Obj]:
         return {"Node": self.machines, "Pod": self.pods, "Group": self.groups}[kind]
 
-    def set_desired(self, machine: ObjectKey, state: PowerState) -> bool:
+    def set_desired(self, machine: ObjectKey, state: ObservedPowerState) -> bool:
         try:
             # Carrying the resourceVersion the plan was made from: a person's edit in between
             # wins with a 409 instead of being overwritten.
-            write_desired(self.api, self.machines[machine], Desired(state.value), conditional=True)
+            write_desired(
+                self.api, self.machines[machine], DesiredPowerState(state.value), conditional=True
+            )
         except ConflictError:
             return False
         return True

@@ -18,7 +18,7 @@ from lightsout.k8s.api import Api
 
 # The write lost a race: the machine changed since it was read.
 from lightsout.k8s.api import ConflictError as ConflictError  # noqa: PLC0414 - the servicer's
-from lightsout.models.enums import PowerState
+from lightsout.models.enums import DesiredPowerState
 from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, NODES_KEY
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class ApiCluster:
 
     def set_power(self, machine: Obj, desired: str, reason: str) -> None:
         meta = machine["metadata"]
-        write_desired(self.api, machine, PowerState(desired), conditional=True)
+        write_desired(self.api, machine, DesiredPowerState(desired), conditional=True)
         try:
             self.api.post_event(
                 machine, "Normal", "ClusterAutoscaler", reason, component="lightsout-externalgrpc"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 
-class PowerState(StrEnum):
+class DesiredPowerState(StrEnum):
     """A power state a person or the autoscaler can ask for."""
 
     ON = "On"

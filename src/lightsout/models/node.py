@@ -18,12 +18,12 @@ from lightsout.models.common import Conditions, Energy, Taints
 from lightsout.models.drivers import CloudInitJoin, NodeDriver, ProxmoxDriver
 from lightsout.models.enums import (
     Action,
+    DesiredPowerState,
     HealthCheckResult,
     NodeRemovalPolicy,
     ObservedPowerState,
     OperationResult,
     Phase,
-    PowerState,
     ProxmoxMode,
 )
 from lightsout.models.types import (
@@ -161,7 +161,7 @@ class PlaybookOverrides(ApiModel):
 class NodeSpec(ApiModel):
     """The machine and what is wanted of it."""
 
-    desired_power_state: PowerState = PowerState.OFF
+    desired_power_state: DesiredPowerState = DesiredPowerState.OFF
     """On or Off: set by a person (`kubectl patch`) or by the autoscaler."""
     group: DnsSubdomain
     """Name of the Group (same namespace) whose policy applies to this machine."""
@@ -255,7 +255,7 @@ class LastOperation(ApiModel):
 class Intent(ApiModel):
     """The power state the operator is working towards, and since which generation."""
 
-    desired: PowerState
+    desired: DesiredPowerState
     """The desiredPowerState being carried out."""
     generation: int = Field(ge=0)
     """metadata.generation at which this desired state was first seen. Only a change of

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import cached_property
 
-from lightsout.models.enums import Autoscaler, Phase, PowerState
+from lightsout.models.enums import Autoscaler, DesiredPowerState, Phase
 from lightsout.planning.scheduling import (
     HOSTNAME_LABEL,
     NodeView,
@@ -86,7 +86,8 @@ class MachineInfo:
     def active(self) -> bool:
         """Counts as on for minNodes/maxNodes: on, or on its way."""
         return self.availability in (Availability.READY, Availability.COMING) or (
-            self.availability is Availability.UNAVAILABLE and self.machine.desired is PowerState.ON
+            self.availability is Availability.UNAVAILABLE
+            and self.machine.desired is DesiredPowerState.ON
         )
 
 
@@ -286,7 +287,7 @@ def classify(machine: Machine, node: CoreNode | None) -> tuple[Availability, str
         # Its power-on is held back (state.references): never chosen, and `lightsout plan`
         # says why.
         return Availability.UNAVAILABLE, f"off, cannot be powered on: {machine.unresolved}"
-    if machine.desired is PowerState.ON:
+    if machine.desired is DesiredPowerState.ON:
         if phase is Phase.READY:
             if starting(node):
                 return Availability.COMING, "powering on (Ready, its core Node not schedulable yet)"

@@ -27,9 +27,9 @@ from lightsout.planning.types import (
     ConditionType,
     EventType,
     Learned,
+    ObservedPowerState,
     Operation,
     Phase,
-    PowerState,
 )
 
 
@@ -105,7 +105,7 @@ class SetDesiredPowerState:
     """Patch the Node resource's `spec.desiredPowerState` (driftPolicy Adopt: the intent
     follows the power state a person gave the machine)."""
 
-    state: PowerState
+    state: ObservedPowerState
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ class Decision:
     #: `status.phaseSince`: `now` when the phase changed, else the previous value.
     phase_since: datetime | None = None
     #: `status.observedPowerState` to write, None to leave it unchanged.
-    observed_power_state: PowerState | None = None
+    observed_power_state: ObservedPowerState | None = None
     #: `status.lastHealthCheck` to write (a new health-check result), None to leave it.
     health_check: Mapping[str, Any] | None = None
     #: `status.learned` to write when this transition taught something, None to leave it.

@@ -155,10 +155,10 @@ from lightsout.planning.types import (
     NodeRemovalPolicy,
     Observations,
     ObservedJob,
+    ObservedPowerState,
     Operation,
     OperationResult,
     Phase,
-    PowerState,
 )
 from lightsout.state.references import ReferenceReason
 
@@ -322,7 +322,7 @@ def _prepare_core_node(decision: Decision) -> Decision:
     a retry, a drift correction, a Job not visible yet)."""
     effects: list[Effect] = []
     for effect in decision.effects:
-        if isinstance(effect, StartJob) and effect.action.target is PowerState.ON:
+        if isinstance(effect, StartJob) and effect.action.target is ObservedPowerState.ON:
             effects.append(PrepareCoreNode())
         effects.append(effect)
     return replace(decision, effects=tuple(effects))
@@ -483,8 +483,8 @@ def _resolve_unknown(machine: MachineState, obs: Observations, now: datetime) ->
     if op is not None and op.result is OperationResult.RUNNING and op.action in ACTION_PHASE:
         phase, reason = ACTION_PHASE[op.action], Reason.RESUMED
         message = f"resuming {op.action} (attempt {op.attempt}) recorded in status"
-    elif (obs.node_exists and obs.node_ready) or obs.power_state is PowerState.ON:
-        phase = Phase.BOOTING if machine.desired is PowerState.ON else Phase.READY
+    elif (obs.node_exists and obs.node_ready) or obs.power_state is ObservedPowerState.ON:
+        phase = Phase.BOOTING if machine.desired is ObservedPowerState.ON else Phase.READY
         reason, message = Reason.OBSERVED_ON, "machine observed running"
     else:
         phase, reason = Phase.OFF, Reason.OBSERVED_OFF
@@ -496,22 +496,22 @@ def _resolve_unknown(machine: MachineState, obs: Observations, now: datetime) ->
 
 
 def _off(m: MachineState, obs: Observations, now: datetime) -> Decision:
-    if m.desired is PowerState.ON:
+    if m.desired is ObservedPowerState.ON:
         if m.reason == Reason.DRIFT_ADOPTED:
             return _adopted_on(m, obs)
         return _power_on(m, now, Reason.POWER_ON_REQUESTED, "desired power state is On")
     if _observed_on(m, obs, now):
-        if obs.power_state is PowerState.ON and _fresh(m, obs):
+        if obs.power_state is ObservedPowerState.ON and _fresh(m, obs):
             seen = "the health check found the machine powered On"
         else:
             seen = f"core Node {m.kubernetes_node_name} is Ready"
         message = f"{seen} although its desired power state is Off (phase {m.phase})"
-        return _drift(m, obs, now, message, PowerState.ON)
+        return _drift(m, obs, now, message, ObservedPowerState.ON)
     return _steady(m, obs, Reason.OBSERVED_OFF, "machine is off")
 
 
 def _ready(m: MachineState, obs: Observations, now: datetime) -> Decision:
-    if m.desired is PowerState.OFF:
+    if m.desired is ObservedPowerState.OFF:
         if m.reason == Reason.DRIFT_ADOPTED:
             return _adopted_off(m, obs, now)
         return _power_off(m, obs, now, Reason.POWER_OFF_REQUESTED, "desired power state is Off")
@@ -520,7 +520,7 @@ def _ready(m: MachineState, obs: Observations, now: datetime) -> Decision:
             "the health check found the machine powered Off although its desired power state "
             f"is On (phase {m.phase})"
         )
-        return _drift(m, obs, now, message, PowerState.OFF)
+        return _drift(m, obs, now, message, ObservedPowerState.OFF)
     node = m.kubernetes_node_name
     if not (obs.node_exists and obs.node_ready):
         message = f"core Node {node} is {'not Ready' if obs.node_exists else 'missing'}"
@@ -538,7 +538,7 @@ def _ready(m: MachineState, obs: Observations, now: datetime) -> Decision:
 
 def _failed(m: MachineState, obs: Observations, now: datetime) -> Decision:
     if m.reason == Reason.DRIFT_ADOPTED:
-        if m.desired is PowerState.ON:
+        if m.desired is ObservedPowerState.ON:
             return _adopted_on(m, obs)
         return _adopted_off(m, obs, now)
     op = m.operation
@@ -548,17 +548,21 @@ def _failed(m: MachineState, obs: Observations, now: datetime) -> Decision:
         )
         # Starting over: corrections made before the failure no longer count.
         return replace(decision, drift_corrections=())
-    if m.desired is PowerState.ON and obs.node_exists and obs.node_ready:
+    if m.desired is ObservedPowerState.ON and obs.node_exists and obs.node_ready:
         return _registered(m, f"core Node {m.kubernetes_node_name} became Ready; recovered")
     if m.adopt_drift:
         # A machine left Failed (corrections exhausted, retries spent) is adopted in the state
         # a fresh health check finds it in once the Group's policy says Adopt.
-        if m.desired is PowerState.OFF and obs.power_state is PowerState.ON and _fresh(m, obs):
+        if (
+            m.desired is ObservedPowerState.OFF
+            and obs.power_state is ObservedPowerState.ON
+            and _fresh(m, obs)
+        ):
             message = "the health check found the machine powered On while Failed"
-            return _drift(m, obs, now, message, PowerState.ON)
-        if m.desired is PowerState.ON and _observed_off(m, obs):
+            return _drift(m, obs, now, message, ObservedPowerState.ON)
+        if m.desired is ObservedPowerState.ON and _observed_off(m, obs):
             message = "the health check found the machine powered Off while Failed"
-            return _drift(m, obs, now, message, PowerState.OFF)
+            return _drift(m, obs, now, message, ObservedPowerState.OFF)
     hint = "gave up; any change to the Node's spec starts over"
     reason = Reason.AUTHENTICATION_FAILED if _refused(op) else Reason.RETRIES_EXHAUSTED
     return _steady(m, obs, reason, op.message or hint)
@@ -592,7 +596,7 @@ def _back_to_normal(m: MachineState, obs: Observations, message: str) -> Decisio
 
 
 def _drift(
-    m: MachineState, obs: Observations, now: datetime, message: str, seen: PowerState
+    m: MachineState, obs: Observations, now: datetime, message: str, seen: ObservedPowerState
 ) -> Decision:
     noticed: tuple[Effect, ...] = (
         _condition(ConditionType.DRIFTED, True, Reason.DRIFT_DETECTED, message),
@@ -640,7 +644,7 @@ def _drift(
             )
         count = f"correction {len(recent) + 1} of {m.max_corrections}"
         fix = f"{message}; correcting it (driftPolicy Correct, {count})"
-        if m.desired is PowerState.ON:
+        if m.desired is ObservedPowerState.ON:
             decision = _power_on(m, now, Reason.DRIFT_CORRECTION, fix, noticed)
         else:
             decision = _power_off(m, obs, now, Reason.DRIFT_CORRECTION, fix, extra=noticed)
@@ -651,7 +655,7 @@ def _drift(
     )
 
 
-def _adoption_pending(m: MachineState, seen: PowerState) -> Decision:
+def _adoption_pending(m: MachineState, seen: ObservedPowerState) -> Decision:
     """The pass after a DriftAdopted status write can read the spec from before the patch
     of desiredPowerState that came with it (status and spec are two writes, and the watch
     delivers them apart): acting on the old desired state would undo the adoption (a Failed
@@ -703,7 +707,7 @@ def _adopted_off(m: MachineState, obs: Observations, now: datetime) -> Decision:
         message,
         effects,
         m.operation,
-        observed_power_state=PowerState.OFF,
+        observed_power_state=ObservedPowerState.OFF,
     )
 
 
@@ -712,7 +716,7 @@ def _adopted_off(m: MachineState, obs: Observations, now: datetime) -> Decision:
 
 def _booting(m: MachineState, obs: Observations, now: datetime) -> Decision:
     node = m.kubernetes_node_name
-    if m.desired is PowerState.OFF:
+    if m.desired is ObservedPowerState.OFF:
         why = "desired power state changed to Off while booting"
         return _power_off(m, obs, now, Reason.POWER_OFF_REQUESTED, why)
     if obs.node_exists and obs.node_ready:
@@ -721,7 +725,11 @@ def _booting(m: MachineState, obs: Observations, now: datetime) -> Decision:
     # The boot timeout runs from the confirmed power-on (the Job's end), not the Job's start:
     # a slow BMC or a Proxmox clone must not eat into the time the OS gets to boot.
     since = m.phase_since or now
-    if op is not None and op.target is PowerState.ON and op.result is OperationResult.SUCCEEDED:
+    if (
+        op is not None
+        and op.target is ObservedPowerState.ON
+        and op.result is OperationResult.SUCCEEDED
+    ):
         since = op.finished or since
     remaining = (since + timedelta(seconds=m.boot_timeout_seconds) - now).total_seconds()
     if remaining > 0:
@@ -735,7 +743,7 @@ def _booting(m: MachineState, obs: Observations, now: datetime) -> Decision:
         )
         return Decision(Phase.BOOTING, Reason.WAITING_FOR_NODE, message, effects, op)
     message = f"core Node {node} did not become Ready within {m.boot_timeout_seconds}s of power-on"
-    if op is None or op.target is not PowerState.ON:
+    if op is None or op.target is not ObservedPowerState.ON:
         # Booting without a power-on on record (entered from Unknown): count it as attempt 0
         # so the first real power-on is attempt 1.
         op = Operation(m.on_action, m.intent_generation, 0, started=since)
@@ -756,7 +764,7 @@ def _booting(m: MachineState, obs: Observations, now: datetime) -> Decision:
 
 def _draining(m: MachineState, obs: Observations, now: datetime) -> Decision:
     node = m.kubernetes_node_name
-    if m.desired is PowerState.ON:
+    if m.desired is ObservedPowerState.ON:
         message = "desired power state changed to On while draining; uncordoning"
         effects: tuple[Effect, ...] = (
             Uncordon(),
@@ -842,7 +850,9 @@ def _running(m: MachineState, obs: Observations, now: datetime, op: Operation) -
             return _cancel(m, now, op, "before its Job was created")
         age = (now - op.started).total_seconds()
         timeout = (
-            m.shutdown_timeout_seconds if op.target is PowerState.OFF else m.boot_timeout_seconds
+            m.shutdown_timeout_seconds
+            if op.target is ObservedPowerState.OFF
+            else m.boot_timeout_seconds
         )
         if age > timeout:
             message = f"{what} has not been seen for {int(age)}s (timeout {timeout}s)"
@@ -915,16 +925,16 @@ def _running(m: MachineState, obs: Observations, now: datetime, op: Operation) -
 def _succeeded(
     m: MachineState, obs: Observations, now: datetime, op: Operation, job: ObservedJob
 ) -> Decision:
-    if op.target is PowerState.OFF and job.values.get("cut_pending") is True:
+    if op.target is ObservedPowerState.OFF and job.values.get("cut_pending") is True:
         return _confirm_os_down(m, obs, now, op, job)
     # "Unknown" from the playbook means it could not tell: treated as not reported.
-    reported = job.power_state if job.power_state is not PowerState.UNKNOWN else None
+    reported = job.power_state if job.power_state is not ObservedPowerState.UNKNOWN else None
     target = op.target
     # Exit 0 is not proof: the playbook must report the power state it left the machine in.
     # After power-on an unreported state is tolerated (registration will prove it); after
     # power-off nothing else can prove it, so it must be reported.
     if (reported is not None and reported is not target) or (
-        target is PowerState.OFF and reported is None
+        target is ObservedPowerState.OFF and reported is None
     ):
         seen = f"reports power state {reported}" if reported else "did not report a power state"
         message = f"{op.action} playbook succeeded but the machine {seen}, expected {target}"
@@ -935,7 +945,7 @@ def _succeeded(
     message = f"{op.action} Job (attempt {op.attempt}) succeeded"
     if job.message:
         message += f": {job.message}"
-    forced = _forced_power_off(job) if target is PowerState.OFF else None
+    forced = _forced_power_off(job) if target is ObservedPowerState.OFF else None
     warn_forced: tuple[Effect, ...] = ()
     if forced:
         message += f"; {forced}"
@@ -948,7 +958,7 @@ def _succeeded(
         ConditionType.POWER_ACTION_SUCCEEDED, True, Reason.JOB_SUCCEEDED, message
     )
     soon: tuple[Effect, ...] = () if m.desired is target else (Requeue(SOON_SECONDS),)
-    if target is PowerState.ON:
+    if target is ObservedPowerState.ON:
         effects: tuple[Effect, ...] = (
             AcquireLease(),
             succeeded,
@@ -986,7 +996,7 @@ def _succeeded(
             text,
             failed_for_good,
             done,
-            observed_power_state=PowerState.OFF,
+            observed_power_state=ObservedPowerState.OFF,
         )
     effects = (
         *((DeleteCoreNode(),) if delete_node else ()),
@@ -999,7 +1009,12 @@ def _succeeded(
         *soon,
     )
     return Decision(
-        Phase.OFF, Reason.JOB_SUCCEEDED, message, effects, done, observed_power_state=PowerState.OFF
+        Phase.OFF,
+        Reason.JOB_SUCCEEDED,
+        message,
+        effects,
+        done,
+        observed_power_state=ObservedPowerState.OFF,
     )
 
 
@@ -1225,7 +1240,7 @@ def _cancel(m: MachineState, now: datetime, op: Operation, when: str) -> Decisio
 
 def _act_on_intent(m: MachineState, obs: Observations, now: datetime, why: str) -> Decision:
     """Drive the machine toward `desired` from a state we cannot vouch for."""
-    if m.desired is PowerState.ON:
+    if m.desired is ObservedPowerState.ON:
         if obs.node_exists and obs.node_ready:
             return _registered(m, f"{why}; core Node {m.kubernetes_node_name} is Ready")
         return _power_on(m, now, Reason.POWER_ON_REQUESTED, why)
@@ -1311,7 +1326,7 @@ def _registered(m: MachineState, message: str) -> Decision:
         message,
         effects,
         m.operation,
-        observed_power_state=PowerState.ON,
+        observed_power_state=ObservedPowerState.ON,
     )
 
 
@@ -1321,7 +1336,7 @@ def _cleanup(m: MachineState, op: Operation) -> bool:
     return (
         m.ephemeral
         and op.action is Action.DEPROVISION
-        and m.desired is PowerState.ON
+        and m.desired is ObservedPowerState.ON
         and op.intent_generation == m.intent_generation
     )
 
@@ -1330,11 +1345,13 @@ def _observed_on(m: MachineState, obs: Observations, now: datetime) -> bool:
     settled = m.phase_since is None or (now - m.phase_since).total_seconds() >= (
         DRIFT_GRACE_SECONDS
     )
-    return (obs.node_ready and settled) or (obs.power_state is PowerState.ON and _fresh(m, obs))
+    return (obs.node_ready and settled) or (
+        obs.power_state is ObservedPowerState.ON and _fresh(m, obs)
+    )
 
 
 def _observed_off(m: MachineState, obs: Observations) -> bool:
-    return obs.power_state is PowerState.OFF and _fresh(m, obs)
+    return obs.power_state is ObservedPowerState.OFF and _fresh(m, obs)
 
 
 def _fresh(m: MachineState, obs: Observations) -> bool:

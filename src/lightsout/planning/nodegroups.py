@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from lightsout.models.enums import Autoscaler, Phase, PowerState
+from lightsout.models.enums import Autoscaler, DesiredPowerState, Phase
 from lightsout.planning.breakeven import UNLEARNED_SECONDS, unneeded_seconds
 from lightsout.planning.policy import EnergyModel, idle_rank
 from lightsout.planning.scheduling import starting
@@ -130,7 +130,7 @@ def members(snapshot: Snapshot, group: Group) -> list[Machine]:
 
 def target_size(snapshot: Snapshot, group: Group) -> int:
     """The size cluster-autoscaler asked for: machines meant to be on."""
-    return sum(1 for m in members(snapshot, group) if m.desired == PowerState.ON)
+    return sum(1 for m in members(snapshot, group) if m.desired == DesiredPowerState.ON)
 
 
 def _available(machines: Iterable[Machine]) -> list[Machine]:
@@ -139,7 +139,7 @@ def _available(machines: Iterable[Machine]) -> list[Machine]:
     return [
         m
         for m in machines
-        if m.desired == PowerState.OFF and m.autoscaling_enabled and not m.unresolved
+        if m.desired == DesiredPowerState.OFF and m.autoscaling_enabled and not m.unresolved
     ]
 
 
@@ -149,7 +149,7 @@ def held_back(snapshot: Snapshot, group: Group) -> list[str]:
     return [
         f"{m.key.name}: {m.unresolved}"
         for m in members(snapshot, group)
-        if m.desired == PowerState.OFF and m.unresolved
+        if m.desired == DesiredPowerState.OFF and m.unresolved
     ]
 
 
@@ -259,7 +259,9 @@ def decrease_target_size(snapshot: Snapshot, group: Group, delta: int) -> list[M
     waiting = [
         m
         for m in members(snapshot, group)
-        if m.desired == PowerState.ON and m.autoscaling_enabled and not registered(snapshot, m)
+        if m.desired == DesiredPowerState.ON
+        and m.autoscaling_enabled
+        and not registered(snapshot, m)
     ]
     if len(waiting) < -delta:
         raise NodeGroupError(
@@ -288,7 +290,7 @@ def delete_nodes(snapshot: Snapshot, group: Group, provider_ids: Sequence[str]) 
             )
         if machine not in chosen:
             chosen.append(machine)
-    meant_on = [m for m in chosen if m.desired == PowerState.ON]
+    meant_on = [m for m in chosen if m.desired == DesiredPowerState.ON]
     if target_size(snapshot, group) - len(meant_on) < group.min_nodes:
         raise NodeGroupError(
             f"deleting {len(meant_on)} nodes would take {group_id(group.key)} below "
@@ -306,7 +308,7 @@ def instance(snapshot: Snapshot, machine: Machine) -> Instance | None:
     """The machine as an instance; None for one that is off and meant to stay off."""
     pid = instance_id(snapshot, machine)
     if machine.phase == Phase.FAILED:
-        if machine.desired == PowerState.OFF:
+        if machine.desired == DesiredPowerState.OFF:
             return Instance(pid, InstanceState.DELETING)
         return Instance(
             pid,
@@ -314,7 +316,7 @@ def instance(snapshot: Snapshot, machine: Machine) -> Instance | None:
             error_code="PowerActionFailed",
             error_message=f"machine {machine.key} is Failed; see its status and events",
         )
-    if machine.desired == PowerState.ON:
+    if machine.desired == DesiredPowerState.ON:
         creating = (
             machine.phase in _CREATING
             or (machine.phase == Phase.UNKNOWN and not registered(snapshot, machine))

@@ -5,7 +5,7 @@ Handlers (through the state layer) fill `MachineState` from a Node's spec and st
 them. `lightsout.execution` imports the enums from here (execution sits above planning), so the
 names below are also the values written into labels and status.
 
-Phase, Action, PowerState (the observed one: On/Off/Unknown) and the condition enums are
+Phase, Action, ObservedPowerState (the observed one: On/Off/Unknown) and the condition enums are
 `lightsout.models.enums`' own, re-exported here.
 """
 
@@ -22,10 +22,10 @@ from lightsout.models.enums import (
     ConditionStatus,
     ConditionType,
     NodeRemovalPolicy,
+    ObservedPowerState,
     OperationResult,
     Phase,
 )
-from lightsout.models.enums import ObservedPowerState as PowerState
 
 # Re-exported: the API's own enums are the state machine's vocabulary (one definition).
 from lightsout.models.node import (
@@ -53,10 +53,10 @@ __all__ = [
     "NodeRemovalPolicy",
     "Observations",
     "ObservedJob",
+    "ObservedPowerState",
     "Operation",
     "OperationResult",
     "Phase",
-    "PowerState",
 ]
 
 
@@ -137,13 +137,13 @@ class Operation:
     failed_task: str | None = None
     message: str = ""
     #: The power state the playbook reported (`values.power_state`), if any.
-    power_state: PowerState | None = None
+    power_state: ObservedPowerState | None = None
     #: Everything the playbook reported through set_stats (`lightsout` key), e.g. the `vmid`
     #: and `host` of a clone: kept in `status.lastOperation.values` for people and tools.
     values: Mapping[str, Any] = field(default_factory=dict)
 
     @property
-    def target(self) -> PowerState | None:
+    def target(self) -> ObservedPowerState | None:
         return self.action.target
 
     @property
@@ -167,7 +167,7 @@ class Operation:
         message: str,
         *,
         failed_task: str | None = None,
-        power_state: PowerState | None = None,
+        power_state: ObservedPowerState | None = None,
         values: Mapping[str, Any] | None = None,
     ) -> Operation:
         """The operation ended; `values` None keeps what was reported before (if anything)."""
@@ -192,7 +192,7 @@ class ObservedJob:
     state: JobPhase
     failed_task: str | None = None
     message: str = ""
-    power_state: PowerState | None = None
+    power_state: ObservedPowerState | None = None
     values: Mapping[str, Any] = field(default_factory=dict)
     #: The Job is being deleted (`deletionTimestamp` set): foreground deletion keeps it, active,
     #: until its pods are gone. It still holds back a new power Job, but is never adopted.
@@ -234,7 +234,7 @@ class MachineState:
     name: str
     kubernetes_node_name: str
     phase: Phase
-    desired: PowerState
+    desired: ObservedPowerState
     #: `metadata.generation` the current intent belongs to (see `Operation`).
     intent_generation: int
     phase_since: datetime | None = None
@@ -263,7 +263,7 @@ class MachineState:
     #: The power state a drift was just adopted into, while the spec read is still the one
     #: the adoption was decided on (`status.observedGeneration == metadata.generation`): the
     #: operator's own patch of `desiredPowerState` has not reached its cache yet.
-    adopting: PowerState | None = None
+    adopting: ObservedPowerState | None = None
     #: The driver's `force`: a power-off without proof that the OS went down cuts the power
     #: after `shutdown_timeout_seconds` rather than failing.
     force_power_off: bool = False
@@ -301,7 +301,7 @@ class Observations:
     #: When another holder's Lease ends unless renewed (None: unknown, or not held elsewhere).
     lease_expires: datetime | None = None
     #: Last power state reported by a health check, and when; used for Unknown and drift.
-    power_state: PowerState = PowerState.UNKNOWN
+    power_state: ObservedPowerState = ObservedPowerState.UNKNOWN
     power_state_observed_at: datetime | None = None
     #: Per power action, the first object its Job needs that does not exist (or lacks a key):
     #: such an action is held back, with no Job and no attempt spent.

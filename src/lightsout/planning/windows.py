@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from lightsout.models.enums import Phase, PowerState
+from lightsout.models.enums import DesiredPowerState, Phase
 from lightsout.models.windows import zone
 from lightsout.planning.policy import EnergyModel, idle_rank
 from lightsout.planning.prewarm import MARGIN
@@ -153,7 +153,7 @@ def _held(
 ) -> list[InForce]:
     """Floors not yet in force whose opening is within their cold lead, holding the Group's
     machines already on (up to the floor)."""
-    on = sum(1 for m in machines if m.group_key == group.key and m.desired is PowerState.ON)
+    on = sum(1 for m in machines if m.group_key == group.key and m.desired is DesiredPowerState.ON)
     out: list[InForce] = []
     for window in group.windows:
         if not on or not window.min_nodes or window.times.name in applied:

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from lightsout.models.enums import Phase, PowerState, ProxmoxMode
+from lightsout.models.enums import DesiredPowerState, Phase, ProxmoxMode
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import AutoscalingSettings, PowerProfile
 from lightsout.state import cron, references
@@ -322,7 +322,7 @@ def _machine(
         group=group_name,
         kubernetes_node_name=node_name,
         phase=_enum(Phase, phase, Phase.UNKNOWN) if phase else None,
-        desired=_enum(PowerState, desired, PowerState.OFF),
+        desired=_enum(DesiredPowerState, desired, DesiredPowerState.OFF),
         autoscaling_enabled=autoscaling.enabled,
         priority=autoscaling.priority,
         resources=expected_resources(obj),

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from lightsout.models.enums import Autoscaler, Phase, PowerState, SelectionPolicy
+from lightsout.models.enums import Autoscaler, DesiredPowerState, Phase, SelectionPolicy
 from lightsout.models.group import DEFAULT_BREAK_EVEN_MULTIPLE, DEFAULT_JOB_GRACE_SECONDS
 from lightsout.models.windows import WindowTimes
 from lightsout.state.resources import Resources
@@ -181,7 +181,7 @@ class Machine:
     group: str
     kubernetes_node_name: str
     phase: Phase | None
-    desired: PowerState
+    desired: DesiredPowerState
     autoscaling_enabled: bool = True
     priority: int = 0
     #: Expected capacity (spec.resources), None when the spec does not say.

@@ -17,13 +17,13 @@ from typing import Any, Protocol
 from lightsout.actuation.inputs import group_spec, machine_state, node_spec
 from lightsout.actuation.memory import MemoryJob, MemoryMachine, MemoryPool, MemoryScale
 from lightsout.actuation.pool import pool_of
-from lightsout.models.enums import PowerState as DesiredPowerState
+from lightsout.models.enums import DesiredPowerState
 from lightsout.planning.decisions import Hold, ScaleAction
 from lightsout.planning.effects import Decision, Event, StartJob
 from lightsout.planning.energy import Draw, Ledger, is_powered
 from lightsout.planning.learning import median
 from lightsout.planning.scheduling import HOSTNAME_LABEL
-from lightsout.planning.types import DrainStatus, JobPhase, MachineState, Phase, PowerState
+from lightsout.planning.types import DrainStatus, JobPhase, MachineState, ObservedPowerState, Phase
 from lightsout.simulate.replay.charges import Charges
 from lightsout.simulate.replay.clock import Clock, Kind
 from lightsout.simulate.traces.overrides import apply_overrides
@@ -236,7 +236,7 @@ class SimMachine(MemoryMachine):
         if self.job is job or self.job is None:
             return  # create-unless-exists: the Job is already there
         clock = self.sim.clock
-        on = effect.action.target is PowerState.ON
+        on = effect.action.target is ObservedPowerState.ON
         if on:
             self.power_ons += 1
             self.power_on_times.append(clock.now)
@@ -249,17 +249,17 @@ class SimMachine(MemoryMachine):
             return  # deleted meanwhile
         target = job.action.target
         job.state, job.power_state = JobPhase.SUCCEEDED, target
-        if target is PowerState.ON:
-            self.power = PowerState.ON
+        if target is ObservedPowerState.ON:
+            self.power = ObservedPowerState.ON
             self.sim.clock.push(self.sim.clock.now + self.truth.boot_seconds, Kind.NODE_READY, self)
         else:
-            self.power = PowerState.OFF
+            self.power = ObservedPowerState.OFF
             self.node_ready = False
         self.reconcile_soon()
 
     def booted(self) -> None:
         """The core Node registers Ready its boot time after the power-on."""
-        if self.power is not PowerState.ON:
+        if self.power is not ObservedPowerState.ON:
             return  # powered off again before it finished booting
         self.node_exists = self.node_ready = self.registered = True
         self.node_ready_since = self.sim.clock.time()
@@ -289,7 +289,7 @@ class SimScale(MemoryScale):
     machines: Mapping[ObjectKey, SimMachine]
     groups: dict[ObjectKey, Group] = field(default_factory=dict)
 
-    def set_desired(self, machine: ObjectKey, state: PowerState) -> bool:
+    def set_desired(self, machine: ObjectKey, state: ObservedPowerState) -> bool:
         found = self.machines[machine]
         before = found.state.desired
         written = super().set_desired(machine, state)
@@ -339,7 +339,7 @@ def read_machines(
         state = replace(
             machine_state(manifest, spec, group),
             phase=Phase.OFF,
-            desired=PowerState.ON if on else PowerState.OFF,
+            desired=ObservedPowerState.ON if on else ObservedPowerState.OFF,
             intent_generation=1,
             phase_since=trace.start,
         )
