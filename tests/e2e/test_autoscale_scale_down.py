@@ -11,8 +11,7 @@ A running Job's pod keeps its machine on (scaleDown.jobGraceSeconds): on the sam
 one holds a bare pod (so it is needed) and the other only a Job's pod that would fit beside it.
 The lab's kwok keeps that pod Running while it carries `HOLD_ANNOTATION`; the machine stays on
 with the Job named in `lightsout plan` until the test lets the pod finish, and is powered off
-one unneeded time later. With the grace 0 a second Job's pod is evicted and its machine powered
-off while it runs, as before the grace existed.
+one unneeded time later. (The grace 0, which evicts such a pod, is proven on the replay.)
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ from tests.e2e.autoscaling import (
     reasons,
     running,
 )
-from tests.e2e.conftest import PATIENCE, patch_desired, wait_phase
+from tests.e2e.conftest import PATIENCE, wait_phase
 from tests.harness import fleet
 from tests.harness.wait import get_json, holds, wait_for
 from tests.harness.workload import batch_job, web_deployment, web_pdb
@@ -280,13 +279,19 @@ def _when(stamp: str) -> dt.datetime:
     return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
-def test_a_running_jobs_pod_keeps_its_machine_until_it_completes_unless_the_grace_is_0(
+def test_a_running_jobs_pod_keeps_its_machine_until_it_completes(
     crds: Cluster,
     namespace: str,
     operator: OperatorProcess,
     pair: Fleet,
     pair_bmc: SushyEmulator,
 ) -> None:
+    """With scaleDown.jobGraceSeconds at its default, a Job's running pod keeps its machine on
+    (and `lightsout plan` says so); once the pod finishes, the machine is unneeded from then
+    and powered off one unneeded time later. With the grace at 0 the pod is evicted and starts
+    over elsewhere: that is the same decision with another setting, proven on the replay
+    (tests/unit/test_simulate_job_grace.py
+    `test_with_job_grace_zero_the_build_is_evicted_and_starts_over`)."""
     one, two = pair.name("one"), pair.name("two")
     # Both machines powered on by hand with scale-down off (so neither goes while the pods are
     # placed); the Group leaves scaleDown.jobGraceSeconds at its default, a day.
@@ -387,30 +392,3 @@ def test_a_running_jobs_pod_keeps_its_machine_until_it_completes_unless_the_grac
         assert any(r == "ScaleDown" and "unneeded for" in m for r, m in events), events
         assert pair_bmc.count_power_requests(pair.uuids["one"], reset_types=POWER_OFF) == 1
         assert pair_bmc.count_power_requests(reset_types=POWER_OFF) == 1
-
-        # (3) The grace 0, as before it existed: `one` back on by hand, a second Job's pod
-        # there is evicted (it starts over on `two`) and `one` powered off while it runs.
-        _patch_scale_down(crds, namespace, {"enabled": False, "jobGraceSeconds": 0})
-        patch_desired(crds, namespace, one, "On")
-        wait_phase(crds, namespace, one, "Ready")
-        wait_for(lambda: _schedulable(crds, one), PATIENCE, "one's core Node schedulable")
-        first = _held_job_on(crds, namespace, "train", one)
-        _patch_scale_down(crds, namespace, {"enabled": True})
-        wait_for(lambda: desired(crds, namespace, one) == "Off", PATIENCE, "one wanted Off")
-        moved = wait_for(
-            lambda: (
-                run
-                if (run := _job_running(crds, namespace, "train")) and first not in run
-                else None
-            ),
-            PATIENCE,
-            "the second Job's pod evicted and started over",
-        )
-        assert list(moved.values()) == [two], moved
-        assert get_json(crds, "pod", first, "-n", namespace) is None
-        assert not (get_json(crds, "job", "train", "-n", namespace).get("status") or {}).get(
-            "succeeded"
-        )
-        wait_phase(crds, namespace, one, "Off")
-        assert pair_bmc.count_power_requests(pair.uuids["one"], reset_types=POWER_OFF) == 2
-        assert pair_bmc.count_power_requests(reset_types=POWER_OFF) == 2

@@ -11,7 +11,6 @@ and machines, the Group's status, `lightsout plan`, and the power requests at th
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -201,97 +200,15 @@ def test_a_dry_run_group_explains_and_changes_nothing(
     assert "lastScaleUp" not in group_status, group_status
 
 
-#: Both machines hold the run. `slow` draws less (LowestEnergy powers it on first) and boots
-#: in about 150 s, as the operator learned last week; `fast` is expected within its 40 s boot
-#: timeout, so while `slow` comes up, a power-on of `fast` would be Ready sooner.
-ANNOUNCED = {
-    "slow": {"cpu": "4", "memory": "8Gi", "watts": 15, "boot_seconds": 120.0},
-    "fast": {"cpu": "4", "memory": "8Gi", "watts": 120},
-}
-SLOW_LEARNED_BOOT = 150
+#: The run's boot timeout: until a boot is learned, the planner's boot estimate.
 FAST_BOOT_TIMEOUT = 40
 
-
-@pytest.mark.parametrize("machines", [ANNOUNCED], indirect=True, ids=["slow-and-fast"])
-def test_an_announced_run_powers_on_one_machine_even_when_another_boots_sooner(
-    crds: Cluster,
-    namespace: str,
-    operator: OperatorProcess,
-    machines: Fleet,
-    bmc: SushyEmulator,
-) -> None:
-    """A CronJob's next run, announced live: the slow machine powered on for it will be Ready
-    before the run is due, so the fast one (which would be Ready sooner) is not powered on too;
-    the run's pod runs on the slow machine and only its BMC heard a power-on."""
-    slow, fast = machines.name("slow"), machines.name("fast")
-    nodes = machines.nodes(bmc)
-    nodes[1]["spec"]["power"]["bootTimeoutSeconds"] = FAST_BOOT_TIMEOUT
-    group = fleet.group(
-        "autoscaled",
-        autoscaler="builtin",
-        minNodes=0,
-        scaleUp={"maxConcurrentOperations": 2},
-        scaleDown={"unneededSeconds": 600},
-    )
-    fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), group, *nodes])
-    for name in (slow, fast):
-        wait_phase(crds, namespace, name, "Off")
-    # What the operator learned of `slow` in an earlier power cycle, as it keeps it.
-    learned = {"bootSamples": [SLOW_LEARNED_BOOT], "bootSeconds": SLOW_LEARNED_BOOT}
-    crds.kubectl(
-        "patch",
-        "lsn",
-        slow,
-        "-n",
-        namespace,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        json.dumps({"status": {"learned": learned}}),
-    )
-    # The run falls on a whole minute more than the slow machine's lead time (150 s + 15 s)
-    # ahead, so the pre-warm is decided while the CronJob exists, not at once.
-    due = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=200)).replace(second=0, microsecond=0)
-    due += dt.timedelta(minutes=1)
-    template = pod("nightly", "2")
-    cronjob = {
-        "apiVersion": "batch/v1",
-        "kind": "CronJob",
-        "metadata": {"name": "nightly"},
-        "spec": {
-            "schedule": f"{due.minute} {due.hour} {due.day} {due.month} *",
-            "jobTemplate": {
-                "spec": {"template": {"spec": {**template["spec"], "restartPolicy": "Never"}}}
-            },
-        },
-    }
-    fleet.apply(crds, namespace, [cronjob])
-
-    def power_ons(short: str) -> int:
-        return bmc.count_power_requests(machines.uuids[short], reset_types=POWER_ON)
-
-    with diagnosed(crds, namespace):
-        wait_for(lambda: desired(crds, namespace, slow) == "On", PATIENCE + 200, "pre-warm")
-        said = [m for r, m in reasons(crds, namespace, slow) if r == "ScaleUp"]
-        assert said and "nightly" in said[0], said
-        run = wait_for(
-            lambda: [
-                p["metadata"]["name"]
-                for p in (get_json(crds, "pods", "-n", namespace) or {}).get("items", [])
-                if p["metadata"].get("labels", {}).get(JOB_NAME, "").startswith("nightly-")
-                and p["spec"].get("nodeName")
-            ],
-            PATIENCE + 200,
-            "the run's pod bound to a machine",
-        )
-        # Why a second machine was powered on, when one was: its ScaleUp event says.
-        told = "\n".join(m for r, m in reasons(crds, namespace, fast) if r == "ScaleUp")
-        assert (power_ons("slow"), power_ons("fast")) == (1, 0), told
-        assert desired(crds, namespace, fast) == "Off"
-        assert pod_node(crds, namespace, run[0]) == slow
-        # The learned boot was the one the planner went by (the operator kept it).
-        status = get_json(crds, "lsn", slow, "-n", namespace)["status"]
-        assert status["learned"]["bootSamples"][0] == SLOW_LEARNED_BOOT, status["learned"]
+# Which of two machines is powered on for an announced run (one power-on per run, the slower
+# but frugal one when it is Ready before the run is due) is proven by replaying the operator's
+# planner on a fake clock: tests/unit/test_simulate.py
+# `test_prewarming_powers_one_machine_on_per_run_just_in_time`, and the planner's notes in
+# tests/unit/test_autoscale_prewarm.py. The test below proves the wiring: a live CronJob, the
+# real controller's runs, the pre-warm and its event.
 
 
 #: One machine that holds the run, expected within its 40 s boot timeout: lead time 55 s.
@@ -385,20 +302,17 @@ def test_a_forbid_cronjob_whose_run_still_goes_is_not_pre_warmed_for_but_the_run
 
 
 #: A frugal but loud machine in a Group with a quiet window always open, a machine in a Group
-#: without windows that can take the same pods, and one whose Group has a warm-evening floor
-#: (too small for the quiet part's pod, so the two parts cannot meet whatever the timing).
+#: without windows that can take the same pods, and one whose Group has a floor in force (too
+#: small for the quiet part's pod, so the two parts cannot meet whatever the timing).
 WINDOWED = {
     "loud": {"cpu": "4", "memory": "8Gi", "watts": 20},
     "nuc": {"cpu": "4", "memory": "8Gi", "watts": 60},
     "box": {"cpu": "1", "memory": "8Gi", "watts": 80},
 }
-#: Box's boot timeout, its boot estimate until one is learned: its floor is powered on this
-#: + 15 s before the window opens (generous: on a loaded machine a power-on Job can start late).
-BOX_BOOT = 90
 
 
 @pytest.mark.parametrize("machines", [WINDOWED], indirect=True, ids=["loud-nuc-box"])
-def test_a_floor_window_is_ready_when_it_opens_and_a_quiet_window_leaves_the_pod_elsewhere(
+def test_a_floor_window_powers_a_machine_on_and_a_quiet_window_leaves_the_pod_elsewhere(
     crds: Cluster,
     namespace: str,
     operator: OperatorProcess,
@@ -407,34 +321,35 @@ def test_a_floor_window_is_ready_when_it_opens_and_a_quiet_window_leaves_the_pod
 ) -> None:
     """Quiet: a pod that the loud machine (the lowest-energy choice) or the nuc can host gets
     the nuc; the loud machine's BMC hears nothing and its Group says which window holds it.
-    Floor: box's Group has a one-minute window with minNodes 1 opening at the next whole minute
-    at least its lead (its boot estimate + 15 s) and some set-up time away: box is ordered on when
-    the lead starts, Ready by the opening (within 10 s), and powered off once it has closed."""
+    Floor: box's Group has a window with minNodes 1 in force: box is powered on for it, and the
+    event and the Group say which window holds it on.
+
+    When a floor's machine is powered on (one boot estimate and a margin before the window
+    opens, Ready by the opening) and that it is powered off once the window has closed are
+    proven on the operator's planner with a fake clock: tests/unit/test_windows.py
+    (`test_a_floor_powers_on_one_learned_boot_before_its_window_opens`,
+    `test_the_group_is_told_when_its_floor_starts_early_opens_and_closes`,
+    `test_the_replay_has_the_floor_ready_at_its_opening_and_off_after_it`)."""
     loud, nuc, box = (machines.name(s) for s in ("loud", "nuc", "box"))
-    lead = dt.timedelta(seconds=BOX_BOOT + 15)
-    now = dt.datetime.now(dt.UTC)
-    # The next whole minute at least the lead and some set-up time away.
-    opens = (now + lead + dt.timedelta(seconds=60)).replace(second=0, microsecond=0)
+    # In force from this minute for an hour: the floor holds box on from the first pass.
+    opened = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
     nodes = {node["metadata"]["name"]: node for node in machines.nodes(bmc)}
     for name, group_name in ((loud, "rack"), (nuc, "home"), (box, "evening")):
         nodes[name]["spec"]["group"] = group_name
-    # Never booted yet: its boot estimate is its boot timeout.
-    nodes[box]["spec"]["power"]["bootTimeoutSeconds"] = BOX_BOOT
     night = {"name": "night", "schedule": "0 * * * *", "durationSeconds": 3600, "quiet": True}
     evening = {
         "name": "evening",
-        "schedule": f"{opens.minute} {opens.hour} * * *",
-        "durationSeconds": 60,
+        "schedule": f"{opened.minute} {opened.hour} * * *",
+        "durationSeconds": 3600,
         "minNodes": 1,
     }
-    down = {"unneededSeconds": 5, "stabilizationWindowSeconds": 0}
     groups = [
         fleet.group("rack", autoscaler="builtin", windows=[night]),
         fleet.group("home", autoscaler="builtin", scaleDown={"unneededSeconds": 600}),
-        fleet.group("evening", autoscaler="builtin", windows=[evening], scaleDown=down),
+        fleet.group("evening", autoscaler="builtin", windows=[evening]),
     ]
     fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), *groups, *nodes.values()])
-    for name in (loud, nuc, box):
+    for name in (loud, nuc):
         wait_phase(crds, namespace, name, "Off")
 
     def power_ons(short: str) -> int:
@@ -450,31 +365,11 @@ def test_a_floor_window_is_ready_when_it_opens_and_a_quiet_window_leaves_the_pod
         shown = plan_text(crds, namespace)
         assert "in force: window night" in shown and "quiet until" in shown, shown
 
-        # Floor: box is ordered On when its lead starts (the operator's event says when), not
-        # earlier, and before the window opens.
-        wait_for(lambda: desired(crds, namespace, box) == "On", PATIENCE, "the floor's power-on")
+        # Floor: box is ordered On for the window, with no pod asking for it.
+        wait_phase(crds, namespace, box, "Ready")
         (ordered,) = [e for e in events_for(crds, namespace, box) if e["reason"] == "ScaleUp"]
         assert "window evening" in ordered["message"], ordered["message"]
-        assert "before it opens" in ordered["message"], ordered["message"]
-        at = _event_time(ordered)
-        assert opens - lead - dt.timedelta(seconds=1) <= at < opens, (at, opens)
-        wait_phase(crds, namespace, box, "Ready")
-        ready = get_json(crds, "lsn", box, "-n", namespace)["status"]["phaseSince"]
-        assert _parse(ready) <= opens + dt.timedelta(seconds=10), (ready, opens)
+        assert "minNodes 1 until" in ordered["message"], ordered["message"]
         said = [m for r, m in reasons(crds, namespace, "evening") if r == "WindowInForce"]
         assert any("minNodes 1" in m for m in said), said
-
-        # Closed: box is unneeded like any other and powers off; the Group is told.
-        wait_for(lambda: desired(crds, namespace, box) == "Off", PATIENCE, "box off after")
-        closed = [m for r, m in reasons(crds, namespace, "evening") if r == "WindowClosed"]
-        assert closed and "own minNodes 0" in closed[0], closed
         assert (power_ons("loud"), power_ons("nuc"), power_ons("box")) == (0, 1, 1)
-
-
-def _parse(stamp: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-
-
-def _event_time(event: dict[str, Any]) -> dt.datetime:
-    stamp = event.get("eventTime") or event.get("firstTimestamp") or event["lastTimestamp"]
-    return _parse(stamp)

@@ -75,11 +75,12 @@ async def plans_while_events_stream(plan_seconds: float, seconds: float = 1.2) -
     planner.lease = HeldLease()  # type: ignore[assignment]
     plans = 0
 
-    async def plan_and_apply() -> None:
+    async def plan_and_apply() -> tuple[None, bool]:
         nonlocal plans
         plans += 1
         planner.plan_seconds = plan_seconds
         await asyncio.sleep(plan_seconds)
+        return None, False  # no deadline, no write lost a race
 
     planner._plan_and_apply = plan_and_apply  # type: ignore[method-assign]
     task = asyncio.create_task(planner.run())

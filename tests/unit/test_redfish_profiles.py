@@ -291,6 +291,20 @@ def test_a_power_on_that_falls_back_reads_powering_on_then_off(
         assert bmc.call("GET", SYSTEM)[2]["PowerState"] == "PoweringOn"
 
 
+def test_a_fall_back_is_seen_by_a_client_that_polls_slower_than_the_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The first read comes after the window: it still shows the power-on under way, the next
+    # one the fall-back (else a slow poller would read Off only, as if nothing had started).
+    clock = Clock()
+    monkeypatch.setattr(redfish_profiles.time, "monotonic", clock)
+    bmc = Bmc("falls-back-once")
+    assert bmc.call("POST", RESET, {"ResetType": "On"})[0] == 204
+    clock.now += 3 * FALLBACK_SECONDS
+    assert bmc.call("GET", SYSTEM)[2]["PowerState"] == "PoweringOn"
+    assert bmc.call("GET", SYSTEM)[2]["PowerState"] == "Off"
+
+
 def login(bmc: Bmc, password: str = PASSWORD) -> tuple[int, dict[str, str]]:
     status, headers, _ = bmc.call(
         "POST", SESSIONS, {"UserName": USER, "Password": password}, {"Authorization": None}

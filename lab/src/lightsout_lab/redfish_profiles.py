@@ -22,7 +22,9 @@ one family each, written from those documented facts (no vendor's files copied):
 - ``falls-back`` / ``falls-back-once``: accepts a power-on (204), PowerState reads
   ``PoweringOn`` for ``FALLBACK_SECONDS``, then ``Off`` again: the host did not complete its
   power-on (chaos/powerman#154). ``falls-back`` does so at every power-on, ``falls-back-once``
-  at the first one only (the next power-on works).
+  at the first one only (the next power-on works). ``PoweringOn`` lasts until it has also been
+  read once: a client polling slower than the window (Ansible on a loaded machine) still sees
+  the power-on start and fall back, which is what these rows are about.
 - ``sessions-only``: Basic auth refused (401); only a session created with
   ``POST /redfish/v1/SessionService/Sessions`` (token in ``X-Auth-Token``) works.
 - ``idrac10``: the ``idrac`` behaviours, and a boot-override PATCH on the ComputerSystem is
@@ -230,7 +232,8 @@ class ProfileMiddleware:
         self.lock = threading.Lock()
         self._refused_busy: set[str] = set()  # systems whose last Reset was answered busy
         self._fell_back: dict[str, int] = {}  # system -> power-ons that fell back so far
-        self._powering_on: dict[str, float] = {}  # system -> when its PoweringOn ends
+        # system -> when its PoweringOn ends, and whether a client has read it since
+        self._powering_on: dict[str, tuple[float, bool]] = {}
         self._basic = "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
 
     def _uuid(self, identity: str | None) -> str | None:
@@ -380,11 +383,12 @@ class ProfileMiddleware:
         _shape(resource, profile, system)
         uuid = self._uuid(system) or system
         with self.lock:
-            ends = self._powering_on.get(uuid)
-            if ends is not None and time.monotonic() >= ends:
+            stalled = self._powering_on.get(uuid)
+            if stalled is not None and stalled[1] and time.monotonic() >= stalled[0]:
                 del self._powering_on[uuid]
-            elif ends is not None:
+            elif stalled is not None:
                 resource["PowerState"] = "PoweringOn"
+                self._powering_on[uuid] = (stalled[0], True)
         headers = [(k, v) for k, v in answer.headers if k.lower() != "content-length"]
         if profile.etag != "none":
             etag = etag_of(resource)
@@ -472,7 +476,7 @@ class ProfileMiddleware:
             ):
                 # Accepted, and the host starts, but never completes its power-on.
                 self._fell_back[uuid] = fell_back + 1
-                self._powering_on[uuid] = time.monotonic() + FALLBACK_SECONDS
+                self._powering_on[uuid] = (time.monotonic() + FALLBACK_SECONDS, False)
                 return _Answer(204, [], b"")
         if reset_type == "PushPowerButton" and profile.push_button:
             # A short press: the OS is asked to shut down when on; the machine starts when off.

@@ -13,11 +13,12 @@ the same kinds) proves that the caches are complete: only then does the planner 
 `snapshot_from(..., complete=True)`.
 
 One asyncio task, started at operator start-up, is the planner. Every watched change wakes it;
-it waits `DEBOUNCE` seconds so a burst of changes (a Deployment scaled to twenty replicas)
-makes one plan, copies the caches, calls the pure `planning.autoscale.plan` in a thread and
-hands the result to `actuation.plans.PlanApplier`. It never polls: between changes it sleeps
-until the plan's next deadline (`planning.wake.next_wake`: an unneeded machine's timer, a
-stabilisation window) or until its leader Lease needs renewing. Only the replica holding the
+it waits as `planning.wake.PlanningRound` says (the debounce, so a burst of changes makes one
+plan, and the rest after a slow plan: the replay follows the same rule), copies the caches,
+calls the pure `planning.autoscale.plan` in a thread and hands the result to
+`actuation.plans.PlanApplier`. It never polls: between changes it sleeps until the plan's next
+deadline (`planning.wake.next_wake`: an unneeded machine's timer, a stabilisation window) or
+until its leader Lease needs renewing. Only the replica holding the
 `lightsout-autoscaler` Lease plans; the others keep their caches warm and take over when the
 Lease expires.
 """
@@ -46,7 +47,7 @@ from lightsout.handlers.node import NOT_OURS, slim
 from lightsout.k8s.api import Api
 from lightsout.planning.autoscale import plan
 from lightsout.planning.decisions import Plan
-from lightsout.planning.wake import next_wake
+from lightsout.planning.wake import PlanningRound, next_wake
 from lightsout.state import build
 from lightsout.state.parse import dig
 from lightsout.state.references import contents_entry
@@ -54,19 +55,13 @@ from lightsout.state.types import ObjectKey, Snapshot
 
 log = logging.getLogger(__name__)
 
-#: Seconds to let a burst of changes settle into one plan.
-DEBOUNCE = 0.1
-#: After a plan that took t seconds, a change is planned for no sooner than this many t later:
-#: the planner (every machine parsed, every pod placed) holds the GIL, and while thousands of
-#: machines are first seen it would otherwise plan after every event and starve their passes.
-#: A plan of a few milliseconds (a homelab) is not slowed down in any way one could notice.
-PLAN_REST = 3.0
 #: Seconds before planning again after a pass failed (API unreachable, …), doubling with each
 #: failure in a row up to `ERROR_RETRY_MAX`; the Lease is tried again no sooner either.
 ERROR_RETRY = 5.0
 ERROR_RETRY_MAX = 60.0
-#: Seconds before planning again when a write lost a race and no watch event came meanwhile.
-CONFLICT_RETRY = 2.0
+#: Seconds past a deadline the loop's timer is set for: an asyncio timer may fire a little
+#: early, and a plan a moment before its deadline would find nothing to do and sleep again.
+TIMER_SLACK = 0.05
 
 Obj = dict[str, Any]
 IndexValue = dict[None, Obj]
@@ -143,8 +138,10 @@ class Planner:
     #: Set when this replica has just taken the Lease: it plans at once, change or not.
     _just_elected: bool = False
     _last_summary: str = ""
-    #: How long the last plan took to compute (its writes not counted): see `PLAN_REST`.
+    #: How long the last plan took to compute (its writes not counted): see
+    #: `planning.wake.PLAN_REST`.
     plan_seconds: float = 0.0
+    round: PlanningRound = field(default_factory=PlanningRound)
 
     def __post_init__(self) -> None:
         self.lease = LeaderLease(
@@ -170,14 +167,13 @@ class Planner:
         plan_at: float | None = None  # loop time of the next deadline-driven plan
         renew_at: float | None = None  # loop time the leader Lease needs attention
         failures = 0  # passes failed in a row
-        rest_until = 0.0  # loop time before which a change is not planned (PLAN_REST)
         while True:
             due = [t for t in (plan_at, renew_at) if t is not None]
             timeout = max(0.0, min(due) - loop.time()) if due else None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout)
             if self.wake.is_set():
-                await asyncio.sleep(max(DEBOUNCE, rest_until - loop.time()))
+                await asyncio.sleep(self.round.change_planned_at(loop.time()) - loop.time())
             changed = self.wake.is_set()
             self.wake.clear()
             if not self.synced:
@@ -193,9 +189,10 @@ class Planner:
                 if not (changed or deadline_passed or self._just_elected):
                     continue
                 self._just_elected = False
-                wake_in = await self._plan_and_apply()
-                rest_until = loop.time() + PLAN_REST * self.plan_seconds
-                plan_at = None if wake_in is None else loop.time() + wake_in
+                wake_in, conflicts = await self._plan_and_apply()
+                now = loop.time()
+                wake = None if wake_in is None else now + wake_in + TIMER_SLACK
+                plan_at = self.round.planned(now, self.plan_seconds, wake, conflicts)
             except Exception:
                 # The Lease's renewal time passed too: without a later one the loop would try
                 # again at once, thousands of requests a minute at an API server that is away.
@@ -215,7 +212,9 @@ class Planner:
         self.leading = leading
         return leading
 
-    async def _plan_and_apply(self) -> float | None:
+    async def _plan_and_apply(self) -> tuple[float | None, bool]:
+        """Plan and apply; the seconds from now to the plan's next wake (None: none), and
+        whether a write lost a race."""
         objects = self.objects()
         now = dt.datetime.now(dt.UTC)
         snapshot, result = await asyncio.to_thread(self._plan, objects, now)
@@ -231,12 +230,8 @@ class Planner:
             log.info("autoscaler plan: %s", result.summary)
             self._last_summary = result.summary
         wake_at = next_wake(snapshot, result, now)
-        wake_in = None if wake_at is None else (wake_at - now).total_seconds() + 0.05
-        if applied.conflicts:
-            # The machine moved under the plan; its watch event wakes the planner. The retry
-            # is only a safety net, slow enough never to spin if that event is late.
-            wake_in = min(wake_in or CONFLICT_RETRY, CONFLICT_RETRY)
-        return wake_in
+        wake_in = None if wake_at is None else (wake_at - dt.datetime.now(dt.UTC)).total_seconds()
+        return wake_in, bool(applied.conflicts)
 
     def _plan(self, objects: Mapping[str, list[Obj]], now: dt.datetime) -> tuple[Snapshot, Plan]:
         started = time.monotonic()

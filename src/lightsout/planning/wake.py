@@ -1,13 +1,17 @@
-"""When time alone would change the autoscaler's plan: `next_wake(snapshot, plan, now)`.
+"""When the built-in planner plans: `next_wake(snapshot, plan, now)`, the moment time alone would
+change its plan, and `PlanningRound`, the rule both of its drivers follow between plans.
 
-Pure. The autoscaler handler (through `execution.scaling`) sleeps until this moment when no
-watched change wakes it first; the replay simulator (`lightsout.simulate.replay.engine`) wakes the
-planner at the same moments, so simulated and real plans are made at the same times.
+Pure. The operator's planner loop (`handlers.autoscale`, on the event loop's clock) and the
+replay (`simulate.replay.engine`, on simulated seconds) each keep one `PlanningRound` and ask it
+the same two questions: when is a change planned (the debounce, and the rest after a slow plan),
+and when is the next plan if nothing changes (the plan's next wake, or a retry after a write
+lost a race). So simulated and real plans are made at the same moments.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from lightsout.models.enums import Autoscaler
@@ -19,6 +23,43 @@ from lightsout.planning.prewarm import next_due
 from lightsout.planning.scaledown import job_grace_end
 from lightsout.planning.windows import moments as window_moments
 from lightsout.state.types import Snapshot
+
+#: Seconds to let a burst of changes settle into one plan (a Deployment scaled to twenty
+#: replicas makes one plan, not twenty).
+DEBOUNCE = 0.1
+#: After a plan that took t seconds to compute, a change is planned for no sooner than this many
+#: t later: the planner (every machine parsed, every pod placed) holds the GIL, and while
+#: thousands of machines are first seen it would otherwise plan after every event and starve
+#: their passes. A plan of a few milliseconds (a homelab) is not slowed down in any way one
+#: could notice; a replayed plan takes no simulated time, so the replay never rests.
+PLAN_REST = 3.0
+#: Seconds before planning again when a write lost a race and no watch event came meanwhile:
+#: the machine's watch event wakes the planner; this is only a safety net, slow enough never
+#: to spin if that event is late.
+CONFLICT_RETRY = 2.0
+
+
+@dataclass
+class PlanningRound:
+    """When the planner plans next, in seconds on its driver's clock."""
+
+    #: Before this, a change is not planned (`PLAN_REST` after the last plan).
+    rest_until: float = 0.0
+
+    def change_planned_at(self, now: float) -> float:
+        """When a change seen at `now` is planned: one debounce later, rested."""
+        return max(now + DEBOUNCE, self.rest_until)
+
+    def planned(
+        self, now: float, took: float, wake: float | None, conflicts: bool = False
+    ) -> float | None:
+        """A plan that took `took` seconds to compute has been applied at `now`; `wake` is its
+        `next_wake` on this clock. When to plan again if nothing changes (None: not until a
+        change)."""
+        self.rest_until = now + PLAN_REST * took
+        if conflicts:
+            wake = now + CONFLICT_RETRY if wake is None else min(wake, now + CONFLICT_RETRY)
+        return None if wake is None else max(wake, now + DEBOUNCE)
 
 
 def next_wake(snapshot: Snapshot, plan: Plan, now: datetime) -> datetime | None:
@@ -86,4 +127,4 @@ def next_wake(snapshot: Snapshot, plan: Plan, now: datetime) -> datetime | None:
     return min(future, default=None)
 
 
-__all__ = ["next_wake"]
+__all__ = ["CONFLICT_RETRY", "DEBOUNCE", "PLAN_REST", "PlanningRound", "next_wake"]

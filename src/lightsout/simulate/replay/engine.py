@@ -3,8 +3,9 @@
 `replay(trace, options)` (behind `lightsout simulate` and the benchmarks) plays the trace's pods
 and CronJob runs in order of time (`clock`) on the in-memory port (`machines`) and a model of
 kube-scheduler (`scheduler`). Every decision is the operator's, on inputs built the way its
-handlers build them: the planner, woken as the autoscaler handler wakes it, its plan applied by
-the one plan applier (`actuation.plans.PlanApplier`); the power state machine on a machine
+handlers build them: the planner, woken by the autoscaler handler's rule
+(`planning.wake.PlanningRound`), its plan applied by the one plan applier
+(`actuation.plans.PlanApplier`); the power state machine on a machine
 whenever something it watches changes or its Requeue is due, its decision carried out by the one
 effect interpreter (`actuation.interpreter.carry_out`). The `reactive` policy drives the same
 code like cluster-autoscaler with its defaults (docs/simulator.md says what differs).
@@ -24,7 +25,7 @@ from lightsout.actuation.plans import PlanApplier
 from lightsout.planning.autoscale import plan
 from lightsout.planning.decisions import Plan, PowerOn
 from lightsout.planning.fsm import decide
-from lightsout.planning.wake import next_wake
+from lightsout.planning.wake import PlanningRound, next_wake
 from lightsout.simulate.replay.clock import Clock, Kind
 from lightsout.simulate.replay.machines import SimMachine, SimPod, SimScale, read_machines
 from lightsout.simulate.replay.scheduler import Scheduler, Scoring
@@ -33,8 +34,6 @@ from lightsout.state import cron
 from lightsout.state.parse import scheduling_requirements
 from lightsout.state.types import ExpectedPod, Group, ObjectKey, Pod, Snapshot
 
-#: The autoscaler handler's debounce (`handlers.autoscale.DEBOUNCE`): a burst makes one plan.
-PLAN_DEBOUNCE = 0.1
 #: cluster-autoscaler's defaults, for the reactive baseline.
 CA_SCAN_SECONDS = 10.0
 CA_UNNEEDED_SECONDS = 600
@@ -92,6 +91,8 @@ class Simulator:
         self.end = trace.duration_seconds
         self.clock = Clock(trace.start)
         self.unneeded: dict[ObjectKey, datetime] = {}
+        #: When the planner plans: the operator's rule (a plan takes no simulated time).
+        self.round = PlanningRound()
         #: Reactive scans: whether anything changed since the last plan, and the plan's next
         #: deadline; a scan with neither would return the same plan, so it is skipped.
         self.changed = True
@@ -260,7 +261,7 @@ class Simulator:
         self.changed = True
         if self.options.policy is Policy.LIGHTSOUT:
             # The reactive baseline scans on its own clock; always-on never plans.
-            self.clock.wake(self.clock.now + PLAN_DEBOUNCE, Kind.PLAN)
+            self.clock.wake(self.round.change_planned_at(self.clock.now), Kind.PLAN)
 
     def _plan(self, why: str | None) -> None:
         """Plan now: at a reactive scan (`why` SCAN), or woken (a change, a deadline)."""
@@ -277,8 +278,10 @@ class Simulator:
         self._apply(result, now)
         wake = next_wake(snapshot, result, now)
         self.deadline = None if wake is None else clock.seconds(wake)
-        if why != SCAN and wake is not None:
-            clock.wake(max(clock.seconds(wake), clock.now + PLAN_DEBOUNCE), Kind.PLAN)
+        if why != SCAN:
+            again = self.round.planned(clock.now, 0.0, self.deadline)
+            if again is not None:
+                clock.wake(again, Kind.PLAN)
 
     def snapshot(self) -> Snapshot:
         """The planner's view of the simulated cluster now (what `snapshot_from` would build
