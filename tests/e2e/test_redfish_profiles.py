@@ -8,7 +8,7 @@ ordered again after the host fell back to Off), busy answers retried, iDRAC's 40
 powered ON" taken as success, the boot override PATCHed with the ETag rules the profile wants
 (the refused If-Match forms, then the accepted one), and every Redfish session the role opened
 deleted again. One more play drives a host that never completes a power-on: the run fails
-saying so after two orders. (Sessions over 20 power cycles through the operator against the
+saying so after two orders. (Sessions over power cycles through the operator against the
 sessions-only BMC: test_power_redfish.py. The runner's playbooks around the role, and its
 report of a forced power-off as forced_after_seconds, are proven in test_runner_redfish.py.)
 """
