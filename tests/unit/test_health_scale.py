@@ -24,6 +24,7 @@ from lightsout.config import OperatorConfig
 from lightsout.execution import health
 from lightsout.execution.jobs import CONTAINER_NAME
 from lightsout.execution.results import TERMINATION_MESSAGE_LIMIT
+from lightsout.planning import healthjudge
 from lightsout.planning.types import LeaseState
 from lightsout.runner import main as runner_main
 from lightsout.text import MARK
@@ -226,7 +227,7 @@ def test_the_worst_result_of_a_pod_fits_its_termination_message_and_lands(
     assert node == LONGEST_NAME
     assert record["result"] in {"Succeeded", "Failed"}
     assert len(record["message"]) > 1 and MARK in record["message"]
-    assessed = health.assess({"phase": "Off"}, record, LeaseState.FREE)
+    assessed = healthjudge.assess({"phase": "Off"}, record, LeaseState.FREE)
     assert assessed.record is not None and assessed.condition is not None
 
 

@@ -14,7 +14,7 @@ from prometheus_client.exposition import generate_latest
 
 from lightsout.actuation.inputs import learned_from_status, learned_to_status
 from lightsout.config import OperatorConfig
-from lightsout.execution import energy, health, inspection
+from lightsout.execution import energy, health
 from lightsout.execution.healthsync import HealthCronJobs
 from lightsout.execution.jobs import CONTAINER_NAME
 from lightsout.k8s.api import ConflictError
@@ -23,6 +23,7 @@ from lightsout.metrics.machines import MachineTracker
 from lightsout.models.enums import Phase
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
+from lightsout.planning import healthjudge, inspection
 from lightsout.planning.learning import learn_draw
 from lightsout.planning.types import ConditionStatus, EventType, Learned, LeaseState
 from lightsout.simulate.traces.record import node_spec_as_measured
@@ -187,7 +188,7 @@ def test_a_check_that_measured_and_inspected_lands_in_status_power_and_inspected
     }
     found = health.pod_record(health_pod(values))
     assert found is not None
-    checked = health.assess({}, found[1], LeaseState.FREE)
+    checked = healthjudge.assess({}, found[1], LeaseState.FREE)
     assert checked.measured == {
         "power": {"watts": 137.0, "observedAt": "2026-11-24T08:00:00Z", "source": "redfish"},
         "inspected": {
@@ -201,12 +202,12 @@ def test_a_check_that_measured_and_inspected_lands_in_status_power_and_inspected
     }
     plug = health.pod_record(health_pod({"power_watts": 12.5, "power_source": "shelly"}))
     assert plug is not None
-    assert health.assess({}, plug[1], LeaseState.FREE).measured == {
+    assert healthjudge.assess({}, plug[1], LeaseState.FREE).measured == {
         "power": {"watts": 12.5, "observedAt": "2026-11-24T08:00:00Z", "source": "shelly"}
     }
     silent = health.pod_record(health_pod({"power_watts": "lots", "inspected": {"cpu": 0}}))
     assert silent is not None
-    assert health.assess({}, silent[1], LeaseState.FREE).measured is None
+    assert healthjudge.assess({}, silent[1], LeaseState.FREE).measured is None
 
 
 def spec_of(raw: dict[str, Any]) -> NodeSpec:

@@ -14,6 +14,7 @@ from lightsout.execution import providerid
 from lightsout.models.enums import ConditionStatus, ConditionType
 from lightsout.models.node import NodeSpec
 from lightsout.planning.effects import Decision, SetCondition
+from lightsout.planning.passes import provider_id_reported
 from lightsout.planning.types import Phase
 
 pytestmark = pytest.mark.unit
@@ -54,10 +55,12 @@ def _conditions(decision: Decision) -> list[SetCondition]:
 def test_a_different_provider_id_is_reported_as_a_condition() -> None:
     base = Decision(phase=Phase.READY, reason="Ready", message="")
     want = providerid.wanted(MACHINE, spec())
-    (condition,) = _conditions(providerid.report(base, core("k3s://m1"), want))
+    (condition,) = _conditions(provider_id_reported(base, providerid.ids(core("k3s://m1"), want)))
     assert condition.type == ConditionType.PROVIDER_ID_CONFLICT
     assert condition.status == ConditionStatus.TRUE
     assert "k3s://m1" in condition.message
-    (ok,) = _conditions(providerid.report(base, core("lightsout://lab/m1"), want))
+    (ok,) = _conditions(
+        provider_id_reported(base, providerid.ids(core("lightsout://lab/m1"), want))
+    )
     assert ok.status == ConditionStatus.FALSE
-    assert providerid.report(base, None, want) == base
+    assert provider_id_reported(base, providerid.ids(None, want)) == base

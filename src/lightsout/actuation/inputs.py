@@ -33,6 +33,7 @@ from lightsout.models.group import (
     GroupSpec,
 )
 from lightsout.models.node import NodeSpec
+from lightsout.planning.effects import Decision
 from lightsout.planning.fsm import Reason
 from lightsout.planning.learning import median
 from lightsout.planning.outages import credentials_source
@@ -209,6 +210,20 @@ def learned_from_status(raw: Any) -> Learned:
         idle_watts=watts("idleWatts"),
         busy_watts=watts("busyWatts"),
     )
+
+
+def checked_status(decision: Decision) -> dict[str, Any]:
+    """What a pass's readings add to status (`planning.passes`): the new `lastHealthCheck`,
+    the `learned` record and the `power` / `inspected` a check reported; empty when nothing
+    new. The operator's status writer and the in-memory port both store exactly this."""
+    new: dict[str, Any] = {}
+    if decision.health_check is not None:
+        new["lastHealthCheck"] = dict(decision.health_check)
+    if decision.learned is not None:
+        new["learned"] = learned_to_status(decision.learned)
+    if decision.measured is not None:
+        new.update(decision.measured)
+    return new
 
 
 def learned_to_status(learned: Learned) -> dict[str, Any]:

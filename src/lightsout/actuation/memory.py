@@ -14,7 +14,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
+from lightsout.actuation.inputs import checked_status
 from lightsout.actuation.pool import RELEASED, PoolExhaustedError, exhausted, free_addresses
 from lightsout.models.group import AddressPool
 from lightsout.planning.decisions import ScaleAction
@@ -90,6 +92,9 @@ class MemoryMachine:
     fail: frozenset[str] = frozenset()
     #: What the port was asked, in order (None: not recorded, as in a replay).
     calls: list[str] | None = None
+    #: The status a pass's readings wrote (`inputs.checked_status`: the last health check,
+    #: learned figures, measured power and inspection), as the next pass reads it back.
+    status: dict[str, Any] = field(default_factory=dict)
 
     def _called(self, what: str) -> bool:
         """Record `what`; True when the test made that step refuse."""
@@ -157,6 +162,7 @@ class MemoryMachine:
         if self._called(STATUS):
             return False
         self.state = persisted(machine, decision, now)
+        self.status.update(checked_status(decision))
         return True
 
     def settle(self, previous_phase: str | None, phase: str) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from lightsout.commands.logs import job_result
 from lightsout.execution import health
 from lightsout.models.enums import OperationResult
+from lightsout.planning import healthjudge
 
 Obj = Mapping[str, Any]
 
@@ -32,7 +33,7 @@ def line(name: str, record: Obj) -> str:
     if record.get("result") == OperationResult.SUCCEEDED:
         return f"{name}: Healthy, power {record.get('powerState') or 'Unknown'}"
     message = str(record.get("message") or "")
-    return f"{name}: Unhealthy, {health.classify(message)}: {message}"
+    return f"{name}: Unhealthy, {healthjudge.classify(message)}: {message}"
 
 
 def report(pods: Iterable[Obj], only: list[str] | None, count: int) -> tuple[list[str], bool]:

@@ -487,12 +487,7 @@ def wanted_status(
     )
     if checkpoint is not None:
         new["energy"] = checkpoint
-    if decision.health_check is not None:
-        new["lastHealthCheck"] = dict(decision.health_check)
-    if decision.learned is not None:
-        new["learned"] = inputs.learned_to_status(decision.learned)
-    if decision.measured is not None:
-        new.update(decision.measured)
+    new.update(inputs.checked_status(decision))
     if decision.drift_corrections is not None:
         # None removes the list (merge patch) once no correction counts any more.
         new["driftCorrections"] = [format_time(t) for t in decision.drift_corrections] or None

@@ -1,14 +1,13 @@
-"""Health checks: the Group's CronJob (built here) and what its results mean for each machine.
+"""Health checks: each Group's CronJob and machine list (built here), and its pods' results
+filed under the machines they checked.
 
-Pure: dicts and parsed specs in, dicts out. Three callers:
+Two callers:
 - the Group pass of the work queue (`handlers/node.py` → `sync_cronjob` in
   `execution.healthsync`) builds, with `build_health_objects`, one CronJob per Group whose
   `spec.healthCheck.enabled` is true, and the ConfigMap listing the Group's machines;
 - the health-result watch cache (`handlers/node.py`) files each finished pod of those Jobs under
-  the machine it names (`pod_record`);
-- a machine's reconcile pass (`execution.reconcile`) turns the newest record into
-  `status.lastHealthCheck`, `status.observedPowerState` and the `Healthy` condition (`assess`),
-  and hands the power state it read to the state machine, which decides drift.
+  the machine it names (`pod_record`); a machine's reconcile pass takes the newest (`newest`),
+  and `planning.healthjudge` says what it means for the machine, the same in the replay.
 
 The CronJob runs an Indexed Job: one pod per machine (completion index N checks entry N of the
 machine list), each in the same locked-down pod as an action Job (`jobs.locked_down_pod`), each
@@ -21,17 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import datetime as dt
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from lightsout import API_GROUP, API_VERSION
 from lightsout.actuation.inputs import InvalidSpecError, node_spec
 from lightsout.config import OperatorConfig
-from lightsout.execution import inspection
 from lightsout.execution.extravars import action_extravars, credentials_secret
 from lightsout.execution.jobs import (
     CONTAINER_NAME,
@@ -45,22 +41,11 @@ from lightsout.execution.jobs import (
     refuse_credentials,
 )
 from lightsout.execution.naming import dns_label, label_value, stable_hash
-from lightsout.execution.results import parse_power_state, parse_runner_result
+from lightsout.execution.results import parse_runner_result
 from lightsout.models.enums import Action
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
-from lightsout.planning.effects import SetCondition
-from lightsout.planning.types import (
-    ConditionStatus,
-    ConditionType,
-    LeaseState,
-    ObservedPowerState,
-    OperationResult,
-    Phase,
-)
-from lightsout.state.parse import condition, format_time, parse_time
-from lightsout.state.references import ReferenceReason, Unresolved
-from lightsout.text import clip_middle
+from lightsout.state.parse import parse_time
 
 COMPONENT = "healthcheck"
 LABEL_GROUP = "lightsout.dev/group"
@@ -77,60 +62,6 @@ DEADLINE_SECONDS = 900
 STARTING_DEADLINE_SECONDS = 300
 #: CronJob names are held to 52 characters (the controller appends an 11-character suffix).
 CRONJOB_NAME_MAX = 52
-
-# Reasons of the Healthy condition and of lastHealthCheck.
-HEALTHY = "Healthy"
-BMC_UNREACHABLE = "BMCUnreachable"
-AUTHENTICATION_FAILED = "AuthenticationFailed"
-TLS_ERROR = "TLSError"
-UNKNOWN_SYSTEM = "UnknownSystem"
-CHECK_FAILED = "CheckFailed"
-ACTION_IN_PROGRESS = "ActionInProgress"
-#: A machine left out of the check for a missing reference is in it again.
-REFERENCES_RESOLVED = "ReferencesResolved"
-
-#: (reason, pattern) in order: the first match names the failure. Matched against the failed
-#: task's message, which the driver roles word as "<request> on <endpoint> failed: <why>
-#: (<hint>)" with the BMC's or the client library's own words.
-_CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (
-        TLS_ERROR,
-        re.compile(r"CERTIFICATE_VERIFY_FAILED|SSLError|SSL:|certificate verify|TLS", re.I),
-    ),
-    (
-        AUTHENTICATION_FAILED,
-        re.compile(
-            r"authentication failed|HTTP 401|Unauthori[sz]ed|incorrect password|"
-            r"unauthorized name|invalid credentials|permission denied \(publickey",
-            re.I,
-        ),
-    ),
-    (
-        UNKNOWN_SYSTEM,
-        re.compile(
-            r"no system|not found among|no such resource|HTTP 404|does not exist|"
-            r"unknown system|no vm ",
-            re.I,
-        ),
-    ),
-    (
-        BMC_UNREACHABLE,
-        re.compile(
-            r"connection refused|timed out|timeout|unreachable|no route to host|"
-            r"name or service not known|failed to establish|connection reset|"
-            r"Request failed|no answer|not answering|could not connect|EOF occurred",
-            re.I,
-        ),
-    ),
-)
-
-
-def classify(message: str) -> str:
-    """The Healthy condition's reason for a failed check's message."""
-    for reason, pattern in _CLASSES:
-        if pattern.search(message):
-            return reason
-    return CHECK_FAILED
 
 
 # ---------------------------------------------------------------- the CronJob and ConfigMap
@@ -362,7 +293,7 @@ def pod_record(pod: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
         "result": str(runner.result),
         "message": runner.message or problem,
         "powerState": runner.values.get("power_state"),
-        # What the driver measured and inspected, when it reports them (`execution.inspection`).
+        # What the driver measured and inspected, when it reports them (`planning.inspection`).
         "driver": runner.values.get("driver"),
         "powerWatts": runner.values.get("power_watts"),
         "powerSource": runner.values.get("power_source"),
@@ -375,33 +306,6 @@ def newest(records: Sequence[Mapping[str, Any]], group: str) -> Mapping[str, Any
     """The newest record of a check run by the machine's own Group's Job."""
     own = [r for r in records if r.get("group") == label_value(group) and parse_time(r["started"])]
     return max(own, key=lambda r: (str(r["started"]), str(r.get("pod"))), default=None)
-
-
-@dataclass(frozen=True)
-class Assessment:
-    """What a machine's status says about its health, and what the state machine gets."""
-
-    #: The new `status.lastHealthCheck`, None when no newer check arrived.
-    record: dict[str, Any] | None
-    condition: SetCondition | None
-    #: Power state read by the last check the state machine may use, and when.
-    power_state: ObservedPowerState
-    power_state_at: dt.datetime | None
-    observed_power_state: ObservedPowerState | None
-    #: `status.power` / `status.inspected` a new healthy check reported (`execution.inspection`).
-    measured: Mapping[str, Any] | None = None
-
-
-_ACTION_PHASES = frozenset(
-    {
-        Phase.POWERING_ON,
-        Phase.POWERING_OFF,
-        Phase.PROVISIONING,
-        Phase.DEPROVISIONING,
-        Phase.BOOTING,
-        Phase.DRAINING,
-    }
-)
 
 
 def checkable(
@@ -422,81 +326,3 @@ def readable(
         with contextlib.suppress(InvalidSpecError):
             found.append((machine, node_spec(machine)))
     return found
-
-
-def not_checked(assessment: Assessment, problem: Unresolved) -> Assessment:
-    """A machine left out of its Group's check by a missing reference: `Healthy=False` with the
-    reference's reason (SecretNotFound, ConfigMapNotFound, ...) naming the object."""
-    message = f"{problem.message}; not health-checked until it exists"
-    condition = SetCondition(
-        ConditionType.HEALTHY, ConditionStatus.FALSE, str(problem.reason), message
-    )
-    return replace(assessment, condition=condition)
-
-
-def included_again(assessment: Assessment, status: Mapping[str, Any]) -> Assessment:
-    """A machine `not_checked` until now whose references resolve again: `Healthy=Unknown`
-    until the next check says (a new check's own condition wins)."""
-    if assessment.condition is not None:
-        return assessment
-    current = condition(status, ConditionType.HEALTHY) or {}
-    if current.get("reason") not in set(ReferenceReason):
-        return assessment
-    unknown = SetCondition(
-        ConditionType.HEALTHY,
-        ConditionStatus.UNKNOWN,
-        REFERENCES_RESOLVED,
-        "every object the health check needs exists; waiting for its next run",
-    )
-    return replace(assessment, condition=unknown)
-
-
-def assess(
-    status: Mapping[str, Any], record: Mapping[str, Any] | None, lease: LeaseState
-) -> Assessment:
-    """Turn the newest check into status, unless status already has it or an action is on."""
-    last = status.get("lastHealthCheck")
-    last = last if isinstance(last, Mapping) else {}
-    unchanged = Assessment(None, None, *_usable(last), None)
-    if record is None:
-        return unchanged
-    started = parse_time(record.get("started"))
-    if started is None or (
-        (seen := parse_time(last.get("time"))) is not None
-        and (started < seen or (started == seen and record.get("job") == last.get("job")))
-    ):
-        return unchanged
-    base = {"time": format_time(started), "job": record.get("job")}
-    phase = status.get("phase")
-    if lease in (LeaseState.HELD_BY_ME, LeaseState.HELD_BY_OTHER) or phase in _ACTION_PHASES:
-        message = (
-            f"not used: the machine was {phase or 'busy'} and an action Job holds its Lease; "
-            "a health check never drives a machine an action is driving"
-        )
-        skipped = {**base, "result": "Skipped", "reason": ACTION_IN_PROGRESS, "message": message}
-        return Assessment(skipped, None, *_usable(last), None)
-    message = clip_middle(str(record.get("message") or ""))
-    if record.get("result") == OperationResult.SUCCEEDED:
-        power = parse_power_state(record.get("powerState")) or ObservedPowerState.UNKNOWN
-        text = f"the controller answered: power {power}"
-        new = {
-            **base,
-            "result": "Healthy",
-            "reason": HEALTHY,
-            "message": text,
-            "powerState": str(power),
-        }
-        condition = SetCondition(ConditionType.HEALTHY, ConditionStatus.TRUE, HEALTHY, text)
-        measured = inspection.measured_status(record, str(base["time"])) or None
-        return Assessment(new, condition, power, started, power, measured)
-    reason = classify(message)
-    new = {**base, "result": "Unhealthy", "reason": reason, "message": message}
-    condition = SetCondition(ConditionType.HEALTHY, ConditionStatus.FALSE, reason, message)
-    return Assessment(new, condition, ObservedPowerState.UNKNOWN, None, ObservedPowerState.UNKNOWN)
-
-
-def _usable(last: Mapping[str, Any]) -> tuple[ObservedPowerState, dt.datetime | None]:
-    if last.get("result") != "Healthy":
-        return ObservedPowerState.UNKNOWN, None
-    power = parse_power_state(last.get("powerState")) or ObservedPowerState.UNKNOWN
-    return power, parse_time(last.get("time"))

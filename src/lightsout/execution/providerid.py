@@ -5,7 +5,8 @@ A machine's providerID is its `spec.providerID`, else `lightsout://<namespace>/<
 (`planning.nodegroups.provider_id`, the one scheme). When the core Node registers without one
 (a kubelet started without `--provider-id`), `ensure` sets it — Kubernetes lets
 `spec.providerID` go from empty to a value once, never change. A core Node that already carries
-a different one is left alone and reported by `report` as the condition `ProviderIDConflict`
+a different one is left alone and reported as the condition `ProviderIDConflict`
+(`planning.passes.provider_id_reported`, from the `ids` read here)
 (the externalgrpc provider then knows the instance by the Node's own providerID, so
 cluster-autoscaler still matches it).
 
@@ -15,16 +16,14 @@ and the machine's `wanted` providerID.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from lightsout.k8s.api import Api
-from lightsout.models.enums import ConditionStatus, ConditionType
 from lightsout.models.node import NodeSpec
-from lightsout.planning.effects import Decision, SetCondition
 from lightsout.planning.nodegroups import provider_id
+from lightsout.planning.passes import ProviderIDs
 from lightsout.state.parse import as_str, dig
 
 log = logging.getLogger(__name__)
@@ -42,6 +41,11 @@ def wanted(machine: Obj, spec: NodeSpec) -> str:
 
 def current(core_node: Obj | None) -> str:
     return as_str(dig(core_node, "spec", "providerID"))
+
+
+def ids(core_node: Obj | None, want: str) -> ProviderIDs:
+    """The wanted providerID and the one the core Node carries, for the pass's verdict."""
+    return ProviderIDs(wanted=want, seen=current(core_node))
 
 
 def patch(core_node: Obj | None, want: str) -> dict[str, Any] | None:
@@ -67,23 +71,3 @@ def ensure(api: Api, core_node: Obj | None, want: str) -> Obj | None:
         log.warning("core Node %s: setting spec.providerID failed", name, exc_info=True)
         return core_node
     return updated
-
-
-def report(decision: Decision, core_node: Obj | None, want: str) -> Decision:
-    """`decision` plus the ProviderIDConflict condition, once the core Node exists."""
-    has = current(core_node)
-    if not has:
-        return decision
-    if has == want:
-        condition = SetCondition(
-            ConditionType.PROVIDER_ID_CONFLICT, ConditionStatus.FALSE, "Matches", has
-        )
-    else:
-        condition = SetCondition(
-            ConditionType.PROVIDER_ID_CONFLICT,
-            ConditionStatus.TRUE,
-            "DifferentProviderID",
-            f"core Node carries providerID {has!r}, not {want!r}; it is left as it is "
-            f"(set spec.providerID to {has!r} to make this the machine's own)",
-        )
-    return dataclasses.replace(decision, effects=(*decision.effects, condition))

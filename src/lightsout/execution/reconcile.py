@@ -4,7 +4,9 @@ Called by the Node reconciler's workers (`handlers/node.py`), in a worker thread
 `MachineView`: the machine's Lights-Out Node and its and its Group's spec read into the API
 models (once per pass), its action Jobs and their pods, its core Node, its Lease and (while
 draining) the pods on its core Node, all copied from kopf indexes on the event loop before the
-pass. A pass: `planning.fsm.decide` → write status →
+pass. A pass reads what the state machine observes (`actuation.inputs.observations`) and what
+it reads beside (`planning.passes.Readings`: the newest health check, the providerID, CPU use),
+decides with `planning.passes.pass_decision` (the replay's decision too) → write status →
 carry out effects, and returns when the machine wants its next pass (None: only when something
 it watches changes; there is no periodic re-read).
 
@@ -21,35 +23,24 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from lightsout.actuation import inputs, interpreter
 from lightsout.actuation.nodeops import pods_to_drain
 from lightsout.config import OperatorConfig
-from lightsout.execution import (
-    actuator,
-    energy,
-    health,
-    inspection,
-    leases,
-    providerid,
-)
+from lightsout.execution import actuator, energy, health, leases, providerid
 from lightsout.execution.jobs import LABEL_NODE
 from lightsout.execution.results import observe_job
 from lightsout.k8s.api import Api
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
-from lightsout.planning import fsm
-from lightsout.planning.effects import Decision
-from lightsout.planning.learning import learn_draw
+from lightsout.planning import fsm, healthjudge
+from lightsout.planning.passes import Readings, pass_decision
 from lightsout.planning.types import (
     Action,
     DrainStatus,
-    Learned,
-    MachineState,
     ObservedJob,
-    ObservedPowerState,
     Phase,
 )
 from lightsout.state import references
@@ -302,11 +293,11 @@ class Reconciler:
             held = self.api.get_lease(ctx.lease_namespace, ctx.lease_name)
         lease = leases.lease_state(held, self.config.identity, now)
         status = node.get("status") or {}
-        checked = health.assess(status, health.newest(view.health, spec.group), lease)
+        checked = healthjudge.assess(status, health.newest(view.health, spec.group), lease)
         if view.health_problem is not None:
-            checked = health.not_checked(checked, view.health_problem)
+            checked = healthjudge.not_checked(checked, view.health_problem)
         else:
-            checked = health.included_again(checked, status)
+            checked = healthjudge.included_again(checked, status)
         # Read only while a power-off waits for the kubelet to stop (its evidence of a shut
         # down OS): one GET per pass of such a machine, none for the others.
         pending = machine.operation is not None and machine.operation.cut_pending
@@ -327,10 +318,15 @@ class Reconciler:
             unresolved=view.unresolved,
             kubelet=leases.kubelet_heartbeat(kubelet),
         )
-        decision = providerid.report(fsm.decide(machine, obs, now), core_node, provider_id)
         ctx.cpu_utilisation = energy.cpu_utilisation(node, core_node, view.pods_on_node)
-        decision = _with_health(decision, checked, machine, ctx.cpu_utilisation)
-        decision = _with_inspection(decision, spec, node)
+        readings = Readings(
+            health=checked,
+            spec=spec,
+            status=status,
+            utilisation=ctx.cpu_utilisation,
+            provider_ids=providerid.ids(core_node, provider_id),
+        )
+        decision = pass_decision(machine, obs, readings, now)
         carried = interpreter.carry_out(ctx, machine, decision, now)
         if carried.drain is not None:
             self.drains[key] = carried.drain  # what a PDB blocked, for the next pass
@@ -340,47 +336,3 @@ class Reconciler:
 def _observe(view: MachineView, job: Obj, now: dt.datetime) -> ObservedJob | None:
     name = job["metadata"]["name"]
     return observe_job(job, view.job_pods.get(name, ()), now, view.job_events.get(name, ()))
-
-
-def _with_inspection(decision: Decision, spec: NodeSpec, node: Obj) -> Decision:
-    """The decision plus the InspectionMismatch verdict on the declared spec against what the
-    controller reported (the new check's report when this pass brings one)."""
-    status = {**(node.get("status") or {}), **(decision.measured or {})}
-    judged = inspection.judge(spec, status)
-    effects = tuple(e for e in (judged.condition, judged.event) if e is not None)
-    return replace(decision, effects=(*decision.effects, *effects)) if effects else decision
-
-
-def _learned_draw(
-    decision: Decision, checked: health.Assessment, machine: MachineState, utilisation: float
-) -> Learned | None:
-    """The learned record with the draw a new reading teaches (None: nothing new)."""
-    power = (checked.measured or {}).get("power")
-    state = checked.observed_power_state
-    if not isinstance(power, Mapping) or state not in (
-        ObservedPowerState.ON,
-        ObservedPowerState.OFF,
-    ):
-        return decision.learned
-    before = decision.learned or machine.learned
-    after = learn_draw(before, float(power["watts"]), state is ObservedPowerState.ON, utilisation)
-    return after if after != before else decision.learned
-
-
-def _with_health(
-    decision: Decision, checked: health.Assessment, machine: MachineState, utilisation: float
-) -> Decision:
-    """The decision plus what a new health check found (the state machine's own power
-    observation, from an action's result, wins over the check's), and the draw its measured
-    watts teach."""
-    if checked.record is None and checked.condition is None:
-        return decision
-    condition = () if checked.condition is None else (checked.condition,)
-    return replace(
-        decision,
-        effects=(*decision.effects, *condition),
-        observed_power_state=decision.observed_power_state or checked.observed_power_state,
-        health_check=checked.record,
-        measured=checked.measured,
-        learned=_learned_draw(decision, checked, machine, utilisation),
-    )

@@ -20,7 +20,7 @@ from typing import Any
 from lightsout.actuation.inputs import job_identity
 from lightsout.execution.jobs import CONTAINER_NAME
 from lightsout.planning.types import JobPhase, ObservedJob, ObservedPowerState, OperationResult
-from lightsout.state.parse import parse_time
+from lightsout.state.parse import parse_power_state, parse_time
 from lightsout.text import clip_middle
 
 #: Kubernetes keeps at most this many bytes of a container's termination message.
@@ -84,16 +84,6 @@ class JobOutcome:
     def power_state(self) -> ObservedPowerState | None:
         """`values.power_state` as reported by the playbook (`On`/`Off`/`Unknown`)."""
         return parse_power_state(self.values.get("power_state", self.values.get("powerState")))
-
-
-def parse_power_state(value: Any) -> ObservedPowerState | None:
-    if not isinstance(value, str):
-        return None
-    return {
-        "on": ObservedPowerState.ON,
-        "off": ObservedPowerState.OFF,
-        "unknown": ObservedPowerState.UNKNOWN,
-    }.get(value.strip().lower())
 
 
 def parse_runner_result(text: str | None) -> tuple[RunnerResult | None, str]:

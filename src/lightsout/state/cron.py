@@ -97,11 +97,16 @@ def read(cronjob: Mapping[str, Any]) -> CronSpec:
 
 def expression(cron: CronSpec) -> str:
     """The schedule, once the controller's parser accepts it; raises `CronError`."""
-    try:
-        cron_schedule.parse(cron.schedule, ZoneInfo("UTC"))
-    except cron_schedule.ScheduleError as error:
-        raise CronError(f"schedule {cron.schedule!r} is not a cron expression: {error}") from error
+    _utc(cron.schedule)
     return cron.schedule
+
+
+def _utc(expression: str) -> cron_schedule.Schedule:
+    """The expression read in UTC; raises `CronError`."""
+    try:
+        return cron_schedule.parse(expression, ZoneInfo("UTC"))
+    except cron_schedule.ScheduleError as error:
+        raise CronError(f"schedule {expression!r} is not a cron expression: {error}") from error
 
 
 def zone(cron: CronSpec) -> ZoneInfo:
@@ -124,7 +129,16 @@ def fire_times(cron: CronSpec, start: datetime, end: datetime) -> list[datetime]
     """Every scheduled time in [start, end), as aware datetimes; none when suspended."""
     if cron.suspend:
         return []
-    runs = schedule(cron)
+    return _times(schedule(cron), start, end)
+
+
+def schedule_times(expression: str, start: datetime, end: datetime) -> list[datetime]:
+    """Every time a schedule with no time zone (UTC, as the health check's CronJob has) fires
+    in [start, end); raises `CronError`."""
+    return _times(_utc(expression), start, end)
+
+
+def _times(runs: cron_schedule.Schedule, start: datetime, end: datetime) -> list[datetime]:
     times: list[datetime] = []
     # Start just before `start` so a run due exactly at `start` is kept.
     moment = runs.next(start - timedelta(microseconds=1))

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
+from lightsout.models.enums import ObservedPowerState
 from lightsout.state.resources import PODS, Resources, parse_resources
 from lightsout.state.types import (
     LabelSelector,
@@ -240,3 +241,14 @@ def condition(status: object, kind: str) -> Mapping[str, Any] | None:
         if isinstance(item, Mapping) and item.get("type") == kind:
             return item
     return None
+
+
+def parse_power_state(value: Any) -> ObservedPowerState | None:
+    """A power state as drivers and status word it (`on`, `Off`, ...); None if it is none."""
+    if not isinstance(value, str):
+        return None
+    return {
+        "on": ObservedPowerState.ON,
+        "off": ObservedPowerState.OFF,
+        "unknown": ObservedPowerState.UNKNOWN,
+    }.get(value.strip().lower())

@@ -26,6 +26,8 @@ class Kind(IntEnum):
     RECONCILE = 5
     SCHEDULE = 6
     PLAN = 7
+    #: A Group's health check reads its machines (after a plan at the same instant).
+    HEALTH_CHECK = 8
 
 
 class Clock:

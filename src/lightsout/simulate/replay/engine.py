@@ -24,7 +24,7 @@ from lightsout.actuation.interpreter import carry_out
 from lightsout.actuation.plans import PlanApplier
 from lightsout.planning.autoscale import plan
 from lightsout.planning.decisions import Plan, PowerOn
-from lightsout.planning.fsm import decide
+from lightsout.planning.passes import pass_decision
 from lightsout.planning.wake import PlanningRound, next_wake
 from lightsout.simulate.replay.clock import Clock, Kind
 from lightsout.simulate.replay.machines import SimMachine, SimPod, SimScale, read_machines
@@ -133,6 +133,7 @@ class Simulator:
                 clock.push(clock.seconds(moment), Kind.CRON, (spec, moment))
             self.cron_spec[spec.key] = spec
             self.cron_times[spec.key] = [clock.seconds(t) for t in times]
+        self._schedule_health_checks()
         for machine in self.machines.values():
             machine.reconcile_soon()
         if self.options.policy is Policy.REACTIVE:
@@ -148,6 +149,7 @@ class Simulator:
             Kind.RECONCILE: lambda key: self._reconcile(self.machines[key]),
             Kind.SCHEDULE: self._schedule,
             Kind.PLAN: self._plan,
+            Kind.HEALTH_CHECK: self._health_check,
         }
         for kind, payload in clock.until(self.end):
             handlers[kind](payload)
@@ -248,9 +250,31 @@ class Simulator:
         if self.scheduler.schedule():
             self.want_plan()
 
+    def _schedule_health_checks(self) -> None:
+        """Each Group's health check, as its CronJob runs it: a first check of every machine
+        at the start (the operator checks a machine it never checked within a minute), then
+        at each time of the Group's schedule."""
+        clock = self.clock
+        groups: dict[str, list[SimMachine]] = {}
+        for machine in self.machines.values():
+            if machine.health_schedule is not None:
+                groups.setdefault(machine.template.group, []).append(machine)
+        for group, members in groups.items():
+            schedule = members[0].health_schedule or ""
+            times = cron.schedule_times(schedule, self.start, clock.time(self.end))
+            for n, moment in enumerate([self.start, *times]):
+                clock.push(
+                    clock.seconds(moment), Kind.HEALTH_CHECK, (f"{group}-check-{n}", members)
+                )
+
+    def _health_check(self, check: tuple[str, list[SimMachine]]) -> None:
+        job, members = check
+        for machine in members:
+            machine.health_check(job)
+
     def _reconcile(self, machine: SimMachine) -> None:
         now = self.clock.time()
-        decision = decide(machine.state, machine.observations(now), now)
+        decision = pass_decision(machine.state, machine.observations(now), machine.readings(), now)
         self.result.decisions += 1
         carried = carry_out(machine, machine.state, decision, now)
         if carried.requeue_after is not None:

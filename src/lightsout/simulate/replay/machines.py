@@ -14,21 +14,34 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
-from lightsout.actuation.inputs import group_spec, machine_state, node_spec
+from lightsout.actuation.inputs import group_spec, learned_to_status, machine_state, node_spec
 from lightsout.actuation.memory import MemoryJob, MemoryMachine, MemoryPool, MemoryScale
 from lightsout.actuation.pool import pool_of
 from lightsout.models.enums import DesiredPowerState
+from lightsout.models.node import NodeSpec
 from lightsout.planning.decisions import Hold, ScaleAction
 from lightsout.planning.effects import Decision, Event, StartJob
 from lightsout.planning.energy import Draw, Ledger, is_powered
+from lightsout.planning.healthjudge import assess
 from lightsout.planning.learning import median
+from lightsout.planning.passes import Readings
 from lightsout.planning.scheduling import HOSTNAME_LABEL
-from lightsout.planning.types import DrainStatus, JobPhase, MachineState, ObservedPowerState, Phase
+from lightsout.planning.types import (
+    DrainStatus,
+    JobPhase,
+    LeaseState,
+    MachineState,
+    ObservedPowerState,
+    OperationResult,
+    Phase,
+)
 from lightsout.simulate.replay.charges import Charges
 from lightsout.simulate.replay.clock import Clock, Kind
 from lightsout.simulate.traces.overrides import apply_overrides
 from lightsout.simulate.traces.trace import Durations, Trace
 from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, snapshot_from
+from lightsout.state.measured import expected_watts
+from lightsout.state.parse import dig, format_time
 from lightsout.state.resources import CPU, Resources
 from lightsout.state.types import CoreNode, Group, Machine, ObjectKey, Pod
 
@@ -140,6 +153,15 @@ class SimMachine(MemoryMachine):
     #: from: rebuilt only when that changes, so a snapshot costs no copy per machine and plan.
     record: tuple[tuple[Any, ...], Machine] | None = None
     core_node: tuple[tuple[Any, ...], CoreNode] | None = None
+    #: Its spec as read from the trace (what inspection is judged against) and its declared
+    #: `spec.power`, which a learned draw overrides as in a live snapshot.
+    spec: NodeSpec | None = None
+    declared_power: Mapping[str, Any] = field(default_factory=dict)
+    #: Its Group's health-check schedule (None: the Group checks nothing) and the newest
+    #: simulated check's record, in the shape the health-result cache files a pod's under.
+    health_schedule: str | None = None
+    last_check: Mapping[str, Any] | None = None
+    checks: int = 0
 
     @property
     def name(self) -> str:
@@ -187,8 +209,17 @@ class SimMachine(MemoryMachine):
         key = (state.phase, state.desired, state.phase_since, state.learned)
         if self.record is None or self.record[0] != key:
             learned = state.learned
+            watts = expected_watts(
+                {
+                    "spec": {"power": self.declared_power},
+                    "status": {"learned": learned_to_status(learned)},
+                }
+            )
             machine = replace(
                 self.template,
+                watts_on=watts.on,
+                watts_idle=watts.idle,
+                watts_off=watts.off,
                 phase=state.phase,
                 desired=DesiredPowerState(state.desired.value),
                 phase_since=state.phase_since,
@@ -214,6 +245,41 @@ class SimMachine(MemoryMachine):
             )
             self.core_node = (key, node)
         return self.core_node[1]
+
+    def health_check(self, job: str) -> None:
+        """Its Group's check reads its controller now: the true power state and, where the
+        driver has a meter, the true draw, filed as the operator files a check pod's result;
+        its next pass judges it (`planning.healthjudge`, `planning.passes`)."""
+        now = self.sim.clock.time()
+        powered = self.power is ObservedPowerState.ON
+        metered = self.spec is not None and self.spec.driver.entry.metered(self.spec.driver.config)
+        self.last_check = {
+            "job": job,
+            "group": self.template.group,
+            "started": format_time(now),
+            "finished": format_time(now),
+            "result": str(OperationResult.SUCCEEDED),
+            "message": "",
+            "powerState": str(self.power),
+            "driver": self.spec.driver.kind if self.spec is not None else None,
+            "powerWatts": self.draw.watts(powered, self.utilisation()) if metered else None,
+        }
+        self.checks += 1
+        self.reconcile_soon()
+
+    def readings(self) -> Readings | None:
+        """What its pass reads beside the state machine's observations: the newest check,
+        judged as the operator judges it (None: a machine read without its spec)."""
+        if self.spec is None:
+            return None
+        status = {**self.status, "phase": str(self.state.phase)}
+        lease = LeaseState.HELD_BY_OTHER if self.held_elsewhere else LeaseState.FREE
+        return Readings(
+            health=assess(status, self.last_check, lease),
+            spec=self.spec,
+            status=status,
+            utilisation=self.utilisation(),
+        )
 
     # What the simulated cluster does when the port is written: the replay's physics.
     def pods_left(self) -> int:
@@ -352,6 +418,13 @@ def read_machines(
             truth=trace.durations_of(template.key.name),
             ledger=Ledger(counted_to=trace.start),
             timeline=[(0.0, Phase.OFF.value)],
+            spec=spec,
+            declared_power=dict(dig(manifest, "spec", "power") or {}),
+            health_schedule=(
+                group.health_check.schedule
+                if group is not None and group.health_check.enabled
+                else None
+            ),
         )
         out.append(machine)
     return snapshot.groups, out

@@ -1,0 +1,129 @@
+"""One machine's reconcile pass, decided: the state machine's decision and what the pass read
+beside it, for the operator and the replay alike.
+
+The state machine (`fsm.decide`) decides from `Observations`. A pass reads more than that: the
+newest health check (judged by `healthjudge.assess`: the `Healthy` condition, a new
+`status.lastHealthCheck`, the watts and inspection it reported), the core Node's providerID,
+and the machine's CPU use. `pass_decision` adds what those say to the decision: the conditions,
+the new record, the draw the watts teach (`learning.learn_draw`) and the verdict on the declared
+capacity (`inspection.judge`). The operator (`execution.reconcile`) reads them from the API;
+the replay (`simulate.replay`) from its own simulated checks; both then carry the one decision
+out through the effect interpreter, so a change here shows in `lightsout simulate` too.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from lightsout.models.node import NodeSpec
+from lightsout.planning import fsm, inspection
+from lightsout.planning.effects import Decision, SetCondition
+from lightsout.planning.healthjudge import Assessment
+from lightsout.planning.learning import learn_draw
+from lightsout.planning.types import (
+    ConditionStatus,
+    ConditionType,
+    Learned,
+    MachineState,
+    Observations,
+    ObservedPowerState,
+)
+
+
+@dataclass(frozen=True)
+class ProviderIDs:
+    """The providerID the machine should carry and the one its core Node carries ("" none)."""
+
+    wanted: str
+    seen: str
+
+
+@dataclass(frozen=True)
+class Readings:
+    """What a pass read besides the state machine's `Observations`."""
+
+    health: Assessment
+    #: The machine's spec and status as stored, which inspection is judged against.
+    spec: NodeSpec
+    status: Mapping[str, Any]
+    #: Share of the machine's CPU its pods request, 0 to 1 (what a busy reading is worth).
+    utilisation: float
+    provider_ids: ProviderIDs | None = None
+
+
+def pass_decision(
+    machine: MachineState, obs: Observations, readings: Readings | None, now: dt.datetime
+) -> Decision:
+    """The decision of one pass: the state machine's, with what the readings add (None: a
+    machine known without its spec, as a unit test's replay may build one)."""
+    decision = fsm.decide(machine, obs, now)
+    if readings is None:
+        return decision
+    decision = provider_id_reported(decision, readings.provider_ids)
+    decision = with_health(decision, readings.health, machine, readings.utilisation)
+    return with_inspection(decision, readings.spec, readings.status)
+
+
+def provider_id_reported(decision: Decision, ids: ProviderIDs | None) -> Decision:
+    """The decision plus the ProviderIDConflict condition, once the core Node carries one."""
+    if ids is None or not ids.seen:
+        return decision
+    if ids.seen == ids.wanted:
+        condition = SetCondition(
+            ConditionType.PROVIDER_ID_CONFLICT, ConditionStatus.FALSE, "Matches", ids.seen
+        )
+    else:
+        condition = SetCondition(
+            ConditionType.PROVIDER_ID_CONFLICT,
+            ConditionStatus.TRUE,
+            "DifferentProviderID",
+            f"core Node carries providerID {ids.seen!r}, not {ids.wanted!r}; it is left as it "
+            f"is (set spec.providerID to {ids.seen!r} to make this the machine's own)",
+        )
+    return replace(decision, effects=(*decision.effects, condition))
+
+
+def with_inspection(decision: Decision, spec: NodeSpec, status: Mapping[str, Any]) -> Decision:
+    """The decision plus the InspectionMismatch verdict on the declared spec against what the
+    controller reported (the new check's report when this pass brings one)."""
+    judged = inspection.judge(spec, {**status, **(decision.measured or {})})
+    effects = tuple(e for e in (judged.condition, judged.event) if e is not None)
+    return replace(decision, effects=(*decision.effects, *effects)) if effects else decision
+
+
+def learned_draw(
+    decision: Decision, checked: Assessment, machine: MachineState, utilisation: float
+) -> Learned | None:
+    """The learned record with the draw a new reading teaches (None: nothing new)."""
+    power = (checked.measured or {}).get("power")
+    state = checked.observed_power_state
+    if not isinstance(power, Mapping) or state not in (
+        ObservedPowerState.ON,
+        ObservedPowerState.OFF,
+    ):
+        return decision.learned
+    before = decision.learned or machine.learned
+    after = learn_draw(before, float(power["watts"]), state is ObservedPowerState.ON, utilisation)
+    return after if after != before else decision.learned
+
+
+def with_health(
+    decision: Decision, checked: Assessment, machine: MachineState, utilisation: float
+) -> Decision:
+    """The decision plus what a new health check found (the state machine's own power
+    observation, from an action's result, wins over the check's), and the draw its measured
+    watts teach."""
+    if checked.record is None and checked.condition is None:
+        return decision
+    condition = () if checked.condition is None else (checked.condition,)
+    return replace(
+        decision,
+        effects=(*decision.effects, *condition),
+        observed_power_state=decision.observed_power_state or checked.observed_power_state,
+        health_check=checked.record,
+        measured=checked.measured,
+        learned=learned_draw(decision, checked, machine, utilisation),
+    )

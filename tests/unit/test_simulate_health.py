@@ -1,0 +1,112 @@
+"""The replay runs the operator's whole pass: its Groups' health checks are simulated, judged by
+the operator's own code (`planning.healthjudge`, `planning.passes`), and what they teach (the
+learned draw) reaches the planner, so a regression there shows in `lightsout simulate` too."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from lightsout.planning.energy import Draw
+from lightsout.simulate.replay.engine import Options, Simulator
+from lightsout.simulate.traces.trace import Durations, Trace, TracePod
+from lightsout.state.types import ObjectKey
+
+pytestmark = pytest.mark.unit
+
+START = datetime(2026, 11, 2, tzinfo=UTC)
+HOUR = 3600.0
+DECLARED = (120, 40, 5)
+#: What machine `a` really draws: its idle draw is more than twice the declared one.
+A_TRUTH = Draw.declared(200, 90, 5)
+
+
+def group(health: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "lightsout.dev/v1alpha1",
+        "kind": "Group",
+        "metadata": {"name": "lab"},
+        "spec": {
+            "maxNodes": 2,
+            "selectionPolicy": "LowestEnergy",
+            "electricity": {"pricePerKWh": 0.30, "currency": "EUR"},
+            "healthCheck": health,
+        },
+    }
+
+
+def node(name: str) -> dict[str, Any]:
+    on, idle, off = DECLARED
+    return {
+        "apiVersion": "lightsout.dev/v1alpha1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "spec": {
+            "desiredPowerState": "Off",
+            "group": "lab",
+            "kubernetesNodeName": name,
+            "driver": {
+                "redfish": {
+                    "endpoint": f"https://{name}.bmc.example",
+                    "systemId": name,
+                    "credentialsSecretRef": {"name": "bmc"},
+                }
+            },
+            "resources": {"cpu": 4, "memory": "16Gi"},
+            "power": {"onWatts": on, "idleWatts": idle, "offWatts": off},
+        },
+    }
+
+
+def job(at: float, run: float, name: str) -> TracePod:
+    # 100m of 4 cpus: the machine reads as idle (`learning.IDLE_AT_MOST`).
+    spec = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]}
+    return TracePod(at, run, "default", name, spec, "Job", name)
+
+
+def week(health: dict[str, Any]) -> Simulator:
+    """Two machines declared alike; `first` runs on one for 3 h, `second` comes at 6 h."""
+    trace = Trace(
+        name="health",
+        start=START,
+        duration_seconds=8 * HOUR,
+        machines=(group(health), node("a"), node("b")),
+        pods=(job(60, 3 * HOUR, "first"), job(6 * HOUR, 600, "second")),
+        durations={n: Durations(10, 50, 20) for n in ("a", "b")},
+    )
+    sim = Simulator(trace, Options())
+    sim.machines[ObjectKey("", "a")].draw = A_TRUTH
+    return sim
+
+
+def hosts(sim: Simulator) -> dict[str, str | None]:
+    result = sim.run()
+    return {p.key.name: p.first_host for p in result.pods}
+
+
+def test_a_check_teaches_the_true_idle_draw_and_the_next_pod_goes_to_the_frugal_machine() -> None:
+    sim = week({"schedule": "0 * * * *"})
+    assert hosts(sim) == {"first": "a", "second": "b"}
+    a = sim.machines[ObjectKey("", "a")]
+    # One first check at the start, then one per hour of the 8.
+    assert a.checks == 1 + 8
+    last = a.status["lastHealthCheck"]
+    assert (last["result"], last["reason"], last["powerState"]) == ("Healthy", "Healthy", "Off")
+    # Read at 100m of 4 cpus: 90 W idle plus 2.5 % of the 110 W to busy.
+    learned_idle = a.state.learned.idle_watts
+    assert learned_idle is not None and 90 < learned_idle < 93
+    assert a.as_machine().watts_idle == learned_idle
+    # b was on only between two checks (6 h to 6 h 10): only its off draw is known.
+    b = sim.machines[ObjectKey("", "b")].state.learned
+    assert (b.idle_watts, b.off_watts) == (None, 5.0)
+
+
+def test_without_checks_nothing_is_learned_and_the_declared_draw_picks_the_same_machine() -> None:
+    sim = week({"enabled": False})
+    assert hosts(sim) == {"first": "a", "second": "a"}
+    a = sim.machines[ObjectKey("", "a")]
+    assert a.checks == 0
+    assert "lastHealthCheck" not in a.status
+    assert a.state.learned.idle_watts is None
