@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from lightsout.planning.energy import Draw
+from lightsout.planning.energystatus import account_from_status
 from lightsout.simulate.replay.engine import Options, Simulator
 from lightsout.simulate.traces.trace import Durations, Trace, TracePod
 from lightsout.state.types import ObjectKey
@@ -101,6 +102,21 @@ def test_a_check_teaches_the_true_idle_draw_and_the_next_pod_goes_to_the_frugal_
     # b was on only between two checks (6 h to 6 h 10): only its off draw is known.
     b = sim.machines[ObjectKey("", "b")].state.learned
     assert (b.idle_watts, b.off_watts) == (None, 5.0)
+
+
+def test_the_replay_keeps_the_operators_energy_account_beside_its_own_ledger() -> None:
+    """Each pass checkpoints the machine's `status.energy` as the operator's does; for a
+    machine that draws what it declares, that account and the replay's ledger (its truth)
+    agree within 1 %."""
+    sim = week({"enabled": False})
+    sim.run()
+    end = sim.clock.time(sim.end)
+    b = sim.machines[ObjectKey("", "b")]
+    account = account_from_status(b.status["energy"])
+    assert account is not None
+    used = account.at(end).total.used_wh
+    assert b.ledger.used_wh > 0
+    assert used == pytest.approx(b.ledger.used_wh, rel=0.01)
 
 
 def test_without_checks_nothing_is_learned_and_the_declared_draw_picks_the_same_machine() -> None:

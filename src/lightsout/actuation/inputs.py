@@ -214,9 +214,12 @@ def learned_from_status(raw: Any) -> Learned:
 
 def checked_status(decision: Decision) -> dict[str, Any]:
     """What a pass's readings add to status (`planning.passes`): the new `lastHealthCheck`,
-    the `learned` record and the `power` / `inspected` a check reported; empty when nothing
-    new. The operator's status writer and the in-memory port both store exactly this."""
+    the `learned` record, the `power` / `inspected` a check reported and the checkpointed
+    `energy`; empty when nothing new. The operator's status writer and the in-memory port both
+    store exactly this."""
     new: dict[str, Any] = {}
+    if decision.energy is not None:
+        new["energy"] = dict(decision.energy)
     if decision.health_check is not None:
         new["lastHealthCheck"] = dict(decision.health_check)
     if decision.learned is not None:

@@ -28,7 +28,7 @@ from lightsout.actuation.nodeops import (
 )
 from lightsout.actuation.pool import PoolExhaustedError
 from lightsout.config import OperatorConfig
-from lightsout.execution import addresses, energy, join, leases, providerid, registration
+from lightsout.execution import addresses, join, leases, providerid, registration
 from lightsout.execution.extravars import action_extravars, credentials_secret
 from lightsout.execution.jobs import (
     JobRequest,
@@ -77,8 +77,6 @@ class KubeMachine:
     spec: NodeSpec
     group_spec: GroupSpec | None
     config: OperatorConfig
-    #: The share of its cpu the pods on it request (its energy draw, written with the status).
-    cpu_utilisation: float = 0.0
     #: What its core Node should carry: the Group's labels and taints, then the machine's.
     labels: Mapping[str, str] = field(init=False)
     taints: list[dict[str, str]] = field(init=False)
@@ -355,14 +353,7 @@ class KubeMachine:
         """Patch what changed from the Node's status to `wanted_status`, conditional on the
         Node's resourceVersion: False when it changed since the read (409)."""
         status = self.node.get("status") or {}
-        new = wanted_status(
-            self,
-            machine.desired,
-            machine.intent_generation,
-            decision,
-            now,
-            cpu_utilisation=self.cpu_utilisation,
-        )
+        new = wanted_status(self, machine.desired, machine.intent_generation, decision, now)
         changed = inputs.status_patch(status, new)
         if not changed:
             return True
@@ -453,8 +444,6 @@ def wanted_status(
     intent_generation: int,
     decision: Decision,
     now: dt.datetime,
-    *,
-    cpu_utilisation: float = 0.0,
 ) -> dict[str, Any]:
     """The machine's status after `decision`, as `write_status` patches it (messages clipped
     in the middle, so the end, which says what to do, always survives)."""
@@ -480,13 +469,6 @@ def wanted_status(
     }
     if decision.observed_power_state is not None:
         new["observedPowerState"] = str(decision.observed_power_state)
-    # Counted up to now at the rate in force since the last checkpoint, which this pass's phase
-    # and requested cpu replace; unchanged rate: nothing to write.
-    checkpoint = energy.checkpoint(
-        ctx.node, ctx.group_spec, decision.phase, cpu_utilisation, now=now
-    )
-    if checkpoint is not None:
-        new["energy"] = checkpoint
     new.update(inputs.checked_status(decision))
     if decision.drift_corrections is not None:
         # None removes the list (merge patch) once no correction counts any more.

@@ -1,11 +1,10 @@
-"""Energy accounting kept in status: when a machine's or a Group's `status.energy` is rewritten.
-
-Called by the reconcile pass (`execution.reconcile`), which checkpoints a machine's
-`status.energy` whenever its rate changes (phase, requested cpu, watts, price), and by
-the Group recount (`handlers.group`), which writes the sum of its machines'. `lightsout status`
-and the metrics read what they wrote and count an account on to the present with `Account.at`
-— no write is needed for the figures to move. How an account is written in status and read
-back lives in `planning.energystatus`, which those readers share. Pure: dicts in, dicts out.
+"""Energy accounting kept in status, read from the API's objects: a machine's draw and cpu use
+(what its pass checkpoints its account with, `planning.energystatus.checkpoint`), and a Group's
+`status.energy`, the sum of its machines' (the Group recount, `handlers.group`). `lightsout
+status` and the metrics read what they wrote and count an account on to the present with
+`Account.at` — no write is needed for the figures to move. How an account is written in status
+and read back lives in `planning.energystatus`, which those readers share. Pure: dicts in,
+dicts out.
 """
 
 from __future__ import annotations
@@ -16,8 +15,15 @@ from dataclasses import astuple, replace
 from typing import Any
 
 from lightsout.models.group import GroupSpec
-from lightsout.planning.energy import Account, Draw, Rate, combine, is_powered
-from lightsout.planning.energystatus import account_from_status, account_to_status, rounded_rate
+from lightsout.planning import energystatus
+from lightsout.planning.energy import Account, Draw, combine
+from lightsout.planning.energystatus import (
+    account_from_status,
+    account_to_status,
+    price,
+    rounded_rate,
+    whole_second,
+)
 from lightsout.planning.types import Phase
 from lightsout.state.measured import expected_resources, expected_watts
 from lightsout.state.parse import dig, pod_requests
@@ -28,14 +34,6 @@ _TERMINAL = {"Succeeded", "Failed"}
 #: A Group's account is rewritten only when its machines' sum moved by more than this (Wh):
 #: otherwise every recount would write, and every write would bring a recount.
 _GROUP_TOLERANCE_WH = 1e-3
-
-
-def price(group: GroupSpec | None) -> tuple[float, str | None]:
-    """The Group's electricity price per kWh and its currency (0 and None when not set)."""
-    electricity = group.electricity if group is not None else None
-    if electricity is None:
-        return 0.0, None
-    return electricity.price_per_kwh, electricity.currency
 
 
 def draw(node: Obj) -> Draw:
@@ -62,23 +60,6 @@ def cpu_utilisation(node: Obj, core_node: Obj | None, pods: Sequence[Obj]) -> fl
     return round(min(requested / capacity, 1.0), 2)
 
 
-def rate(
-    machine_draw: Draw, group: GroupSpec | None, phase: Phase | str | None, utilisation: float
-) -> Rate:
-    """What the machine draws, saves and pays from now on, in that phase at that utilisation."""
-    try:
-        current = Phase(str(phase)) if phase is not None else None
-    except ValueError:
-        current = None
-    return rounded_rate(Rate.of(machine_draw, is_powered(current), utilisation, price(group)[0]))
-
-
-def whole_second(now: dt.datetime) -> dt.datetime:
-    # status holds whole seconds: counting to a whole second keeps what is written and what is
-    # counted the same figure.
-    return now.replace(microsecond=0)
-
-
 def checkpoint(
     node: Obj,
     group: GroupSpec | None,
@@ -87,18 +68,9 @@ def checkpoint(
     *,
     now: dt.datetime,
 ) -> dict[str, Any] | None:
-    """The machine's new status.energy when its rate changes at `now` (or accounting starts);
-    None when the rate in force is still right (nothing to write)."""
-    now = whole_second(now)
-    wanted = rate(draw(node), group, phase, utilisation)
+    """`energystatus.checkpoint` for the Node as stored: its account and its draw."""
     current = account_from_status((node.get("status") or {}).get("energy"))
-    if current is None:
-        account = Account.opened(now, wanted)
-    elif current.rate == wanted:
-        return None
-    else:
-        account = current.checkpoint(now, wanted)
-    return account_to_status(account, price(group)[1])
+    return energystatus.checkpoint(current, draw(node), group, phase, utilisation, now=now)
 
 
 def machine_accounts(machines: Iterable[Obj]) -> list[Account]:

@@ -318,12 +318,13 @@ class Reconciler:
             unresolved=view.unresolved,
             kubelet=leases.kubelet_heartbeat(kubelet),
         )
-        ctx.cpu_utilisation = energy.cpu_utilisation(node, core_node, view.pods_on_node)
         readings = Readings(
             health=checked,
             spec=spec,
             status=status,
-            utilisation=ctx.cpu_utilisation,
+            utilisation=energy.cpu_utilisation(node, core_node, view.pods_on_node),
+            draw=energy.draw(node),
+            group=group,
             provider_ids=providerid.ids(core_node, provider_id),
         )
         decision = pass_decision(machine, obs, readings, now)

@@ -184,6 +184,8 @@ class Decision:
     measured: Mapping[str, Any] | None = None
     #: `status.driftCorrections` to write, None to leave it.
     drift_corrections: tuple[datetime, ...] | None = None
+    #: `status.energy` to write (the account checkpointed at a new rate), None to leave it.
+    energy: Mapping[str, Any] | None = None
 
     @property
     def requeue_after(self) -> float | None:

@@ -1,10 +1,12 @@
-"""`status.energy` as an `Account` and back: how a Node's and a Group's energy is written.
+"""`status.energy` as an `Account` and back: how a Node's and a Group's energy is written,
+and when a machine's is checkpointed.
 
-`execution.energy` writes accounts with `account_to_status` (the reconcile pass's checkpoints,
-the Group recount's sums) and reads them back before it writes again; `lightsout status`
-(`commands.status`) and the metrics (`metrics.machines`) read them too. Reader and writer sit
-together here, under both the operator and the metrics, so neither has to import the other.
-Pure: dicts in, dicts out.
+A machine's pass (`planning.passes`, the operator's and the replay's) checkpoints its account
+with `checkpoint` whenever its rate changes (phase, requested cpu, watts, price);
+`execution.energy` writes the Group recount's sums and reads accounts back before it writes;
+`lightsout status` (`commands.status`) and the metrics (`metrics.machines`) read them too.
+Reader and writer sit together here, under both the operator and the metrics, so neither has to
+import the other. Pure: dicts in, dicts out.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from lightsout.planning.energy import Account, Amounts, Period, Rate
+from lightsout.models.group import GroupSpec
+from lightsout.planning.energy import Account, Amounts, Draw, Period, Rate, is_powered
+from lightsout.planning.types import Phase
 from lightsout.state.parse import format_time, parse_time
 
 Obj = Mapping[str, Any]
@@ -96,3 +100,50 @@ def account_to_status(account: Account, currency: str | None) -> dict[str, Any]:
     if currency:
         out["currency"] = currency
     return out
+
+
+def price(group: GroupSpec | None) -> tuple[float, str | None]:
+    """The Group's electricity price per kWh and its currency (0 and None when not set)."""
+    electricity = group.electricity if group is not None else None
+    if electricity is None:
+        return 0.0, None
+    return electricity.price_per_kwh, electricity.currency
+
+
+def rate(
+    machine_draw: Draw, group: GroupSpec | None, phase: Phase | str | None, utilisation: float
+) -> Rate:
+    """What the machine draws, saves and pays from now on, in that phase at that utilisation."""
+    try:
+        current = Phase(str(phase)) if phase is not None else None
+    except ValueError:
+        current = None
+    return rounded_rate(Rate.of(machine_draw, is_powered(current), utilisation, price(group)[0]))
+
+
+def whole_second(now: dt.datetime) -> dt.datetime:
+    # status holds whole seconds: counting to a whole second keeps what is written and what is
+    # counted the same figure.
+    return now.replace(microsecond=0)
+
+
+def checkpoint(
+    current: Account | None,
+    machine_draw: Draw,
+    group: GroupSpec | None,
+    phase: Phase | str | None,
+    utilisation: float,
+    *,
+    now: dt.datetime,
+) -> dict[str, Any] | None:
+    """The machine's new `status.energy` when its rate changes at `now` (or accounting
+    starts); None when the rate in force is still right (nothing to write)."""
+    now = whole_second(now)
+    wanted = rate(machine_draw, group, phase, utilisation)
+    if current is None:
+        account = Account.opened(now, wanted)
+    elif current.rate == wanted:
+        return None
+    else:
+        account = current.checkpoint(now, wanted)
+    return account_to_status(account, price(group)[1])

@@ -4,9 +4,10 @@ beside it, for the operator and the replay alike.
 The state machine (`fsm.decide`) decides from `Observations`. A pass reads more than that: the
 newest health check (judged by `healthjudge.assess`: the `Healthy` condition, a new
 `status.lastHealthCheck`, the watts and inspection it reported), the core Node's providerID,
-and the machine's CPU use. `pass_decision` adds what those say to the decision: the conditions,
-the new record, the draw the watts teach (`learning.learn_draw`) and the verdict on the declared
-capacity (`inspection.judge`). The operator (`execution.reconcile`) reads them from the API;
+the machine's CPU use, draw and price. `pass_decision` adds what those say to the decision: the
+conditions, the new record, the draw the watts teach (`learning.learn_draw`), the verdict on
+the declared capacity (`inspection.judge`) and the energy account's checkpoint
+(`energystatus.checkpoint`). The operator (`execution.reconcile`) reads them from the API;
 the replay (`simulate.replay`) from its own simulated checks; both then carry the one decision
 out through the effect interpreter, so a change here shows in `lightsout simulate` too.
 """
@@ -18,9 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
 from lightsout.planning import fsm, inspection
 from lightsout.planning.effects import Decision, SetCondition
+from lightsout.planning.energy import Draw
+from lightsout.planning.energystatus import account_from_status, checkpoint
 from lightsout.planning.healthjudge import Assessment
 from lightsout.planning.learning import learn_draw
 from lightsout.planning.types import (
@@ -51,6 +55,9 @@ class Readings:
     status: Mapping[str, Any]
     #: Share of the machine's CPU its pods request, 0 to 1 (what a busy reading is worth).
     utilisation: float
+    #: Its draw as the planner reads it (learned, else declared) and its Group (the price).
+    draw: Draw
+    group: GroupSpec | None
     provider_ids: ProviderIDs | None = None
 
 
@@ -64,7 +71,22 @@ def pass_decision(
         return decision
     decision = provider_id_reported(decision, readings.provider_ids)
     decision = with_health(decision, readings.health, machine, readings.utilisation)
-    return with_inspection(decision, readings.spec, readings.status)
+    decision = with_inspection(decision, readings.spec, readings.status)
+    return with_energy(decision, readings, now)
+
+
+def with_energy(decision: Decision, readings: Readings, now: dt.datetime) -> Decision:
+    """The decision plus the account checkpointed when the machine's rate changes in this
+    pass (its new phase, cpu use, draw or price)."""
+    account = checkpoint(
+        account_from_status(readings.status.get("energy")),
+        readings.draw,
+        readings.group,
+        decision.phase,
+        readings.utilisation,
+        now=now,
+    )
+    return decision if account is None else replace(decision, energy=account)
 
 
 def provider_id_reported(decision: Decision, ids: ProviderIDs | None) -> Decision:

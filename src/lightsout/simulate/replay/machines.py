@@ -18,6 +18,7 @@ from lightsout.actuation.inputs import group_spec, learned_to_status, machine_st
 from lightsout.actuation.memory import MemoryJob, MemoryMachine, MemoryPool, MemoryScale
 from lightsout.actuation.pool import pool_of
 from lightsout.models.enums import DesiredPowerState
+from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
 from lightsout.planning.decisions import Hold, ScaleAction
 from lightsout.planning.effects import Decision, Event, StartJob
@@ -156,6 +157,7 @@ class SimMachine(MemoryMachine):
     #: Its spec as read from the trace (what inspection is judged against) and its declared
     #: `spec.power`, which a learned draw overrides as in a live snapshot.
     spec: NodeSpec | None = None
+    group_spec: GroupSpec | None = None
     declared_power: Mapping[str, Any] = field(default_factory=dict)
     #: Its Group's health-check schedule (None: the Group checks nothing) and the newest
     #: simulated check's record, in the shape the health-result cache files a pod's under.
@@ -274,11 +276,14 @@ class SimMachine(MemoryMachine):
             return None
         status = {**self.status, "phase": str(self.state.phase)}
         lease = LeaseState.HELD_BY_OTHER if self.held_elsewhere else LeaseState.FREE
+        seen = self.as_machine()  # its draw as the planner reads it, as the operator's pass does
         return Readings(
             health=assess(status, self.last_check, lease),
             spec=self.spec,
             status=status,
             utilisation=self.utilisation(),
+            draw=Draw.declared(seen.watts_on, seen.watts_idle, seen.watts_off),
+            group=self.group_spec,
         )
 
     # What the simulated cluster does when the port is written: the replay's physics.
@@ -419,6 +424,7 @@ def read_machines(
             ledger=Ledger(counted_to=trace.start),
             timeline=[(0.0, Phase.OFF.value)],
             spec=spec,
+            group_spec=group,
             declared_power=dict(dig(manifest, "spec", "power") or {}),
             health_schedule=(
                 group.health_check.schedule
