@@ -14,6 +14,7 @@ from lightsout.planning.energystatus import account_from_status
 from lightsout.simulate.replay.engine import Options, Simulator
 from lightsout.simulate.traces.trace import Durations, Trace, TracePod
 from lightsout.state.types import ObjectKey
+from tests.unit.test_simulate import node as simulate_node
 
 pytestmark = pytest.mark.unit
 
@@ -39,26 +40,16 @@ def group(health: dict[str, Any]) -> dict[str, Any]:
 
 
 def node(name: str) -> dict[str, Any]:
-    on, idle, off = DECLARED
-    return {
-        "apiVersion": "lightsout.dev/v1alpha1",
-        "kind": "Node",
-        "metadata": {"name": name},
-        "spec": {
-            "desiredPowerState": "Off",
-            "group": "lab",
-            "kubernetesNodeName": name,
-            "driver": {
-                "redfish": {
-                    "endpoint": f"https://{name}.bmc.example",
-                    "systemId": name,
-                    "credentialsSecretRef": {"name": "bmc"},
-                }
-            },
-            "resources": {"cpu": 4, "memory": "16Gi"},
-            "power": {"onWatts": on, "idleWatts": idle, "offWatts": off},
-        },
+    """A machine behind a Redfish BMC, which measures its draw (a WoL one would not)."""
+    manifest = simulate_node(name, watts=DECLARED)
+    manifest["spec"]["driver"] = {
+        "redfish": {
+            "endpoint": f"https://{name}.bmc.example",
+            "systemId": name,
+            "credentialsSecretRef": {"name": "bmc"},
+        }
     }
+    return manifest
 
 
 def job(at: float, run: float, name: str) -> TracePod:
