@@ -17,9 +17,10 @@ import pytest
 
 from lightsout.actuation.inputs import node_spec
 from lightsout.config import OperatorConfig
-from lightsout.execution.actuator import KubeMachine, wanted_status
+from lightsout.execution.actuator import KubeMachine
 from lightsout.execution.jobs import CONTAINER_NAME
 from lightsout.execution.results import observe_job
+from lightsout.execution.statuswriter import wanted_status
 from lightsout.planning.effects import Event
 from lightsout.planning.fsm import decide
 from lightsout.planning.types import (
@@ -118,7 +119,8 @@ def test_wrong_system_id_message_ends_with_the_hint_whatever_the_number_of_syste
     decision = decide(machine, Observations(job=observed), NOW)
     assert decision.phase is Phase.FAILED
 
-    status = wanted_status(context(), ObservedPowerState.ON, 3, decision, NOW)
+    ctx = context()
+    status = wanted_status(ctx.node, ctx.spec, decision, NOW, (ObservedPowerState.ON, 3))
     message = status["message"]
     print(f"{count} systems: status.message {len(message.encode())} bytes: …{message[-90:]}")
     assert len(message.encode()) <= MESSAGE_LIMIT

@@ -1,8 +1,9 @@
-"""Carries out the state machine's effects for one machine through `lightsout.k8s`.
+"""The machine's port over `lightsout.k8s`: carries out the effects of one pass's decision.
 
-Called by the Node reconciler with a `Decision` from `planning.fsm.decide`. Every effect is
-idempotent: creating a Job that exists adopts it (deterministic names), cordoning a cordoned
-node changes nothing, evicting a gone pod is fine. The Lease is taken with optimistic
+Called by the effect interpreter (`actuation.interpreter.carry_out`) with a `Decision` from
+`planning.passes.pass_decision`; the status it patches is `execution.statuswriter`'s. Every
+effect is idempotent: creating a Job that exists adopts it (deterministic names), cordoning a
+cordoned node changes nothing, evicting a gone pod is fine. The Lease is taken with optimistic
 concurrency (replace with resourceVersion), so two operators racing for one machine cannot both
 win.
 """
@@ -37,6 +38,7 @@ from lightsout.execution.jobs import (
     configured_pod,
     job_name,
 )
+from lightsout.execution.statuswriter import wanted_status
 from lightsout.k8s.api import Api, ConflictError, EvictionBlockedError, error_message
 from lightsout.metrics.families import LEASE_CONFLICTS
 from lightsout.models.enums import Action, DesiredPowerState
@@ -46,7 +48,6 @@ from lightsout.planning.effects import (
     Decision,
     DeleteJob,
     Event,
-    SetCondition,
     StartJob,
 )
 from lightsout.planning.types import (
@@ -56,8 +57,7 @@ from lightsout.planning.types import (
     MachineState,
     ObservedPowerState,
 )
-from lightsout.state.parse import dig, format_time
-from lightsout.text import clip_middle
+from lightsout.state.parse import dig
 
 log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
@@ -353,7 +353,9 @@ class KubeMachine:
         """Patch what changed from the Node's status to `wanted_status`, conditional on the
         Node's resourceVersion: False when it changed since the read (409)."""
         status = self.node.get("status") or {}
-        new = wanted_status(self, machine.desired, machine.intent_generation, decision, now)
+        new = wanted_status(
+            self.node, self.spec, decision, now, (machine.desired, machine.intent_generation)
+        )
         changed = inputs.status_patch(status, new)
         if not changed:
             return True
@@ -413,67 +415,6 @@ def write_desired(
     if conditional:
         patch["metadata"] = {"resourceVersion": meta.get("resourceVersion")}
     api.patch_resource(meta["namespace"], "nodes", meta["name"], patch)
-
-
-def _merge_conditions(
-    current: list[dict[str, Any]], decision: Decision, generation: int, now: dt.datetime
-) -> list[dict[str, Any]]:
-    by_type = {c.get("type"): dict(c) for c in current if isinstance(c, Mapping)}
-    stamp = format_time(now)
-    for effect in decision.effects:
-        if not isinstance(effect, SetCondition):
-            continue
-        old = by_type.get(str(effect.type))
-        changed = old is None or old.get("status") != str(effect.status)
-        by_type[str(effect.type)] = {
-            "type": str(effect.type),
-            "status": str(effect.status),
-            "reason": effect.reason,
-            "message": clip_middle(effect.message),
-            "observedGeneration": generation,
-            "lastTransitionTime": stamp
-            if changed or old is None
-            else old.get("lastTransitionTime", stamp),
-        }
-    return [by_type[k] for k in sorted(by_type, key=str)]
-
-
-def wanted_status(
-    ctx: KubeMachine,
-    desired: ObservedPowerState,
-    intent_generation: int,
-    decision: Decision,
-    now: dt.datetime,
-) -> dict[str, Any]:
-    """The machine's status after `decision`, as `write_status` patches it (messages clipped
-    in the middle, so the end, which says what to do, always survives)."""
-    status = ctx.node.get("status") or {}
-    generation = int(ctx.node["metadata"].get("generation") or 1)
-    op = decision.operation
-    job = job_name(ctx.name, str(op.action), op.intent_generation, op.attempt) if op else None
-    new: dict[str, Any] = {
-        "phase": str(decision.phase),
-        "phaseSince": format_time(decision.phase_since or now),
-        "reason": decision.reason,
-        "message": clip_middle(decision.message),
-        "observedGeneration": generation,
-        "intent": {"desired": str(desired), "generation": intent_generation},
-        "attempts": decision.attempts,
-        "lastOperation": inputs.operation_to_status(op, job),
-        "providerID": providerid.wanted(ctx.node, ctx.spec),
-        "conditions": _merge_conditions(
-            list(status.get("conditions") or []), decision, generation, now
-        ),
-        # None removes it (merge patch): the clone is gone.
-        "clone": inputs.clone_to_status(status.get("clone"), op),
-    }
-    if decision.observed_power_state is not None:
-        new["observedPowerState"] = str(decision.observed_power_state)
-    new.update(inputs.checked_status(decision))
-    if decision.drift_corrections is not None:
-        # None removes the list (merge patch) once no correction counts any more.
-        new["driftCorrections"] = [format_time(t) for t in decision.drift_corrections] or None
-    return new
 
 
 def _os_down(effect: StartJob | DeleteJob) -> dict[str, Any]:

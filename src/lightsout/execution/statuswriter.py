@@ -1,0 +1,90 @@
+"""A machine's status after one pass's decision: what the port (`execution.actuator`) patches.
+
+Every field the pass decided (phase, reason, the operation, the conditions merged with those
+already there, what the readings added through `actuation.inputs.checked_status`), with the
+messages clipped in the middle so that the end, which says what to do, always survives. The
+in-memory port keeps the same readings (`actuation.memory`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from lightsout.actuation import inputs
+from lightsout.execution import providerid
+from lightsout.execution.jobs import job_name
+from lightsout.models.node import NodeSpec
+from lightsout.planning.effects import Decision, SetCondition
+from lightsout.planning.types import ObservedPowerState
+from lightsout.state.parse import format_time
+from lightsout.text import clip_middle
+
+Obj = Mapping[str, Any]
+
+
+def _merge_conditions(
+    current: list[dict[str, Any]], decision: Decision, generation: int, now: dt.datetime
+) -> list[dict[str, Any]]:
+    by_type = {c.get("type"): dict(c) for c in current if isinstance(c, Mapping)}
+    stamp = format_time(now)
+    for effect in decision.effects:
+        if not isinstance(effect, SetCondition):
+            continue
+        old = by_type.get(str(effect.type))
+        changed = old is None or old.get("status") != str(effect.status)
+        by_type[str(effect.type)] = {
+            "type": str(effect.type),
+            "status": str(effect.status),
+            "reason": effect.reason,
+            "message": clip_middle(effect.message),
+            "observedGeneration": generation,
+            "lastTransitionTime": stamp
+            if changed or old is None
+            else old.get("lastTransitionTime", stamp),
+        }
+    return [by_type[k] for k in sorted(by_type, key=str)]
+
+
+def wanted_status(
+    node: Obj,
+    spec: NodeSpec,
+    decision: Decision,
+    now: dt.datetime,
+    intent: tuple[ObservedPowerState, int],
+) -> dict[str, Any]:
+    """The machine's status after `decision`, as `write_status` patches it (messages clipped
+    in the middle, so the end, which says what to do, always survives)."""
+    status = node.get("status") or {}
+    meta = node["metadata"]
+    generation = int(meta.get("generation") or 1)
+    op = decision.operation
+    job = (
+        job_name(str(meta["name"]), str(op.action), op.intent_generation, op.attempt)
+        if op
+        else None
+    )
+    new: dict[str, Any] = {
+        "phase": str(decision.phase),
+        "phaseSince": format_time(decision.phase_since or now),
+        "reason": decision.reason,
+        "message": clip_middle(decision.message),
+        "observedGeneration": generation,
+        "intent": {"desired": str(intent[0]), "generation": intent[1]},
+        "attempts": decision.attempts,
+        "lastOperation": inputs.operation_to_status(op, job),
+        "providerID": providerid.wanted(node, spec),
+        "conditions": _merge_conditions(
+            list(status.get("conditions") or []), decision, generation, now
+        ),
+        # None removes it (merge patch): the clone is gone.
+        "clone": inputs.clone_to_status(status.get("clone"), op),
+    }
+    if decision.observed_power_state is not None:
+        new["observedPowerState"] = str(decision.observed_power_state)
+    new.update(inputs.checked_status(decision))
+    if decision.drift_corrections is not None:
+        # None removes the list (merge patch) once no correction counts any more.
+        new["driftCorrections"] = [format_time(t) for t in decision.drift_corrections] or None
+    return new
