@@ -9,6 +9,7 @@ fails when either the interpreter or the contract between them changes.
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 
 import pytest
 
@@ -121,6 +122,17 @@ def test_a_power_on_pass_asks_the_port_in_order_and_stops_where_a_step_refuses(
         assert carried.requeue_after == requeue
     # A Job exists only when every step before it went through.
     assert (m.job is not None) == (refused is None)
+
+
+def test_a_refused_core_node_keeps_the_passs_energy_checkpoint() -> None:
+    """The attempt fails in the interpreter, after the pass decided: the account the pass
+    checkpointed for the powered phase is written all the same (PoweringOn, retried, is powered
+    too), so no interval is counted at the Off rate."""
+    m = machine(fail=frozenset({CORE_NODE}))
+    decided = replace(decide(m.state, m.observations(NOW), NOW), energy={"countedTo": "now"})
+    carried = interpreter.carry_out(m, m.state, decided, NOW)
+    assert carried.decision is not None and carried.decision.reason == Reason.RETRY_SCHEDULED
+    assert m.status["energy"] == {"countedTo": "now"}
 
 
 def test_a_pool_held_by_another_clone_is_exhausted_and_freed_when_that_clone_is_off() -> None:

@@ -17,7 +17,7 @@ turns effects into actions. The order is the contract of `planning.effects`:
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lightsout.actuation.port import MachinePort
 from lightsout.planning import fsm
@@ -36,6 +36,7 @@ from lightsout.planning.effects import (
     StartJob,
     Uncordon,
 )
+from lightsout.planning.energy import is_powered
 from lightsout.planning.types import Action, DrainStatus, EventType, MachineState
 
 #: Seconds before deciding again after a status write lost a race (its watch event usually
@@ -81,12 +82,14 @@ def carry_out(
         isinstance(e, StartJob) and e.action is Action.PROVISION for e in decision.effects
     )
     if provision and (problem := port.allocate_address()) is not None:
-        decision = fsm.address_pool_exhausted(machine, decision, problem, now)
+        decision = _failed_instead(
+            decision, fsm.address_pool_exhausted(machine, decision, problem, now)
+        )
     # Before the status that names the on-action's Job: if the Node cannot be created or
     # tainted, that status must say so, and the Job must not be created.
     prepare = any(isinstance(e, PrepareCoreNode) for e in decision.effects)
     if prepare and (problem := port.prepare_core_node()) is not None:
-        decision = fsm.core_node_failed(machine, decision, problem, now)
+        decision = _failed_instead(decision, fsm.core_node_failed(machine, decision, problem, now))
     previous = port.phase
     if not port.write_status(machine, decision, now):
         # The machine changed since this pass read it (a new intent, another writer, our own
@@ -112,6 +115,19 @@ def carry_out(
         delay = min(delay or float("inf"), renew)
     return Carried(
         None if delay is None else max(delay, MIN_REQUEUE), drain=drained, decision=decision
+    )
+
+
+def _failed_instead(decided: Decision, failed: Decision) -> Decision:
+    """The failed attempt's decision, keeping what the pass read that the failure does not
+    change: a new health check's record and measurements, and the energy checkpoint while the
+    machine is powered in both phases (the same rate; else the next pass checkpoints)."""
+    same_rate = is_powered(decided.phase) == is_powered(failed.phase)
+    return replace(
+        failed,
+        energy=decided.energy if same_rate else None,
+        health_check=decided.health_check,
+        measured=decided.measured,
     )
 
 
