@@ -1,4 +1,5 @@
-"""A fleet of 200 machines and an operator SIGKILLed while 20 of them are powering on.
+"""A fleet of 200 machines and an operator SIGKILLed while 20 of them are powering on (at
+least half with their action Job running, the others asked to).
 
 The work queue and the watch caches must keep the restart safety of the old design: the
 restarted operator lists everything again, re-adopts each running Job by its name, and no
@@ -7,7 +8,6 @@ machine gets a second power command for its one intent.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,7 +50,7 @@ def phases(cluster: Cluster, namespace: str) -> dict[str, dict[str, Any]]:
     return {i["metadata"]["name"]: i.get("status") or {} for i in items}
 
 
-def test_sigkill_with_twenty_machines_mid_action_sends_one_power_on_each(
+def test_sigkill_while_twenty_machines_power_on_sends_one_power_on_each(
     crds: Cluster,
     namespace: str,
     kube_api: client.ApiClient,
@@ -82,15 +82,27 @@ def test_sigkill_with_twenty_machines_mid_action_sends_one_power_on_each(
         for machine in powered:
             patch_desired(crds, namespace, machine.name, "On")
 
-        def all_mid_action() -> bool:
+        def mid_action() -> list[str]:
+            """The machines powering on with their Job started (named in status)."""
             status = phases(crds, namespace)
-            return all((status[m.name].get("lastOperation") or {}).get("job") for m in powered)
+            return [
+                m.name
+                for m in powered
+                if status[m.name].get("phase") == "PoweringOn"
+                and (status[m.name].get("lastOperation") or {}).get("job")
+            ]
 
-        wait_for(all_mid_action, PATIENCE, f"a Job for each of the {POWERED} machines")
-        status = phases(crds, namespace)
-        mid_action = [m.name for m in powered if status[m.name].get("phase") == "PoweringOn"]
+        # Killed as soon as half of them have their Job running: the operator starts the
+        # twenty one after the other, and on a loaded machine the first are Ready before the
+        # last has a Job. The others' intents are in their specs, some with a Job being made.
+        caught: list[str] = wait_for(
+            lambda: found if len(found := mid_action()) >= POWERED // 2 else None,
+            PATIENCE,
+            f"{POWERED // 2} of the {POWERED} machines powering on with their Job",
+            interval=1.0,
+        )
         operator.kill()
-        assert len(mid_action) >= POWERED // 2, f"killed too late: {json.dumps(status)[:400]}"
+        print(f"[fleet restart] killed with {len(caught)} machines mid-action: {caught}")
         operator.start()
 
         def settled() -> bool:
