@@ -36,6 +36,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ from tests.e2e.ca_support import (
     priced_groups,
     with_flags,
 )
-from tests.e2e.conftest import PATIENCE, patch_desired, wait_phase
+from tests.e2e.conftest import PATIENCE, patch_desired, status
 from tests.harness.wait import get_json, wait_for
 
 #: Issue 28's Groups (`priced_groups`) with other machines: "small"'s 4-cpu machines draw 180 W,
@@ -172,12 +173,20 @@ class Lab:
             )  # fmt: skip
         for short in self.machines.sizes:
             name = self.machines.name(short)
-            wait_phase(self.crds, self.namespace, name, "Off")
-            wait_for(
-                lambda n=name: get_json(self.crds, "node", n) is None,
-                PATIENCE,
-                f"core Node {name} gone",
-            )
+            # A machine caught powering on finishes its startup, then drains and shuts down:
+            # two Ansible runs, minutes each when three labs share two cores.
+            wait_for(partial(self.is_off, name), RESET_PATIENCE, f"{name} Off again")
+            wait_for(partial(self.core_node_gone, name), PATIENCE, f"core Node {name} gone")
+
+    def is_off(self, name: str) -> bool:
+        return status(self.crds, self.namespace, name).get("phase") == "Off"
+
+    def core_node_gone(self, name: str) -> bool:
+        return get_json(self.crds, "node", name) is None
+
+
+#: How long a reset waits for each machine to be Off (a power-on and a power-off under load).
+RESET_PATIENCE = 600
 
 
 @dataclass(frozen=True)
