@@ -9,20 +9,31 @@ from typing import Any
 
 from lightsout_lab import Cluster
 
+#: A wait without an interval of its own probes after 0.5 s, then each time 1.5 times later,
+#: up to every 3 s: most probes are a `kubectl` run (a process and an API request), and three
+#: labs waiting minutes at 2 probes a second would spend a core on asking.
+FIRST_INTERVAL = 0.5
+INTERVAL_GROWTH = 1.5
+MAX_INTERVAL = 3.0
+
 
 def wait_for[T](
-    probe: Callable[[], T | None], timeout: float, what: str, interval: float = 0.5
+    probe: Callable[[], T | None], timeout: float, what: str, interval: float | None = None
 ) -> T:
-    """Call probe until it returns something truthy; fail naming `what` and the last value."""
+    """Call probe until it returns something truthy; fail naming `what` and the last value.
+    `interval`: seconds between probes (default: backing off from 0.5 s to 3 s)."""
     end = time.monotonic() + timeout
     last: T | None = None
+    pause = FIRST_INTERVAL if interval is None else interval
     while True:
         last = probe()
         if last:
             return last
         if time.monotonic() > end:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
-        time.sleep(interval)
+        time.sleep(pause)
+        if interval is None:
+            pause = min(pause * INTERVAL_GROWTH, MAX_INTERVAL)
 
 
 def holds[T](probe: Callable[[], T | None], until: float, what: str, interval: float = 0.5) -> T:
