@@ -40,7 +40,9 @@ class OperatorProcess:
     def log_path(self) -> Path:
         return self.log_dir / f"{self.identity}.log"
 
-    def start(self, timeout: float = 60.0) -> None:
+    def start(self, timeout: float = 120.0) -> None:
+        # Healthy within seconds on an idle machine; importing kopf and the client while three
+        # labs run Ansible can take a minute.
         port, metrics = free_port(), free_port()
         argv = [sys.executable, "-m", "lightsout.cli", "run", *(["--verbose"] * self.verbose)]
         argv += [f"--namespace={ns}" for ns in self.namespaces]
