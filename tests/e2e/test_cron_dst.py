@@ -7,7 +7,7 @@ kube-controller-manager look there before the system's zones, so no other zone c
 offsets are chosen so that the transitions come a few minutes after the test starts, at 02:00
 local time as on a real night:
 
-- `spring`: at T1 (the next whole minute at least 45 s away) 01:59:59 is followed by 03:00;
+- `spring`: at T1 (the next whole minute at least 90 s away) 01:59:59 is followed by 03:00;
 - `fall`: at T2 = T1 + 2 min 01:59:59 is followed by 01:00 again (the 01:00 before it came
   an hour before the test);
 - `short`: at T2 01:59:59 is followed by 01:58, so the repeated minutes fit in the test.
@@ -83,7 +83,9 @@ def night(cluster: Cluster, tmp_path: Path) -> Iterator[Night]:
     if not cluster.zoneinfo.is_dir():
         pytest.fail(f"{cluster.directory} was started without a zoneinfo directory: restart it")
     zic = shutil.which("zic") or pytest.fail("zic is needed (Debian: libc-bin)")
-    spring = _minute_after(datetime.now(UTC), timedelta(seconds=45))
+    # The test's CronJobs must exist before the first transition: one `kubectl apply` of six
+    # takes seconds on an idle machine and tens of them on a loaded one.
+    spring = _minute_after(datetime.now(UTC), timedelta(seconds=90))
     fall = spring + timedelta(minutes=2)
     tag = uuid.uuid4().hex[:8]
     zones = {kind: f"LightsOut/{kind}{tag}" for kind in ("spring", "fall", "short")}
@@ -154,8 +156,9 @@ def test_the_controller_creates_the_runs_lights_out_announces(
         cronjob("fall-0159", "59 1 * * *", night.zones["fall"]),
         cronjob("short-0158", "58 1 * * *", night.zones["short"]),
     ]
-    for manifest in manifests:
-        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
+    listed = {"apiVersion": "v1", "kind": "List", "items": manifests}
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(listed))
+    assert datetime.now(UTC) < spring, "the CronJobs came after the first transition"
     end = fall
 
     def past_the_night() -> dict[str, set[int]] | None:
