@@ -17,11 +17,12 @@ import pytest
 
 from lightsout.actuation.inputs import node_spec
 from lightsout.config import OperatorConfig
-from lightsout.execution.actuator import KubeMachine
+from lightsout.execution.actuator import JOB_OVERHEAD_SECONDS, KubeMachine
 from lightsout.execution.jobs import CONTAINER_NAME
 from lightsout.execution.results import observe_job
 from lightsout.execution.statuswriter import wanted_status
-from lightsout.planning.effects import Event
+from lightsout.models.node import DEFAULT_BOOT_TIMEOUT_SECONDS, DEFAULT_SHUTDOWN_TIMEOUT_SECONDS
+from lightsout.planning.effects import Event, StartJob
 from lightsout.planning.fsm import decide
 from lightsout.planning.types import (
     Action,
@@ -153,3 +154,20 @@ def test_clip_middle_keeps_both_ends_within_the_limit(text: str) -> None:
     assert clipped.endswith(text.rstrip()[-3:]) and clipped.startswith(text[:2])
     assert clip_middle("short", 300) == "short"
     json.dumps(clipped)  # valid text: no half of a multi-byte character
+
+
+@pytest.mark.parametrize(
+    ("action", "seconds"),
+    [
+        (Action.STARTUP, DEFAULT_BOOT_TIMEOUT_SECONDS),
+        (Action.SHUTDOWN, DEFAULT_SHUTDOWN_TIMEOUT_SECONDS),
+    ],
+)
+def test_an_action_jobs_deadline_is_its_timeout_plus_the_playbooks_own_work(
+    action: Action, seconds: int
+) -> None:
+    """Kubernetes ends a Job that never reports at its deadline: the machine's boot (or
+    shutdown) timeout plus 5 minutes for the playbook's own tasks, which on a busy runner node
+    took over the 2 minutes this margin used to be."""
+    request = context().job_request(StartJob(action, 3, 1))
+    assert request.deadline_seconds == seconds + JOB_OVERHEAD_SECONDS == seconds + 300

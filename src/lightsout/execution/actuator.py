@@ -61,6 +61,11 @@ from lightsout.state.parse import dig
 
 log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
+#: What an action Job's deadline adds to the machine's boot or shutdown timeout: the playbook's
+#: own work around the wait (30 to 60 tasks). On a loaded runner node a shutdown took 191 s of
+#: it (54 tasks, CI with three labs), so the margin is 5 minutes, not 2; a hung Job is still
+#: ended, only later.
+JOB_OVERHEAD_SECONDS = 300
 #: Tries of a conditional patch of a core Node's taints that lost a race with another writer.
 NODE_PATCH_TRIES = 3
 
@@ -155,7 +160,7 @@ class KubeMachine:
             or (group_playbooks.config_map_name if group_playbooks else None),
             playbook=getattr(playbooks, action.value),
             image=self.config.runner_image,
-            deadline_seconds=int(timeout) + 120,
+            deadline_seconds=int(timeout) + JOB_OVERHEAD_SECONDS,
             ttl_seconds=self.config.job_ttl_seconds,
             **asdict(configured_pod(self.config, magic_packets=spec.driver.sends_magic_packets)),
         )
