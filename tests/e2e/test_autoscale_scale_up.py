@@ -11,9 +11,7 @@ and machines, the Group's status, `lightsout plan`, and the power requests at th
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from kubernetes import client
@@ -36,7 +34,7 @@ from tests.e2e.autoscaling import (
 )
 from tests.e2e.conftest import PATIENCE, wait_phase
 from tests.harness import fleet
-from tests.harness.wait import events_for, get_json, holds, wait_for
+from tests.harness.wait import events_for, get_json, wait_for
 
 #: A CronJob's Job names its pods with this label.
 JOB_NAME = "batch.kubernetes.io/job-name"
@@ -200,105 +198,20 @@ def test_a_dry_run_group_explains_and_changes_nothing(
     assert "lastScaleUp" not in group_status, group_status
 
 
-#: The run's boot timeout: until a boot is learned, the planner's boot estimate.
-FAST_BOOT_TIMEOUT = 40
-
-# Which of two machines is powered on for an announced run (one power-on per run, the slower
-# but frugal one when it is Ready before the run is due) is proven by replaying the operator's
-# planner on a fake clock: tests/unit/test_simulate.py
-# `test_prewarming_powers_one_machine_on_per_run_just_in_time`, and the planner's notes in
-# tests/unit/test_autoscale_prewarm.py. The test below proves the wiring: a live CronJob, the
-# real controller's runs, the pre-warm and its event.
-
-
-#: One machine that holds the run, expected within its 40 s boot timeout: lead time 55 s.
-FORBIDDEN = {"solo": {"cpu": "4", "memory": "8Gi", "watts": 60}}
-
-
-@pytest.mark.parametrize("machines", [FORBIDDEN], indirect=True, ids=["solo"])
-def test_a_forbid_cronjob_whose_run_still_goes_is_not_pre_warmed_for_but_the_run_after_is(
-    crds: Cluster,
-    namespace: str,
-    operator: OperatorProcess,
-    machines: Fleet,
-    bmc: SushyEmulator,
-) -> None:
-    """A `Forbid` CronJob every 2 minutes whose first run is still going at the second one:
-    kube-controller-manager does not start the second (JobAlreadyActive, and its 20 s starting
-    deadline has passed when the first ends), so the operator powers nothing on for it; once
-    the first run is over, the third run is pre-warmed for.
-
-    kwok completes a Job's pod as soon as it runs, so the first run is kept going by a pod no
-    machine can hold (a node selector no machine has: nothing to power on for it either); the
-    template is then made runnable for the later runs, and the test ends the first run by
-    deleting its Job."""
-    solo = machines.name("solo")
-    (node,) = machines.nodes(bmc)
-    node["spec"]["power"]["bootTimeoutSeconds"] = FAST_BOOT_TIMEOUT
-    group = fleet.group("autoscaled", autoscaler="builtin", minNodes=0)
-    fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), group, node])
-    wait_phase(crds, namespace, solo, "Off")
-    runnable = {**pod("nightly", "1")["spec"], "restartPolicy": "Never"}
-    stuck = {**runnable, "nodeSelector": {"lightsout.dev/test-nowhere": "true"}}
-
-    def cronjob(template: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "apiVersion": "batch/v1",
-            "kind": "CronJob",
-            "metadata": {"name": "nightly"},
-            "spec": {
-                "schedule": "*/2 * * * *",
-                "concurrencyPolicy": "Forbid",
-                "startingDeadlineSeconds": 20,
-                "jobTemplate": {"spec": {"template": {"spec": template}}},
-            },
-        }
-
-    def jobs() -> list[str]:
-        items = (get_json(crds, "jobs", "-n", namespace) or {}).get("items", [])
-        return sorted(j["metadata"]["name"] for j in items)
-
-    def active() -> list[str]:
-        status = (get_json(crds, "cronjob", "nightly", "-n", namespace) or {}).get("status")
-        return [ref["name"] for ref in (status or {}).get("active", [])]
-
-    def power_ons() -> int:
-        return bmc.count_power_requests(machines.uuids["solo"], reset_types=POWER_ON)
-
-    fleet.apply(crds, namespace, [cronjob(stuck)])
-    with diagnosed(crds, namespace):
-        (first,) = wait_for(active, PATIENCE, "the first run's Job active")
-        minute = int(first.rsplit("-", 1)[1])  # the controller names it by its scheduled minute
-        fleet.apply(crds, namespace, [cronjob(runnable)])
-        second = dt.datetime.fromtimestamp((minute + 2) * 60, dt.UTC)
-        third_job = f"nightly-{minute + 4}"
-        # Until the second run's deadline has passed, nothing is powered on: not for the first
-        # run (no machine holds it), not for the second (the controller will not start it).
-        until = time.monotonic() + (second - dt.datetime.now(dt.UTC)).total_seconds() + 25
-        holds(lambda: power_ons() == 0, until, "no power-on for the skipped run")
-        assert jobs() == [first], jobs()
-        assert any(r == "JobAlreadyActive" for r, _ in reasons(crds, namespace, "nightly"))
-        assert desired(crds, namespace, solo) == "Off"
-        # The first run ends; the second is not started late (past its deadline) and the
-        # third is announced and pre-warmed for.
-        crds.kubectl("delete", "job", first, "-n", namespace, "--wait=false")
-        wait_for(lambda: not active(), PATIENCE, "the first run's Job gone from status.active")
-        wait_for(lambda: desired(crds, namespace, solo) == "On", PATIENCE + 120, "pre-warm")
-        said = [m for r, m in reasons(crds, namespace, solo) if r == "ScaleUp"]
-        assert said and f"pre-warming for the CronJob run {namespace}/{third_job}" in said[0], said
-        run = wait_for(
-            lambda: [
-                p["metadata"]["name"]
-                for p in (get_json(crds, "pods", "-n", namespace) or {}).get("items", [])
-                if p["metadata"].get("labels", {}).get(JOB_NAME) == third_job
-                and p["spec"].get("nodeName")
-            ],
-            PATIENCE + 120,
-            "the third run's pod bound to the machine",
-        )
-        assert pod_node(crds, namespace, run[0]) == solo
-        assert power_ons() == 1
-        assert f"nightly-{minute + 2}" not in jobs(), jobs()
+# CronJob pre-warming is proven on the operator's planner with a fake clock, and its wiring
+# end to end elsewhere:
+# - which of two machines is powered on for an announced run (one power-on per run, the slower
+#   but frugal one when it is Ready before the run is due): tests/unit/test_simulate.py
+#   `test_prewarming_powers_one_machine_on_per_run_just_in_time`, and the planner's notes in
+#   tests/unit/test_autoscale_prewarm.py;
+# - a `Forbid` CronJob whose run still goes is not pre-warmed for, the run after it is:
+#   tests/unit/test_cron_policy.py
+#   `test_the_live_snapshot_announces_no_run_for_a_forbid_cronjob_whose_job_still_runs` (the
+#   live snapshot from the CronJob's `status.active`) and tests/unit/test_simulate.py
+#   `test_a_forbid_run_still_going_is_not_pre_warmed_for_but_the_next_one_is` (the replay);
+# - the wiring (a live CronJob, the real controller's run, the machine powered on before it
+#   with an event that says why): tests/e2e/test_simulator_reality.py; the real controller's
+#   runs are the ones Lights-Out announces: tests/e2e/test_cron_dst.py.
 
 
 #: A frugal but loud machine in a Group with a quiet window always open, a machine in a Group
