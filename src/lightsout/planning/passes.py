@@ -62,13 +62,10 @@ class Readings:
 
 
 def pass_decision(
-    machine: MachineState, obs: Observations, readings: Readings | None, now: dt.datetime
+    machine: MachineState, obs: Observations, readings: Readings, now: dt.datetime
 ) -> Decision:
-    """The decision of one pass: the state machine's, with what the readings add (None: a
-    machine known without its spec, as a unit test's replay may build one)."""
+    """The decision of one pass: the state machine's, with what the readings add."""
     decision = fsm.decide(machine, obs, now)
-    if readings is None:
-        return decision
     decision = provider_id_reported(decision, readings.provider_ids)
     decision = with_health(decision, readings.health, machine, readings.utilisation)
     decision = with_inspection(decision, readings.spec, readings.status)

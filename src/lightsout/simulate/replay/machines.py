@@ -156,8 +156,8 @@ class SimMachine(MemoryMachine):
     core_node: tuple[tuple[Any, ...], CoreNode] | None = None
     #: Its spec as read from the trace (what inspection is judged against) and its declared
     #: `spec.power`, which a learned draw overrides as in a live snapshot.
-    spec: NodeSpec | None = None
-    group_spec: GroupSpec | None = None
+    spec: NodeSpec
+    group_spec: GroupSpec | None
     declared_power: Mapping[str, Any] = field(default_factory=dict)
     #: Its Group's health-check schedule (None: the Group checks nothing) and the newest
     #: simulated check's record, in the shape the health-result cache files a pod's under.
@@ -254,7 +254,8 @@ class SimMachine(MemoryMachine):
         its next pass judges it (`planning.healthjudge`, `planning.passes`)."""
         now = self.sim.clock.time()
         powered = self.power is ObservedPowerState.ON
-        metered = self.spec is not None and self.spec.driver.entry.metered(self.spec.driver.config)
+        driver = self.spec.driver
+        metered = driver.entry.metered(driver.config)
         self.last_check = {
             "job": job,
             "group": self.template.group,
@@ -263,17 +264,15 @@ class SimMachine(MemoryMachine):
             "result": str(OperationResult.SUCCEEDED),
             "message": "",
             "powerState": str(self.power),
-            "driver": self.spec.driver.kind if self.spec is not None else None,
+            "driver": driver.kind,
             "powerWatts": self.draw.watts(powered, self.utilisation()) if metered else None,
         }
         self.checks += 1
         self.reconcile_soon()
 
-    def readings(self) -> Readings | None:
+    def readings(self) -> Readings:
         """What its pass reads beside the state machine's observations: the newest check,
-        judged as the operator judges it (None: a machine read without its spec)."""
-        if self.spec is None:
-            return None
+        judged as the operator judges it."""
         status = {**self.status, "phase": str(self.state.phase)}
         lease = LeaseState.HELD_BY_OTHER if self.held_elsewhere else LeaseState.FREE
         seen = self.as_machine()  # its draw as the planner reads it, as the operator's pass does
