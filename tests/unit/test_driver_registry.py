@@ -49,6 +49,21 @@ def test_each_driver_has_its_role_with_a_state_input(driver: Any) -> None:
     assert (ROOT / "roles" / driver.role / "defaults" / "main.yml").is_file()
 
 
+@pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.kind)
+def test_a_driver_inspects_when_its_role_reports_what_the_machine_is(driver: Any) -> None:
+    """`inspects` (what the replay's checks report too) matches the role: it sets
+    `<role>_inspected` to something other than null somewhere in its tasks."""
+    tasks = (ROOT / "roles" / driver.role / "tasks").glob("*.yml")
+    sets = [
+        line
+        for path in tasks
+        for line in path.read_text().splitlines()
+        if line.strip().startswith(f"{driver.role}_inspected:")
+        and line.split(":", 1)[1].strip() != "null"
+    ]
+    assert bool(sets) == driver.inspects, sets
+
+
 def test_every_driver_is_emulated_in_the_lab() -> None:
     assert set(EMULATORS) == set(DRIVER_KINDS)
 

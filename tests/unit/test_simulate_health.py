@@ -15,6 +15,7 @@ from lightsout.simulate.replay.engine import Options, Simulator
 from lightsout.simulate.traces.trace import Durations, Trace, TracePod
 from lightsout.state.types import ObjectKey
 from tests.unit.test_simulate import node as simulate_node
+from tests.unit.test_simulate import pod_spec
 
 pytestmark = pytest.mark.unit
 
@@ -117,3 +118,39 @@ def test_without_checks_nothing_is_learned_and_the_declared_draw_picks_the_same_
     assert a.checks == 0
     assert "lastHealthCheck" not in a.status
     assert a.state.learned.idle_watts is None
+
+
+def test_a_check_reports_the_true_capacity_and_the_replay_plans_with_it() -> None:
+    """`a` declares 4 cpus and is really 16, which its BMC's check reports (Redfish inspects):
+    the operator's pass keeps it in `status.inspected`, the replay's view of the machine reads
+    it as a live snapshot does, and a pod asking 8 cpus gets `a` powered on. Without checks the
+    planner believes the declared 4 and nothing can take the pod."""
+
+    def replay(health: dict[str, Any]) -> Simulator:
+        big = TracePod(2 * HOUR, 600, "default", "big", pod_spec("8"), "Job", "big")
+        trace = Trace(
+            name="inspection",
+            start=START,
+            duration_seconds=4 * HOUR,
+            machines=(group(health), node("a"), node("b")),
+            pods=(big,),
+            durations={n: Durations(10, 50, 20) for n in ("a", "b")},
+        )
+        sim = Simulator(trace, Options())
+        sim.machines[ObjectKey("", "a")].inspected = {"cpu": 16, "memory": "64Gi"}
+        return sim
+
+    checked = replay({"schedule": "0 * * * *"})
+    assert hosts(checked) == {"big": "a"}
+    a = checked.machines[ObjectKey("", "a")]
+    assert a.status["inspected"]["cpu"] == 16
+    assert a.as_machine().resources is not None and a.as_machine().resources.get("cpu") == 16_000
+    mismatch = [c for c in a.status.get("conditions", []) if c["type"] == "InspectionMismatch"]
+    assert [c["reason"] for c in mismatch] == ["InspectedCapacityUsed"], mismatch
+    # The condition is kept, so its Warning is said once, not at every pass after.
+    said = [e for e in a.events if e.reason == "InspectedCapacityUsed"]
+    assert len(said) == 1 and "16" in said[0].message, said
+
+    unchecked = replay({"enabled": False})
+    assert hosts(unchecked) == {"big": None}
+    assert "inspected" not in unchecked.machines[ObjectKey("", "a")].status

@@ -33,7 +33,7 @@ from lightsout.models.group import (
     GroupSpec,
 )
 from lightsout.models.node import NodeSpec
-from lightsout.planning.effects import Decision
+from lightsout.planning.effects import Decision, SetCondition
 from lightsout.planning.fsm import Reason
 from lightsout.planning.learning import median
 from lightsout.planning.outages import credentials_source
@@ -210,6 +210,32 @@ def learned_from_status(raw: Any) -> Learned:
         idle_watts=watts("idleWatts"),
         busy_watts=watts("busyWatts"),
     )
+
+
+def merge_conditions(
+    current: list[dict[str, Any]], decision: Decision, generation: int, now: dt.datetime
+) -> list[dict[str, Any]]:
+    """`status.conditions` with the decision's SetCondition effects merged in, by type (a
+    condition's `lastTransitionTime` moves only when its status changes): the operator's status
+    writer and the in-memory port both keep them so."""
+    by_type = {c.get("type"): dict(c) for c in current if isinstance(c, Mapping)}
+    stamp = format_time(now)
+    for effect in decision.effects:
+        if not isinstance(effect, SetCondition):
+            continue
+        old = by_type.get(str(effect.type))
+        changed = old is None or old.get("status") != str(effect.status)
+        by_type[str(effect.type)] = {
+            "type": str(effect.type),
+            "status": str(effect.status),
+            "reason": effect.reason,
+            "message": clip_middle(effect.message),
+            "observedGeneration": generation,
+            "lastTransitionTime": stamp
+            if changed or old is None
+            else old.get("lastTransitionTime", stamp),
+        }
+    return [by_type[k] for k in sorted(by_type, key=str)]
 
 
 def checked_status(decision: Decision) -> dict[str, Any]:

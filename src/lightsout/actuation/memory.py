@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from lightsout.actuation.inputs import checked_status
+from lightsout.actuation.inputs import checked_status, merge_conditions
 from lightsout.actuation.pool import RELEASED, PoolExhaustedError, exhausted, free_addresses
 from lightsout.models.group import AddressPool
 from lightsout.planning.decisions import ScaleAction
@@ -93,7 +93,8 @@ class MemoryMachine:
     #: What the port was asked, in order (None: not recorded, as in a replay).
     calls: list[str] | None = None
     #: The status a pass's readings wrote (`inputs.checked_status`: the last health check,
-    #: learned figures, measured power and inspection), as the next pass reads it back.
+    #: learned figures, measured power and inspection) and its conditions
+    #: (`inputs.merge_conditions`), as the next pass reads them back.
     status: dict[str, Any] = field(default_factory=dict)
 
     def _called(self, what: str) -> bool:
@@ -163,6 +164,8 @@ class MemoryMachine:
             return False
         self.state = persisted(machine, decision, now)
         self.status.update(checked_status(decision))
+        current = self.status.get("conditions") or []
+        self.status["conditions"] = merge_conditions(current, decision, self.generation, now)
         return True
 
     def settle(self, previous_phase: str | None, phase: str) -> None:

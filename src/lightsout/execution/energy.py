@@ -45,19 +45,16 @@ def draw(node: Obj) -> Draw:
 
 def cpu_utilisation(node: Obj, core_node: Obj | None, pods: Sequence[Obj]) -> float:
     """Requested cpu of the pods on the machine's core Node over its allocatable cpu (else the
-    machine's declared, else inspected cpu); 0 when none is known. Rounded to whole percents,
-    so a pod of a few millicores does not make a checkpoint."""
+    machine's declared, else inspected cpu), as `energystatus.cpu_use` reads it."""
     allocatable = parse_resources(dig(core_node, "status", "allocatable"))
     expected = expected_resources(node) or Resources()
     capacity = allocatable.get("cpu") or expected.get("cpu")
-    if capacity <= 0:
-        return 0.0
     requested = sum(
         pod_requests(dig(pod, "spec")).get("cpu")
         for pod in pods
         if dig(pod, "status", "phase") not in _TERMINAL
     )
-    return round(min(requested / capacity, 1.0), 2)
+    return energystatus.cpu_use(requested, capacity)
 
 
 def checkpoint(

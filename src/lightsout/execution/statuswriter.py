@@ -16,35 +16,12 @@ from lightsout.actuation import inputs
 from lightsout.execution import providerid
 from lightsout.execution.jobs import job_name
 from lightsout.models.node import NodeSpec
-from lightsout.planning.effects import Decision, SetCondition
+from lightsout.planning.effects import Decision
 from lightsout.planning.types import ObservedPowerState
 from lightsout.state.parse import format_time
 from lightsout.text import clip_middle
 
 Obj = Mapping[str, Any]
-
-
-def _merge_conditions(
-    current: list[dict[str, Any]], decision: Decision, generation: int, now: dt.datetime
-) -> list[dict[str, Any]]:
-    by_type = {c.get("type"): dict(c) for c in current if isinstance(c, Mapping)}
-    stamp = format_time(now)
-    for effect in decision.effects:
-        if not isinstance(effect, SetCondition):
-            continue
-        old = by_type.get(str(effect.type))
-        changed = old is None or old.get("status") != str(effect.status)
-        by_type[str(effect.type)] = {
-            "type": str(effect.type),
-            "status": str(effect.status),
-            "reason": effect.reason,
-            "message": clip_middle(effect.message),
-            "observedGeneration": generation,
-            "lastTransitionTime": stamp
-            if changed or old is None
-            else old.get("lastTransitionTime", stamp),
-        }
-    return [by_type[k] for k in sorted(by_type, key=str)]
 
 
 def wanted_status(
@@ -75,7 +52,7 @@ def wanted_status(
         "attempts": decision.attempts,
         "lastOperation": inputs.operation_to_status(op, job),
         "providerID": providerid.wanted(node, spec),
-        "conditions": _merge_conditions(
+        "conditions": inputs.merge_conditions(
             list(status.get("conditions") or []), decision, generation, now
         ),
         # None removes it (merge patch): the clone is gone.

@@ -514,6 +514,9 @@ class Driver:
     on evidence that the OS went down, or when `force` says so."""
     metered: Callable[[Any], bool] = _never
     """Whether the hardware behind a block (typed) measures the machine's draw."""
+    inspects: bool = False
+    """Whether its health check reports what the machine is (cpu, memory, architecture, GPUs:
+    the role sets `<role>_inspected`), which `status.inspected` keeps and the planner uses."""
     password_files: bool = False
     """Whether the role reads `username` and `password` files from the credentials Secret."""
 
@@ -537,6 +540,7 @@ DRIVERS: tuple[Driver, ...] = (
         "redfish_power",
         credentials_secret,
         metered=_always,
+        inspects=True,
         password_files=True,
     ),
     Driver(
@@ -555,6 +559,7 @@ DRIVERS: tuple[Driver, ...] = (
         "proxmox_vm",
         credentials_secret,
         actions=_POWER | {Action.PROVISION, Action.DEPROVISION},
+        inspects=True,
     ),
     Driver(
         "shelly",

@@ -32,6 +32,15 @@ _AMOUNT_KEYS = ("usedWattHours", "savedWattHours", "usedCost", "savedCost")
 _RATE_KEYS = ("watts", "savingWatts", "pricePerKWh")
 
 
+def cpu_use(requested: float, capacity: float) -> float:
+    """A machine's CPU use as a pass reads it, the operator's and the replay's: requested over
+    allocatable cpu, at most 1, rounded to whole percents (so a pod of a few millicores does
+    not make a checkpoint); 0 when the capacity is unknown."""
+    if capacity <= 0:
+        return 0.0
+    return round(min(requested / capacity, 1.0), 2)
+
+
 def rounded_rate(in_force: Rate) -> Rate:
     """The rate as status holds it."""
     # A rate read back from status must compare equal to the one that was written, or every

@@ -294,6 +294,17 @@ def _reference_check(
     return check
 
 
+def machine_of(
+    obj: Mapping[str, Any], groups: Mapping[ObjectKey, Group], unresolved: str | None = None
+) -> Machine | None:
+    """One Lights-Out Node as `snapshot_from` reads it, for a caller that keeps its machines'
+    objects itself: the replay builds each machine's view from its manifest and the status its
+    passes wrote, so the planner's view of a replayed machine (learned figures, inspected
+    capacity, measured draw) comes from the same reading as a live one's. `unresolved` is
+    what `Machine.unresolved` says (the caller checked the references, or none)."""
+    return _machine(obj, [], groups, lambda _obj: unresolved)
+
+
 def _machine(
     obj: Mapping[str, Any],
     notes: list[str],

@@ -23,8 +23,8 @@ from lightsout.models.node import NodeSpec
 from lightsout.planning.decisions import Hold, ScaleAction
 from lightsout.planning.effects import Decision, Event, StartJob
 from lightsout.planning.energy import Draw, Ledger, is_powered
+from lightsout.planning.energystatus import cpu_use
 from lightsout.planning.healthjudge import assess
-from lightsout.planning.learning import median
 from lightsout.planning.passes import Readings
 from lightsout.planning.scheduling import HOSTNAME_LABEL
 from lightsout.planning.types import (
@@ -40,9 +40,9 @@ from lightsout.simulate.replay.charges import Charges
 from lightsout.simulate.replay.clock import Clock, Kind
 from lightsout.simulate.traces.overrides import apply_overrides
 from lightsout.simulate.traces.trace import Durations, Trace
-from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, snapshot_from
-from lightsout.state.measured import expected_watts
-from lightsout.state.parse import dig, format_time
+from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, machine_of, snapshot_from
+from lightsout.state.measured import expected_resources
+from lightsout.state.parse import format_time
 from lightsout.state.resources import CPU, Resources
 from lightsout.state.types import CoreNode, Group, Machine, ObjectKey, Pod
 
@@ -154,16 +154,21 @@ class SimMachine(MemoryMachine):
     #: from: rebuilt only when that changes, so a snapshot costs no copy per machine and plan.
     record: tuple[tuple[Any, ...], Machine] | None = None
     core_node: tuple[tuple[Any, ...], CoreNode] | None = None
-    #: Its spec as read from the trace (what inspection is judged against) and its declared
-    #: `spec.power`, which a learned draw overrides as in a live snapshot.
+    #: Its Node as the trace gives it, its spec as read from there (what inspection is judged
+    #: against), its Group's spec and its Group as the planner reads it (by key, for
+    #: `machine_of`).
+    manifest: Mapping[str, Any]
     spec: NodeSpec
     group_spec: GroupSpec | None
-    declared_power: Mapping[str, Any] = field(default_factory=dict)
+    groups: Mapping[ObjectKey, Group] = field(default_factory=dict)
     #: Its Group's health-check schedule (None: the Group checks nothing) and the newest
     #: simulated check's record, in the shape the health-result cache files a pod's under.
     health_schedule: str | None = None
     last_check: Mapping[str, Any] | None = None
     checks: int = 0
+    #: What the machine really is (cpu, memory, ...: a check's `inspected`), where the replay
+    #: knows it: its core Node offers that, and a driver that inspects reports it.
+    inspected: Mapping[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -175,9 +180,17 @@ class SimMachine(MemoryMachine):
 
     @property
     def allocatable(self) -> Resources:
+        """What its kubelet offers: what it really is, else what was declared."""
+        if self.inspected is not None:
+            spec_resources = {**(self.manifest.get("spec", {}).get("resources") or {})}
+            spec_resources.pop("pinned", None)  # a kubelet reports the truth regardless
+            node = {"spec": {"resources": spec_resources}, "status": {"inspected": self.inspected}}
+            if (truth := expected_resources(node)) is not None:
+                return truth
         return self.template.resources or Resources()
 
     def utilisation(self) -> float:
+        """Its true CPU use (what it draws at; a pass reads it rounded, `Readings`)."""
         cpu = self.allocatable.get(CPU)
         return min(1.0, self.requested.get(CPU, 0) / cpu) if cpu else 0.0
 
@@ -206,31 +219,33 @@ class SimMachine(MemoryMachine):
         clock.wake(clock.now + after, Kind.RECONCILE, self.template.key)
 
     def as_machine(self) -> Machine:
-        """The machine as `state.build` would read its Node (built again only on a change)."""
+        """The machine as a live snapshot reads its Node: its manifest with the desired state
+        and the status its passes wrote, through `state.build.machine_of` (built again only
+        when what that reads changed)."""
         state = self.state
-        key = (state.phase, state.desired, state.phase_since, state.learned)
+        inspected = self.status.get("inspected")
+        key = (state.phase, state.desired, state.phase_since, state.learned, repr(inspected))
         if self.record is None or self.record[0] != key:
-            learned = state.learned
-            watts = expected_watts(
-                {
-                    "spec": {"power": self.declared_power},
-                    "status": {"learned": learned_to_status(learned)},
-                }
-            )
-            machine = replace(
-                self.template,
-                watts_on=watts.on,
-                watts_idle=watts.idle,
-                watts_off=watts.off,
-                phase=state.phase,
-                desired=DesiredPowerState(state.desired.value),
-                phase_since=state.phase_since,
-                learned_boot_seconds=_float(median(learned.boot_samples)),
-                learned_shutdown_seconds=_float(median(learned.shutdown_samples)),
-                power_ons=learned.power_ons,
-            )
+            machine = machine_of(self.node_object(), self.groups, self.template.unresolved)
+            if machine is None:  # its manifest was read at the start: it has a name and node
+                raise AssertionError(f"{self.name}: its Node cannot be read")
             self.record = (key, machine)
         return self.record[1]
+
+    def node_object(self) -> dict[str, Any]:
+        """Its Node as the API would hold it now: the trace's manifest, the desired state set
+        and the status written (the phase, the learned record and what checks reported)."""
+        state = self.state
+        status: dict[str, Any] = {
+            **self.manifest.get("status", {}),
+            **self.status,
+            "phase": str(state.phase),
+            "learned": learned_to_status(state.learned),
+        }
+        if state.phase_since is not None:
+            status["phaseSince"] = format_time(state.phase_since)
+        spec = {**self.manifest.get("spec", {}), "desiredPowerState": str(state.desired)}
+        return {**self.manifest, "spec": spec, "status": status}
 
     def as_core_node(self) -> CoreNode:
         """Its core Node as the planner reads it (built again only on a change)."""
@@ -266,6 +281,9 @@ class SimMachine(MemoryMachine):
             "powerState": str(self.power),
             "driver": driver.kind,
             "powerWatts": self.draw.watts(powered, self.utilisation()) if metered else None,
+            "inspected": dict(self.inspected)
+            if self.inspected is not None and driver.entry.inspects
+            else None,
         }
         self.checks += 1
         self.reconcile_soon()
@@ -280,7 +298,7 @@ class SimMachine(MemoryMachine):
             health=assess(status, self.last_check, lease),
             spec=self.spec,
             status=status,
-            utilisation=self.utilisation(),
+            utilisation=cpu_use(self.requested.get(CPU, 0), self.allocatable.get(CPU)),
             draw=Draw.declared(seen.watts_on, seen.watts_idle, seen.watts_off),
             group=self.group_spec,
         )
@@ -347,10 +365,6 @@ class SimMachine(MemoryMachine):
         return super().drain()
 
 
-def _float(value: int | None) -> float | None:
-    return None if value is None else float(value)
-
-
 @dataclass
 class SimScale(MemoryScale):
     """The plan applier's port in the replay: a scale is recorded on the Group the planner
@@ -399,6 +413,7 @@ def read_machines(
         if spec.address_pool is not None
     }
     specs = {str(n["metadata"]["name"]): (n, node_spec(n)) for n in nodes_raw}
+    groups = {group.key: group for group in snapshot.groups}
     out: list[SimMachine] = []
     for template in snapshot.machines:
         manifest, spec = specs[template.key.name]
@@ -422,9 +437,10 @@ def read_machines(
             truth=trace.durations_of(template.key.name),
             ledger=Ledger(counted_to=trace.start),
             timeline=[(0.0, Phase.OFF.value)],
+            manifest=manifest,
             spec=spec,
             group_spec=group,
-            declared_power=dict(dig(manifest, "spec", "power") or {}),
+            groups=groups,
             health_schedule=(
                 group.health_check.schedule
                 if group is not None and group.health_check.enabled
