@@ -3,9 +3,9 @@
 Real kube-apiserver/controller-manager/scheduler, real Redfish emulator, real ansible-runner in
 the action Job's pod (run by the stand-in kubelet), the operator as a real process. The
 machine's OS ignores the ACPI shutdown: after the drain and `gracefulShutdownSeconds` the power
-is forced off, and the Node says so (status and a ForcedPowerOff Warning). A second machine,
-behind a BMC that takes sessions only, is cycled on and off 20 times: every Job's Redfish
-session is deleted again.
+is forced off, and the Node says so (status and a ForcedPowerOff Warning). Four more
+machines, behind a BMC that takes sessions only, are cycled on and off 20 times in all through
+the operator: every Job's Redfish session is deleted again.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from tests.harness.workload import web_deployment, web_pdb
 
 #: Seconds the OS that ignores the ACPI shutdown is given before the power is forced off.
 GRACEFUL_SECONDS = 3
-#: Power cycles of the session-leak test, spread over MACHINES machines behind one BMC. (20, as
-#: issue 40 asks, cost 60 Ansible runs of the role: about five minutes of both cores of a CI
-#: machine, which made the whole suite's other tests miss their deadlines.)
-CYCLES = 4
-MACHINES = 2
+#: Power cycles of the session-leak test, spread over MACHINES machines behind one BMC, in
+#: rounds of one cycle each (each cycle is two Jobs, a startup and a shutdown, each its own
+#: session).
+CYCLES = 20
+MACHINES = 4
 
 
 @pytest.fixture
