@@ -8,7 +8,11 @@ despite its size penalty), and two Groups alike, "rack-a" and "rack-b" (two 4-cp
 each, labelled `pool: racks` and tainted `dedicated=racks:NoSchedule`, so only the pods that
 ask for them go there). Each row starts its own cluster-autoscaler process with README's
 flags, adding only what the row is about (the racks row also drops README's 10-minute pause
-after a scale-up), and ends with every machine Off again, its core Node gone:
+after a scale-up), and ends with every machine Off again, its core Node gone. The expander
+rows' machines are pinned meanwhile by Leases the test holds (as a person pins a machine with
+kubectl): the operator records cluster-autoscaler's intent on them and acts on none, so a row
+costs no Ansible run and its reset none either (powering machines on through cluster-autoscaler
+is the racks row's, and test_cluster_autoscaler.py's):
 
 - one row per expander (`price`, README's; `least-waste`, cluster-autoscaler's default;
   `most-pods`; `priority` with its ConfigMap): each asserts the one Group that expander
@@ -178,6 +182,32 @@ class Lab:
             wait_for(partial(self.is_off, name), RESET_PATIENCE, f"{name} Off again")
             wait_for(partial(self.core_node_gone, name), PATIENCE, f"core Node {name} gone")
 
+    def pin(self, shorts: Iterable[str]) -> None:
+        """Hold the Leases of `shorts`' machines with no duration, which never expire: the
+        operator leaves a machine alone while another holder has its Lease. Made anew: the
+        Lease the operator freed keeps its duration and renew time, so it would expire."""
+        self.unpin(shorts)
+        leases = [
+            {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.lease(short), "namespace": self.namespace},
+                "spec": {"holderIdentity": PINNED_BY},
+            }
+            for short in shorts
+        ]
+        items = {"apiVersion": "v1", "kind": "List", "items": leases}
+        self.crds.kubectl("create", "-f", "-", input=json.dumps(items))
+
+    def unpin(self, shorts: Iterable[str]) -> None:
+        for short in shorts:
+            self.crds.kubectl(
+                "delete", "lease", self.lease(short), "-n", self.namespace, "--ignore-not-found"
+            )
+
+    def lease(self, short: str) -> str:
+        return f"lightsout.{self.namespace}.{self.machines.name(short)}"
+
     def is_off(self, name: str) -> bool:
         return status(self.crds, self.namespace, name).get("phase") == "Off"
 
@@ -187,6 +217,8 @@ class Lab:
 
 #: How long a reset waits for each machine to be Off (a power-on and a power-off under load).
 RESET_PATIENCE = 600
+#: The holder of the Leases that pin the expander rows' machines.
+PINNED_BY = "expander-matrix"
 
 
 @dataclass(frozen=True)
@@ -258,6 +290,7 @@ def test_each_expander_and_flag_chooses_as_readme_documents(
         *(f"--from-literal={k}={v}" for k, v in priorities.items()),
     )  # fmt: skip
     seconds: dict[str, float] = {}
+    lab.pin(DISAGREEING)
     try:
         for row in ROWS:
             started = dt.datetime.now(dt.UTC)
@@ -271,8 +304,11 @@ def test_each_expander_and_flag_chooses_as_readme_documents(
                 f"\n{row.expander}: {chosen} ({row.why}); chosen after {chose:.0f} s,"
                 f" reset after {seconds[row.expander] - chose:.0f} s more; scores: {scores}"
             )
+        # Pinned, the chosen machine was never acted on: no power-on order reached the BMC.
+        assert lab.power_ons() == {}, lab.power_ons()
     finally:
         crds.kubectl("delete", "configmap", PRIORITIES, "-n", "kube-system", "--ignore-not-found")
+        lab.unpin(DISAGREEING)
     started = dt.datetime.now(dt.UTC)
     lab.reset(racks_row(lab))
     seconds["racks"] = (dt.datetime.now(dt.UTC) - started).total_seconds()
