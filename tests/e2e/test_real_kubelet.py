@@ -25,7 +25,7 @@ from typing import Any, Literal
 import pytest
 from kubernetes import client
 
-from lightsout.execution.health import DEADLINE_SECONDS, PARALLELISM
+from lightsout.execution.health import DEADLINE_SECONDS
 from lightsout.execution.jobs import (
     CREDENTIALS_DIR,
     LABEL_NODE,
@@ -502,12 +502,14 @@ def _gives_up(crds: Cluster, namespace: str, name: str) -> dict[str, Any]:
     return wait_for(failed, 240, f"{name} to give up after {ATTEMPTS} attempts")
 
 
-#: Machines in the health-check test: a few more than its Job runs at once, so the pods run in
-#: more than one wave; all read from one sushy-tools (one process, one port: lean for CI). What
-#: only a whole fleet's size could break (60 and 100 machines: one completion each, the worst
-#: termination message, results no single message could carry) is proven without a cluster in
+#: Check pods the health-check test's Group runs at once (`healthCheck.parallelism`; 8 by
+#: default), and its machines: more than that, so the pods run in more than one wave; all read
+#: from one sushy-tools (one process, one port: lean for CI). What only a whole fleet's size
+#: could break (60 and 100 machines: one completion each, the worst termination message,
+#: results no single message could carry) is proven without a cluster in
 #: tests/unit/test_health_scale.py.
-MACHINES = PARALLELISM + 4
+PARALLELISM = 2
+MACHINES = PARALLELISM + 2
 
 
 def test_health_check_in_more_than_one_wave_lands_every_result(
@@ -532,7 +534,11 @@ def test_health_check_in_more_than_one_wave_lands_every_result(
             namespace,
             [
                 *fleet.bmc_secrets(bmc),
-                fleet.group(GROUP, maxNodes=MACHINES, healthCheck={"schedule": SCHEDULE}),
+                fleet.group(
+                    GROUP,
+                    maxNodes=MACHINES,
+                    healthCheck={"schedule": SCHEDULE, "parallelism": PARALLELISM},
+                ),
                 *(fleet.redfish_node(m, bmc) for m in machines),
             ],
         )
@@ -561,7 +567,7 @@ def test_health_check_in_more_than_one_wave_lands_every_result(
             assert sum(j["spec"]["completions"] for j in firsts) == MACHINES
             started = time.monotonic()
             job = run_check(crds, namespace)
-            # Bounded by the Job's own deadline: the pods run 8 at a time on one real node.
+            # Bounded by the Job's own deadline: PARALLELISM pods at a time on one real node.
             checked = wait_checked(crds, namespace, list(power), job, DEADLINE_SECONDS)
             seconds = time.monotonic() - started
             pods = get_json(crds, "pods", "-n", namespace, "-l", f"job-name={job}")["items"]

@@ -61,14 +61,27 @@ def job_spec(objects: health.HealthObjects) -> dict[str, Any]:
     return spec
 
 
+def test_the_groups_parallelism_sets_the_waves_of_a_run_and_of_a_first_check() -> None:
+    names = [f"m{i}" for i in range(5)]
+    small = group()
+    small["spec"]["healthCheck"]["parallelism"] = 2
+    objects = build(small, [machine(n) for n in names])
+    assert job_spec(objects)["parallelism"] == 2
+    first = health.first_check_job(objects.cronjob, objects.spec_hash, names[:3])
+    assert (first["spec"]["completions"], first["spec"]["parallelism"]) == (3, 2)
+    one = health.first_check_job(objects.cronjob, objects.spec_hash, names[:1])
+    assert (one["spec"]["completions"], one["spec"]["parallelism"]) == (1, 1)
+
+
 @pytest.mark.parametrize("count", [60, 100])
 def test_a_fleet_is_checked_by_one_indexed_job_with_a_pod_per_machine(count: int) -> None:
     names = [f"m{i:03d}" for i in range(count)]
     objects = build(group(), [machine(n) for n in reversed(names)])
     job = job_spec(objects)
     assert (job["completionMode"], job["completions"]) == ("Indexed", count)
-    # At most PARALLELISM pods at once, so a fleet is checked in waves within one deadline.
-    assert job["parallelism"] == health.PARALLELISM < count
+    # At most the Group's parallelism (8 by default) at once, so a fleet is checked in waves
+    # within one deadline.
+    assert job["parallelism"] == 8 < count
     assert job["activeDeadlineSeconds"] == health.DEADLINE_SECONDS
     # One pod that cannot run is retried once, and never stops the other machines' checks.
     assert (job["backoffLimitPerIndex"], job.get("backoffLimit")) == (1, None)

@@ -54,8 +54,6 @@ MACHINES_DIR = "/etc/lightsout/machines"
 MACHINES_FILE = "machines.json"
 #: Names the machines a first-check Job checks (read by `lightsout.runner.indexed`).
 CHECK_ONLY_ENV = "LIGHTSOUT_CHECK_ONLY"
-#: Pods of one health-check Job running at once: each runs Ansible for a few seconds.
-PARALLELISM = 8
 #: The whole Job (every machine of the Group) must end within this.
 DEADLINE_SECONDS = 900
 #: A run that could not start within this after its scheduled time is skipped, not run late.
@@ -164,7 +162,7 @@ def build_health_objects(
     job_spec = {
         "completionMode": "Indexed",
         "completions": count,
-        "parallelism": min(count, PARALLELISM),
+        "parallelism": min(count, spec.health_check.parallelism),
         # The runner exits 0 whenever it wrote its machine's result: a pod fails only when it
         # could not run, and one such pod must not stop the other machines' checks.
         "backoffLimitPerIndex": 1,
@@ -259,7 +257,8 @@ def first_check_job(
     job = job_from_cronjob(cronjob, name)
     spec = copy.deepcopy(job["spec"])
     spec["completions"] = len(names)
-    spec["parallelism"] = min(len(names), PARALLELISM)
+    # The Group's parallelism, which the CronJob's Job already holds (capped by its machines).
+    spec["parallelism"] = min(len(names), int(spec.get("parallelism") or 1))
     for container in spec["template"]["spec"]["containers"]:
         container["env"] = [
             *container.get("env", []),

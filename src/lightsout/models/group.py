@@ -152,6 +152,10 @@ class HealthCheckPolicy(ApiModel):
     Failed instead of fought over (default 3)."""
     correction_window_seconds: int | None = Field(default=None, ge=60, le=2_592_000)
     """Correct: the window maxCorrections counts in (default 86400, a day)."""
+    parallelism: int = Field(default=8, ge=1, le=64)
+    """Check pods running at once, one machine each (a pod runs Ansible for a few seconds):
+    a larger fleet is checked in waves of this many, all within the Job's 900-second deadline.
+    Fewer spares a small cluster's nodes; more checks a large fleet sooner."""
 
 
 class Electricity(ApiModel):
