@@ -26,7 +26,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from lightsout.planning.autoscale import plan
+from lightsout.planning.autoscaler.autoscale import plan
 from lightsout.state.build import (
     DAEMONSETS_KEY,
     GROUPS_KEY,

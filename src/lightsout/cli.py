@@ -71,8 +71,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """List the cluster once, plan on it and print the plan; nothing is changed."""
     from lightsout.config import OperatorConfig
     from lightsout.k8s.api import Api
-    from lightsout.planning.autoscale import plan
-    from lightsout.planning.report import as_json, render_text
+    from lightsout.planning.autoscaler.autoscale import plan
+    from lightsout.planning.autoscaler.report import as_json, render_text
     from lightsout.state import build
     from lightsout.state.references import contents_entry
 

@@ -23,8 +23,8 @@ from typing import Any, cast
 import pytest
 
 from lightsout.execution.jobs import JobRequest
-from lightsout.planning.fsm import retry_backoff
-from lightsout.planning.outages import (
+from lightsout.planning.machine.fsm import retry_backoff
+from lightsout.planning.machine.outages import (
     attempts_within,
     outage_requests,
     redfish_power_on_requests,

@@ -39,7 +39,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from lightsout.planning.energystatus import account_from_status
+from lightsout.planning.energy.status import account_from_status
 from lightsout.simulate.replay.engine import Result, replay
 from lightsout.simulate.traces import trace as traces
 from lightsout.simulate.traces.record import learned_durations

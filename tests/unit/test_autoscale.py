@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from lightsout.models.enums import SelectionPolicy
-from lightsout.planning.autoscale import WAITING_FOR_SYNC
-from lightsout.planning.decisions import PowerOn
+from lightsout.planning.autoscaler.autoscale import WAITING_FOR_SYNC
+from lightsout.planning.autoscaler.decisions import PowerOn
 from tests.unit.test_autoscale_objects import (
     T0,
     at,
@@ -381,7 +381,7 @@ def test_dry_run_groups_get_the_same_plan_marked_dry_run() -> None:
 
 def test_an_incomplete_snapshot_yields_no_actions_and_says_why() -> None:
     snapshot = snap(group(), machine("m", "4", "8Gi"), pod("w-1", "1", "1Gi"), complete=False)
-    from lightsout.planning.autoscale import plan
+    from lightsout.planning.autoscaler.autoscale import plan
 
     result = plan(snapshot, T0)
     assert result.actions == ()

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from lightsout.models.enums import DesiredPowerState, Phase
-from lightsout.planning.absorb import COMING_MARGIN_SECONDS, ready_in
-from lightsout.planning.cluster import Availability, MachineInfo
+from lightsout.planning.autoscaler.absorb import COMING_MARGIN_SECONDS, ready_in
+from lightsout.planning.autoscaler.cluster import Availability, MachineInfo
 from lightsout.state.types import Machine, ObjectKey
 from tests.unit.test_autoscale_objects import (
     T0,

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from lightsout.planning.autoscale import plan
-from lightsout.planning.decisions import Plan, PowerOff, PowerOn
+from lightsout.planning.autoscaler.autoscale import plan
+from lightsout.planning.autoscaler.decisions import Plan, PowerOff, PowerOn
 from lightsout.state.build import (
     DAEMONSETS_KEY,
     GROUPS_KEY,

@@ -1,4 +1,4 @@
-"""Table tests of pre-warming for announced CronJob runs (`planning.prewarm`, and how
+"""Table tests of pre-warming for announced CronJob runs (`planning.autoscaler.prewarm`, and how
 `absorb.absorb` counts a run on a machine already coming up): one power-on per run at most, and
 a lead time taken only over machines that can hold the run.
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from lightsout.planning.autoscale import plan
-from lightsout.planning.decisions import Plan, PowerOn
+from lightsout.planning.autoscaler.autoscale import plan
+from lightsout.planning.autoscaler.decisions import Plan, PowerOn
 from lightsout.state.parse import scheduling_requirements
 from lightsout.state.types import ExpectedPod, ObjectKey
 from tests.unit.test_autoscale_objects import (

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from lightsout.planning.absorb import absorb
-from lightsout.planning.autoscale import plan
-from lightsout.planning.cluster import PodClass, build_cluster, pod_weights
+from lightsout.planning.autoscaler.absorb import absorb
+from lightsout.planning.autoscaler.autoscale import plan
+from lightsout.planning.autoscaler.cluster import PodClass, build_cluster, pod_weights
+from lightsout.planning.autoscaler.scaleup import choose, eligible_classes, room_of, top_up
 from lightsout.planning.policy import EnergyModel
-from lightsout.planning.scaleup import choose, eligible_classes, room_of, top_up
 from lightsout.state.types import Snapshot
 from tests.unit import test_autoscale_objects as objects
 

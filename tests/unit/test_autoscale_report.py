@@ -1,8 +1,8 @@
 """`lightsout plan`'s rendering of a Plan, and when the autoscaler plans again on its own.
 
-Both are pure: `planning.report` turns a snapshot and its plan into the text a person reads;
-`planning.wake.next_wake` finds the next deadline (an unneeded machine's timer, a window)
-at which the same snapshot would give a different plan — the only reason the autoscaler ever
+Both are pure: `planning.autoscaler.report` turns a snapshot and its plan into the text a person
+reads; `planning.autoscaler.wake.next_wake` finds the next deadline (an unneeded machine's timer, a
+window) at which the same snapshot would give a different plan — the only reason the autoscaler ever
 wakes without a watched change.
 """
 
@@ -12,9 +12,9 @@ from datetime import timedelta
 
 import pytest
 
-from lightsout.planning.autoscale import plan
-from lightsout.planning.report import as_json, render_text
-from lightsout.planning.wake import next_wake
+from lightsout.planning.autoscaler.autoscale import plan
+from lightsout.planning.autoscaler.report import as_json, render_text
+from lightsout.planning.autoscaler.wake import next_wake
 from tests.unit.test_autoscale_objects import T0, at, group, machine, mkey, pod, ready_machine, snap
 
 pytestmark = pytest.mark.unit

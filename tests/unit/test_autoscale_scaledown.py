@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from lightsout.planning.autoscale import plan
-from lightsout.planning.wake import next_wake
+from lightsout.planning.autoscaler.autoscale import plan
+from lightsout.planning.autoscaler.wake import next_wake
 from lightsout.state.types import DO_NOT_DISRUPT, SAFE_TO_EVICT
 from tests.unit.test_autoscale_objects import (
     T0,

@@ -15,10 +15,11 @@ import pytest
 
 from lightsout.actuation.inputs import learned_from_status, learned_to_status
 from lightsout.models.enums import SelectionPolicy
-from lightsout.planning.autoscale import plan
-from lightsout.planning.breakeven import break_even_seconds
-from lightsout.planning.fsm import decide
+from lightsout.planning.autoscaler.autoscale import plan
+from lightsout.planning.autoscaler.breakeven import break_even_seconds
+from lightsout.planning.autoscaler.wake import next_wake
 from lightsout.planning.learning import learn, median
+from lightsout.planning.machine.fsm import decide
 from lightsout.planning.policy import EnergyModel
 from lightsout.planning.types import (
     Action,
@@ -33,7 +34,6 @@ from lightsout.planning.types import (
     OperationResult,
     Phase,
 )
-from lightsout.planning.wake import next_wake
 from lightsout.state.parse import scheduling_requirements
 from lightsout.state.types import ExpectedPod, ObjectKey
 from tests.unit.test_autoscale_objects import (

@@ -1,6 +1,7 @@
 """An endpoint that refuses the credentials: which failures are refusals, which Secret the
 message names, and that the action ends Failed after the first attempt whatever `maxRetries`
-says (`planning.outages.credentials_refused`, `credentials_source`; `planning.fsm`)."""
+says (`planning.machine.outages.credentials_refused`, `credentials_source`;
+`planning.machine.fsm`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 import pytest
 
 from lightsout.actuation import inputs
-from lightsout.planning import outages
-from lightsout.planning.fsm import Reason, decide
+from lightsout.planning.machine import outages
+from lightsout.planning.machine.fsm import Reason, decide
 from lightsout.planning.types import Action, JobPhase, OperationResult, Phase
 from tests.unit.test_fsm import OFF, ON, T0, at, job, machine, obs, op, summary
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from lightsout.models.enums import Phase
-from lightsout.planning.autoscale import plan
+from lightsout.planning.autoscaler.autoscale import plan
 from lightsout.state import cron
 from lightsout.state.build import CRONJOBS_KEY, GROUPS_KEY, MACHINES_KEY, snapshot_from
 

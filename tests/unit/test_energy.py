@@ -1,4 +1,5 @@
-"""Energy accounting (`planning.energy`): a scripted day against figures computed by hand."""
+"""Energy accounting (`planning.energy.account`): a scripted day against figures computed by
+hand."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import datetime as dt
 import pytest
 
 from lightsout.models.enums import Phase
-from lightsout.planning.energy import (
+from lightsout.planning.energy.account import (
     Account,
     Amounts,
     Draw,

@@ -1,4 +1,4 @@
-"""Table tests of the power state machine `lightsout.planning.fsm.decide`.
+"""Table tests of the power state machine `lightsout.planning.machine.fsm.decide`.
 
 Each row is (machine state, observations, time) -> (phase, reason, effects). Effects are
 compared as short strings (`StartJob:startup:g5:a1`, `Condition:Drifted=True:DriftDetected`,
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from lightsout.planning.effects import (
+from lightsout.planning.machine.effects import (
     AcquireLease,
     Decision,
     DeleteCoreNode,
@@ -27,7 +27,13 @@ from lightsout.planning.effects import (
     SetDesiredPowerState,
     StartJob,
 )
-from lightsout.planning.fsm import Reason, core_node_failed, decide, retry_backoff, select_job
+from lightsout.planning.machine.fsm import (
+    Reason,
+    core_node_failed,
+    decide,
+    retry_backoff,
+    select_job,
+)
 from lightsout.planning.types import (
     Action,
     DrainStatus,

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from lightsout.planning.effects import Decision, Event
-from lightsout.planning.fsm import Reason, decide
+from lightsout.planning.machine.effects import Decision, Event
+from lightsout.planning.machine.fsm import Reason, decide
 from lightsout.planning.types import (
     Action,
     EventType,

@@ -27,7 +27,7 @@ from lightsout.grpc.protos import externalgrpc_pb2 as pb
 from lightsout.grpc.protos import externalgrpc_pb2_grpc as pb_grpc
 from lightsout.grpc.protos import k8s_node_pb2, k8s_pod_pb2
 from lightsout.handlers.externalgrpc import settings_of
-from lightsout.planning import nodegroups as ng
+from lightsout.planning.autoscaler import nodegroups as ng
 from lightsout.state.build import CONFIGMAPS_KEY, GROUPS_KEY, MACHINES_KEY, NODES_KEY, SECRETS_KEY
 from lightsout.state.references import contents_entry
 from lightsout.state.resources import Resources

@@ -17,7 +17,7 @@ from lightsout.actuation import inputs
 from lightsout.commands import healthcheck
 from lightsout.config import OperatorConfig
 from lightsout.execution import health
-from lightsout.planning import healthjudge
+from lightsout.planning.machine import healthjudge
 from lightsout.planning.types import ConditionStatus, LeaseState, ObservedPowerState
 from lightsout.runner import indexed
 from lightsout.runner.config import ConfigError

@@ -24,7 +24,7 @@ from lightsout.config import OperatorConfig
 from lightsout.execution import health
 from lightsout.execution.jobs import CONTAINER_NAME
 from lightsout.execution.results import TERMINATION_MESSAGE_LIMIT
-from lightsout.planning import healthjudge
+from lightsout.planning.machine import healthjudge
 from lightsout.planning.types import LeaseState
 from lightsout.runner import main as runner_main
 from lightsout.text import MARK

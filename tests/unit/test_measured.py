@@ -23,8 +23,8 @@ from lightsout.metrics.machines import MachineTracker
 from lightsout.models.enums import Phase
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
-from lightsout.planning import healthjudge, inspection
 from lightsout.planning.learning import learn_draw
+from lightsout.planning.machine import healthjudge, inspection
 from lightsout.planning.types import ConditionStatus, EventType, Learned, LeaseState
 from lightsout.simulate.traces.record import node_spec_as_measured
 from lightsout.state.measured import expected_resources, expected_watts

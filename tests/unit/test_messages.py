@@ -22,8 +22,8 @@ from lightsout.execution.jobs import CONTAINER_NAME
 from lightsout.execution.results import observe_job
 from lightsout.execution.statuswriter import wanted_status
 from lightsout.models.node import DEFAULT_BOOT_TIMEOUT_SECONDS, DEFAULT_SHUTDOWN_TIMEOUT_SECONDS
-from lightsout.planning.effects import Event, StartJob
-from lightsout.planning.fsm import decide
+from lightsout.planning.machine.effects import Event, StartJob
+from lightsout.planning.machine.fsm import decide
 from lightsout.planning.types import (
     Action,
     MachineState,

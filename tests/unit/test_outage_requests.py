@@ -1,4 +1,4 @@
-"""How many requests a flapping BMC receives (`planning.outages.outage_requests` and
+"""How many requests a flapping BMC receives (`planning.machine.outages.outage_requests` and
 `redfish_power_on_requests`): the Python figures against the retry settings and task files of
 roles/redfish_power they stand for, walked here independently of the formula."""
 
@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from lightsout.execution.jobs import JobRequest
-from lightsout.planning import outages
-from lightsout.planning.fsm import retry_backoff
+from lightsout.planning.machine import outages
+from lightsout.planning.machine.fsm import retry_backoff
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.unit

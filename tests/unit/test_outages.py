@@ -1,5 +1,6 @@
 """A BMC that does not answer: which failures are outages, how long they are ridden out, and
-how many attempts (so requests) an outage of a given length can cost (`planning.outages`)."""
+how many attempts (so requests) an outage of a given length can cost
+(`planning.machine.outages`)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from datetime import timedelta
 
 import pytest
 
-from lightsout.planning import outages
-from lightsout.planning.fsm import Reason, decide, retry_backoff
+from lightsout.planning.machine import outages
+from lightsout.planning.machine.fsm import Reason, decide, retry_backoff
 from lightsout.planning.types import JobPhase, Phase
 from tests.unit.test_fsm import ON, T0, at, job, machine, obs, op, summary
 

@@ -13,8 +13,8 @@ import pytest
 from lightsout.execution import providerid
 from lightsout.models.enums import ConditionStatus, ConditionType
 from lightsout.models.node import NodeSpec
-from lightsout.planning.effects import Decision, SetCondition
-from lightsout.planning.passes import provider_id_reported
+from lightsout.planning.machine.effects import Decision, SetCondition
+from lightsout.planning.machine.passes import provider_id_reported
 from lightsout.planning.types import Phase
 
 pytestmark = pytest.mark.unit

@@ -1,5 +1,5 @@
 """A quiet window holds its Group back from a pod only while another Group has a machine that
-could be powered on now for it (`planning.startable.could_power_on`: autoscaled, Off, not
+could be powered on now for it (`planning.autoscaler.startable.could_power_on`: autoscaled, Off, not
 pinned, its Group below its maximum and not itself quiet). A Failed or pinned machine, one in a
 Group sized by `none` or at its maxNodes, or one whose Group is quiet too is no alternative: the
 quiet Group's machine wakes for the pod, and says why the others were not alternatives. A
@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from lightsout.planning.absorb import absorb
-from lightsout.planning.autoscale import plan
-from lightsout.planning.cluster import PodClass, build_cluster, pod_weights
+from lightsout.planning.autoscaler.absorb import absorb
+from lightsout.planning.autoscaler.autoscale import plan
+from lightsout.planning.autoscaler.cluster import PodClass, build_cluster, pod_weights
+from lightsout.planning.autoscaler.scaleup import choose, eligible_classes, room_of
+from lightsout.planning.autoscaler.windows import effective
 from lightsout.planning.policy import EnergyModel
-from lightsout.planning.scaleup import choose, eligible_classes, room_of
-from lightsout.planning.windows import effective
 from lightsout.state.types import Snapshot
 from tests.unit.test_autoscale_objects import (
     at,

@@ -1,4 +1,4 @@
-"""Table tests of the scheduling simulation `lightsout.planning.scheduling`.
+"""Table tests of the scheduling simulation `lightsout.planning.autoscaler.scheduling`.
 
 Each row is (pod, node) -> the reasons a person reads; an empty list means the pod fits. Pods
 and nodes are raw API objects run through `snapshot_from`, as in production.
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lightsout.planning.scheduling import (
+from lightsout.planning.autoscaler.scheduling import (
     NodeView,
     fits,
     selector_matches,

@@ -17,8 +17,8 @@ import pytest
 
 from lightsout import cli
 from lightsout.models.enums import Phase
-from lightsout.planning.autoscale import plan
-from lightsout.planning.wake import next_wake
+from lightsout.planning.autoscaler.autoscale import plan
+from lightsout.planning.autoscaler.wake import next_wake
 from lightsout.simulate.analysis import optimum
 from lightsout.simulate.analysis.optimum import model, solver
 from lightsout.simulate.analysis.report import longest_wait, percentile, render_text, summarise

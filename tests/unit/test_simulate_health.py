@@ -1,6 +1,7 @@
 """The replay runs the operator's whole pass: its Groups' health checks are simulated, judged by
-the operator's own code (`planning.healthjudge`, `planning.passes`), and what they teach (the
-learned draw) reaches the planner, so a regression there shows in `lightsout simulate` too."""
+the operator's own code (`planning.machine.healthjudge`, `planning.machine.passes`), and what they
+teach (the learned draw) reaches the planner, so a regression there shows in `lightsout simulate`
+too."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from lightsout.planning.energy import Draw
-from lightsout.planning.energystatus import account_from_status
+from lightsout.planning.energy.account import Draw
+from lightsout.planning.energy.status import account_from_status
 from lightsout.simulate.replay.engine import Options, Simulator
 from lightsout.simulate.traces.trace import Durations, Trace, TracePod
 from lightsout.state.types import ObjectKey

@@ -1,4 +1,4 @@
-"""Group schedule windows (`spec.windows`, `planning.windows`): a floor is powered on one
+"""Group schedule windows (`spec.windows`, `planning.autoscaler.windows`): a floor is powered on one
 learned boot (plus the pre-warming margin) before its window opens, so its machine is Ready at
 the opening, and powers off once the window has closed and it is unneeded; a ceiling caps the
 power-ons while its window is open; the model refuses a bad schedule, an unknown time zone and
@@ -22,9 +22,9 @@ from lightsout.commands import status
 from lightsout.handlers.admission import spec_refusal
 from lightsout.models.group import WINDOW_CRON_PATTERN, GroupSpec
 from lightsout.models.schedule import ScheduleError, parse
-from lightsout.planning.autoscale import plan
-from lightsout.planning.prewarm import MARGIN
-from lightsout.planning.wake import next_wake
+from lightsout.planning.autoscaler.autoscale import plan
+from lightsout.planning.autoscaler.prewarm import MARGIN
+from lightsout.planning.autoscaler.wake import next_wake
 from lightsout.simulate.replay.engine import replay
 from tests.unit import test_simulate as sim
 from tests.unit.test_autoscale_objects import at, group, machine, ons, pod, pod_note, snap

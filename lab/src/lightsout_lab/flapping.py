@@ -17,7 +17,7 @@ counted: the machine simulator reads power through them) fails, in turn:
 
 Neither kind reaches sushy: the BMC did not act on it. The recorder writes both down (a refusal
 with status 503, a drop with status 0), so `SushyEmulator.requests()` holds every request the
-client sent, which the flapping-BMC e2e test bounds with `planning.outages.outage_requests`.
+client sent, which the flapping-BMC e2e test bounds with `planning.machine.outages.outage_requests`.
 `stop(bmc.workdir)` ends the flapping.
 The state is a small JSON file in the emulator's work dir, read on every request, so a test
 switches it while the emulator runs.

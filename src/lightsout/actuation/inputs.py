@@ -33,10 +33,10 @@ from lightsout.models.group import (
     GroupSpec,
 )
 from lightsout.models.node import NodeSpec
-from lightsout.planning.effects import Decision, SetCondition
-from lightsout.planning.fsm import Reason
 from lightsout.planning.learning import median
-from lightsout.planning.outages import credentials_source
+from lightsout.planning.machine.effects import Decision, SetCondition
+from lightsout.planning.machine.fsm import Reason
+from lightsout.planning.machine.outages import credentials_source
 from lightsout.planning.types import (
     Action,
     DrainStatus,
@@ -239,7 +239,7 @@ def merge_conditions(
 
 
 def checked_status(decision: Decision) -> dict[str, Any]:
-    """What a pass's readings add to status (`planning.passes`): the new `lastHealthCheck`,
+    """What a pass's readings add to status (`planning.machine.passes`): the new `lastHealthCheck`,
     the `learned` record, the `power` / `inspected` a check reported and the checkpointed
     `energy`; empty when nothing new. The operator's status writer and the in-memory port both
     store exactly this."""

@@ -2,7 +2,7 @@
 
 The operator's reconcile pass (`execution.reconcile`, with `actuator.KubeMachine`) and the
 replay (`lightsout.simulate`, with `memory.MemoryMachine`) both call `carry_out`; nothing else
-turns effects into actions. The order is the contract of `planning.effects`:
+turns effects into actions. The order is the contract of `planning.machine.effects`:
 
 1. a Lease held by another operator: nothing (its holder owns the machine's status too);
 2. `AcquireLease`: take or renew it, and stop when another holder won;
@@ -20,8 +20,9 @@ import datetime as dt
 from dataclasses import dataclass, replace
 
 from lightsout.actuation.port import MachinePort
-from lightsout.planning import fsm
-from lightsout.planning.effects import (
+from lightsout.planning.energy.account import is_powered
+from lightsout.planning.machine import fsm
+from lightsout.planning.machine.effects import (
     AcquireLease,
     ApplyNodeMetadata,
     Cordon,
@@ -36,7 +37,6 @@ from lightsout.planning.effects import (
     StartJob,
     Uncordon,
 )
-from lightsout.planning.energy import is_powered
 from lightsout.planning.types import Action, DrainStatus, EventType, MachineState
 
 #: Seconds before deciding again after a status write lost a race (its watch event usually

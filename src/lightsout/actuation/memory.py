@@ -19,8 +19,8 @@ from typing import Any
 from lightsout.actuation.inputs import checked_status, merge_conditions
 from lightsout.actuation.pool import RELEASED, PoolExhaustedError, exhausted, free_addresses
 from lightsout.models.group import AddressPool
-from lightsout.planning.decisions import ScaleAction
-from lightsout.planning.effects import Decision, DeleteJob, Event, StartJob
+from lightsout.planning.autoscaler.decisions import ScaleAction
+from lightsout.planning.machine.effects import Decision, DeleteJob, Event, StartJob
 from lightsout.planning.types import (
     Action,
     DrainStatus,

@@ -28,8 +28,8 @@ from datetime import datetime
 
 from lightsout.actuation.port import ScalePort
 from lightsout.models.enums import Autoscaler
-from lightsout.planning.decisions import Plan, PowerOn, ScaleAction
-from lightsout.planning.effects import Event
+from lightsout.planning.autoscaler.decisions import Plan, PowerOn, ScaleAction
+from lightsout.planning.machine.effects import Event
 from lightsout.planning.types import EventType, ObservedPowerState
 from lightsout.state.parse import format_time
 from lightsout.state.types import ObjectKey, Snapshot

@@ -20,8 +20,8 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Protocol
 
-from lightsout.planning.decisions import ScaleAction
-from lightsout.planning.effects import Decision, DeleteJob, Event, StartJob
+from lightsout.planning.autoscaler.decisions import ScaleAction
+from lightsout.planning.machine.effects import Decision, DeleteJob, Event, StartJob
 from lightsout.planning.types import DrainStatus, MachineState, ObservedPowerState
 from lightsout.state.types import ObjectKey
 

@@ -15,7 +15,7 @@ from typing import Any
 from lightsout.commands.logs import job_result
 from lightsout.execution import health
 from lightsout.models.enums import OperationResult
-from lightsout.planning import healthjudge
+from lightsout.planning.machine import healthjudge
 
 Obj = Mapping[str, Any]
 

@@ -6,8 +6,8 @@ how it ended, health and energy. `render_text` prints them as kubectl-style tabl
 gives the same rows to scripts.
 
 Energy comes from status alone: the account checkpointed in a Node's or a Group's
-`status.energy`, counted on to now at the rate in force (`planning.energy.Account.at`), so the
-figures move between checkpoints. "Today" and "this month" are UTC.
+`status.energy`, counted on to now at the rate in force (`planning.energy.account.Account.at`), so
+the figures move between checkpoints. "Today" and "this month" are UTC.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from operator import itemgetter
 from typing import Any
 
 from lightsout.models.group import ScheduleWindow
-from lightsout.planning.energy import Amounts
-from lightsout.planning.energystatus import account_from_status
+from lightsout.planning.energy.account import Amounts
+from lightsout.planning.energy.status import account_from_status
 
 Obj = dict[str, Any]
 _MESSAGE_WIDTH = 60

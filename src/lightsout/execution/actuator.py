@@ -1,7 +1,7 @@
 """The machine's port over `lightsout.k8s`: carries out the effects of one pass's decision.
 
 Called by the effect interpreter (`actuation.interpreter.carry_out`) with a `Decision` from
-`planning.passes.pass_decision`; the status it patches is `execution.statuswriter`'s. Every
+`planning.machine.passes.pass_decision`; the status it patches is `execution.statuswriter`'s. Every
 effect is idempotent: creating a Job that exists adopts it (deterministic names), cordoning a
 cordoned node changes nothing, evicting a gone pod is fine. The Lease is taken with optimistic
 concurrency (replace with resourceVersion), so two operators racing for one machine cannot both
@@ -44,7 +44,7 @@ from lightsout.metrics.families import LEASE_CONFLICTS
 from lightsout.models.enums import Action, DesiredPowerState
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec, PlaybookOverrides
-from lightsout.planning.effects import (
+from lightsout.planning.machine.effects import (
     Decision,
     DeleteJob,
     Event,

@@ -1,9 +1,9 @@
 """Energy accounting kept in status, read from the API's objects: a machine's draw and cpu use
-(what its pass checkpoints its account with, `planning.energystatus.checkpoint`), and a Group's
+(what its pass checkpoints its account with, `planning.energy.status.checkpoint`), and a Group's
 `status.energy`, the sum of its machines' (the Group recount, `handlers.group`). `lightsout
 status` and the metrics read what they wrote and count an account on to the present with
 `Account.at` — no write is needed for the figures to move. How an account is written in status
-and read back lives in `planning.energystatus`, which those readers share. Pure: dicts in,
+and read back lives in `planning.energy.status`, which those readers share. Pure: dicts in,
 dicts out.
 """
 
@@ -15,9 +15,9 @@ from dataclasses import astuple, replace
 from typing import Any
 
 from lightsout.models.group import GroupSpec
-from lightsout.planning import energystatus
-from lightsout.planning.energy import Account, Draw, combine
-from lightsout.planning.energystatus import (
+from lightsout.planning.energy import status as energystatus
+from lightsout.planning.energy.account import Account, Draw, combine
+from lightsout.planning.energy.status import (
     account_from_status,
     account_to_status,
     price,

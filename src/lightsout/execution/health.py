@@ -7,7 +7,7 @@ Two callers:
   `spec.healthCheck.enabled` is true, and the ConfigMap listing the Group's machines;
 - the health-result watch cache (`handlers/node.py`) files each finished pod of those Jobs under
   the machine it names (`pod_record`); a machine's reconcile pass takes the newest (`newest`),
-  and `planning.healthjudge` says what it means for the machine, the same in the replay.
+  and `planning.machine.healthjudge` says what it means for the machine, the same in the replay.
 
 The CronJob runs an Indexed Job: one pod per machine (completion index N checks entry N of the
 machine list), each in the same locked-down pod as an action Job (`jobs.locked_down_pod`), each
@@ -292,7 +292,8 @@ def pod_record(pod: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
         "result": str(runner.result),
         "message": runner.message or problem,
         "powerState": runner.values.get("power_state"),
-        # What the driver measured and inspected, when it reports them (`planning.inspection`).
+        # What the driver measured and inspected, when it reports them
+        # (`planning.machine.inspection`).
         "driver": runner.values.get("driver"),
         "powerWatts": runner.values.get("power_watts"),
         "powerSource": runner.values.get("power_source"),

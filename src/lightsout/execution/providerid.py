@@ -2,11 +2,11 @@
 Nodes by nothing else.
 
 A machine's providerID is its `spec.providerID`, else `lightsout://<namespace>/<name>`
-(`planning.nodegroups.provider_id`, the one scheme). When the core Node registers without one
-(a kubelet started without `--provider-id`), `ensure` sets it — Kubernetes lets
+(`planning.autoscaler.nodegroups.provider_id`, the one scheme). When the core Node registers without
+one (a kubelet started without `--provider-id`), `ensure` sets it — Kubernetes lets
 `spec.providerID` go from empty to a value once, never change. A core Node that already carries
 a different one is left alone and reported as the condition `ProviderIDConflict`
-(`planning.passes.provider_id_reported`, from the `ids` read here)
+(`planning.machine.passes.provider_id_reported`, from the `ids` read here)
 (the externalgrpc provider then knows the instance by the Node's own providerID, so
 cluster-autoscaler still matches it).
 
@@ -22,8 +22,8 @@ from typing import Any
 
 from lightsout.k8s.api import Api
 from lightsout.models.node import NodeSpec
-from lightsout.planning.nodegroups import provider_id
-from lightsout.planning.passes import ProviderIDs
+from lightsout.planning.autoscaler.nodegroups import provider_id
+from lightsout.planning.machine.passes import ProviderIDs
 from lightsout.state.parse import as_str, dig
 
 log = logging.getLogger(__name__)

@@ -5,10 +5,10 @@ Called by the Node reconciler's workers (`handlers/node.py`), in a worker thread
 models (once per pass), its action Jobs and their pods, its core Node, its Lease and (while
 draining) the pods on its core Node, all copied from kopf indexes on the event loop before the
 pass. A pass reads what the state machine observes (`actuation.inputs.observations`) and what
-it reads beside (`planning.passes.Readings`: the newest health check, the providerID, CPU use),
-decides with `planning.passes.pass_decision` (the replay's decision too) → write status →
-carry out effects, and returns when the machine wants its next pass (None: only when something
-it watches changes; there is no periodic re-read).
+it reads beside (`planning.machine.passes.Readings`: the newest health check, the providerID, CPU
+use), decides with `planning.machine.passes.pass_decision` (the replay's decision too) → write
+status → carry out effects, and returns when the machine wants its next pass (None: only when
+something it watches changes; there is no periodic re-read).
 
 Nothing is kept in memory between passes that the API does not also hold: an operator killed at
 any instant resumes correctly and re-adopts a running Job by its deterministic name. A cache can
@@ -35,8 +35,8 @@ from lightsout.execution.results import observe_job
 from lightsout.k8s.api import Api
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
-from lightsout.planning import fsm, healthjudge
-from lightsout.planning.passes import Readings, pass_decision
+from lightsout.planning.machine import fsm, healthjudge
+from lightsout.planning.machine.passes import Readings, pass_decision
 from lightsout.planning.types import (
     Action,
     DrainStatus,

@@ -24,8 +24,8 @@ from lightsout.execution.actuator import write_desired
 from lightsout.k8s.api import Api, ConflictError
 from lightsout.metrics.families import AUTOSCALER_DECISIONS, PENDING_OLDEST, PENDING_PODS
 from lightsout.models.enums import DesiredPowerState
-from lightsout.planning.decisions import PowerOn, ScaleAction
-from lightsout.planning.effects import Event
+from lightsout.planning.autoscaler.decisions import PowerOn, ScaleAction
+from lightsout.planning.machine.effects import Event
 from lightsout.planning.types import ObservedPowerState
 from lightsout.state.parse import format_time
 from lightsout.state.types import UNNEEDED_SINCE, ObjectKey, Snapshot

@@ -16,7 +16,7 @@ from lightsout.actuation import inputs
 from lightsout.execution import providerid
 from lightsout.execution.jobs import job_name
 from lightsout.models.node import NodeSpec
-from lightsout.planning.effects import Decision
+from lightsout.planning.machine.effects import Decision
 from lightsout.planning.types import ObservedPowerState
 from lightsout.state.parse import format_time
 from lightsout.text import clip_middle

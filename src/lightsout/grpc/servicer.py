@@ -1,5 +1,5 @@
 """The externalgrpc `CloudProvider` service: each RPC a thin adapter over
-`lightsout.planning.nodegroups`.
+`lightsout.planning.autoscaler.nodegroups`.
 
 Every call reads the cluster afresh (`Cluster.read`), builds a snapshot, asks the pure function
 and turns its answer (or its `NodeGroupError`) into the protobuf reply (or a gRPC status).
@@ -28,7 +28,7 @@ from lightsout.grpc.cluster import Cluster, ConflictError, Obj
 from lightsout.grpc.protos import externalgrpc_pb2 as pb
 from lightsout.grpc.protos import k8s_node_pb2 as k8s
 from lightsout.grpc.protos import k8s_pod_pb2 as k8s_pod
-from lightsout.planning import nodegroups as ng
+from lightsout.planning.autoscaler import nodegroups as ng
 from lightsout.state.build import (
     CONFIGMAPS_KEY,
     GROUPS_KEY,

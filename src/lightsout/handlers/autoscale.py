@@ -13,12 +13,12 @@ the same kinds) proves that the caches are complete: only then does the planner 
 `snapshot_from(..., complete=True)`.
 
 One asyncio task, started at operator start-up, is the planner. Every watched change wakes it;
-it waits as `planning.wake.PlanningRound` says (the debounce, so a burst of changes makes one
-plan, and the rest after a slow plan: the replay follows the same rule), copies the caches,
-calls the pure `planning.autoscale.plan` in a thread and hands the result to
+it waits as `planning.autoscaler.wake.PlanningRound` says (the debounce, so a burst of changes makes
+one plan, and the rest after a slow plan: the replay follows the same rule), copies the caches,
+calls the pure `planning.autoscaler.autoscale.plan` in a thread and hands the result to
 `actuation.plans.PlanApplier`. It never polls: between changes it sleeps until the plan's next
-deadline (`planning.wake.next_wake`: an unneeded machine's timer, a stabilisation window) or
-until its leader Lease needs renewing. Only the replica holding the
+deadline (`planning.autoscaler.wake.next_wake`: an unneeded machine's timer, a stabilisation window)
+or until its leader Lease needs renewing. Only the replica holding the
 `lightsout-autoscaler` Lease plans; the others keep their caches warm and take over when the
 Lease expires.
 """
@@ -45,9 +45,9 @@ from lightsout.execution.workqueue import backoff
 from lightsout.handlers.lifecycle import shared_api, stop_task
 from lightsout.handlers.node import NOT_OURS, slim
 from lightsout.k8s.api import Api
-from lightsout.planning.autoscale import plan
-from lightsout.planning.decisions import Plan
-from lightsout.planning.wake import PlanningRound, next_wake
+from lightsout.planning.autoscaler.autoscale import plan
+from lightsout.planning.autoscaler.decisions import Plan
+from lightsout.planning.autoscaler.wake import PlanningRound, next_wake
 from lightsout.state import build
 from lightsout.state.parse import dig
 from lightsout.state.references import contents_entry
@@ -139,7 +139,7 @@ class Planner:
     _just_elected: bool = False
     _last_summary: str = ""
     #: How long the last plan took to compute (its writes not counted): see
-    #: `planning.wake.PLAN_REST`.
+    #: `planning.autoscaler.wake.PLAN_REST`.
     plan_seconds: float = 0.0
     round: PlanningRound = field(default_factory=PlanningRound)
 

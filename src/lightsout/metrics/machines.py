@@ -28,8 +28,8 @@ from prometheus_client.registry import Collector
 from lightsout.metrics.families import ACTION_DURATION, ACTIONS, TRANSITION_DURATION
 from lightsout.models.drivers import DRIVER_KINDS
 from lightsout.models.enums import Action, Phase, ProxmoxMode
-from lightsout.planning.energy import Account
-from lightsout.planning.energystatus import account_from_status
+from lightsout.planning.energy.account import Account
+from lightsout.planning.energy.status import account_from_status
 from lightsout.state.parse import dig, parse_time
 
 _FINISHED = {"Succeeded": "succeeded", "Failed": "failed"}

@@ -42,7 +42,8 @@ from lightsout.models.types import (
 
 Seconds = Annotated[int, Field(ge=0, le=86_400)]
 
-#: `scaleDown.unneededSeconds: auto`: wait one break-even time (see `planning.breakeven`).
+#: `scaleDown.unneededSeconds: auto`: wait one break-even time (see
+#: `planning.autoscaler.breakeven`).
 AUTO = "auto"
 UNNEEDED_RULE = Rule(
     cel="type(self) == int ? self >= 0 && self <= 86400 : self == 'auto'",

@@ -1,12 +1,14 @@
-"""Pure decision code: the power state machine and the autoscaling planner.
+"""Pure decision code, in three rooms over the shared model (`types`, `policy`, `learning`).
 
-`fsm.decide` takes one machine's phase, intent and observations and returns its next status and
-the effects to apply (start a Job, cordon, drain, ...). `autoscale.plan` takes a whole-cluster
-`lightsout.state.types.Snapshot` and returns a `decisions.Plan`: which machines to power on or
-off and why (scale-up packing in `scaleup`/`packing`/`scheduling`, scale-down in `scaledown`, the
-Group's choice policy in `policy`, explanations in `explain`).
+- `machine`: one machine's pass, the power state machine (`machine.fsm.decide`: a machine's
+  phase, intent and observations in, its next status and the effects to carry out) and what a
+  pass reads beside it (`machine.passes`);
+- `autoscaler`: the planner (`autoscaler.autoscale.plan`: a whole-cluster
+  `lightsout.state.types.Snapshot` in, a `decisions.Plan` out: which machines to power on or
+  off and why);
+- `energy`: draws, accounts and their status (`energy.account`, `energy.status`).
 
-Nothing in this package performs I/O or imports kopf or the Kubernetes client. Handlers build
-frozen inputs from watched objects, call these functions, persist what they return and apply the
-effects through `lightsout.k8s`.
+`machine` and `autoscaler` never import each other. Nothing in this package performs I/O or
+imports kopf or the Kubernetes client: the drivers (the operator's execution, the replay) build
+inputs from objects, call these functions and carry out what they return through actuation.
 """

@@ -6,7 +6,7 @@ state machine); the Node handler persists the returned record as `status.learned
 replay simulator carries it between decisions the same way. `state.build` reads the medians
 (`bootSeconds`, `shutdownSeconds`) and the power-on times into `state.Machine`, where the
 planner uses them: pre-warming's lead time, the break-even time behind
-`scaleDown.unneededSeconds: auto` (`planning.breakeven`), the FastestBoot policy and the
+`scaleDown.unneededSeconds: auto` (`planning.autoscaler.breakeven`), the FastestBoot policy and the
 `maxPowerCyclesPerDay` wear limit.
 
 A boot sample is the time from the start of the successful power-on Job to the machine's
@@ -17,8 +17,8 @@ slow boot (a disk check, a firmware update) among them does not move it.
 `learn_draw` learns the draw from the watts a health check measured (`status.power`): a reading
 while off teaches the off draw, one while on with almost no cpu requested the idle draw, and one
 while pods request a good share of the cpu the busy draw (extrapolated along the linear model
-of `planning.energy.Draw`: idle + (busy - idle) * requested share). Each figure moves a quarter
-of the way to a new reading, so one odd reading (a fan spinning up) moves it little. The
+of `planning.energy.account.Draw`: idle + (busy - idle) * requested share). Each figure moves a
+quarter of the way to a new reading, so one odd reading (a fan spinning up) moves it little. The
 reconcile pass calls it with each new reading; `state.measured` makes the learned figures win
 over the declared `spec.power` in energy accounting, the planner and recorded traces.
 """

@@ -12,9 +12,9 @@ A Group's `selectionPolicy` ranks its own machines:
   (`status.learned.bootSeconds`), else its `spec.power.bootTimeoutSeconds`.
 
 Ties fall back to energy per demand, then to the machine's name, so plans are deterministic.
-Between Groups whose policies differ, energy per demand decides. `planning.scaleup` (choosing
-machines to power on), its minNodes top-up and `planning.scaledown` (the order machines are
-considered for power-off) call the functions here.
+Between Groups whose policies differ, energy per demand decides. `planning.autoscaler.scaleup`
+(choosing machines to power on), its minNodes top-up and `planning.autoscaler.scaledown` (the order
+machines are considered for power-off) call the functions here.
 """
 
 from __future__ import annotations

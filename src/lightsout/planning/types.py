@@ -73,7 +73,7 @@ GROUP_LABEL = "lightsout.dev/group"
 def core_node_labels(labels: Mapping[str, str], machine: str, group: str) -> dict[str, str]:
     """The labels a machine's core Node carries: `labels` (the Group's, then the machine's,
     already merged) and the two naming the machine and its Group. The operator applies them;
-    cluster-autoscaler's template of a node group shows them (`planning.nodegroups`)."""
+    cluster-autoscaler's template of a node group shows them (`planning.autoscaler.nodegroups`)."""
     return {**labels, NODE_LABEL: machine, GROUP_LABEL: group}
 
 

@@ -1,10 +1,10 @@
 """CronJob runs: when a `batch/v1` CronJob creates a Job, as kube-controller-manager decides it.
 
 One code path for announced work, live and simulated: `expected_pods(crons, now)` turns
-CronJobs into the `Snapshot.expected` pods the planner pre-warms for (`planning.prewarm`).
-`state.build.snapshot_from` calls it with the CronJobs the autoscaler handler watches, and the
-replay simulator (`lightsout.simulate.replay.engine`) with the trace's CronJobs, looking their next
-run up in its own expansion of the same `fire_times`.
+CronJobs into the `Snapshot.expected` pods the planner pre-warms for
+(`planning.autoscaler.prewarm`). `state.build.snapshot_from` calls it with the CronJobs the
+autoscaler handler watches, and the replay simulator (`lightsout.simulate.replay.engine`) with the
+trace's CronJobs, looking their next run up in its own expansion of the same `fire_times`.
 
 `fire_times` expands `spec.schedule` in `spec.timeZone` (the controller's default is its own
 zone: UTC here) with `lightsout.models.schedule`, the controller's own schedule arithmetic

@@ -10,7 +10,7 @@ simulator all read it here.
   replace the declared ones (and the inspected GPU count replaces the one GPU resource
   declared in `spec.resources.extended`), unless `spec.resources.pinned` says to plan with the
   declared figures (room kept for the system, a BMC that counts wrong). The declared pods and
-  other extended resources stay: no controller reports them. `planning.inspection` words the
+  other extended resources stay: no controller reports them. `planning.machine.inspection` words the
   differences and which figure is used in the InspectionMismatch condition.
 - Draw: measured, else declared. A meter is believed over a figure copied from a data sheet.
 """

@@ -4,7 +4,7 @@ Every request, allocatable and free amount in the snapshot and the planner is a 
 CPU in millicores, everything else (memory and ephemeral storage in bytes, pods, GPUs and other
 extended resources in units) in base units rounded up. Integers keep the planner's arithmetic
 exact and fast (no Decimal in the hot loop); the builders in `lightsout.state.parse` produce them
-and `lightsout.planning.scheduling` formats them back into reasons ("needs 6, free 3.5").
+and `lightsout.planning.autoscaler.scheduling` formats them back into reasons ("needs 6, free 3.5").
 """
 
 from __future__ import annotations

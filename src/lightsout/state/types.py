@@ -1,9 +1,9 @@
 """Frozen snapshot types: what the autoscaling planner knows about the cluster at one instant.
 
 `lightsout.state.build.snapshot_from` fills them from raw API objects; the planner
-(`lightsout.planning.autoscale`) and the scheduling simulation (`lightsout.planning.scheduling`)
-only read them. They hold data, not policy: how a toleration matches a taint, or whether a pod
-fits, is decided in `planning`.
+(`lightsout.planning.autoscaler.autoscale`) and the scheduling simulation
+(`lightsout.planning.autoscaler.scheduling`) only read them. They hold data, not policy: how a
+toleration matches a taint, or whether a pod fits, is decided in `planning`.
 
 Label maps are plain mappings that nobody mutates; everything else is tuples, so a pod's
 `SchedulingRequirements` is hashable and identical pods can be grouped by it.
@@ -232,7 +232,7 @@ class ScaleUpPolicy:
 @dataclass(frozen=True, slots=True)
 class ScaleDownPolicy:
     enabled: bool = True
-    #: None is `auto`: one break-even time of each machine (`planning.breakeven`).
+    #: None is `auto`: one break-even time of each machine (`planning.autoscaler.breakeven`).
     unneeded_seconds: int | None = None
     #: `auto` waits this many break-even times.
     break_even_multiple: float = DEFAULT_BREAK_EVEN_MULTIPLE
@@ -257,13 +257,14 @@ class Group:
     price_per_kwh: float | None = None
     last_scale_up: datetime | None = None
     last_scale_down: datetime | None = None
-    #: `spec.windows`: recurring floors and ceilings (`planning.windows` applies them).
+    #: `spec.windows`: recurring floors and ceilings (`planning.autoscaler.windows` applies them).
     windows: tuple[Window, ...] = ()
-    #: Set by `planning.windows.effective` on the Group the planner sizes: the window whose
-    #: limits are in force, in words ("window evening (18:00-23:00 Europe/Berlin): minNodes 1
+    #: Set by `planning.autoscaler.windows.effective` on the Group the planner sizes: the window
+    #: whose limits are in force, in words ("window evening (18:00-23:00 Europe/Berlin): minNodes 1
     #: until 23:00").
     window_note: str | None = None
-    #: Set by `planning.windows.effective`: a quiet window is open ("strict" when strict).
+    #: Set by `planning.autoscaler.windows.effective`: a quiet window is open ("strict" when
+    #: strict).
     quiet: str | None = None
 
 
@@ -275,7 +276,7 @@ class Window:
     min_nodes: int | None = None
     max_nodes: int | None = None
     #: No power-on for a pod another Group's machine could be powered on for now
-    #: (`planning.startable.alternatives`; `strict`: for no pending pod at all).
+    #: (`planning.autoscaler.startable.alternatives`; `strict`: for no pending pod at all).
     quiet: bool = False
     strict: bool = False
 
@@ -300,7 +301,7 @@ class DaemonSet:
 @dataclass(frozen=True, slots=True)
 class ExpectedPod:
     """A pod known to arrive at `at` before it exists: a CronJob's next run. The planner
-    powers capacity on early enough for it (`planning.prewarm`)."""
+    powers capacity on early enough for it (`planning.autoscaler.prewarm`)."""
 
     key: ObjectKey
     at: datetime

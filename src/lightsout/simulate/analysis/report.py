@@ -2,7 +2,8 @@
 
 `summarise(result, reference)` turns an `engine.Result` into a plain dict (what `-o json`
 prints); `render_text` prints it for a person, with the offline bound and the reactive baseline
-beside it when they were computed. Energy comes from the machines' `planning.energy.Ledger`s.
+beside it when they were computed. Energy comes from the machines'
+`planning.energy.account.Ledger`s.
 
 "Always-on" is one reference for every policy of a trace (`AlwaysOn`, from
 `always_on_reference`): the always-on replay of the same trace, so "% saved" of Lights-Out, of
@@ -18,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from lightsout.planning.energy import cost
-from lightsout.planning.scaledown import JOB
+from lightsout.planning.autoscaler.scaledown import JOB
+from lightsout.planning.energy.account import cost
 from lightsout.simulate.replay.engine import Policy, Result, Scoring, replay
 from lightsout.simulate.replay.machines import SimPod, WaitCause
 

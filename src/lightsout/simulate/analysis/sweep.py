@@ -13,9 +13,9 @@ lowest-energy point and the shortest-wait one), on the side of the corner of lea
 shortest wait. It needs three such points and one below the chord; a front that bends away
 from that corner has no point that is a compromise, and no knee.
 
-Left out as a knob: the pre-warm margin (`planning.prewarm.MARGIN`). It is not a Group setting
-(one CronJob run may be taken by machines of several Groups, so which Group's margin would set
-its lead time is a design question of its own), it only moves CronJob runs (not the other pods'
+Left out as a knob: the pre-warm margin (`planning.autoscaler.prewarm.MARGIN`). It is not a Group
+setting (one CronJob run may be taken by machines of several Groups, so which Group's margin would
+set its lead time is a design question of its own), it only moves CronJob runs (not the other pods'
 waits this sweep is about), and on the shipped weeks CronJob runs already wait 0 s at p95.
 """
 

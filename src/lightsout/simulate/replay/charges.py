@@ -1,8 +1,8 @@
 """A replay machine's energy by cause, counted as the replay goes (`SimMachine.charges`).
 
 Each `SimMachine` carries a `Charges`, which its `count_energy` feeds with every interval the
-ledger counts (the same seconds, the same `planning.energy.Draw`), so the causes of a machine
-add up to its ledger's energy:
+ledger counts (the same seconds, the same `planning.energy.account.Draw`), so the causes of a
+machine add up to its ledger's energy:
 
 - **standby**: its `offWatts` all the time, which every schedule pays, the bound's included;
 - **load**: its pods' share, `(on - idle) x cpu share`, wherever it was counted;
@@ -10,9 +10,9 @@ add up to its ledger's energy:
   Booting), **shuttingDown** (Draining, PoweringOff, Deprovisioning), **other** (Failed,
   Unknown) and, while Ready, **busy** (pods running), **jobGrace** (pods running, but only a
   Job's grace keeps them there: the planner found the machine otherwise movable) or **idle**
-  (no pod), split by the planner's last `Hold` for the machine (`planning.decisions.Hold`:
-  waiting out its unneeded time, kept for pending or pre-warmed pods, an announced run,
-  minNodes, ...; "unplanned" until a plan names one).
+  (no pod), split by the planner's last `Hold` for the machine
+  (`planning.autoscaler.decisions.Hold`: waiting out its unneeded time, kept for pending or
+  pre-warmed pods, an announced run, minNodes, ...; "unplanned" until a plan names one).
 
 `analysis.breakdown` reports them per machine, beside the offline bound's schedule.
 """
@@ -24,8 +24,8 @@ from enum import StrEnum
 from typing import Any
 
 from lightsout.models.enums import Phase
-from lightsout.planning.decisions import Hold
-from lightsout.planning.energy import Draw, is_powered
+from lightsout.planning.autoscaler.decisions import Hold
+from lightsout.planning.energy.account import Draw, is_powered
 
 _HOUR = 3600.0
 

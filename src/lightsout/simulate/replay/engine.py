@@ -4,7 +4,7 @@
 and CronJob runs in order of time (`clock`) on the in-memory port (`machines`) and a model of
 kube-scheduler (`scheduler`). Every decision is the operator's, on inputs built the way its
 handlers build them: the planner, woken by the autoscaler handler's rule
-(`planning.wake.PlanningRound`), its plan applied by the one plan applier
+(`planning.autoscaler.wake.PlanningRound`), its plan applied by the one plan applier
 (`actuation.plans.PlanApplier`); the power state machine on a machine
 whenever something it watches changes or its Requeue is due, its decision carried out by the one
 effect interpreter (`actuation.interpreter.carry_out`). The `reactive` policy drives the same
@@ -22,10 +22,10 @@ from typing import Any
 
 from lightsout.actuation.interpreter import carry_out
 from lightsout.actuation.plans import PlanApplier
-from lightsout.planning.autoscale import plan
-from lightsout.planning.decisions import Plan, PowerOn
-from lightsout.planning.passes import pass_decision
-from lightsout.planning.wake import PlanningRound, next_wake
+from lightsout.planning.autoscaler.autoscale import plan
+from lightsout.planning.autoscaler.decisions import Plan, PowerOn
+from lightsout.planning.autoscaler.wake import PlanningRound, next_wake
+from lightsout.planning.machine.passes import pass_decision
 from lightsout.simulate.replay.clock import Clock, Kind
 from lightsout.simulate.replay.machines import SimMachine, SimPod, SimScale, read_machines
 from lightsout.simulate.replay.scheduler import Scheduler, Scoring

@@ -2,8 +2,8 @@
 
 A `SimMachine` is the operator's `MemoryMachine` (what the one effect interpreter carries
 decisions out through) with the machine's truth: its power-on, boot and shutdown durations
-(`trace.Durations`), its draw (`planning.energy`) and the pods bound to it; what a write sets
-off elsewhere in the replay (a plan, a scheduling pass, an eviction) goes through `Cluster`.
+(`trace.Durations`), its draw (`planning.energy.account`) and the pods bound to it; what a write
+sets off elsewhere in the replay (a plan, a scheduling pass, an eviction) goes through `Cluster`.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from lightsout.actuation.pool import pool_of
 from lightsout.models.enums import DesiredPowerState
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
-from lightsout.planning.decisions import Hold, ScaleAction
-from lightsout.planning.effects import Decision, Event, StartJob
-from lightsout.planning.energy import Draw, Ledger, is_powered
-from lightsout.planning.energystatus import cpu_use
-from lightsout.planning.healthjudge import assess
-from lightsout.planning.passes import Readings
-from lightsout.planning.scheduling import HOSTNAME_LABEL
+from lightsout.planning.autoscaler.decisions import Hold, ScaleAction
+from lightsout.planning.autoscaler.scheduling import HOSTNAME_LABEL
+from lightsout.planning.energy.account import Draw, Ledger, is_powered
+from lightsout.planning.energy.status import cpu_use
+from lightsout.planning.machine.effects import Decision, Event, StartJob
+from lightsout.planning.machine.healthjudge import assess
+from lightsout.planning.machine.passes import Readings
 from lightsout.planning.types import (
     DrainStatus,
     JobPhase,
@@ -266,7 +266,7 @@ class SimMachine(MemoryMachine):
     def health_check(self, job: str) -> None:
         """Its Group's check reads its controller now: the true power state and, where the
         driver has a meter, the true draw, filed as the operator files a check pod's result;
-        its next pass judges it (`planning.healthjudge`, `planning.passes`)."""
+        its next pass judges it (`planning.machine.healthjudge`, `planning.machine.passes`)."""
         now = self.sim.clock.time()
         powered = self.power is ObservedPowerState.ON
         driver = self.spec.driver

@@ -1,9 +1,9 @@
 """The replay's kube-scheduler: which pod runs on which machine.
 
 Pending pods, oldest first, are bound to Ready, uncordoned nodes that pass the production fit
-check (`planning.scheduling.fits`), scored like kube-scheduler's NodeResourcesFit over cpu and
-memory; a pod no node takes is marked Unschedulable, which is what the planner reacts to, and
-why is kept on the pod for the report (`machines.WaitCause`: a machine that could hold it is
+check (`planning.autoscaler.scheduling.fits`), scored like kube-scheduler's NodeResourcesFit over
+cpu and memory; a pod no node takes is marked Unschedulable, which is what the planner reacts to,
+and why is kept on the pod for the report (`machines.WaitCause`: a machine that could hold it is
 not up, or every one is up and its room taken). It keeps each machine's pods and requested
 resources, which its draw follows.
 """
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from enum import StrEnum
 
-from lightsout.planning.scheduling import NodeView, fits
+from lightsout.planning.autoscaler.scheduling import NodeView, fits
 from lightsout.planning.types import Phase
 from lightsout.simulate.replay.clock import Clock, Kind
 from lightsout.simulate.replay.machines import SimMachine, SimPod, WaitCause

@@ -18,7 +18,7 @@ it with its assumptions):
 - energy (Wh) = standby of every machine all the time + (idle - standby) while up + each pod's
   share (on - idle) x cpu request / allocatable while it runs + per start-up (power-on Job +
   boot + shutdown Job) x (idle - standby), less one shutdown for a machine still up at the end.
-  That is exactly how the replay counts energy (`planning.energy`), so the figures compare.
+  That is exactly how the replay counts energy (`planning.energy.account`), so the figures compare.
 
 What it leaves out makes the bound lower, never higher, so it stays a lower bound on what any
 zero-wait schedule pays: no minimum off time between a shutdown and the next boot, and the
@@ -84,8 +84,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from lightsout.planning.energy import Draw
-from lightsout.planning.scheduling import NodeView, placement_reasons, shortfalls, view_of_machine
+from lightsout.planning.autoscaler.scheduling import (
+    NodeView,
+    placement_reasons,
+    shortfalls,
+    view_of_machine,
+)
+from lightsout.planning.energy.account import Draw
 from lightsout.simulate.traces.trace import Trace
 from lightsout.state import cron
 from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, snapshot_from
@@ -313,7 +318,7 @@ def _costs(problem: Problem, trace: Trace, runs: list[Run]) -> None:
 
 def _load_watts(view: NodeView, draw: Draw, run: Run) -> float:
     """What the pod adds to the machine's draw while it runs there (its cpu share of on - idle),
-    as `planning.energy.Draw.watts` counts it."""
+    as `planning.energy.account.Draw.watts` counts it."""
     cpu = view.allocatable.get(CPU)
     share = min(1.0, run.requests.requests.get(CPU) / cpu) if cpu else 0.0
     return draw.watts(True, share) - draw.watts(True)

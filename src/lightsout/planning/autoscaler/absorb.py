@@ -1,14 +1,14 @@
 """Scale-up, step 1: what capacity that exists or is on its way takes of the pending pods.
 
-`absorb` (called by `lightsout.planning.autoscale.plan` before `scaleup.choose`) places pods on
-Ready nodes the scheduler may not have tried yet (see `cluster.SCHEDULER_GRACE`), and on
+`absorb` (called by `lightsout.planning.autoscaler.autoscale.plan` before `scaleup.choose`) places
+pods on Ready nodes the scheduler may not have tried yet (see `cluster.SCHEDULER_GRACE`), and on
 machines already powering on (virtually, so a second machine is not started for them). A
 machine coming up takes pods as kube-scheduler will bind them: the one expected Ready first
 (`ready_in`: learned boot less the time since its power-on Job started) takes the oldest pods
 that fit, whatever their class; and a pod is only counted on one that is Ready no later than a
 fresh power-on of an off machine would be (plus `COMING_MARGIN_SECONDS`; a machine whose boot
 is not learned yet always counts), else it is left to `choose` and its explanation says why.
-A pod announced for later (a CronJob run being pre-warmed: `planning.prewarm`) waits for
+A pod announced for later (a CronJob run being pre-warmed: `planning.autoscaler.prewarm`) waits for
 nothing that is Ready before it is due, so any machine coming up that is Ready by then takes
 it: "sooner" only matters for the part of a pod's wait a quicker machine would save.
 It returns what it decided (`Absorbed`) and changes nothing it is given.
@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from lightsout.models.enums import Phase
-from lightsout.planning.cluster import (
+from lightsout.planning.autoscaler.cluster import (
     SCHEDULER_GRACE,
     Bin,
     Cluster,
@@ -34,7 +34,7 @@ from lightsout.planning.cluster import (
     count_fit,
     since_verdict,
 )
-from lightsout.planning.startable import not_startable
+from lightsout.planning.autoscaler.startable import not_startable
 from lightsout.state.types import ObjectKey, Pod
 
 #: How much later than a fresh power-on of an off machine a machine already coming up may be

@@ -3,9 +3,9 @@
 A driver role may report `power_watts` (the draw its controller measured) and `inspected` (cpu,
 memory, architecture, gpus) besides the power state (`playbooks/tasks/report.yml`). The
 health-result cache keeps them in each pod's record (`execution.health.pod_record`); a
-machine's pass (`planning.passes`, the operator's and the replay's) turns a new record's values
-into `status.power` and `status.inspected` (`measured_status`), learns the draw from the watts
-(`planning.learning.learn_draw`), and compares what a person declared with what was inspected
+machine's pass (`planning.machine.passes`, the operator's and the replay's) turns a new record's
+values into `status.power` and `status.inspected` (`measured_status`), learns the draw from the
+watts (`planning.learning.learn_draw`), and compares what a person declared with what was inspected
 on every pass (`judge`), so an edit of `spec.resources` is judged at once: a declared figure
 above or below the inspected one is a mismatch, and the condition says which figure the planner
 uses (the inspected one, unless `spec.resources.pinned`; the choice itself is
@@ -21,7 +21,7 @@ from typing import Any
 
 from lightsout.models.node import NodeSpec
 from lightsout.models.types import parse_quantity
-from lightsout.planning.effects import Event, SetCondition
+from lightsout.planning.machine.effects import Event, SetCondition
 from lightsout.planning.types import ConditionStatus, ConditionType, EventType
 from lightsout.state.measured import gpu_names, inspected_resources
 from lightsout.state.parse import condition

@@ -3,7 +3,7 @@
 A Group's health-check Job (built in `execution.health`) reads each machine's controller; the
 newest result filed under a machine is judged here (`assess`) into `status.lastHealthCheck`,
 the `Healthy` condition and the power state the state machine may use; a result that came
-while an action Job held the machine is recorded as skipped, never used. `planning.passes`
+while an action Job held the machine is recorded as skipped, never used. `planning.machine.passes`
 adds the verdict to the machine's decision, the same in both drivers.
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from lightsout.planning import inspection
-from lightsout.planning.effects import SetCondition
+from lightsout.planning.machine import inspection
+from lightsout.planning.machine.effects import SetCondition
 from lightsout.planning.types import (
     ConditionStatus,
     ConditionType,
@@ -95,7 +95,8 @@ class Assessment:
     power_state: ObservedPowerState
     power_state_at: dt.datetime | None
     observed_power_state: ObservedPowerState | None
-    #: `status.power` / `status.inspected` a new healthy check reported (`planning.inspection`).
+    #: `status.power` / `status.inspected` a new healthy check reported
+    #: (`planning.machine.inspection`).
     measured: Mapping[str, Any] | None = None
 
 

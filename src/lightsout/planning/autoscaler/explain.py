@@ -1,13 +1,13 @@
 """Why a pending pod gets no machine: one line naming each machine's reason.
 
-`lightsout.planning.autoscale.plan` calls `why_not` for every class of pods left without
+`lightsout.planning.autoscaler.autoscale.plan` calls `why_not` for every class of pods left without
 capacity after scale-up. Machines that could never host the pod (too small, wrong labels,
 untolerated taints) and machines that could but may not be powered on now (pinned, group at
 maxNodes, too many power-ons in flight, scale-up window) are told apart: when none could ever
 host it the line starts "no machine could ever host this pod", which is the message a person
 needs to go and fix the pod or the machines. Machines sharing a reason are listed together.
 Whether an off machine may be powered on, and the alternatives a quiet window leaves the pod
-(named in its machines' reason), are `planning.startable`'s, as scale-up decided them.
+(named in its machines' reason), are `planning.autoscaler.startable`'s, as scale-up decided them.
 """
 
 from __future__ import annotations
@@ -15,10 +15,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Hashable, Mapping
 
-from lightsout.planning.cluster import Availability, Bin, Cluster, MachineInfo, PodClass, count_fit
-from lightsout.planning.scaleup import room_of
-from lightsout.planning.scheduling import shortfalls
-from lightsout.planning.startable import (
+from lightsout.planning.autoscaler.cluster import (
+    Availability,
+    Bin,
+    Cluster,
+    MachineInfo,
+    PodClass,
+    count_fit,
+)
+from lightsout.planning.autoscaler.scaleup import room_of
+from lightsout.planning.autoscaler.scheduling import shortfalls
+from lightsout.planning.autoscaler.startable import (
     NAMES_SHOWN,
     alternatives,
     group_limit,

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from lightsout.models.enums import Autoscaler
-from lightsout.planning.cluster import Availability, Cluster, MachineInfo, PodClass
-from lightsout.planning.scheduling import shortfalls
+from lightsout.planning.autoscaler.cluster import Availability, Cluster, MachineInfo, PodClass
+from lightsout.planning.autoscaler.scheduling import shortfalls
 from lightsout.state.types import Group, ObjectKey
 
 #: Names listed per reason before "and N more".

@@ -1,12 +1,12 @@
 """The planner's working model of one snapshot: machines classified, capacity as bins, pending
 pods grouped into classes of identical scheduling requirements.
 
-`lightsout.planning.autoscale.plan` builds a `Cluster` once per call and hands it to the scale-up
-(`planning.scaleup`) and scale-down (`planning.scaledown`) passes. `Cluster`, `MachineInfo`,
-`PodClass` and `Bin` are frozen: a pass never changes what it is given, it returns what it
-decided (a `Cluster` whose bins hold the pods it placed, the classes of the pods still unplaced).
-Inside one pass, `Waiting` (the pods of a class not placed yet) and `Filling` (a bin's room as
-pods go onto it) are the scratch space it fills and then freezes into its result.
+`lightsout.planning.autoscaler.autoscale.plan` builds a `Cluster` once per call and hands it to the
+scale-up (`planning.autoscaler.scaleup`) and scale-down (`planning.autoscaler.scaledown`) passes.
+`Cluster`, `MachineInfo`, `PodClass` and `Bin` are frozen: a pass never changes what it is given, it
+returns what it decided (a `Cluster` whose bins hold the pods it placed, the classes of the pods
+still unplaced). Inside one pass, `Waiting` (the pods of a class not placed yet) and `Filling` (a
+bin's room as pods go onto it) are the scratch space it fills and then freezes into its result.
 
 Speed comes from two ideas: pods with equal `SchedulingRequirements` form one `PodClass` placed
 by count (how many fit = the minimum over resources of free // request), and nodes are reduced
@@ -23,7 +23,7 @@ from enum import StrEnum
 from functools import cached_property
 
 from lightsout.models.enums import Autoscaler, DesiredPowerState, Phase
-from lightsout.planning.scheduling import (
+from lightsout.planning.autoscaler.scheduling import (
     HOSTNAME_LABEL,
     NodeView,
     placement_reasons,

@@ -5,16 +5,16 @@ minNodes from one lead time before it opens until it closes, a ceiling window's 
 is open, a quiet window's `quiet` while it is open (`scaleup.eligible_classes` then offers none of
 the Group's machines to a pod while another Group's machine could be powered on for it,
 `startable.could_power_on`, or to any pod when strict), the Group's own limits otherwise. The lead
-is that of pre-warming (`planning.prewarm`): the boot (learned, else bootTimeoutSeconds) of the
-slowest of the machines the floor needs plus `MARGIN`, so they are Ready when the window opens. The
-floor needs the `minNodes` machines `scaleup.top_up` would power on first: the Group's autoscaled
-machines that have not failed, in `policy.idle_rank` order (`floor_order`); a slow machine the
-floor would not choose does not make it start early. A machine's boot estimate shrinks once the
-boot the floor started is learned, and with it the lead: a floor whose opening is within the
-unlearned lead (the boot timeouts) keeps the Group's machines already on (`held`), powering no more
-on, so the floor's machine is not powered off again before the window opens. When it closes, the
-floor's machines are unneeded like any other and power off on their usual timers. `moments` are the
-instants a window changes the plan, for `wake.next_wake`.
+is that of pre-warming (`planning.autoscaler.prewarm`): the boot (learned, else bootTimeoutSeconds)
+of the slowest of the machines the floor needs plus `MARGIN`, so they are Ready when the window
+opens. The floor needs the `minNodes` machines `scaleup.top_up` would power on first: the Group's
+autoscaled machines that have not failed, in `policy.idle_rank` order (`floor_order`); a slow
+machine the floor would not choose does not make it start early. A machine's boot estimate shrinks
+once the boot the floor started is learned, and with it the lead: a floor whose opening is within
+the unlearned lead (the boot timeouts) keeps the Group's machines already on (`held`), powering no
+more on, so the floor's machine is not powered off again before the window opens. When it closes,
+the floor's machines are unneeded like any other and power off on their usual timers. `moments` are
+the instants a window changes the plan, for `wake.next_wake`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from datetime import datetime, timedelta
 
 from lightsout.models.enums import DesiredPowerState, Phase
 from lightsout.models.windows import zone
+from lightsout.planning.autoscaler.prewarm import MARGIN
 from lightsout.planning.policy import EnergyModel, idle_rank
-from lightsout.planning.prewarm import MARGIN
 from lightsout.state.types import Group, Machine, Window
 
 

@@ -1,8 +1,8 @@
 """Scale-down: which Ready machines are unneeded, and which of those to power off now.
 
-Called by `lightsout.planning.autoscale.plan` after scale-up, on the bins scale-up left (pending
-pods already placed on them). A Ready machine of a builtin Group with autoscaling enabled is
-*unneeded* when:
+Called by `lightsout.planning.autoscaler.autoscale.plan` after scale-up, on the bins scale-up left
+(pending pods already placed on them). A Ready machine of a builtin Group with autoscaling enabled
+is *unneeded* when:
 
 - no pending pod is expected to run on it (a machine powered on for a pod keeps it);
 - its utilisation (requests of pods other than DaemonSet and mirror pods over allocatable, the
@@ -18,7 +18,7 @@ pods already placed on them). A Ready machine of a builtin Group with autoscalin
   and a machine found unneeded no longer offers its own space to the others.
 
 An unneeded machine is powered off once it has been unneeded for scaleDown.unneededSeconds
-(`auto`: its break-even time, `planning.breakeven`), outside
+(`auto`: its break-even time, `planning.autoscaler.breakeven`), outside
 scaleDown.stabilizationWindowSeconds after the Group's last scale-up (and never while the same
 plan powers machines on in its Group), without taking the Group below minNodes, and at most
 scaleDown.maxConcurrentOperations at once counting those already powering off. It also stays
@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from lightsout.models.enums import Autoscaler
-from lightsout.planning.breakeven import unneeded_seconds, wear_hold
-from lightsout.planning.cluster import (
+from lightsout.planning.autoscaler.breakeven import unneeded_seconds, wear_hold
+from lightsout.planning.autoscaler.cluster import (
     Availability,
     Bin,
     Cluster,
@@ -48,10 +48,10 @@ from lightsout.planning.cluster import (
     PodClass,
     count_fit,
 )
-from lightsout.planning.decisions import Hold, PowerOff
-from lightsout.planning.explain import listed
+from lightsout.planning.autoscaler.decisions import Hold, PowerOff
+from lightsout.planning.autoscaler.explain import listed
+from lightsout.planning.autoscaler.scheduling import fits, placement_reasons, selector_matches
 from lightsout.planning.policy import EnergyModel, power_off_rank
-from lightsout.planning.scheduling import fits, placement_reasons, selector_matches
 from lightsout.state.resources import CPU, MEMORY
 from lightsout.state.types import DisruptionBudget, ExpectedPod, ObjectKey, Pod
 
@@ -253,7 +253,7 @@ def _needed(
 def job_grace_end(pod: Pod, job_grace_seconds: int, now: datetime) -> datetime | None:
     """When a Job's pod on a node stops keeping its machine on (scaleDown.jobGraceSeconds after
     its start; `now` stands in for a start not yet known); None for another pod, or grace 0.
-    `planning.wake` plans again at that moment."""
+    `planning.autoscaler.wake` plans again at that moment."""
     if pod.owner_kind != JOB or job_grace_seconds <= 0:
         return None
     return (pod.started or pod.created or now) + timedelta(seconds=job_grace_seconds)

@@ -4,7 +4,7 @@ the credentials (give up at once).
 A BMC (or a hypervisor's API) that is rebooting its controller, overloaded or briefly off the
 network refuses requests (HTTP 503, 429, 502, 504), drops connections or lets them time out. An
 action Job that meets this fails like any other, but retrying it is what a person would do, and
-the attempt it cost says nothing about the machine: `planning.fsm` calls `unavailable` on a
+the attempt it cost says nothing about the machine: `planning.machine.fsm` calls `unavailable` on a
 failed attempt's message and, while `rides_out` holds, retries it after the usual backoff
 (`fsm.retry_backoff`: 30 s doubling up to 10 min) without spending the Node's `maxRetries`, with
 reason `BMCUnavailable`. After `OUTAGE_WINDOW_SECONDS` in the action's phase an outage counts
@@ -23,7 +23,7 @@ asserts it.
 
 A refusal of the credentials (HTTP 401/403 from a BMC, a plug or a hypervisor API, IPMI's
 "incorrect password") is the opposite: the endpoint answered, and it will answer the same until
-a person changes the Secret or the account. `planning.fsm` calls `credentials_refused` on a
+a person changes the Secret or the account. `planning.machine.fsm` calls `credentials_refused` on a
 failed attempt's message and ends the action at once (`Failed`, reason AuthenticationFailed)
 instead of spending `maxRetries` on the same answer minutes apart. It is tested before
 `unavailable`: an answer that names the credentials is not an outage.

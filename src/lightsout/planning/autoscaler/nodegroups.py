@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from lightsout.models.enums import Autoscaler, DesiredPowerState, Phase
-from lightsout.planning.breakeven import UNLEARNED_SECONDS, unneeded_seconds
+from lightsout.planning.autoscaler.breakeven import UNLEARNED_SECONDS, unneeded_seconds
+from lightsout.planning.autoscaler.scheduling import starting
 from lightsout.planning.policy import EnergyModel, idle_rank
-from lightsout.planning.scheduling import starting
 from lightsout.planning.types import core_node_labels
 from lightsout.state.resources import CPU, PODS, Resources
 from lightsout.state.types import CoreNode, Group, Machine, ObjectKey, Snapshot, Taint
@@ -369,8 +369,8 @@ def template_node(snapshot: Snapshot, group: Group) -> TemplateNode:
 
 def options(snapshot: Snapshot, group: Group) -> Options:
     """What the Group says: its scale-down threshold and unneeded time (`auto`: its machines'
-    longest, see `planning.breakeven`), and its machines' longest boot timeout as the time a
-    node may take to register."""
+    longest, see `planning.autoscaler.breakeven`), and its machines' longest boot timeout as the
+    time a node may take to register."""
     machines = members(snapshot, group)
     boots = [m.boot_seconds for m in machines]
     energy = EnergyModel.of(snapshot.machines, snapshot.groups)

@@ -21,12 +21,12 @@ from typing import Any
 
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
-from lightsout.planning import fsm, inspection
-from lightsout.planning.effects import Decision, SetCondition
-from lightsout.planning.energy import Draw
-from lightsout.planning.energystatus import account_from_status, checkpoint
-from lightsout.planning.healthjudge import Assessment
+from lightsout.planning.energy.account import Draw
+from lightsout.planning.energy.status import account_from_status, checkpoint
 from lightsout.planning.learning import learn_draw
+from lightsout.planning.machine import fsm, inspection
+from lightsout.planning.machine.effects import Decision, SetCondition
+from lightsout.planning.machine.healthjudge import Assessment
 from lightsout.planning.types import (
     ConditionStatus,
     ConditionType,

@@ -1,9 +1,10 @@
 """What the autoscaling planner returns: power actions, explanations, unneeded-since times.
 
-`lightsout.planning.autoscale.plan` builds a `Plan`; the autoscaler handler applies its actions
-(setting `spec.desiredPowerState`, unless `dry_run`), records `Group.status.lastScaleUp/Down`,
-persists `unneeded_since`, and turns the explanations into events; `lightsout plan` prints them.
-The replay also reads `holds`, why each Ready machine stays on, to charge its idle time.
+`lightsout.planning.autoscaler.autoscale.plan` builds a `Plan`; the autoscaler handler applies its
+actions (setting `spec.desiredPowerState`, unless `dry_run`), records
+`Group.status.lastScaleUp/Down`, persists `unneeded_since`, and turns the explanations into events;
+`lightsout plan` prints them. The replay also reads `holds`, why each Ready machine stays on, to
+charge its idle time.
 """
 
 from __future__ import annotations
@@ -87,11 +88,11 @@ class Plan:
     #: False when the planner refused to decide (the snapshot was incomplete).
     decided: bool = True
     summary: str = ""
-    #: The schedule window in force per Group that has one (`planning.windows`), described:
-    #: the plan applier says on the Group when it changes.
+    #: The schedule window in force per Group that has one (`planning.autoscaler.windows`),
+    #: described: the plan applier says on the Group when it changes.
     windows: Mapping[ObjectKey, str] = field(default_factory=dict)
     #: Why each Ready machine of a builtin Group that this plan does not power off stays on
-    #: (`planning.scaledown`); its note in `explanations.machines` says it in words.
+    #: (`planning.autoscaler.scaledown`); its note in `explanations.machines` says it in words.
     holds: Mapping[ObjectKey, Hold] = field(default_factory=dict)
 
     @property

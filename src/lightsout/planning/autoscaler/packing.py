@@ -1,7 +1,7 @@
-"""Dropping machines a set no longer needs: after `planning.scaleup.choose` has picked machines
-greedily, a machine picked early may have become redundant because machines picked later have
-room for its pods (say, a quick small machine picked for a small pod before a big machine had to
-be started for a big one). `drop_redundant` tries each machine, last chosen first, and moves its
+"""Dropping machines a set no longer needs: after `planning.autoscaler.scaleup.choose` has picked
+machines greedily, a machine picked early may have become redundant because machines picked later
+have room for its pods (say, a quick small machine picked for a small pod before a big machine had
+to be started for a big one). `drop_redundant` tries each machine, last chosen first, and moves its
 pods onto the others when they all fit.
 
 Cost matters (a thousand chosen machines is possible): the others are bucketed by (Group, node
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 
-from lightsout.planning.cluster import Bin, Filling, Placer, PodClass, count_fit
+from lightsout.planning.autoscaler.cluster import Bin, Filling, Placer, PodClass, count_fit
 
 type _BucketKey = tuple[Hashable, Hashable]
 

@@ -1,8 +1,8 @@
 """Scale-up: which powered-off machines to power on so that pending pods can run.
 
-Called by `lightsout.planning.autoscale.plan` in three steps:
+Called by `lightsout.planning.autoscaler.autoscale.plan` in three steps:
 
-1. `absorb` (`lightsout.planning.absorb`): capacity that exists or is on its way takes
+1. `absorb` (`lightsout.planning.autoscaler.absorb`): capacity that exists or is on its way takes
    pending pods first.
 2. `choose`: the rest are bin-packed onto a *set* of powered-off machines. Greedy: at each step
    every distinct candidate (identical machines collapse into one offer) is filled first-fit
@@ -27,7 +27,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from lightsout.models.enums import Autoscaler, SelectionPolicy
-from lightsout.planning.cluster import (
+from lightsout.planning.autoscaler.cluster import (
     Bin,
     Cluster,
     MachineInfo,
@@ -36,9 +36,9 @@ from lightsout.planning.cluster import (
     count_fit,
     since_verdict,
 )
-from lightsout.planning.packing import drop_redundant
+from lightsout.planning.autoscaler.packing import drop_redundant
+from lightsout.planning.autoscaler.startable import alternatives, not_startable, quiet_wake
 from lightsout.planning.policy import EnergyModel, Fill, best, fill_of, idle_rank, rank
-from lightsout.planning.startable import alternatives, not_startable, quiet_wake
 from lightsout.state.types import Group, ObjectKey, Pod
 
 

@@ -12,7 +12,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
-from lightsout.planning.decisions import Plan, PowerOn
+from lightsout.planning.autoscaler.decisions import Plan, PowerOn
 from lightsout.state.types import Machine, ObjectKey, Snapshot
 
 

@@ -1,8 +1,8 @@
 """`status.energy` as an `Account` and back: how a Node's and a Group's energy is written,
 and when a machine's is checkpointed.
 
-A machine's pass (`planning.passes`, the operator's and the replay's) checkpoints its account
-with `checkpoint` whenever its rate changes (phase, requested cpu, watts, price);
+A machine's pass (`planning.machine.passes`, the operator's and the replay's) checkpoints its
+account with `checkpoint` whenever its rate changes (phase, requested cpu, watts, price);
 `execution.energy` writes the Group recount's sums and reads accounts back before it writes;
 `lightsout status` (`commands.status`) and the metrics (`metrics.machines`) read them too.
 Reader and writer sit together here, under both the operator and the metrics, so neither has to
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lightsout.models.group import GroupSpec
-from lightsout.planning.energy import Account, Amounts, Draw, Period, Rate, is_powered
+from lightsout.planning.energy.account import Account, Amounts, Draw, Period, Rate, is_powered
 from lightsout.planning.types import Phase
 from lightsout.state.parse import format_time, parse_time
 

@@ -1,13 +1,13 @@
 """When powering a machine off pays: its break-even time, and the unneeded time and wear limits
 that follow from it.
 
-Called by `planning.scaledown` (how long an unneeded machine waits, what holds it on),
-`planning.wake` (the deadlines those give) and `planning.nodegroups` (the unneeded time
-cluster-autoscaler is told for an `auto` Group).
+Called by `planning.autoscaler.scaledown` (how long an unneeded machine waits, what holds it on),
+`planning.autoscaler.wake` (the deadlines those give) and `planning.autoscaler.nodegroups` (the
+unneeded time cluster-autoscaler is told for an `auto` Group).
 
 A power cycle costs energy: while the machine shuts down and boots again it draws (the
-operator's energy model, `planning.energy`, counts every phase but Off at idle or above), and
-only the time in between is off. Over an idle gap of G seconds, staying on costs
+operator's energy model, `planning.energy.account`, counts every phase but Off at idle or above),
+and only the time in between is off. Over an idle gap of G seconds, staying on costs
 `G * (idle - off)` above the standby draw; cycling costs `(shutdown + boot) * (idle - off)`.
 The break-even time is the energy of one off/on cycle over the watts saved while off,
 `(shutdown + boot) * (idle - off) / (idle - off)`: under this model the declared watts cancel

@@ -3,7 +3,7 @@
 The Node handler calls `decide` on every reconcile with the machine's spec/status
 (`MachineState`), what it sees in the cluster (`Observations`) and the time; it persists the
 returned `Decision` (phase, reason, message, lastOperation) and applies its effects in order
-(see `lightsout.planning.effects` for that contract). Nothing here does I/O, so a restarted
+(see `lightsout.planning.machine.effects` for that contract). Nothing here does I/O, so a restarted
 operator reaches the same decision from the same objects: that is how it re-adopts a running Job
 instead of sending a power command twice for one intent.
 
@@ -83,7 +83,7 @@ is retried while `attempt <= maxRetries`, after `retry_backoff(attempt)` seconds
 up to 10 min); the retry is a new Job (`attempt + 1`) for the same intent generation. Then the
 machine is Failed, which is not a dead end: any new generation starts over at attempt 1. A
 playbook that failed because the BMC (or hypervisor API) refused with 503/429/502/504 or did not
-answer (`planning.outages`) is retried after the same backoff without spending `maxRetries`,
+answer (`planning.machine.outages`) is retried after the same backoff without spending `maxRetries`,
 with reason BMCUnavailable, for 30 minutes in the action's phase; the backoff keeps such an
 outage to a handful of attempts (`outages.attempts_within`), never a request storm. A playbook
 that failed because the endpoint refused the credentials (HTTP 401/403, IPMI's "incorrect
@@ -122,8 +122,9 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from lightsout.planning import outages
-from lightsout.planning.effects import (
+from lightsout.planning.learning import learn
+from lightsout.planning.machine import outages
+from lightsout.planning.machine.effects import (
     AcquireLease,
     ApplyNodeMetadata,
     Cordon,
@@ -141,7 +142,6 @@ from lightsout.planning.effects import (
     StartJob,
     Uncordon,
 )
-from lightsout.planning.learning import learn
 from lightsout.planning.types import (
     ACTION_PHASE,
     PHASE_ACTION,
@@ -1206,7 +1206,7 @@ def _outage(failed: Operation) -> bool:
 
 def _rides_out(m: MachineState, failed: Operation, now: datetime) -> bool:
     """A failed attempt that met an unavailable BMC is retried without spending maxRetries
-    while the action is young enough (`planning.outages`)."""
+    while the action is young enough (`planning.machine.outages`)."""
     return _outage(failed) and outages.rides_out(m.phase_since, now)
 
 

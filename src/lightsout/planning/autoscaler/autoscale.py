@@ -37,8 +37,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from lightsout.models.enums import Autoscaler
-from lightsout.planning.absorb import absorb
-from lightsout.planning.cluster import (
+from lightsout.planning.autoscaler.absorb import absorb
+from lightsout.planning.autoscaler.cluster import (
     Availability,
     Cluster,
     PodClass,
@@ -46,13 +46,19 @@ from lightsout.planning.cluster import (
     pod_weights,
     since_verdict,
 )
-from lightsout.planning.decisions import Explanations, Plan, PowerOff, PowerOn, ScaleAction
-from lightsout.planning.explain import Explainer, listed
+from lightsout.planning.autoscaler.decisions import (
+    Explanations,
+    Plan,
+    PowerOff,
+    PowerOn,
+    ScaleAction,
+)
+from lightsout.planning.autoscaler.explain import Explainer, listed
+from lightsout.planning.autoscaler.prewarm import Lead, due, lead_times
+from lightsout.planning.autoscaler.scaledown import Upcoming, scale_down
+from lightsout.planning.autoscaler.scaleup import Chosen, choose, eligible_classes, room_of, top_up
+from lightsout.planning.autoscaler.windows import effective
 from lightsout.planning.policy import EnergyModel, describe
-from lightsout.planning.prewarm import Lead, due, lead_times
-from lightsout.planning.scaledown import Upcoming, scale_down
-from lightsout.planning.scaleup import Chosen, choose, eligible_classes, room_of, top_up
-from lightsout.planning.windows import effective
 from lightsout.state.types import ExpectedPod, ObjectKey, Pod, SchedulingRequirements, Snapshot
 
 WAITING_FOR_SYNC = "waiting for every watch to sync: no decision on a partial view of the cluster"
@@ -71,14 +77,15 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
     if now.tzinfo is None:
         now = now.replace(tzinfo=UTC)  # API times are aware; a naive clock is taken as UTC
     if any(group.windows for group in snapshot.groups):
-        # Schedule windows in force set the Group's limits for this plan (`planning.windows`).
+        # Schedule windows in force set the Group's limits for this plan
+        # (`planning.autoscaler.windows`).
         limited = tuple(effective(g, snapshot.machines, now) for g in snapshot.groups)
         snapshot = replace(snapshot, groups=limited)
     leads = lead_times(snapshot)
     upcoming = [Upcoming(e, leads[e.key].seconds) for e in snapshot.expected]
     expected = due(snapshot, now, leads)
     if expected:
-        # CronJob runs about to start count as pending pods (see `planning.prewarm`).
+        # CronJob runs about to start count as pending pods (see `planning.autoscaler.prewarm`).
         snapshot = replace(snapshot, pods=(*snapshot.pods, *expected))
     cluster = build_cluster(snapshot, now)
     energy = EnergyModel.of(snapshot.machines, snapshot.groups)

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from lightsout.models.enums import Autoscaler
-from lightsout.planning.breakeven import unneeded_seconds, wear_hold
-from lightsout.planning.cluster import SCHEDULER_GRACE
-from lightsout.planning.decisions import Plan
+from lightsout.planning.autoscaler.breakeven import unneeded_seconds, wear_hold
+from lightsout.planning.autoscaler.cluster import SCHEDULER_GRACE
+from lightsout.planning.autoscaler.decisions import Plan
+from lightsout.planning.autoscaler.prewarm import next_due
+from lightsout.planning.autoscaler.scaledown import job_grace_end
+from lightsout.planning.autoscaler.windows import moments as window_moments
 from lightsout.planning.policy import EnergyModel
-from lightsout.planning.prewarm import next_due
-from lightsout.planning.scaledown import job_grace_end
-from lightsout.planning.windows import moments as window_moments
 from lightsout.state.types import Snapshot
 
 #: Seconds to let a burst of changes settle into one plan (a Deployment scaled to twenty

@@ -5,10 +5,11 @@ against free allocatable (cpu, memory, pods, extended resources such as nvidia.c
 node selector, required node affinity, NoSchedule/NoExecute taints and cordoning. Preferences
 (PreferNoSchedule, preferred affinity) cannot stop a pod and are ignored; inter-pod affinity,
 topology spread, host ports and volume topology are not simulated (the planner copes with that by
-trusting the scheduler's verdict on nodes it has already tried, see `planning.autoscale`).
+trusting the scheduler's verdict on nodes it has already tried, see
+`planning.autoscaler.autoscale`).
 
-`lightsout.planning.autoscale` calls it for every placement it simulates; `lightsout plan` and
-the events show its reasons verbatim, so they are written for a person: "insufficient cpu:
+`lightsout.planning.autoscaler.autoscale` calls it for every placement it simulates; `lightsout
+plan` and the events show its reasons verbatim, so they are written for a person: "insufficient cpu:
 needs 6, free 3.5", "node selector gpu=true does not match", "untolerated taint
 dedicated=db:NoSchedule".
 """

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from lightsout.planning.scheduling import fits, view_of_machine
+from lightsout.planning.autoscaler.scheduling import fits, view_of_machine
 from lightsout.state.types import ExpectedPod, Machine, ObjectKey, Pod, Snapshot
 
 #: Slack on top of the boot time: the planner's debounce, the scheduler's bind, jitter.
