@@ -23,7 +23,7 @@ from typing import Any, cast
 import pytest
 
 from lightsout.execution.jobs import JobRequest
-from lightsout.planning.machine.fsm import retry_backoff
+from lightsout.planning.machine.common import retry_backoff
 from lightsout.planning.machine.outages import (
     attempts_within,
     outage_requests,

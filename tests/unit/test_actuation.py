@@ -26,8 +26,9 @@ from lightsout.actuation.memory import (
 from lightsout.actuation.plans import PlanApplier
 from lightsout.models.group import AddressPool
 from lightsout.planning.autoscaler.decisions import Explanations, Plan, PowerOff, PowerOn
+from lightsout.planning.machine.common import Reason
 from lightsout.planning.machine.effects import Decision
-from lightsout.planning.machine.fsm import Reason, decide
+from lightsout.planning.machine.fsm import decide
 from lightsout.planning.types import MachineState, ObservedPowerState, Phase
 from lightsout.state.parse import scheduling_requirements
 from lightsout.state.types import Group, Machine, ObjectKey, Pod, ScaleDownPolicy, Snapshot

@@ -12,7 +12,8 @@ import pytest
 
 from lightsout.actuation import inputs
 from lightsout.planning.machine import outages
-from lightsout.planning.machine.fsm import Reason, decide
+from lightsout.planning.machine.common import Reason
+from lightsout.planning.machine.fsm import decide
 from lightsout.planning.types import Action, JobPhase, OperationResult, Phase
 from tests.unit.test_fsm import OFF, ON, T0, at, job, machine, obs, op, summary
 

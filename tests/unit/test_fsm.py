@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from lightsout.planning.machine.common import Reason, retry_backoff
 from lightsout.planning.machine.effects import (
     AcquireLease,
     Decision,
@@ -27,13 +28,7 @@ from lightsout.planning.machine.effects import (
     SetDesiredPowerState,
     StartJob,
 )
-from lightsout.planning.machine.fsm import (
-    Reason,
-    core_node_failed,
-    decide,
-    retry_backoff,
-    select_job,
-)
+from lightsout.planning.machine.fsm import core_node_failed, decide, select_job
 from lightsout.planning.types import (
     Action,
     DrainStatus,

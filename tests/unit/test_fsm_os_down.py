@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from lightsout.planning.machine.common import Reason
 from lightsout.planning.machine.effects import Decision, Event, StartJob
-from lightsout.planning.machine.fsm import Reason, decide
+from lightsout.planning.machine.fsm import decide
 from lightsout.planning.types import (
     EventType,
     JobPhase,

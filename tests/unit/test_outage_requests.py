@@ -13,7 +13,7 @@ import yaml
 
 from lightsout.execution.jobs import JobRequest
 from lightsout.planning.machine import outages
-from lightsout.planning.machine.fsm import retry_backoff
+from lightsout.planning.machine.common import retry_backoff
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.unit

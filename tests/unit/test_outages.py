@@ -9,7 +9,8 @@ from datetime import timedelta
 import pytest
 
 from lightsout.planning.machine import outages
-from lightsout.planning.machine.fsm import Reason, decide, retry_backoff
+from lightsout.planning.machine.common import Reason, retry_backoff
+from lightsout.planning.machine.fsm import decide
 from lightsout.planning.types import JobPhase, Phase
 from tests.unit.test_fsm import ON, T0, at, job, machine, obs, op, summary
 

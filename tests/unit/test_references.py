@@ -13,8 +13,9 @@ import pytest
 from lightsout.execution.jobs import CONTAINER_NAME
 from lightsout.execution.results import observe_job
 from lightsout.planning.autoscaler.cluster import Availability, classify
+from lightsout.planning.machine.common import Reason
 from lightsout.planning.machine.effects import DeleteJob, Event, SetCondition, StartJob
-from lightsout.planning.machine.fsm import Reason, decide
+from lightsout.planning.machine.fsm import decide
 from lightsout.planning.types import (
     Action,
     ConditionStatus,

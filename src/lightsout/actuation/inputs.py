@@ -34,8 +34,8 @@ from lightsout.models.group import (
 )
 from lightsout.models.node import NodeSpec
 from lightsout.planning.learning import median
+from lightsout.planning.machine.common import Reason
 from lightsout.planning.machine.effects import Decision, SetCondition
-from lightsout.planning.machine.fsm import Reason
 from lightsout.planning.machine.outages import credentials_source
 from lightsout.planning.types import (
     Action,

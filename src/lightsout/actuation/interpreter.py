@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from lightsout.actuation.port import MachinePort
 from lightsout.planning.energy.account import is_powered
 from lightsout.planning.machine import fsm
+from lightsout.planning.machine.common import Reason
 from lightsout.planning.machine.effects import (
     AcquireLease,
     ApplyNodeMetadata,
@@ -67,7 +68,7 @@ def carry_out(
     port: MachinePort, machine: MachineState, decision: Decision, now: dt.datetime
 ) -> Carried:
     """Carry out `decision` for `machine` through `port`, in the order above."""
-    if decision.reason == fsm.Reason.LEASE_HELD_ELSEWHERE:
+    if decision.reason == Reason.LEASE_HELD_ELSEWHERE:
         # What we read may be stale, and writing it back would hide an action in flight (the
         # planner would power on a second machine).
         return Carried(max(decision.requeue_after or HELD_ELSEWHERE_RETRY, MIN_REQUEUE))

@@ -6,7 +6,7 @@ network refuses requests (HTTP 503, 429, 502, 504), drops connections or lets th
 action Job that meets this fails like any other, but retrying it is what a person would do, and
 the attempt it cost says nothing about the machine: `planning.machine.fsm` calls `unavailable` on a
 failed attempt's message and, while `rides_out` holds, retries it after the usual backoff
-(`fsm.retry_backoff`: 30 s doubling up to 10 min) without spending the Node's `maxRetries`, with
+(`common.retry_backoff`: 30 s doubling up to 10 min) without spending the Node's `maxRetries`, with
 reason `BMCUnavailable`. After `OUTAGE_WINDOW_SECONDS` in the action's phase an outage counts
 like any failure, so a BMC that never comes back still ends in `Failed` and the autoscaler stops
 counting on the machine.
