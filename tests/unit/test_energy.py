@@ -12,7 +12,6 @@ from lightsout.planning.energy.account import (
     Account,
     Amounts,
     Draw,
-    Ledger,
     Period,
     Rate,
     combine,
@@ -20,7 +19,6 @@ from lightsout.planning.energy.account import (
     day_start,
     is_powered,
     month_start,
-    total,
 )
 from lightsout.planning.policy import DEFAULT_WATTS
 
@@ -34,31 +32,38 @@ def at(hours: float) -> dt.datetime:
     return MIDNIGHT + dt.timedelta(hours=hours)
 
 
+def counted(*steps: tuple[float, Rate]) -> Account:
+    """An account opened at midnight and counted to each hour at the rate of the interval."""
+    account = Account.opened(MIDNIGHT, Rate())
+    for hour, rate in steps:
+        account = account.counted(at(hour), rate)
+    return account
+
+
 def test_a_day_off_on_off_matches_the_hand_computed_figures() -> None:
-    # Off 00-08, on 08-18 at half its cpu, off 18-24.
-    ledger = Ledger(counted_to=MIDNIGHT)
-    ledger = ledger.advance(at(8), SERVER, powered=False)
-    ledger = ledger.advance(at(18), SERVER, powered=True, cpu_utilisation=0.5)
-    ledger = ledger.advance(at(24), SERVER, powered=False)
+    # Off 00-08, on 08-18 at half its cpu, off 18-24: the replay counts its true draw so.
+    off, on_half = Rate.of(SERVER, powered=False), Rate.of(SERVER, True, cpu_utilisation=0.5)
+    account = counted((8, off), (18, on_half), (24, off))
     # used: 14 h x 5 W + 10 h x (40 + 80 x 0.5) W = 70 + 800; saved: 14 h x (40 - 5) W.
-    assert ledger.used_wh == pytest.approx(870.0)
-    assert ledger.saved_wh == pytest.approx(490.0)
-    assert ledger.counted_to == at(24)
-    assert cost(ledger.used_wh, 0.30) == pytest.approx(0.261)
-    assert cost(ledger.saved_wh, 0.30) == pytest.approx(0.147)
+    assert account.total.used_wh == pytest.approx(870.0)
+    assert account.total.saved_wh == pytest.approx(490.0)
+    assert account.counted_to == at(24)
+    assert cost(account.total.used_wh, 0.30) == pytest.approx(0.261)
+    assert cost(account.total.saved_wh, 0.30) == pytest.approx(0.147)
 
 
-def test_checkpoint_and_resume_count_the_same_as_one_pass() -> None:
-    whole = Ledger(counted_to=MIDNIGHT).advance(at(10), SERVER, powered=False)
-    # A restart at 03:00 reloads the ledger from status and counts the rest.
-    checkpoint = Ledger(counted_to=MIDNIGHT).advance(at(3), SERVER, powered=False)
-    reloaded = Ledger(checkpoint.counted_to, checkpoint.used_wh, checkpoint.saved_wh)
-    assert reloaded.advance(at(10), SERVER, powered=False) == whole
+def test_counting_in_steps_counts_the_same_as_one_step() -> None:
+    off = Rate.of(SERVER, powered=False)
+    whole = counted((10, off))
+    stepped = counted((3, off), (10, off))
+    assert stepped.total.used_wh == pytest.approx(whole.total.used_wh)
+    assert stepped.total.saved_wh == pytest.approx(whole.total.saved_wh)
 
 
 def test_a_clock_that_goes_backwards_counts_nothing() -> None:
-    ledger = Ledger(counted_to=at(5)).advance(at(6), SERVER, powered=True)
-    assert ledger.advance(at(4), SERVER, powered=True) == ledger
+    on = Rate.of(SERVER, powered=True)
+    account = Account.opened(at(5), Rate()).counted(at(6), on)
+    assert account.counted(at(4), on) == account
 
 
 def test_busier_machine_draws_more_but_never_past_its_on_watts() -> None:
@@ -88,14 +93,6 @@ def test_only_off_counts_as_unpowered() -> None:
     assert not is_powered(Phase.OFF)
     assert all(is_powered(p) for p in Phase if p is not Phase.OFF)
     assert is_powered(None)
-
-
-def test_group_total_sums_its_machines() -> None:
-    a = Ledger(MIDNIGHT).advance(at(2), SERVER, powered=False)
-    b = Ledger(MIDNIGHT).advance(at(2), Draw.declared(on=10.0, idle=10.0, off=0.0), powered=True)
-    group = total([a, b], counted_to=at(2))
-    assert group.used_wh == pytest.approx(2 * 5.0 + 2 * 10.0)
-    assert group.saved_wh == pytest.approx(2 * 35.0)
 
 
 # ---------------------------------------------------------------- accounts, as status holds them

@@ -34,15 +34,15 @@ def _kwh(seconds: float, watts: float) -> float:
     return seconds / 3600 * watts / 1000
 
 
-def test_causes_add_up_to_each_machines_ledger() -> None:
+def test_causes_add_up_to_each_machines_energy() -> None:
     pods = [pod(60 * i, 900 + 300 * (i % 3), f"p{i}", cpu=str(1 + i % 3)) for i in range(12)]
     result = replay(trace(pods, hours=3))
     for machine in result.machines:
-        assert machine.charges.total_wh == pytest.approx(machine.ledger.used_wh, rel=1e-9)
+        assert machine.charges.total_wh == pytest.approx(machine.energy.total.used_wh, rel=1e-9)
     rows = breakdown(result.machines)
     assert [r["name"] for r in rows] == ["m1", "m2"]
     assert sum(r["kWh"] for r in rows) == pytest.approx(
-        sum(m.ledger.used_wh for m in result.machines) / 1000, abs=1e-3
+        sum(m.energy.total.used_wh for m in result.machines) / 1000, abs=1e-3
     )
 
 

@@ -97,9 +97,9 @@ def test_a_check_teaches_the_true_idle_draw_and_the_next_pod_goes_to_the_frugal_
     assert (b.idle_watts, b.off_watts) == (None, 5.0)
 
 
-def test_the_replay_keeps_the_operators_energy_account_beside_its_own_ledger() -> None:
+def test_the_replay_keeps_the_operators_energy_account_beside_its_true_one() -> None:
     """Each pass checkpoints the machine's `status.energy` as the operator's does; for a
-    machine that draws what it declares, that account and the replay's ledger (its truth)
+    machine that draws what it declares, that account and the replay's own (its truth)
     agree within 1 %."""
     sim = week({"enabled": False})
     sim.run()
@@ -108,8 +108,8 @@ def test_the_replay_keeps_the_operators_energy_account_beside_its_own_ledger() -
     account = account_from_status(b.status["energy"])
     assert account is not None
     used = account.at(end).total.used_wh
-    assert b.ledger.used_wh > 0
-    assert used == pytest.approx(b.ledger.used_wh, rel=0.01)
+    assert b.energy.total.used_wh > 0
+    assert used == pytest.approx(b.energy.total.used_wh, rel=0.01)
 
 
 def test_without_checks_nothing_is_learned_and_the_declared_draw_picks_the_same_machine() -> None:

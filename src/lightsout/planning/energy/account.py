@@ -15,17 +15,16 @@ The model, stated once:
   baseline draws what it draws (the load runs either way), so nothing is saved; while it is
   off, the baseline would have idled, so `idle - off` is saved for every hour off.
 
-A ledger is advanced from the time it was last counted to (`counted_to`) at the state in force
-over that interval, so a restart that reloads the ledger from status loses nothing: the gap
-while the operator was away is counted at the last state it recorded.
-
 An `Account` is what a Node's (and a Group's) `status.energy` holds: the figures counted up to
 `counted_to`, and the `Rate` in force from then on (watts drawn, watts saved, price per kWh).
 Between two checkpoints the rate is constant, so any reader (the status command, the metrics,
 the Group's sum) gets the figures at any later time with `at(now)` without a write, and the
 reconcile pass only checkpoints when the rate changes (a phase change, the requested cpu, the
 declared watts, the price). "Today" and "this month" are UTC days and months; an interval that
-crosses midnight counts into the new day only from midnight on.
+crosses midnight counts into the new day only from midnight on. A restart that reloads the
+account from status loses nothing: the gap while the operator was away is counted at the rate
+it last recorded. The replay keeps a second `Account` per machine, of its true draw, counted
+the same way (`Account.counted`).
 """
 
 from __future__ import annotations
@@ -83,43 +82,9 @@ def is_powered(phase: Phase | None) -> bool:
     return phase not in _UNPOWERED
 
 
-@dataclass(frozen=True, slots=True)
-class Ledger:
-    """Energy counted for one machine (or summed for a Group) up to `counted_to`."""
-
-    counted_to: datetime
-    used_wh: float = 0.0
-    saved_wh: float = 0.0
-
-    def advance(
-        self, now: datetime, draw: Draw, powered: bool, cpu_utilisation: float = 0.0
-    ) -> Ledger:
-        """Count the interval since `counted_to` at this state. A clock that went backwards
-        counts nothing and keeps the later checkpoint."""
-        seconds = (now - self.counted_to).total_seconds()
-        if seconds <= 0:
-            return self
-        hours = seconds / _SECONDS_PER_HOUR
-        return replace(
-            self,
-            counted_to=now,
-            used_wh=self.used_wh + draw.watts(powered, cpu_utilisation) * hours,
-            saved_wh=self.saved_wh + draw.saving_watts(powered) * hours,
-        )
-
-
 def cost(watt_hours: float, price_per_kwh: float) -> float:
     """The price of that energy, in the Group's currency."""
     return watt_hours / 1000.0 * price_per_kwh
-
-
-def total(ledgers: Iterable[Ledger], counted_to: datetime) -> Ledger:
-    """A Group's figures: the sum of its machines' ledgers, stamped with the Group's time."""
-    used = saved = 0.0
-    for ledger in ledgers:
-        used += ledger.used_wh
-        saved += ledger.saved_wh
-    return Ledger(counted_to=counted_to, used_wh=used, saved_wh=saved)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +197,11 @@ class Account:
     def checkpoint(self, now: datetime, rate: Rate) -> Account:
         """Count up to `now` at the old rate, then switch to `rate`."""
         return replace(self.at(now), rate=rate)
+
+    def counted(self, now: datetime, rate: Rate) -> Account:
+        """Count up to `now` at `rate`, the rate that was in force since `counted_to` (for a
+        caller that learns the rate of an interval as it ends: the replay's true draw)."""
+        return replace(self, rate=rate).at(now)
 
 
 def combine(accounts: Iterable[Account], now: datetime, price_per_kwh: float) -> Account:

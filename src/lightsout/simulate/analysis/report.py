@@ -3,7 +3,7 @@
 `summarise(result, reference)` turns an `engine.Result` into a plain dict (what `-o json`
 prints); `render_text` prints it for a person, with the offline bound and the reactive baseline
 beside it when they were computed. Energy comes from the machines'
-`planning.energy.account.Ledger`s.
+`planning.energy.account.Account`s of their true draw.
 
 "Always-on" is one reference for every policy of a trace (`AlwaysOn`, from
 `always_on_reference`): the always-on replay of the same trace, so "% saved" of Lights-Out, of
@@ -58,7 +58,7 @@ class AlwaysOn:
     draw of every machine all week is the same whatever the policy, but the busy draw (`on -
     idle` times each pod's cpu share of its machine) depends on where each pod ran, and each
     policy places pods differently. Adding each policy's own busy draw to the idle draw (used
-    plus the ledgers' `saved`) made one reference per policy, so "% saved" of Lights-Out and of
+    plus the accounts' `saved`) made one reference per policy, so "% saved" of Lights-Out and of
     the reactive baseline had different denominators. One placement has to be chosen, and the
     always-on replay's (kube-scheduler's default scoring over every machine, on from the start)
     is the one a cluster that never powers anything off would make: the reference is a schedule
@@ -74,7 +74,7 @@ class AlwaysOn:
         """The reference from an always-on replay (`always_on_reference` makes it)."""
         kwh: dict[str, float] = {}
         for m in result.machines:
-            kwh[m.template.group] = kwh.get(m.template.group, 0.0) + m.ledger.used_wh / 1000
+            kwh[m.template.group] = kwh.get(m.template.group, 0.0) + m.energy.total.used_wh / 1000
         return cls(kwh)
 
 
@@ -184,7 +184,7 @@ def summarise(result: Result, reference: AlwaysOn | None = None) -> dict[str, An
     boot_of: dict[str, float] = {}
     for m in result.machines:
         g = groups.setdefault(m.template.group, {"usedKWh": 0.0})
-        used = m.ledger.used_wh / 1000
+        used = m.energy.total.used_wh / 1000
         g["usedKWh"] += used
         boot_of[m.name] = m.truth.power_on_seconds + m.truth.boot_seconds
         machines.append(

@@ -1,8 +1,8 @@
 """A replay machine's energy by cause, counted as the replay goes (`SimMachine.charges`).
 
-Each `SimMachine` carries a `Charges`, which its `count_energy` feeds with every interval the
-ledger counts (the same seconds, the same `planning.energy.account.Draw`), so the causes of a
-machine add up to its ledger's energy:
+Each `SimMachine` carries a `Charges`, which its `count_energy` feeds with every interval its
+true energy account counts (the same seconds, the same `planning.energy.account.Draw`), so the
+causes of a machine add up to its energy:
 
 - **standby**: its `offWatts` all the time, which every schedule pays, the bound's included;
 - **load**: its pods' share, `(on - idle) x cpu share`, wherever it was counted;
@@ -81,7 +81,7 @@ class Charges:
         pods: bool,
         hold: Hold | None,
     ) -> None:
-        """Charge `seconds` in this state: what `Ledger.advance` counts for them, split."""
+        """Charge `seconds` in this state: what its `Account` counts for them, split."""
         if seconds <= 0:
             return
         hours = seconds / _HOUR

@@ -22,7 +22,7 @@ from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
 from lightsout.planning.autoscaler.decisions import Hold, ScaleAction
 from lightsout.planning.autoscaler.scheduling import HOSTNAME_LABEL
-from lightsout.planning.energy.account import Draw, Ledger, is_powered
+from lightsout.planning.energy.account import Account, Draw, Rate, is_powered
 from lightsout.planning.energy.status import cpu_use
 from lightsout.planning.machine.effects import Decision, Event, StartJob
 from lightsout.planning.machine.healthjudge import assess
@@ -138,7 +138,9 @@ class SimMachine(MemoryMachine):
     draw: Draw
     #: What its power-on Job, its boot and its shutdown Job really take.
     truth: Durations
-    ledger: Ledger
+    #: Its true energy, counted at its true draw (the operator's own estimate is the account
+    #: its passes checkpoint into `status.energy`): the same `Account` arithmetic, two draws.
+    energy: Account
     pods: dict[ObjectKey, SimPod] = field(default_factory=dict)
     requested: dict[str, int] = field(default_factory=dict)
     power_ons: int = 0
@@ -146,7 +148,7 @@ class SimMachine(MemoryMachine):
     power_on_times: list[float] = field(default_factory=list)
     #: (seconds since start, phase) at every phase change.
     timeline: list[tuple[float, str]] = field(default_factory=list)
-    #: Its energy by cause (`charges`), counted with the ledger.
+    #: Its energy by cause (`charges`), counted with `energy`.
     charges: Charges = field(default_factory=Charges)
     #: Why the last plan kept it on, if it did (`Plan.holds`): what its idle time is charged to.
     hold: Hold | None = None
@@ -198,14 +200,15 @@ class SimMachine(MemoryMachine):
         """Count its draw up to now at the state it was in (call before a change)."""
         now, utilisation = self.sim.clock.time(), self.utilisation()
         self.charges.charge(
-            (now - self.ledger.counted_to).total_seconds(),
+            (now - self.energy.counted_to).total_seconds(),
             self.draw,
             self.state.phase,
             utilisation,
             pods=self.pods_left() > 0,
             hold=self.hold,
         )
-        self.ledger = self.ledger.advance(now, self.draw, is_powered(self.state.phase), utilisation)
+        rate = Rate.of(self.draw, is_powered(self.state.phase), utilisation)
+        self.energy = self.energy.counted(now, rate)
 
     def held(self, hold: Hold | None) -> None:
         """A plan kept it on for `hold` (None: it did not keep it)."""
@@ -435,7 +438,7 @@ def read_machines(
             template=template,
             draw=Draw.declared(template.watts_on, template.watts_idle, template.watts_off),
             truth=trace.durations_of(template.key.name),
-            ledger=Ledger(counted_to=trace.start),
+            energy=Account.opened(trace.start, Rate()),
             timeline=[(0.0, Phase.OFF.value)],
             manifest=manifest,
             spec=spec,
