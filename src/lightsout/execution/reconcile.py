@@ -4,10 +4,10 @@ Called by the Node reconciler's workers (`handlers/node.py`), in a worker thread
 `MachineView`: the machine's Lights-Out Node and its and its Group's spec read into the API
 models (once per pass), its action Jobs and their pods, its core Node, its Lease and (while
 draining) the pods on its core Node, all copied from kopf indexes on the event loop before the
-pass. A pass reads what the state machine observes (`actuation.inputs.observations`) and what
-it reads beside (`planning.machine.passes.Readings`: the newest health check, the providerID, CPU
-use), decides with `planning.machine.passes.pass_decision` (the replay's decision too) → write
-status → carry out effects, and returns when the machine wants its next pass (None: only when
+pass. A pass makes the few reads the caches cannot answer (`observe.LiveReads`), turns it all
+into what the state machine observes and what the pass reads beside (`observe.observe`, pure),
+decides with `planning.machine.passes.pass_decision` (the replay's decision too) → write status
+→ carry out effects, and returns when the machine wants its next pass (None: only when
 something it watches changes; there is no periodic re-read).
 
 Nothing is kept in memory between passes that the API does not also hold: an operator killed at
@@ -22,25 +22,26 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from lightsout.actuation import inputs, interpreter
-from lightsout.actuation.nodeops import pods_to_drain
 from lightsout.config import OperatorConfig
-from lightsout.execution import actuator, energy, health, leases, providerid
+from lightsout.execution import actuator, health, leases, providerid
 from lightsout.execution.jobs import LABEL_NODE
-from lightsout.execution.results import observe_job
+from lightsout.execution.observe import (
+    LiveReads,
+    MachineView,
+    needed,
+    observe,
+)
 from lightsout.k8s.api import Api
 from lightsout.models.group import GroupSpec
-from lightsout.models.node import NodeSpec
-from lightsout.planning.machine import fsm, healthjudge
-from lightsout.planning.machine.passes import Readings, pass_decision
+from lightsout.planning.machine.passes import pass_decision
 from lightsout.planning.types import (
     Action,
     DrainStatus,
-    ObservedJob,
     Phase,
 )
 from lightsout.state import references
@@ -49,34 +50,6 @@ from lightsout.state.references import Unresolved
 log = logging.getLogger(__name__)
 
 Obj = Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class MachineView:
-    """What the watch caches hold about one machine at the start of a pass."""
-
-    node: Obj
-    spec: NodeSpec
-    group_spec: GroupSpec | None = None
-    jobs: Sequence[Obj] = ()
-    #: Pods of each action Job, by Job name.
-    job_pods: Mapping[str, Sequence[Obj]] = field(default_factory=dict)
-    #: `FailedMount` events of those pods, by Job name (a real kubelet says only there that a
-    #: pod's Secret or ConfigMap is missing).
-    job_events: Mapping[str, Sequence[Obj]] = field(default_factory=dict)
-    core_node: Obj | None = None
-    lease: Obj | None = None
-    #: False when the Lease's namespace is not watched: the pass reads the Lease live.
-    lease_cached: bool = True
-    #: Pods on the core Node (filled unless the machine is Off): what a drain waits for, and
-    #: whose cpu requests set the machine's energy draw.
-    pods_on_node: Sequence[Obj] = ()
-    #: Per power action, the first object its Job needs that is missing (`state.references`).
-    unresolved: Mapping[Action, Unresolved] = field(default_factory=dict)
-    #: Results of health-check pods that named this machine (`health.pod_record`).
-    health: Sequence[Obj] = ()
-    #: Why the machine is left out of its Group's health check (`Caches.health_problem`).
-    health_problem: Unresolved | None = None
 
 
 #: Index ids (kopf handler ids) of the watch caches the reconcilers read; see `handlers/node.py`.
@@ -272,68 +245,23 @@ class Reconciler:
         ctx = actuator.KubeMachine(self.api, node, spec, group, self.config)
         key = f"{ctx.namespace}/{ctx.name}"
         now = dt.datetime.now(dt.UTC)
-        machine = inputs.machine_state(node, spec, group)
-        observed = [o for job in view.jobs if (o := _observe(view, job, now)) is not None]
-        observed_job = fsm.select_job(observed, machine.operation)
-        provider_id = providerid.wanted(node, spec)
-        core_node = providerid.ensure(self.api, view.core_node, provider_id)
-        drain = None
-        if machine.phase == Phase.DRAINING and core_node is not None:
-            last = self.drains.get(key)
-            # The cache may not have seen a pod bound just before the cordon: "drained" (which
-            # powers the machine off) is only believed after a live list agrees.
-            left = len(pods_to_drain(view.pods_on_node)) or ctx.pods_remaining()
-            drain = DrainStatus(
-                pods_remaining=left,
-                blocked_by=last.blocked_by if last and left else None,
-                blocked_message=last.blocked_message if last and left else "",
-            )
+        need = needed(view, now)
         held = view.lease
         if not view.lease_cached:
             held = self.api.get_lease(ctx.lease_namespace, ctx.lease_name)
-        lease = leases.lease_state(held, self.config.identity, now)
-        status = node.get("status") or {}
-        checked = healthjudge.assess(status, health.newest(view.health, spec.group), lease)
-        if view.health_problem is not None:
-            checked = healthjudge.not_checked(checked, view.health_problem)
-        else:
-            checked = healthjudge.included_again(checked, status)
-        # Read only while a power-off waits for the kubelet to stop (its evidence of a shut
-        # down OS): one GET per pass of such a machine, none for the others.
-        pending = machine.operation is not None and machine.operation.cut_pending
-        if pending or (observed_job is not None and observed_job.values.get("cut_pending")):
-            kubelet = self.api.get_lease(KUBE_NODE_LEASE, spec.kubernetes_node_name)
-        else:
-            kubelet = None
-        obs = inputs.observations(
-            job=observed_job,
-            core_node=core_node,
-            labels=ctx.labels,
-            taints=ctx.taints,
-            drain=drain,
-            lease=lease,
-            lease_expires=leases.lease_expiry(held),
-            power_state=checked.power_state,
-            power_state_at=checked.power_state_at,
-            unresolved=view.unresolved,
-            kubelet=leases.kubelet_heartbeat(kubelet),
+        reads = LiveReads(
+            core_node=providerid.ensure(self.api, view.core_node, providerid.wanted(node, spec)),
+            lease=held,
+            kubelet_lease=self.api.get_lease(KUBE_NODE_LEASE, spec.kubernetes_node_name)
+            if need.kubelet
+            else None,
+            pods_left=ctx.pods_remaining() if need.drain_count else None,
         )
-        readings = Readings(
-            health=checked,
-            spec=spec,
-            status=status,
-            utilisation=energy.cpu_utilisation(node, core_node, view.pods_on_node),
-            draw=energy.draw(node),
-            group=group,
-            provider_ids=providerid.ids(core_node, provider_id),
+        seen = observe(
+            view, reads, identity=self.config.identity, last_drain=self.drains.get(key), now=now
         )
-        decision = pass_decision(machine, obs, readings, now)
-        carried = interpreter.carry_out(ctx, machine, decision, now)
+        decision = pass_decision(seen.machine, seen.observations, seen.readings, now)
+        carried = interpreter.carry_out(ctx, seen.machine, decision, now)
         if carried.drain is not None:
             self.drains[key] = carried.drain  # what a PDB blocked, for the next pass
         return carried.requeue_after
-
-
-def _observe(view: MachineView, job: Obj, now: dt.datetime) -> ObservedJob | None:
-    name = job["metadata"]["name"]
-    return observe_job(job, view.job_pods.get(name, ()), now, view.job_events.get(name, ()))
