@@ -1,15 +1,18 @@
-"""Effects and the `Decision` returned by `fsm.decide`.
+"""Effects and the `Decision` a machine's pass returns (`fsm.decide`, completed by
+`passes.pass_decision` with what the pass read beside it).
 
-An effect is a frozen description of one idempotent side effect; the handler maps each to a
-`lightsout.k8s` call. Contract for the caller:
+An effect is a frozen description of one idempotent side effect. The one effect interpreter
+(`actuation.interpreter.carry_out`) carries a decision out through a `MachinePort` (the
+operator's, over the Kubernetes API, or the replay's in memory). The contract it keeps:
 
-1. Persist the decision's status fields (phase, phaseSince, reason, message, lastOperation)
-   first, then apply the effects in order. Writing the operation before creating its Job means
-   a crash between the two leaves a status that names the Job, and the next decision recreates
-   it under the same deterministic name instead of inventing a new attempt.
-2. Stop at the first effect that fails (for example `AcquireLease` losing a race) and requeue.
-   Every effect is idempotent and the next decision is recomputed from fresh observations, so
-   stopping half-way is safe.
+1. The decision's status fields (phase, phaseSince, reason, message, lastOperation, and what the
+   pass read: health, learned figures, energy) are written first, then the effects are applied
+   in order. Writing the operation before creating its Job means a crash between the two leaves
+   a status that names the Job, and the next decision recreates it under the same
+   deterministic name instead of inventing a new attempt.
+2. A step that fails (`AcquireLease` losing a race, a status write that conflicts) stops the
+   pass, which is retried: every effect is idempotent and the next decision is recomputed from
+   fresh observations, so stopping half-way is safe.
 3. `StartJob` means "create this Job unless it exists": an AlreadyExists answer is success
    (the Job is adopted), never a reason to create another one.
 """
