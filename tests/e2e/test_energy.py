@@ -6,7 +6,9 @@ The machine declares 120 W busy, 40 W idle and 5 W off; its core Node has 8 cpus
 5 W while Off (saving 40 - 5 = 35 W against idling), 40 W while powered with nothing on it and
 40 + 80 x 2/8 = 60 W while a pod requests 2 cpus. The times the rate changed are the ones the
 operator recorded (`status.energy.countedTo` at each change), each checked to lie between the
-test's own action and its observation of the change.
+test's own action and its observation of the change. The Group's price is a time-of-use tariff
+whose rate in force throughout the test (0.30, from an hour before it starts to three hours
+after) is not its base price (0.40): every figure must be priced at the rate.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from tests.harness import fleet
 from tests.harness.wait import get_json, wait_for
 
 PRICE = 0.30
+#: The tariff's base price, which never applies during the test.
+BASE_PRICE = 0.40
 OFF_W, IDLE_W, ON_W = 5.0, 40.0, 120.0
 SAVING_W = IDLE_W - OFF_W
 WITH_POD_W = IDLE_W + (ON_W - IDLE_W) * 2 / 8
@@ -104,7 +108,15 @@ def test_a_power_cycle_is_counted_the_same_in_status_metrics_and_the_cli(
 ) -> None:
     name = machine.name
     power = {"onWatts": ON_W, "idleWatts": IDLE_W, "offWatts": OFF_W, "bootTimeoutSeconds": 180}
-    group = fleet.group(electricity={"pricePerKWh": PRICE, "currency": "EUR"})
+    now = dt.datetime.now(dt.UTC)
+    around_now = {
+        "from": (now - dt.timedelta(hours=1)).strftime("%H:%M"),
+        "to": (now + dt.timedelta(hours=3)).strftime("%H:%M"),
+        "pricePerKWh": PRICE,
+    }
+    group = fleet.group(
+        electricity={"pricePerKWh": BASE_PRICE, "currency": "EUR", "rates": [around_now]}
+    )
     fleet.apply(
         crds,
         namespace,

@@ -84,7 +84,7 @@ def group_energy(
     """The Group's new status.energy (its machines' accounts summed at `now`), or None when
     what it holds already extrapolates to that sum (nothing to write)."""
     now = whole_second(now)
-    per_kwh, currency = price(spec)
+    per_kwh, currency = price(spec, now)
     summed = combine(machine_accounts(machines), now, per_kwh)
     summed = replace(summed, rate=rounded_rate(summed.rate))
     held = account_from_status((group.get("status") or {}).get("energy"))

@@ -159,15 +159,6 @@ class HealthCheckPolicy(ApiModel):
     Fewer spares a small cluster's nodes; more checks a large fleet sooner."""
 
 
-class Electricity(ApiModel):
-    """Electricity price, to report the cost of energy used and saved."""
-
-    price_per_kwh: float = Field(ge=0, le=1000, alias="pricePerKWh")
-    """Price of one kWh."""
-    currency: Currency = "EUR"
-    """ISO 4217 currency code."""
-
-
 class GroupPlaybooks(ApiModel):
     """User playbooks for every machine of the Group."""
 
@@ -279,6 +270,7 @@ WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 Clock = Annotated[str, StringConstraints(min_length=5, max_length=5, pattern=CLOCK)]
 """A time of day, `HH:MM` (24 h)."""
 Weekday = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+EVERY_DAY: tuple[Weekday, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
 def _minutes(clock: str) -> int:
@@ -416,6 +408,44 @@ class ScheduleWindow(ApiModel):
         return window_times.WindowTimes(
             self.name, schedule, self.time_zone, (closes - opens) % 1440 * 60
         )
+
+
+class TariffRate(ApiModel):
+    """One rate of a time-of-use tariff: its price on `days` from `from` to `to`."""
+
+    days: list[Weekday] = Field(
+        default_factory=lambda: list(EVERY_DAY),
+        min_length=1,
+        max_length=7,
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    """The days it applies on (`[mon, tue, wed, thu, fri]`; default every day)."""
+    from_: Clock = Field(default="00:00", alias="from")
+    """When it starts on each of `days`, `HH:MM` in the tariff's timeZone (`07:00`)."""
+    to: Clock = "00:00"
+    """When it ends, `HH:MM`; earlier than from runs past midnight into the next day
+    (`22:00` to `06:00`: a night rate that belongs to the day it starts on), and equal to from
+    lasts a whole day (the default, `00:00` to `00:00`: `days: [sat, sun]` is the weekend)."""
+    price_per_kwh: float = Field(ge=0, le=1000, alias="pricePerKWh")
+    """Price of one kWh while it applies."""
+
+
+class Electricity(ApiModel):
+    """Electricity price, to report the cost of energy used and saved: one price, or a
+    time-of-use tariff (rates by weekday and time of day over that base price)."""
+
+    price_per_kwh: float = Field(ge=0, le=1000, alias="pricePerKWh")
+    """Price of one kWh; with rates, the price when none of them applies."""
+    currency: Currency = "EUR"
+    """ISO 4217 currency code."""
+    rates: list[TariffRate] | None = Field(default=None, max_length=64)
+    """A time-of-use tariff: the first rate that applies at a moment sets its price (so list
+    a holiday or weekend rate before a weekday one it overlaps). Energy is counted at the price
+    in force each moment: status, metrics and `lightsout status` change price when the tariff
+    does."""
+    time_zone: TimeZone = "UTC"
+    """IANA time zone the rates' days and times are read in (`Europe/Berlin`); daylight saving
+    is followed (a rate from 02:00 on the night the clocks skip that hour starts at 03:00)."""
 
 
 MIN_NOT_ABOVE_MAX = Rule(

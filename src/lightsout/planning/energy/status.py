@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lightsout.models.group import GroupSpec
+from lightsout.planning.energy import tariff
 from lightsout.planning.energy.account import Account, Amounts, Draw, Period, Rate, is_powered
 from lightsout.planning.types import Phase
 from lightsout.state.parse import format_time, parse_time
@@ -111,23 +112,30 @@ def account_to_status(account: Account, currency: str | None) -> dict[str, Any]:
     return out
 
 
-def price(group: GroupSpec | None) -> tuple[float, str | None]:
-    """The Group's electricity price per kWh and its currency (0 and None when not set)."""
+def price(group: GroupSpec | None, now: dt.datetime) -> tuple[float, str | None]:
+    """The Group's electricity price per kWh at `now` (its tariff's rate in force, else its
+    one price) and its currency (0 and None when not set)."""
     electricity = group.electricity if group is not None else None
     if electricity is None:
         return 0.0, None
-    return electricity.price_per_kwh, electricity.currency
+    return tariff.price_at(electricity, now), electricity.currency
 
 
 def rate(
-    machine_draw: Draw, group: GroupSpec | None, phase: Phase | str | None, utilisation: float
+    machine_draw: Draw,
+    group: GroupSpec | None,
+    phase: Phase | str | None,
+    utilisation: float,
+    now: dt.datetime,
 ) -> Rate:
-    """What the machine draws, saves and pays from now on, in that phase at that utilisation."""
+    """What the machine draws, saves and pays from `now` on, in that phase at that utilisation
+    (until the price changes: `tariff.next_change`)."""
     try:
         current = Phase(str(phase)) if phase is not None else None
     except ValueError:
         current = None
-    return rounded_rate(Rate.of(machine_draw, is_powered(current), utilisation, price(group)[0]))
+    per_kwh = price(group, now)[0]
+    return rounded_rate(Rate.of(machine_draw, is_powered(current), utilisation, per_kwh))
 
 
 def whole_second(now: dt.datetime) -> dt.datetime:
@@ -148,11 +156,11 @@ def checkpoint(
     """The machine's new `status.energy` when its rate changes at `now` (or accounting
     starts); None when the rate in force is still right (nothing to write)."""
     now = whole_second(now)
-    wanted = rate(machine_draw, group, phase, utilisation)
+    wanted = rate(machine_draw, group, phase, utilisation, now)
     if current is None:
         account = Account.opened(now, wanted)
     elif current.rate == wanted:
         return None
     else:
         account = current.checkpoint(now, wanted)
-    return account_to_status(account, price(group)[1])
+    return account_to_status(account, price(group, now)[1])

@@ -21,11 +21,12 @@ from typing import Any
 
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
+from lightsout.planning.energy import tariff
 from lightsout.planning.energy.account import Draw
 from lightsout.planning.energy.status import account_from_status, checkpoint
 from lightsout.planning.learning import learn_draw
 from lightsout.planning.machine import fsm, inspection
-from lightsout.planning.machine.effects import Decision, SetCondition
+from lightsout.planning.machine.effects import Decision, Requeue, SetCondition
 from lightsout.planning.machine.healthjudge import Assessment
 from lightsout.planning.types import (
     ConditionStatus,
@@ -74,7 +75,8 @@ def pass_decision(
 
 def with_energy(decision: Decision, readings: Readings, now: dt.datetime) -> Decision:
     """The decision plus the account checkpointed when the machine's rate changes in this
-    pass (its new phase, cpu use, draw or price)."""
+    pass (its new phase, cpu use, draw or price), and a pass when the Group's tariff changes
+    its price next (so that each stretch is counted at its own price)."""
     account = checkpoint(
         account_from_status(readings.status.get("energy")),
         readings.draw,
@@ -83,7 +85,21 @@ def with_energy(decision: Decision, readings: Readings, now: dt.datetime) -> Dec
         readings.utilisation,
         now=now,
     )
-    return decision if account is None else replace(decision, energy=account)
+    decision = decision if account is None else replace(decision, energy=account)
+    electricity = readings.group.electricity if readings.group is not None else None
+    change = tariff.next_change(electricity, now)
+    if change is None:
+        return decision
+    return with_pass_within(decision, (change - now).total_seconds())
+
+
+def with_pass_within(decision: Decision, seconds: float) -> Decision:
+    """The decision, with its next pass no later than `seconds` from now."""
+    current = decision.requeue_after
+    if current is not None and current <= seconds:
+        return decision
+    kept = tuple(e for e in decision.effects if not isinstance(e, Requeue))
+    return replace(decision, effects=(*kept, Requeue(max(seconds, 0.0))))
 
 
 def provider_id_reported(decision: Decision, ids: ProviderIDs | None) -> Decision:
