@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from lightsout.actuation.inputs import learned_from_status, learned_to_status
 from lightsout.models.enums import SelectionPolicy
 from lightsout.planning.autoscaler.autoscale import plan
 from lightsout.planning.autoscaler.breakeven import break_even_seconds
@@ -34,6 +33,7 @@ from lightsout.planning.types import (
     OperationResult,
     Phase,
 )
+from lightsout.state.learned import learned_from_status, learned_to_status
 from lightsout.state.parse import scheduling_requirements
 from lightsout.state.types import ExpectedPod, ObjectKey
 from tests.unit.test_autoscale_objects import (

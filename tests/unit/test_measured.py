@@ -12,7 +12,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
-from lightsout.actuation.inputs import learned_from_status, learned_to_status
 from lightsout.config import OperatorConfig
 from lightsout.execution import energy, health
 from lightsout.execution.healthsync import HealthCronJobs
@@ -25,8 +24,9 @@ from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
 from lightsout.planning.learning import learn_draw
 from lightsout.planning.machine import healthjudge, inspection
-from lightsout.planning.types import ConditionStatus, EventType, Learned, LeaseState
+from lightsout.planning.types import ConditionStatus, EventType, LeaseState
 from lightsout.simulate.traces.record import node_spec_as_measured
+from lightsout.state.learned import Learned, learned_from_status, learned_to_status
 from lightsout.state.measured import expected_resources, expected_watts
 from lightsout.state.resources import CPU, MEMORY
 from tests.unit.test_autoscale import ons

@@ -33,7 +33,6 @@ from lightsout.models.group import (
     GroupSpec,
 )
 from lightsout.models.node import NodeSpec
-from lightsout.planning.learning import median
 from lightsout.planning.machine.common import Reason
 from lightsout.planning.machine.effects import Decision, SetCondition
 from lightsout.planning.machine.outages import credentials_source
@@ -41,7 +40,6 @@ from lightsout.planning.types import (
     Action,
     DrainStatus,
     KubeletHeartbeat,
-    Learned,
     LeaseState,
     MachineState,
     Observations,
@@ -52,6 +50,7 @@ from lightsout.planning.types import (
     Phase,
     core_node_labels,
 )
+from lightsout.state.learned import learned_from_status, learned_to_status
 from lightsout.state.parse import dig, format_time, parse_time, str_map
 from lightsout.state.references import Unresolved
 from lightsout.text import clip_middle
@@ -183,35 +182,6 @@ def _replacing(old: Any, new: Any) -> Any:
     return out
 
 
-def learned_from_status(raw: Any) -> Learned:
-    """`status.learned` as the state machine's record (unreadable entries are dropped)."""
-    if not isinstance(raw, Mapping):
-        return Learned()
-
-    def samples(name: str) -> tuple[int, ...]:
-        values = raw.get(name)
-        if not isinstance(values, list):
-            return ()
-        return tuple(v for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 0)
-
-    def watts(name: str) -> float | None:
-        value = raw.get(name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            return None
-        return float(value)
-
-    times = raw.get("powerOns")
-    power_ons = tuple(t for t in map(parse_time, times if isinstance(times, list) else []) if t)
-    return Learned(
-        samples("bootSamples"),
-        samples("shutdownSamples"),
-        power_ons,
-        off_watts=watts("offWatts"),
-        idle_watts=watts("idleWatts"),
-        busy_watts=watts("busyWatts"),
-    )
-
-
 def merge_conditions(
     current: list[dict[str, Any]], decision: Decision, generation: int, now: dt.datetime
 ) -> list[dict[str, Any]]:
@@ -253,23 +223,6 @@ def checked_status(decision: Decision) -> dict[str, Any]:
     if decision.measured is not None:
         new.update(decision.measured)
     return new
-
-
-def learned_to_status(learned: Learned) -> dict[str, Any]:
-    """`status.learned` for a record: the samples, their medians and the power-on times.
-    A figure not learned yet is left out (the API server stores no null, so writing one would
-    make every later comparison see a change)."""
-    out: dict[str, Any] = {
-        "bootSeconds": median(learned.boot_samples),
-        "shutdownSeconds": median(learned.shutdown_samples),
-        "bootSamples": list(learned.boot_samples),
-        "shutdownSamples": list(learned.shutdown_samples),
-        "powerOns": [format_time(t) for t in learned.power_ons],
-        "offWatts": learned.off_watts,
-        "idleWatts": learned.idle_watts,
-        "busyWatts": learned.busy_watts,
-    }
-    return {key: value for key, value in out.items() if value is not None}
 
 
 def clone_to_status(previous: Any, op: Operation | None) -> dict[str, Any] | None:

@@ -25,8 +25,6 @@ over the declared `spec.power` in energy accounting, the planner and recorded tr
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -39,16 +37,12 @@ from lightsout.planning.types import (
     OperationResult,
     Phase,
 )
+from lightsout.state.learned import median
 
 #: How far back power-ons count for `maxPowerCyclesPerDay`.
 DAY = timedelta(days=1)
 _ON_PHASES = frozenset({Phase.POWERING_ON, Phase.PROVISIONING})
 _OFF_PHASES = frozenset({Phase.POWERING_OFF, Phase.DEPROVISIONING})
-
-
-def median(samples: Sequence[int]) -> int | None:
-    """The learned figure of a list of samples (None: nothing learned yet)."""
-    return round(statistics.median(samples)) if samples else None
 
 
 def learn(

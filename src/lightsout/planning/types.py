@@ -33,6 +33,7 @@ from lightsout.models.node import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_SHUTDOWN_TIMEOUT_SECONDS,
 )
+from lightsout.state.learned import Learned
 from lightsout.state.references import Unresolved
 
 __all__ = [
@@ -214,20 +215,6 @@ class DrainStatus:
 
 
 @dataclass(frozen=True)
-class Learned:
-    """`status.learned`: measured durations of the last power-ons and power-offs (seconds,
-    oldest first), the power-on requests of the last 24 hours, and the draw learned from
-    measured watts (`planning.learning`)."""
-
-    boot_samples: tuple[int, ...] = ()
-    shutdown_samples: tuple[int, ...] = ()
-    power_ons: tuple[datetime, ...] = ()
-    off_watts: float | None = None
-    idle_watts: float | None = None
-    busy_watts: float | None = None
-
-
-@dataclass(frozen=True)
 class MachineState:
     """What the operator knows about one machine from its Node resource (spec + status)."""
 
@@ -253,7 +240,7 @@ class MachineState:
     #: Group `healthCheck.driftPolicy == Correct`: drive a drifted machine back to its intent,
     #: at most `max_corrections` times within `correction_window_seconds` (then Failed).
     correct_drift: bool = False
-    learned: Learned = Learned()
+    learned: Learned = field(default_factory=Learned)
     max_corrections: int = 3
     correction_window_seconds: int = 86_400
     #: `status.driftCorrections`: when the drift of this machine was corrected.

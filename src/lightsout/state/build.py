@@ -20,6 +20,7 @@ from lightsout.models.enums import DesiredPowerState, Phase, ProxmoxMode
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import AutoscalingSettings, PowerProfile
 from lightsout.state import cron, references
+from lightsout.state.learned import learned_from_status
 from lightsout.state.measured import declared_resources, expected_resources, expected_watts
 from lightsout.state.parse import (
     as_int,
@@ -29,7 +30,6 @@ from lightsout.state.parse import (
     controller_name,
     dig,
     merge_taints,
-    non_negative,
     parse_label_selector,
     parse_taints,
     parse_time,
@@ -328,6 +328,7 @@ def _machine(
     if dig(spec, "resources") is not None and declared_resources(dig(spec, "resources")) is None:
         notes.append("spec.resources unreadable (cpu and memory are required), ignored")
     power = _model(PowerProfile, dig(spec, "power"), notes, "spec.power")
+    learned = learned_from_status(dig(obj, "status", "learned"))
     return Machine(
         key=key,
         group=group_name,
@@ -343,9 +344,9 @@ def _machine(
         watts_idle=watts.idle,
         watts_off=watts.off,
         boot_seconds=power.boot_timeout_seconds,
-        learned_boot_seconds=non_negative(dig(obj, "status", "learned", "bootSeconds")),
-        learned_shutdown_seconds=non_negative(dig(obj, "status", "learned", "shutdownSeconds")),
-        power_ons=_times(dig(obj, "status", "learned", "powerOns")),
+        learned_boot_seconds=_float(learned.boot_seconds),
+        learned_shutdown_seconds=_float(learned.shutdown_seconds),
+        power_ons=learned.power_ons,
         minimum_on_seconds=autoscaling.minimum_on_seconds,
         max_power_cycles_per_day=autoscaling.max_power_cycles_per_day,
         phase_since=parse_time(dig(obj, "status", "phaseSince")),
@@ -356,10 +357,8 @@ def _machine(
     )
 
 
-def _times(value: object) -> tuple[datetime, ...]:
-    if not isinstance(value, list):
-        return ()
-    return tuple(t for t in map(parse_time, value) if t is not None)
+def _float(value: int | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def _enum[E: StrEnum](kind: type[E], value: str, default: E) -> E:

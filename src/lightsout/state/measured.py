@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from lightsout.state.learned import learned_from_status
 from lightsout.state.parse import dig, non_negative
 from lightsout.state.resources import CPU, MEMORY, PODS, Resources, parse_amount, parse_resources
 
@@ -89,18 +90,16 @@ def expected_resources(node: Mapping[str, Any]) -> Resources | None:
 def expected_watts(node: Mapping[str, Any]) -> Watts:
     """The machine's draw: learned from measured watts (`status.learned`), else declared
     (`spec.power`)."""
-    learned = dig(node, "status", "learned")
+    learned = learned_from_status(dig(node, "status", "learned"))
     power = dig(node, "spec", "power")
 
-    def pick(measured: str, declared: str) -> float | None:
-        found = non_negative(dig(learned, measured))
-        return found if found is not None else non_negative(dig(power, declared))
+    def pick(measured: float | None, declared: str) -> float | None:
+        return measured if measured is not None else non_negative(dig(power, declared))
 
-    on, idle = pick("busyWatts", "onWatts"), pick("idleWatts", "idleWatts")
-    measured_idle = non_negative(dig(learned, "idleWatts"))
-    if measured_idle and on is not None and on < measured_idle:
+    on, idle = pick(learned.busy_watts, "onWatts"), pick(learned.idle_watts, "idleWatts")
+    if learned.idle_watts and on is not None and on < learned.idle_watts:
         on = idle  # a measured idle draw above the declared busy one: the declaration is wrong
-    return Watts(on=on, idle=idle, off=pick("offWatts", "offWatts"))
+    return Watts(on=on, idle=idle, off=pick(learned.off_watts, "offWatts"))
 
 
 __all__ = [

@@ -14,7 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
-from lightsout.actuation.inputs import group_spec, learned_to_status, machine_state, node_spec
+from lightsout.actuation.inputs import group_spec, machine_state, node_spec
 from lightsout.actuation.memory import MemoryJob, MemoryMachine, MemoryPool, MemoryScale
 from lightsout.actuation.pool import pool_of
 from lightsout.models.enums import DesiredPowerState
@@ -41,6 +41,7 @@ from lightsout.simulate.replay.clock import Clock, Kind
 from lightsout.simulate.traces.overrides import apply_overrides
 from lightsout.simulate.traces.trace import Durations, Trace
 from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, machine_of, snapshot_from
+from lightsout.state.learned import learned_to_status
 from lightsout.state.measured import expected_resources
 from lightsout.state.parse import format_time
 from lightsout.state.resources import CPU, Resources

@@ -30,6 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from lightsout.simulate.traces.trace import Durations, Trace, TracePod
+from lightsout.state.learned import learned_from_status
 from lightsout.state.measured import (
     declared_resources,
     expected_watts,
@@ -280,14 +281,14 @@ def learned_durations(node: Mapping[str, Any]) -> Durations | None:
     The learned boot time runs from the power-on Job's start to Ready, so it is written as the
     boot with a power-on Job of 0 s (the replay's power-on to Ready is the same); what is not
     learned keeps the format's default."""
-    learned = dig(node, "status", "learned")
-    boot, shutdown = dig(learned, "bootSeconds"), dig(learned, "shutdownSeconds")
-    if not isinstance(boot, int | float) and not isinstance(shutdown, int | float):
+    learned = learned_from_status(dig(node, "status", "learned"))
+    boot, shutdown = learned.boot_seconds, learned.shutdown_seconds
+    if boot is None and shutdown is None:
         return None
     durations = Durations()
-    if isinstance(boot, int | float):
+    if boot is not None:
         durations = replace(durations, power_on_seconds=0.0, boot_seconds=float(boot))
-    if isinstance(shutdown, int | float):
+    if shutdown is not None:
         durations = replace(durations, shutdown_seconds=float(shutdown))
     return durations
 
