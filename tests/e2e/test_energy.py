@@ -234,6 +234,8 @@ def test_a_power_cycle_is_counted_the_same_in_status_metrics_and_the_cli(
     assert row["energy"]["month"]["usedWattHours"] <= row["energy"]["total"]["usedWattHours"]
     (group_row,) = table["groups"]
     assert low[0] - 1e-3 <= group_row["energy"]["total"]["usedWattHours"] <= high[0] + 1e-3
+    # The tariff's rate and when it ends, as the Group's row says them.
+    assert group_row["price"] == f"{PRICE:g} EUR/kWh until {around_now['to']} UTC"
     text = lightsout(crds, "status", "-n", namespace).stdout
     print(text)
     assert "USED TODAY" in text and "SAVED MONTH" in text and " Wh" in text

@@ -12,6 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from lightsout.actuation.inputs import node_spec
+from lightsout.commands.status import price_in_force
 from lightsout.models.group import Electricity, GroupSpec
 from lightsout.planning.energy.account import Draw
 from lightsout.planning.energy.status import account_from_status, checkpoint
@@ -184,3 +185,14 @@ def test_the_replay_counts_a_day_of_an_always_on_machine_at_each_hours_price() -
     assert counted.total.used_cost == pytest.approx(
         0.1 * (night_hours * 0.20 + 16 * 0.30 + 1 * 0.25), rel=1e-4
     )
+
+
+def test_lightsout_status_says_the_price_in_force_and_until_when() -> None:
+    friday_night = berlin(2026, 11, 27, 23)
+    assert price_in_force({"electricity": HOUSEHOLD}, friday_night) == (
+        "0.2 EUR/kWh until 00:00 Europe/Berlin"  # then the weekend's
+    )
+    flat = {"electricity": {"pricePerKWh": 0.3, "currency": "CHF"}}
+    assert price_in_force(flat, friday_night) == "0.3 CHF/kWh"
+    assert price_in_force({}, friday_night) == "-"
+    assert price_in_force({"electricity": {"pricePerKWh": -1}}, friday_night) == "-"

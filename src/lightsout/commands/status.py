@@ -16,8 +16,10 @@ import datetime as dt
 from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
+from zoneinfo import ZoneInfo
 
-from lightsout.models.group import ScheduleWindow
+from lightsout.models.group import Electricity, ScheduleWindow
+from lightsout.planning.energy import tariff
 from lightsout.planning.energy.account import Amounts
 from lightsout.planning.energy.status import account_from_status
 
@@ -132,6 +134,21 @@ def window_in_force(spec: Obj, now: dt.datetime) -> str:
     return "-"
 
 
+def price_in_force(spec: Obj, now: dt.datetime) -> str:
+    """The Group's price of a kWh at `now` and, with a tariff, until when ("0.2 EUR/kWh until
+    06:00 Europe/Berlin"); "-" without a price (or when it does not validate)."""
+    try:
+        electricity = Electricity.model_validate(spec["electricity"])
+    except (KeyError, TypeError, ValueError):
+        return "-"
+    said = f"{tariff.price_at(electricity, now):g} {electricity.currency}/kWh"
+    change = tariff.next_change(electricity, now)
+    if change is None:
+        return said
+    zone = ZoneInfo(electricity.time_zone)
+    return f"{said} until {change.astimezone(zone):%H:%M} {electricity.time_zone}"
+
+
 def group_row(group: Obj, machines: list[Obj], now: dt.datetime) -> Obj:
     meta, spec, status = (group.get(k) or {} for k in ("metadata", "spec", "status"))
     members = [m for m in machines if m["group"] == meta.get("name")]
@@ -144,6 +161,7 @@ def group_row(group: Obj, machines: list[Obj], now: dt.datetime) -> Obj:
         "min": spec.get("minNodes", 0),
         "max": spec.get("maxNodes", "-"),
         "window": window_in_force(spec, now),
+        "price": price_in_force(spec, now),
         "on": sum(1 for m in members if m["phase"] == "Ready"),
         "total": len(members),
         "failed": sum(1 for m in members if m["phase"] == "Failed"),
@@ -190,6 +208,7 @@ GROUP_COLUMNS: list[tuple[str, Callable[[Obj], str]]] = [
     ("MIN", lambda g: str(g["min"])),
     ("MAX", lambda g: str(g["max"])),
     ("WINDOW", lambda g: str(g["window"])),
+    ("PRICE", lambda g: str(g["price"])),
     ("ON", lambda g: str(g["on"])),
     ("TOTAL", lambda g: str(g["total"])),
     ("FAILED", lambda g: str(g["failed"])),
