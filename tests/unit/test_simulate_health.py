@@ -6,6 +6,7 @@ too."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from lightsout.planning.energy.account import Draw
 from lightsout.planning.energy.status import account_from_status
 from lightsout.simulate.replay.engine import Options, Simulator
-from lightsout.simulate.traces.trace import Durations, Trace, TracePod
+from lightsout.simulate.traces.trace import Durations, Trace, TracePod, load, write
 from lightsout.state.types import ObjectKey
 from tests.unit.test_simulate import node as simulate_node
 from tests.unit.test_simulate import pod_spec
@@ -155,3 +156,29 @@ def test_a_check_reports_the_true_capacity_and_the_replay_plans_with_it() -> Non
     unchecked = replay({"enabled": False})
     assert hosts(unchecked) == {"big": None}
     assert "inspected" not in unchecked.machines[ObjectKey("", "a")].status
+
+
+def test_a_traces_truth_of_draw_and_capacity_is_what_the_replayed_checks_read(
+    tmp_path: Path,
+) -> None:
+    """`trace.yaml` says what `a` really draws and is (as `lightsout trace record` writes what
+    a live cluster measured): written and read back through the format, its checks teach the
+    replay both, as the test above sets them by hand."""
+    big = TracePod(2 * HOUR, 600, "default", "big", pod_spec("8"), "Job", "big")
+    truth = Durations(10, 50, 20, watts=(200.0, 90.0, 8.0), inspected={"cpu": 16, "memory": "64Gi"})
+    trace = Trace(
+        name="truth",
+        start=START,
+        duration_seconds=4 * HOUR,
+        machines=(group({"schedule": "0 * * * *"}), node("a"), node("b")),
+        pods=(big,),
+        durations={"a": truth, "b": Durations(10, 50, 20)},
+    )
+    read = load(write(trace, tmp_path / "truth"))
+    assert read.durations["a"] == truth
+    sim = Simulator(read, Options())
+    assert hosts(sim) == {"big": "a"}
+    a = sim.machines[ObjectKey("", "a")]
+    assert a.status["inspected"]["cpu"] == 16
+    # Its standby draw, read while it was off: the truth's 8 W, not the 5 W it declares.
+    assert a.state.learned.off_watts == 8.0

@@ -26,6 +26,7 @@ from lightsout.simulate.traces.record import (
     learned_durations,
     origin,
     parse_duration,
+    recorded_truth,
     run_window,
     scheduling_spec,
     trace_pod,
@@ -378,3 +379,23 @@ def test_a_cluster_gone_at_the_stop_still_gets_its_trace_written(
     observed = recorder.finish()
     assert [m["kind"] for m in observed.machines] == ["Group", "Node"]
     assert len(said) == 1 and "connection refused" in said[0], said
+
+
+def test_a_meter_and_an_inspection_are_recorded_as_the_machines_truth() -> None:
+    node = {
+        "kind": "Node",
+        "spec": {"power": {"onWatts": 120, "idleWatts": 40, "offWatts": 5}},
+        "status": {
+            "learned": {"bootSeconds": 42, "idleWatts": 55.5},
+            "inspected": {"cpu": 16, "memory": "64Gi", "observedAt": "x", "source": "redfish"},
+        },
+    }
+    truth = recorded_truth(node)
+    assert truth is not None
+    # The learned idle draw replaces the declared one; the rest is what the Node declares.
+    assert truth.watts == (120.0, 55.5, 5.0)
+    assert truth.inspected == {"cpu": 16, "memory": "64Gi"}
+    assert truth.boot_seconds == 42.0
+    # Nothing measured: no truth beyond the format's defaults.
+    declared = {"kind": "Node", "spec": node["spec"], "status": {}}
+    assert recorded_truth(declared) is None

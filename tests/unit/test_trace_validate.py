@@ -140,7 +140,8 @@ def test_durations_under_a_misspelt_machine_name_and_key(
     meta = directory / TRACE_FILE
     assert (
         f"{meta}: machines.m1: bootSecond: unknown field "
-        "(known: powerOnSeconds, bootSeconds, shutdownSeconds)"
+        "(known: powerOnSeconds, bootSeconds, shutdownSeconds, onWatts, idleWatts, offWatts, "
+        "inspected)"
     ) in lines
     assert any(
         line.startswith(f"{meta}: machines.m3: no Node 'm3' in machines.yaml (Nodes: m1, m2)")

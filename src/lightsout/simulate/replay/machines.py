@@ -432,13 +432,17 @@ def read_machines(
             intent_generation=1,
             phase_since=trace.start,
         )
+        truth = trace.durations_of(template.key.name)
+        # What it really draws: the trace's truth, else what it declares.
+        watts = truth.watts or (template.watts_on, template.watts_idle, template.watts_off)
         machine = SimMachine(
             sim=sim,
             state=state,
             pool=pools.get(template.group) if pool_of(spec, group) is not None else None,
             template=template,
-            draw=Draw.declared(template.watts_on, template.watts_idle, template.watts_off),
-            truth=trace.durations_of(template.key.name),
+            draw=Draw.declared(*watts),
+            truth=truth,
+            inspected=truth.inspected,
             energy=Account.opened(trace.start, Rate()),
             timeline=[(0.0, Phase.OFF.value)],
             manifest=manifest,

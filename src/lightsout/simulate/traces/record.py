@@ -293,6 +293,34 @@ def learned_durations(node: Mapping[str, Any]) -> Durations | None:
     return durations
 
 
+def recorded_truth(node: Mapping[str, Any]) -> Durations | None:
+    """What the live cluster measured of the machine, as the trace's truth: its learned
+    durations, and once a meter taught any of its draw, the draw the operator plans with
+    (learned, else declared: `state.measured.expected_watts`), and what its controller reported
+    it is (`status.inspected`). None when nothing was measured."""
+    durations = learned_durations(node)
+    learned = learned_from_status(dig(node, "status", "learned"))
+    watts = expected_watts(node)
+    metered = any(
+        w is not None for w in (learned.off_watts, learned.idle_watts, learned.busy_watts)
+    )
+    draw = (watts.on, watts.idle, watts.off)
+    inspected = dig(node, "status", "inspected")
+    reported = (
+        {k: v for k, v in inspected.items() if k in ("cpu", "memory", "architecture", "gpus")}
+        if isinstance(inspected, Mapping)
+        else None
+    )
+    known = metered and all(w is not None for w in draw)
+    if durations is None and not known and not reported:
+        return None
+    return replace(
+        durations or Durations(),
+        watts=(float(draw[0] or 0), float(draw[1] or 0), float(draw[2] or 0)) if known else None,
+        inspected=reported or None,
+    )
+
+
 def cronjob_manifest(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The CronJob as in the cluster (schedule, timeZone, suspend, concurrencyPolicy, …) with
     its pod template reduced to `scheduling_spec` and no status or server-set metadata."""
@@ -352,7 +380,7 @@ def build(name: str, observed: Observed, description: str = "") -> Trace:
     durations = {
         as_str(dig(m, "metadata", "name")): d
         for m in observed.machines
-        if m.get("kind") == "Node" and (d := learned_durations(m)) is not None
+        if m.get("kind") == "Node" and (d := recorded_truth(m)) is not None
     }
     return Trace(
         name=name,

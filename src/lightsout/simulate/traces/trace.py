@@ -40,13 +40,22 @@ class TraceError(ValueError):
     """The directory is not a readable trace; the message says which file and why."""
 
 
+#: A machine's true draw in `trace.yaml` (all three or none), as `spec.power` names them.
+WATTS_KEYS = ("onWatts", "idleWatts", "offWatts")
+
+
 @dataclass(frozen=True, slots=True)
 class Durations:
-    """A machine's true timings: what its power-on Job, its boot and its shutdown Job take."""
+    """A machine's truth, what the API objects do not carry: what its power-on Job, its boot
+    and its shutdown Job take, and, when the trace knows them, what it really draws (busy,
+    idle, off; else what it declares) and what its controller reports it is (`inspected`: cpu,
+    memory, architecture, gpus, as a health check's inspection reports them)."""
 
     power_on_seconds: float = 10.0
     boot_seconds: float = 120.0
     shutdown_seconds: float = 30.0
+    watts: tuple[float, float, float] | None = None
+    inspected: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +110,39 @@ def _number(value: object, where: str) -> float:
     return float(value)
 
 
+def _truth(entry: Mapping[str, Any], where: str) -> Durations:
+    """One machine's entry of `trace.yaml`'s `machines`."""
+    watts = None
+    if any(key in entry for key in WATTS_KEYS):
+        if not all(key in entry for key in WATTS_KEYS):
+            raise TraceError(f"{where}: give all of {', '.join(WATTS_KEYS)} or none")
+        on, idle, off = (_number(entry[key], f"{where}.{key}") for key in WATTS_KEYS)
+        watts = (on, idle, off)
+    inspected = entry.get("inspected")
+    if inspected is not None and not isinstance(inspected, Mapping):
+        raise TraceError(f"{where}.inspected: must be an object (cpu, memory, ...)")
+    return Durations(
+        power_on_seconds=_number(entry.get("powerOnSeconds", 10), f"{where}.powerOnSeconds"),
+        boot_seconds=_number(entry.get("bootSeconds", 120), f"{where}.bootSeconds"),
+        shutdown_seconds=_number(entry.get("shutdownSeconds", 30), f"{where}.shutdownSeconds"),
+        watts=watts,
+        inspected=dict(inspected) if inspected is not None else None,
+    )
+
+
+def _truth_entry(d: Durations) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "powerOnSeconds": d.power_on_seconds,
+        "bootSeconds": d.boot_seconds,
+        "shutdownSeconds": d.shutdown_seconds,
+    }
+    if d.watts is not None:
+        out.update(zip(WATTS_KEYS, d.watts, strict=True))
+    if d.inspected is not None:
+        out["inspected"] = dict(d.inspected)
+    return out
+
+
 def _pod(line: str, where: str) -> TracePod:
     try:
         obj = json.loads(line)
@@ -134,11 +176,7 @@ def load(directory: Path | str) -> Trace:
     if start is None:
         raise TraceError(f"{meta_path}: start must be an RFC 3339 time")
     durations = {
-        str(name): Durations(
-            power_on_seconds=_number(d.get("powerOnSeconds", 10), f"{name}.powerOnSeconds"),
-            boot_seconds=_number(d.get("bootSeconds", 120), f"{name}.bootSeconds"),
-            shutdown_seconds=_number(d.get("shutdownSeconds", 30), f"{name}.shutdownSeconds"),
-        )
+        str(name): _truth(d, f"machines.{name}")
         for name, d in (meta.get("machines") or {}).items()
         if isinstance(d, Mapping)
     }
@@ -188,14 +226,7 @@ def write(trace: Trace, directory: Path | str) -> Path:
         "description": trace.description,
         "start": format_time(trace.start),
         "durationSeconds": trace.duration_seconds,
-        "machines": {
-            name: {
-                "powerOnSeconds": d.power_on_seconds,
-                "bootSeconds": d.boot_seconds,
-                "shutdownSeconds": d.shutdown_seconds,
-            }
-            for name, d in sorted(trace.durations.items())
-        },
+        "machines": {name: _truth_entry(d) for name, d in sorted(trace.durations.items())},
         "cronjobs": {
             key: {"runSeconds": seconds} for key, seconds in sorted(trace.cron_run_seconds.items())
         },

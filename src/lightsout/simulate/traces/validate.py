@@ -32,9 +32,16 @@ from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
 from lightsout.simulate.traces import yamlfile
 from lightsout.simulate.traces.overrides import apply_overrides
-from lightsout.simulate.traces.trace import CRONJOBS_FILE, MACHINES_FILE, PODS_FILE, TRACE_FILE
+from lightsout.simulate.traces.trace import (
+    CRONJOBS_FILE,
+    MACHINES_FILE,
+    PODS_FILE,
+    TRACE_FILE,
+    WATTS_KEYS,
+)
 from lightsout.state import cron
 from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, snapshot_from
+from lightsout.state.measured import inspected_resources
 from lightsout.state.parse import NODE_OPERATORS, TAINT_EFFECTS, as_list, dig, parse_time
 from lightsout.state.resources import parse_amount
 
@@ -42,6 +49,9 @@ API_VERSION = "lightsout.dev/v1alpha1"
 CRONJOB_API_VERSION = "batch/v1"
 TRACE_KEYS = ("name", "description", "start", "durationSeconds", "seed", "machines", "cronjobs")
 DURATION_KEYS = ("powerOnSeconds", "bootSeconds", "shutdownSeconds")
+#: A machine's entry: its true durations, draw and what its controller reports it is.
+MACHINE_KEYS = (*DURATION_KEYS, *WATTS_KEYS, "inspected")
+INSPECTED_KEYS = ("cpu", "memory", "architecture", "gpus")
 CRON_RUN_KEYS = ("runSeconds",)
 POD_KEYS = ("at", "runSeconds", "namespace", "name", "owner", "spec")
 OWNER_KEYS = ("kind", "name")
@@ -149,12 +159,40 @@ def _unknown(
             found.add(obj, f"{prefix}{key}", f"unknown field (known: {', '.join(known)})")
 
 
-def _number(found: _Found, obj: str, field: str, value: object, required: bool = True) -> None:
+def _number(
+    found: _Found,
+    obj: str,
+    field: str,
+    value: object,
+    required: bool = True,
+    *,
+    unit: str = "seconds",
+) -> None:
     if value is None and not required:
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         what = "missing" if value is None else f"got {value!r}"
-        found.add(obj, field, f"must be a non-negative number of seconds ({what})")
+        found.add(obj, field, f"must be a non-negative number of {unit} ({what})")
+
+
+def _machine_truth(found: _Found, obj: str, value: Mapping[str, Any]) -> None:
+    """A machine's entry beyond its durations: its true draw (all three figures or none) and
+    what its controller reports it is (read as a health check's `inspected`)."""
+    given = [key for key in WATTS_KEYS if key in value]
+    if given and len(given) < len(WATTS_KEYS):
+        missing = ", ".join(k for k in WATTS_KEYS if k not in given)
+        found.add(obj, missing, f"{', '.join(given)} given: give all of {', '.join(WATTS_KEYS)}")
+    for key in given:
+        _number(found, obj, key, value.get(key), unit="watts")
+    inspected = value.get("inspected")
+    if inspected is None:
+        return
+    if not isinstance(inspected, Mapping):
+        found.add(obj, "inspected", f"must be an object ({', '.join(INSPECTED_KEYS)})")
+        return
+    _unknown(found, obj, "inspected.", inspected, INSPECTED_KEYS)
+    if inspected_resources(inspected) is None:
+        found.add(obj, "inspected", "must report at least cpu (an integer) and memory (e.g. 64Gi)")
 
 
 # ------------------------------------------------------------------------------- trace.yaml
@@ -178,7 +216,7 @@ def _trace_meta(found: _Found, path: Path) -> Mapping[str, Any]:
         found.add("", "start", f"must be an RFC 3339 time, got {meta.get('start')!r}")
     _number(found, "", "durationSeconds", meta.get("durationSeconds"))
     for section, known, required in (
-        ("machines", DURATION_KEYS, False),
+        ("machines", MACHINE_KEYS, False),
         ("cronjobs", CRON_RUN_KEYS, True),
     ):
         entries = meta.get(section)
@@ -193,8 +231,10 @@ def _trace_meta(found: _Found, path: Path) -> Mapping[str, Any]:
                 found.add(obj, "", f"must be an object with {', '.join(known)}")
                 continue
             _unknown(found, obj, "", value, known)
-            for key in known:
+            for key in DURATION_KEYS if section == "machines" else known:
                 _number(found, obj, key, value.get(key), required)
+            if section == "machines":
+                _machine_truth(found, obj, value)
     return meta
 
 
