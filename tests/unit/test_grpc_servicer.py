@@ -502,6 +502,24 @@ def test_node_price_is_watts_times_hours_times_the_groups_price(serve: Any) -> N
     assert stub.PricingNodePrice(request).price == pytest.approx(0.1)
 
 
+def test_node_price_under_a_tariff_prices_each_stretch_at_its_rate(serve: Any) -> None:
+    """The price expander asks what a node costs over a period: with a time-of-use tariff,
+    the part of it in the night rate costs the night's price."""
+    night = {"from": "22:00", "to": "06:00", "pricePerKWh": 0.10}
+    stub, _ = serve(
+        ca_group(electricity={"pricePerKWh": 0.30, "rates": [night]}),
+        machine("m-a", group="ca", watts=(200, 100, 5)),
+    )
+    start = dt.datetime(2026, 1, 1, 21, tzinfo=dt.UTC)
+    request = pb.PricingNodePriceRequest(
+        node=pb.ExternalGrpcNode(name="m-a", providerID=pid("m-a")),
+        startTimestamp=_stamp(start),
+        endTimestamp=_stamp(start + dt.timedelta(hours=2)),
+    )
+    # 21:00-22:00 at 0.30 and 22:00-23:00 at 0.10, 0.2 kWh each.
+    assert stub.PricingNodePrice(request).price == pytest.approx(0.2 * 0.30 + 0.2 * 0.10)
+
+
 def test_gpu_label_refresh_cleanup(serve: Any) -> None:
     stub, _ = serve(*fleet())
     assert stub.GPULabel(pb.GPULabelRequest()).label == "lightsout.dev/gpu-type"

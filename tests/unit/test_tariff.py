@@ -16,7 +16,7 @@ from lightsout.commands.status import price_in_force
 from lightsout.models.group import Electricity, GroupSpec
 from lightsout.planning.energy.account import Draw
 from lightsout.planning.energy.status import account_from_status, checkpoint
-from lightsout.planning.energy.tariff import next_change, price_at
+from lightsout.planning.energy.tariff import cost, next_change, price_at
 from lightsout.planning.machine.effects import Decision, Requeue
 from lightsout.planning.machine.healthjudge import Assessment
 from lightsout.planning.machine.passes import Readings, with_energy
@@ -196,3 +196,11 @@ def test_lightsout_status_says_the_price_in_force_and_until_when() -> None:
     assert price_in_force(flat, friday_night) == "0.3 CHF/kWh"
     assert price_in_force({}, friday_night) == "-"
     assert price_in_force({"electricity": {"pricePerKWh": -1}}, friday_night) == "-"
+
+
+def test_a_period_costs_each_stretch_at_its_own_price() -> None:
+    household = tariff()
+    # Friday 20:00 to Saturday 01:00 in Berlin at 1 kW: 2 h at 0.30, 2 h at 0.20, 1 h at 0.25.
+    start, end = berlin(2026, 11, 27, 20), berlin(2026, 11, 28, 1)
+    assert cost(household, 1000.0, start, end) == pytest.approx(0.60 + 0.40 + 0.25)
+    assert cost(household, 1000.0, end, start) == 0.0

@@ -251,6 +251,7 @@ def _group(obj: Mapping[str, Any], notes: list[str]) -> Group | None:
         labels=dict(spec.labels or {}),
         taints=tuple(Taint(t.key, t.value or "", t.effect.value) for t in spec.taints or ()),
         price_per_kwh=spec.electricity.price_per_kwh if spec.electricity else None,
+        electricity=spec.electricity,
         last_scale_up=parse_time(dig(obj, "status", "lastScaleUp", "time")),
         last_scale_down=parse_time(dig(obj, "status", "lastScaleDown", "time")),
         windows=tuple(

@@ -16,7 +16,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from lightsout.models.enums import Autoscaler, DesiredPowerState, Phase, SelectionPolicy
-from lightsout.models.group import DEFAULT_BREAK_EVEN_MULTIPLE, DEFAULT_JOB_GRACE_SECONDS
+from lightsout.models.group import (
+    DEFAULT_BREAK_EVEN_MULTIPLE,
+    DEFAULT_JOB_GRACE_SECONDS,
+    Electricity,
+)
 from lightsout.models.windows import WindowTimes
 from lightsout.state.resources import Resources
 
@@ -255,6 +259,8 @@ class Group:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     price_per_kwh: float | None = None
+    #: `spec.electricity` whole, with its tariff (`planning.energy.tariff` prices a period).
+    electricity: Electricity | None = None
     last_scale_up: datetime | None = None
     last_scale_down: datetime | None = None
     #: `spec.windows`: recurring floors and ceilings (`planning.autoscaler.windows` applies them).

@@ -61,6 +61,17 @@ def price_at(electricity: Electricity | None, moment: datetime) -> float:
     return electricity.price_per_kwh if rate is None else rate.price_per_kwh
 
 
+def cost(electricity: Electricity, watts: float, start: datetime, end: datetime) -> float:
+    """What drawing `watts` from `start` to `end` costs, each stretch at its own price."""
+    total, at = 0.0, start
+    while at < end:
+        change = next_change(electricity, at)
+        until = end if change is None or change > end else change
+        total += watts / 1000.0 * (until - at).total_seconds() / 3600.0 * price_at(electricity, at)
+        at = until
+    return total
+
+
 def next_change(electricity: Electricity | None, moment: datetime) -> datetime | None:
     """The first moment after `moment` at which the price differs from the one at `moment`."""
     if electricity is None or not electricity.rates:
