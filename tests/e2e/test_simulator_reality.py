@@ -90,7 +90,7 @@ def transitions(result: Result) -> tuple[list[Transition], dict[str, float]]:
         for seconds, phase in machine.timeline:
             moments.extend(_change(seconds, machine.template.key.name, before, phase))
             before = phase
-    energy = {m.template.key.name: m.ledger.used_wh for m in result.machines}
+    energy = {m.template.key.name: m.energy.total.used_wh for m in result.machines}
     return [(name, what) for _, name, what in sorted(moments)], energy
 
 
