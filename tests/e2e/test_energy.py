@@ -108,10 +108,10 @@ def test_a_power_cycle_is_counted_the_same_in_status_metrics_and_the_cli(
 ) -> None:
     name = machine.name
     power = {"onWatts": ON_W, "idleWatts": IDLE_W, "offWatts": OFF_W, "bootTimeoutSeconds": 180}
-    now = dt.datetime.now(dt.UTC)
+    begun = dt.datetime.now(dt.UTC)
     around_now = {
-        "from": (now - dt.timedelta(hours=1)).strftime("%H:%M"),
-        "to": (now + dt.timedelta(hours=3)).strftime("%H:%M"),
+        "from": (begun - dt.timedelta(hours=1)).strftime("%H:%M"),
+        "to": (begun + dt.timedelta(hours=3)).strftime("%H:%M"),
         "pricePerKWh": PRICE,
     }
     group = fleet.group(

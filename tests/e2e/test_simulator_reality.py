@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
 from lightsout.planning.energy.status import account_from_status
 from lightsout.simulate.replay.engine import Result, replay
@@ -179,10 +180,62 @@ def machines(
                 )
 
 
-class Player:
-    """Plays the trace's workload on the cluster and watches the machines' phases."""
+class PhaseWatch(threading.Thread):
+    """Every phase each machine's status passes through, from a watch of the Lights-Out Nodes:
+    a poll misses a phase shorter than its interval (a machine Off for a moment between its
+    power-off Job and the power-on the planner wanted meanwhile), a watch sees every write."""
 
-    def __init__(self, api: client.ApiClient, namespace: str, trace: traces.Trace) -> None:
+    def __init__(self, api: client.ApiClient, namespace: str, start: dt.datetime) -> None:
+        super().__init__(daemon=True)
+        self.custom = client.CustomObjectsApi(api)
+        self.namespace = namespace
+        self.start_time = start
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.phases: dict[str, str] = {}
+        self.moments: list[tuple[float, str, str]] = []
+        #: Every phase change seen (seconds, machine, phase), printed for a person comparing.
+        self.timeline: list[tuple[float, str, str]] = []
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            stream = watch.Watch().stream(
+                self.custom.list_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                self.namespace,
+                "nodes",
+                timeout_seconds=5,
+            )
+            try:
+                for event in stream:
+                    self._seen(event["object"])
+                    if self.stopped.is_set():
+                        return
+            except Exception:
+                time.sleep(0.2)
+
+    def _seen(self, machine: Mapping[str, Any]) -> None:
+        seconds = (dt.datetime.now(dt.UTC) - self.start_time).total_seconds()
+        name, phase = _name(machine), (machine.get("status") or {}).get("phase", "Off")
+        with self.lock:
+            before = self.phases.get(name, "Off")
+            self.moments.extend(_change(seconds, name, before, phase))
+            if phase != before:
+                self.timeline.append((round(seconds, 1), name, phase))
+            self.phases[name] = phase
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(timeout=10)
+
+
+class Player:
+    """Plays the trace's workload on the cluster; `watched` follows the machines' phases."""
+
+    def __init__(
+        self, api: client.ApiClient, namespace: str, trace: traces.Trace, watched: PhaseWatch
+    ) -> None:
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -195,28 +248,21 @@ class Player:
         self.ended: set[str] = set()
         #: The CronJobs' runs (their Jobs) that have run their time.
         self.runs_ended: set[str] = set()
-        self.phases: dict[str, str] = {}
-        self.moments: list[tuple[float, str, str]] = []
-        #: Every phase change seen (seconds, machine, phase), printed for a person comparing.
-        self.timeline: list[tuple[float, str, str]] = []
+        self.watched = watched
+
+    @property
+    def timeline(self) -> list[tuple[float, str, str]]:
+        with self.watched.lock:
+            return list(self.watched.timeline)
 
     def step(self, now: float) -> None:
-        """Create what has arrived, end what has run its time, note phase changes."""
+        """Create what has arrived, end what has run its time."""
         while self.waiting and self.waiting[0].at <= now:
             pod = self.waiting.pop(0)
             body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod.name}}
             self.core.create_namespaced_pod(self.namespace, {**body, "spec": dict(pod.spec)})
         for pod in self.core.list_namespaced_pod(self.namespace).items:
             self._run(pod, now)
-        machines = self.custom.list_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, "nodes"
-        )["items"]
-        for machine in machines:
-            name, phase = _name(machine), (machine.get("status") or {}).get("phase", "Off")
-            self.moments.extend(_change(now, name, self.phases.get(name, "Off"), phase))
-            if phase != self.phases.get(name, "Off"):
-                self.timeline.append((round(now, 1), name, phase))
-            self.phases[name] = phase
 
     def _run(self, pod: client.V1Pod, now: float) -> None:
         job = (pod.metadata.labels or {}).get(JOB_NAME, "")
@@ -237,16 +283,19 @@ class Player:
     def finished(self) -> bool:
         """Every pod has come and gone, every CronJob has had its run, every machine is Off:
         nothing is left to happen (the trace's runs are one a CronJob)."""
+        with self.watched.lock:
+            phases = dict(self.watched.phases)
         return (
             not self.waiting
             and set(self.run_seconds) <= self.ended
             and len(self.runs_ended) >= len(self.cron_run)
-            and bool(self.phases)
-            and all(phase == "Off" for phase in self.phases.values())
+            and bool(phases)
+            and all(phase == "Off" for phase in phases.values())
         )
 
     def transitions(self) -> list[Transition]:
-        return [(name, what) for _, name, what in sorted(self.moments)]
+        with self.watched.lock:
+            return [(name, what) for _, name, what in sorted(self.watched.moments)]
 
 
 def used_wh(status: Mapping[str, Any], at: dt.datetime) -> float:
@@ -290,15 +339,20 @@ def test_the_simulator_powers_the_same_machines_in_the_same_order_as_the_cluster
     time.sleep(max(0.0, (start - dt.datetime.now(dt.UTC)).total_seconds()))
     at_start_wh = {name: used_wh(s, start) for name, s in statuses().items()}
 
-    player = Player(kube_api, namespace, live)
+    watched = PhaseWatch(kube_api, namespace, start)
+    watched.start()
+    player = Player(kube_api, namespace, live, watched)
     with diagnosed(crds, namespace):
         # Until nothing is left to happen; past that the machines stay Off, which their energy
         # accounts extrapolate to the trace's end exactly (their rate is the Off draw).
-        while (
-            seconds := (dt.datetime.now(dt.UTC) - start).total_seconds()
-        ) < live.duration_seconds and not player.finished():
-            player.step(seconds)
-            time.sleep(0.5)
+        try:
+            while (
+                seconds := (dt.datetime.now(dt.UTC) - start).total_seconds()
+            ) < live.duration_seconds and not player.finished():
+                player.step(seconds)
+                time.sleep(0.5)
+        finally:
+            watched.stop()
         end = start + dt.timedelta(seconds=live.duration_seconds)
         machines_now = nodes()
         live_wh = {
