@@ -111,6 +111,9 @@ class Needed:
     #: A live count of the pods on the core Node: draining, and the cache says none are left
     #: ("drained", which powers the machine off, is believed only after a live list agrees).
     drain_count: bool
+    #: What deciding that read of the machine (its state and its Job), which `observe` reuses.
+    machine: MachineState
+    job: ObservedJob | None
 
 
 def needed(view: MachineView, now: dt.datetime) -> Needed:
@@ -119,7 +122,7 @@ def needed(view: MachineView, now: dt.datetime) -> Needed:
     pending = machine.operation is not None and machine.operation.cut_pending
     waiting = pending or (job is not None and bool(job.values.get("cut_pending")))
     draining = machine.phase == Phase.DRAINING and view.core_node is not None
-    return Needed(kubelet=waiting, drain_count=draining and cached_pods_left(view) == 0)
+    return Needed(waiting, draining and cached_pods_left(view) == 0, machine, job)
 
 
 def cached_pods_left(view: MachineView) -> int:
@@ -134,12 +137,14 @@ def observe(
     identity: str,
     last_drain: DrainStatus | None,
     now: dt.datetime,
+    need: Needed | None = None,
 ) -> Observed:
     """The machine, its observations and its readings from `view` and `reads`; `last_drain`
-    is what the previous pass's drain reported (which PodDisruptionBudget blocked it)."""
+    is what the previous pass's drain reported (which PodDisruptionBudget blocked it), `need`
+    what `needed` read of the machine for this pass (read again when not given)."""
     node, spec, group = view.node, view.spec, view.group_spec
-    machine = inputs.machine_state(node, spec, group)
-    job = job_of(view, machine, now)
+    need = need or needed(view, now)
+    machine, job = need.machine, need.job
     core_node = reads.core_node
     drain = None
     if machine.phase == Phase.DRAINING and core_node is not None:

@@ -258,7 +258,12 @@ class Reconciler:
             pods_left=ctx.pods_remaining() if need.drain_count else None,
         )
         seen = observe(
-            view, reads, identity=self.config.identity, last_drain=self.drains.get(key), now=now
+            view,
+            reads,
+            identity=self.config.identity,
+            last_drain=self.drains.get(key),
+            now=now,
+            need=need,
         )
         decision = pass_decision(seen.machine, seen.observations, seen.readings, now)
         carried = interpreter.carry_out(ctx, seen.machine, decision, now)
