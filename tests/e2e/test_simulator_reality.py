@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -38,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, watch
+from kubernetes import client
 
 from lightsout.planning.energy.status import account_from_status
 from lightsout.simulate.replay.engine import Result, replay
@@ -52,6 +51,7 @@ from lightsout_lab.sushy import FakeSystem, SushyEmulator
 from tests.e2e.autoscaling import diagnosed, reasons
 from tests.e2e.conftest import PATIENCE
 from tests.harness import fleet
+from tests.harness.phases import PhaseWatch, on_off
 from tests.harness.wait import wait_for
 
 TRACE = Path(__file__).parent / "traces" / "reality"
@@ -89,18 +89,10 @@ def transitions(result: Result) -> tuple[list[Transition], dict[str, float]]:
     for machine in result.machines:
         before = "Off"
         for seconds, phase in machine.timeline:
-            moments.extend(_change(seconds, machine.template.key.name, before, phase))
+            moments.extend(on_off(seconds, machine.template.key.name, before, phase))
             before = phase
     energy = {m.template.key.name: m.energy.total.used_wh for m in result.machines}
     return [(name, what) for _, name, what in sorted(moments)], energy
-
-
-def _change(at: float, name: str, before: str, phase: str) -> list[tuple[float, str, str]]:
-    if before == "Off" and phase != "Off":
-        return [(at, name, "on")]
-    if before != "Off" and phase == "Off":
-        return [(at, name, "off")]
-    return []
 
 
 def as_recorded(trace: traces.Trace, nodes: Mapping[str, Mapping[str, Any]]) -> traces.Trace:
@@ -178,56 +170,6 @@ def machines(
                 cluster.kubectl(
                     "delete", "node", sim.node_name, "--ignore-not-found", "--wait=false"
                 )
-
-
-class PhaseWatch(threading.Thread):
-    """Every phase each machine's status passes through, from a watch of the Lights-Out Nodes:
-    a poll misses a phase shorter than its interval (a machine Off for a moment between its
-    power-off Job and the power-on the planner wanted meanwhile), a watch sees every write."""
-
-    def __init__(self, api: client.ApiClient, namespace: str, start: dt.datetime) -> None:
-        super().__init__(daemon=True)
-        self.custom = client.CustomObjectsApi(api)
-        self.namespace = namespace
-        self.start_time = start
-        self.lock = threading.Lock()
-        self.stopped = threading.Event()
-        self.phases: dict[str, str] = {}
-        self.moments: list[tuple[float, str, str]] = []
-        #: Every phase change seen (seconds, machine, phase), printed for a person comparing.
-        self.timeline: list[tuple[float, str, str]] = []
-
-    def run(self) -> None:
-        while not self.stopped.is_set():
-            stream = watch.Watch().stream(
-                self.custom.list_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                self.namespace,
-                "nodes",
-                timeout_seconds=5,
-            )
-            try:
-                for event in stream:
-                    self._seen(event["object"])
-                    if self.stopped.is_set():
-                        return
-            except Exception:
-                time.sleep(0.2)
-
-    def _seen(self, machine: Mapping[str, Any]) -> None:
-        seconds = (dt.datetime.now(dt.UTC) - self.start_time).total_seconds()
-        name, phase = _name(machine), (machine.get("status") or {}).get("phase", "Off")
-        with self.lock:
-            before = self.phases.get(name, "Off")
-            self.moments.extend(_change(seconds, name, before, phase))
-            if phase != before:
-                self.timeline.append((round(seconds, 1), name, phase))
-            self.phases[name] = phase
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.join(timeout=10)
 
 
 class Player:

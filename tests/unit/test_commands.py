@@ -109,6 +109,7 @@ def test_status_rows_count_machines_per_group_and_flag_a_missing_group() -> None
             "max": 3,
             "window": "-",
             "price": "-",
+            "ups": "-",
             "on": 1,
             "total": 1,
             "failed": 0,

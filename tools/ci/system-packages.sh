@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Debian packages the tests use: OpenIPMI's simulator and ipmitool (IPMI emulator), sshd (the
-# WoL + SSH driver's peer), dnsmasq (PXE/TFTP), openssl (test certificates), iproute2.
+# WoL + SSH driver's peer), dnsmasq (PXE/TFTP), openssl (test certificates), iproute2, and
+# Network UPS Tools' upsd, dummy-ups driver and upsc (nut-server, nut-client: the lab's UPS,
+# lab/src/lightsout_lab/nut.py; run from a work dir, no service is set up).
 # With arguments, other groups instead: `images` (mmdebstrap, buildah: tools/images/build.sh),
 # `node` (containerd, runc, the CNI plugins, iptables and gcc for the lab's real node,
 # realnode.py), `prometheus` (Debian's Prometheus server: tests/e2e/test_metrics.py and
@@ -17,6 +19,9 @@ for group in "${@:-tests}"; do
       command -v dnsmasq >/dev/null || [ -x /usr/sbin/dnsmasq ] || need+=(dnsmasq-base)
       command -v openssl >/dev/null || need+=(openssl)
       command -v ip >/dev/null || need+=(iproute2)
+      # The daemons live outside PATH: /lib/nut, /usr/lib/nut from trixie on.
+      [ -x /lib/nut/upsd ] || [ -x /usr/lib/nut/upsd ] || need+=(nut-server)
+      command -v upsc >/dev/null || need+=(nut-client)
       ;;
     images)
       command -v mmdebstrap >/dev/null || need+=(mmdebstrap)

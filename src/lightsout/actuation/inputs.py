@@ -14,8 +14,8 @@ someone else's garbage.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
@@ -26,7 +26,7 @@ from lightsout.actuation.nodeops import (
     node_unregistered,
 )
 from lightsout.models.drivers import ProxmoxDriver
-from lightsout.models.enums import DriftPolicy, ProxmoxMode
+from lightsout.models.enums import ConditionStatus, ConditionType, DriftPolicy, ProxmoxMode
 from lightsout.models.group import (
     DEFAULT_CORRECTION_WINDOW_SECONDS,
     DEFAULT_MAX_CORRECTIONS,
@@ -185,26 +185,50 @@ def _replacing(old: Any, new: Any) -> Any:
 def merge_conditions(
     current: list[dict[str, Any]], decision: Decision, generation: int, now: dt.datetime
 ) -> list[dict[str, Any]]:
-    """`status.conditions` with the decision's SetCondition effects merged in, by type (a
-    condition's `lastTransitionTime` moves only when its status changes): the operator's status
-    writer and the in-memory port both keep them so."""
+    """`status.conditions` with the decision's SetCondition effects merged in: the operator's
+    status writer and the in-memory port both keep them so."""
+    wanted = (e for e in decision.effects if isinstance(e, SetCondition))
+    return merged_conditions(current, wanted, generation, now)
+
+
+class Wanted(Protocol):
+    """A condition to set: a machine's `SetCondition` effect, a Group's `mains.Condition`."""
+
+    @property
+    def type(self) -> ConditionType: ...
+    @property
+    def status(self) -> ConditionStatus: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+
+
+def merged_conditions(
+    current: Iterable[Mapping[str, Any]],
+    wanted: Iterable[Wanted],
+    generation: int | None,
+    now: dt.datetime,
+) -> list[dict[str, Any]]:
+    """`status.conditions` with `wanted` merged in by type (a condition's
+    `lastTransitionTime` moves only when its status changes); a Node's and a Group's alike."""
     by_type = {c.get("type"): dict(c) for c in current if isinstance(c, Mapping)}
     stamp = format_time(now)
-    for effect in decision.effects:
-        if not isinstance(effect, SetCondition):
-            continue
+    for effect in wanted:
         old = by_type.get(str(effect.type))
         changed = old is None or old.get("status") != str(effect.status)
-        by_type[str(effect.type)] = {
+        condition = {
             "type": str(effect.type),
             "status": str(effect.status),
             "reason": effect.reason,
             "message": clip_middle(effect.message),
-            "observedGeneration": generation,
             "lastTransitionTime": stamp
             if changed or old is None
             else old.get("lastTransitionTime", stamp),
         }
+        if generation is not None:
+            condition["observedGeneration"] = generation
+        by_type[str(effect.type)] = condition
     return [by_type[k] for k in sorted(by_type, key=str)]
 
 

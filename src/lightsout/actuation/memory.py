@@ -18,6 +18,7 @@ from typing import Any
 
 from lightsout.actuation.inputs import checked_status, merge_conditions
 from lightsout.actuation.pool import RELEASED, PoolExhaustedError, exhausted, free_addresses
+from lightsout.models.battery import Outage
 from lightsout.models.group import AddressPool
 from lightsout.planning.autoscaler.decisions import ScaleAction
 from lightsout.planning.machine.effects import Decision, DeleteJob, Event, StartJob
@@ -239,6 +240,7 @@ class MemoryScale:
         default_factory=list
     )
     unneeded: dict[ObjectKey, str] = field(default_factory=dict)
+    outages: dict[ObjectKey, Outage | None] = field(default_factory=dict)
     events: list[tuple[str, ObjectKey, Event]] = field(default_factory=list)
     #: Machines whose write loses a race (tests).
     conflicts: frozenset[ObjectKey] = frozenset()
@@ -253,6 +255,10 @@ class MemoryScale:
         self, group: ObjectKey, up: bool, actions: Sequence[ScaleAction], now: dt.datetime
     ) -> None:
         self.scaled.append((group, up, tuple(actions), now))
+
+    def record_outage(self, group: ObjectKey, outage: Outage | None) -> bool:
+        self.outages[group] = outage
+        return True
 
     def unneeded_mark(self, machine: ObjectKey) -> str | None:
         return self.unneeded.get(machine)

@@ -28,11 +28,12 @@ from datetime import datetime
 
 from lightsout.actuation.port import ScalePort
 from lightsout.models.enums import Autoscaler
+from lightsout.planning.autoscaler.battery import HELD
 from lightsout.planning.autoscaler.decisions import Plan, PowerOn, ScaleAction
 from lightsout.planning.machine.effects import Event
 from lightsout.planning.types import EventType, ObservedPowerState
 from lightsout.state.parse import format_time
-from lightsout.state.types import ObjectKey, Snapshot
+from lightsout.state.types import Group, ObjectKey, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -64,15 +65,16 @@ class PlanApplier:
         groups = {group.key: group for group in snapshot.groups}
         machines = {machine.key for machine in snapshot.machines}
         scaled: dict[tuple[ObjectKey, bool], list[ScaleAction]] = {}
+        unrecorded = self._record_outages(port, snapshot, plan)
         for action in plan.actions:
             group = groups.get(action.group)
             # The planner never chooses these; this is the last line of defence, not policy.
-            if (
-                group is None
-                or action.machine not in machines
-                or group.autoscaler is not Autoscaler.BUILTIN
-            ):
+            if group is None or action.machine not in machines or not _sized_here(action, group):
                 log.warning("refusing %s of %s: not an autoscaled machine", action, action.machine)
+                continue
+            if action.group in unrecorded:
+                # The outage is recorded before its first power-off, or nothing is done.
+                done.conflicts += 1
                 continue
             on = isinstance(action, PowerOn)
             if action.dry_run or self.dry_run:
@@ -93,6 +95,32 @@ class PlanApplier:
         self._announce_windows(port, snapshot, plan)
         self._forget(snapshot)
         return done
+
+    # ------------------------------------------------------------------ outages
+    def _record_outages(self, port: ScalePort, snapshot: Snapshot, plan: Plan) -> set[ObjectKey]:
+        """Write the outages the plan starts and clear those it ends; the Groups whose record
+        could not be written (their outage actions wait for the next plan)."""
+        if self.dry_run:
+            return set()
+        dry = {group.key for group in snapshot.groups if group.dry_run}
+        failed = set()
+        for key, outage in plan.outages.items():
+            if key in dry:
+                continue
+            if not port.record_outage(key, outage):
+                failed.add(key)
+                continue
+            restore = ", ".join(outage.restore) or "none"
+            message = (
+                f"on battery: powering machines off; restored when the mains are back: {restore}"
+            )
+            self._event(port, "Group", key, "OutageRecorded", message)
+        for key in plan.outages_ended - dry:
+            if port.record_outage(key, None):
+                self._event(
+                    port, "Group", key, "OutageOver", "the machines are back after the outage"
+                )
+        return failed
 
     # ------------------------------------------------------------------ power actions
     def _power(self, port: ScalePort, action: ScaleAction, done: Applied) -> bool:
@@ -158,6 +186,9 @@ class PlanApplier:
             text = "; ".join(notes)
             if text.startswith(_NO_MACHINE):
                 self._event(port, "Pod", key, "NotTriggerScaleUp", text, warning=True)
+            elif text.startswith(HELD):
+                # A power-on held back by the Group's UPS (`planning.autoscaler.battery`).
+                self._event(port, "Pod", key, "PowerOnHeld", text, warning=True)
             elif (machine := plan.explanations.coming.get(key)) is not None:
                 # One event per pod and machine, not one per phase the machine passes through.
                 message = f"waiting for machine {machine}, which is already coming up"
@@ -216,3 +247,10 @@ class PlanApplier:
         )
         for who in [w for w in self._posted if w not in alive]:
             del self._posted[who]
+
+
+def _sized_here(action: ScaleAction, group: Group) -> bool:
+    """The built-in planner sizes the Group, or the action is its battery policy's."""
+    if action.outage:
+        return group.battery is not None
+    return group.autoscaler is Autoscaler.BUILTIN

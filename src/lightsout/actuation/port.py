@@ -6,7 +6,8 @@ one plan applier (`actuation.plans.PlanApplier`):
 - `MachinePort`, one machine during one pass: its Lease, its clone's address, its core Node,
   its status, its action Jobs, its drain and its events;
 - `ScalePort`, one plan's writes: a machine's `spec.desiredPowerState`, a Group's
-  `lastScaleUp`/`lastScaleDown`, the unneeded-since mark, and events on machines and pods.
+  `lastScaleUp`/`lastScaleDown` and outage record, the unneeded-since mark, and events on
+  machines and pods.
 
 Two implementations of each: through the Kubernetes API (`execution.actuator.KubeMachine`,
 `execution.scaling.KubeScale`), and in memory (`actuation.memory`), which the unit tests and
@@ -20,6 +21,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Protocol
 
+from lightsout.models.battery import Outage
 from lightsout.planning.autoscaler.decisions import ScaleAction
 from lightsout.planning.machine.effects import Decision, DeleteJob, Event, StartJob
 from lightsout.planning.types import DrainStatus, MachineState, ObservedPowerState
@@ -86,6 +88,10 @@ class ScalePort(Protocol):
         self, group: ObjectKey, up: bool, actions: Sequence[ScaleAction], now: dt.datetime
     ) -> None:
         """The Group's `status.lastScaleUp` (`up`) or `lastScaleDown`."""
+
+    def record_outage(self, group: ObjectKey, outage: Outage | None) -> bool:
+        """The Group's `status.battery.outage` (None clears it); False when it could not be
+        written (then nothing is powered off for it)."""
 
     def unneeded_mark(self, machine: ObjectKey) -> str | None:
         """The machine's unneeded-since mark as stored (None: not marked)."""

@@ -18,8 +18,10 @@ from operator import itemgetter
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from lightsout.models.battery import BatteryPolicy, BatteryStatus
 from lightsout.models.group import Electricity, ScheduleWindow
-from lightsout.planning.energy import tariff
+from lightsout.planning.autoscaler.battery import source_name
+from lightsout.planning.energy import mains, tariff
 from lightsout.planning.energy.account import Amounts
 from lightsout.planning.energy.status import account_from_status
 
@@ -149,6 +151,21 @@ def price_in_force(spec: Obj, now: dt.datetime) -> str:
     return f"{said} until {change.astimezone(zone):%H:%M} {electricity.time_zone}"
 
 
+def ups_in_force(spec: Obj, status: Obj) -> str:
+    """The Group's UPS as last read ("lab@10.0.0.5:3493 OnBattery 80% 900s left, Shed"),
+    "-" without one."""
+    if not spec.get("battery"):
+        return "-"
+    try:
+        policy = BatteryPolicy.model_validate(spec["battery"])
+        read = BatteryStatus.model_validate(status.get("battery") or {})
+    except ValueError:
+        return "invalid spec.battery or status.battery"
+    said = mains.describe(read) if read.observed_at or read.error else "not read yet"
+    outage = ", machines off for an outage" if read.outage else ""
+    return f"{source_name(policy)} {said}, {policy.tier}{outage}"
+
+
 def group_row(group: Obj, machines: list[Obj], now: dt.datetime) -> Obj:
     meta, spec, status = (group.get(k) or {} for k in ("metadata", "spec", "status"))
     members = [m for m in machines if m["group"] == meta.get("name")]
@@ -162,6 +179,7 @@ def group_row(group: Obj, machines: list[Obj], now: dt.datetime) -> Obj:
         "max": spec.get("maxNodes", "-"),
         "window": window_in_force(spec, now),
         "price": price_in_force(spec, now),
+        "ups": ups_in_force(spec, status),
         "on": sum(1 for m in members if m["phase"] == "Ready"),
         "total": len(members),
         "failed": sum(1 for m in members if m["phase"] == "Failed"),
@@ -209,6 +227,7 @@ GROUP_COLUMNS: list[tuple[str, Callable[[Obj], str]]] = [
     ("MAX", lambda g: str(g["max"])),
     ("WINDOW", lambda g: str(g["window"])),
     ("PRICE", lambda g: str(g["price"])),
+    ("UPS", lambda g: str(g["ups"])),
     ("ON", lambda g: str(g["on"])),
     ("TOTAL", lambda g: str(g["total"])),
     ("FAILED", lambda g: str(g["failed"])),

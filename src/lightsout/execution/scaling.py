@@ -23,6 +23,7 @@ from lightsout.execution import leases
 from lightsout.execution.actuator import write_desired
 from lightsout.k8s.api import Api, ConflictError
 from lightsout.metrics.families import AUTOSCALER_DECISIONS, PENDING_OLDEST, PENDING_PODS
+from lightsout.models.battery import Outage
 from lightsout.models.enums import DesiredPowerState
 from lightsout.planning.autoscaler.decisions import PowerOn, ScaleAction
 from lightsout.planning.machine.effects import Event
@@ -76,6 +77,17 @@ class KubeScale:
             self.api.patch_status(group.namespace, "groups", group.name, body)
         except Exception:
             log.exception("recording %s of group %s failed", field_name, group)
+
+    def record_outage(self, group: ObjectKey, outage: Outage | None) -> bool:
+        value = None if outage is None else outage.model_dump(mode="json", by_alias=True)
+        try:
+            self.api.patch_status(
+                group.namespace, "groups", group.name, {"battery": {"outage": value}}
+            )
+        except Exception:
+            log.exception("recording the outage of group %s failed", group)
+            return False
+        return True
 
     def unneeded_mark(self, machine: ObjectKey) -> str | None:
         obj = self.machines.get(machine)

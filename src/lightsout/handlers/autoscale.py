@@ -20,7 +20,7 @@ calls the pure `planning.autoscaler.autoscale.plan` in a thread and hands the re
 deadline (`planning.autoscaler.wake.next_wake`: an unneeded machine's timer, a stabilisation window)
 or until its leader Lease needs renewing. Only the replica holding the
 `lightsout-autoscaler` Lease plans; the others keep their caches warm and take over when the
-Lease expires.
+Lease expires. Beside it, the leader reads the UPSes the Groups name (`execution.ups`).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from lightsout.actuation.plans import PlanApplier
 from lightsout.config import OperatorConfig
 from lightsout.execution import reconcile as rc
 from lightsout.execution.scaling import KubeScale, LeaderLease, count, gauge_pending
+from lightsout.execution.ups import PowerSources
 from lightsout.execution.workqueue import backoff
 from lightsout.handlers.lifecycle import shared_api, stop_task
 from lightsout.handlers.node import NOT_OURS, slim
@@ -263,6 +264,15 @@ async def start_autoscaler(memo: kopf.Memo, **kwargs: Any) -> None:
     planner = Planner(config=config, indexes=indexes, api=shared_api(memo))
     planner.task = asyncio.create_task(planner.run(), name="lightsout-autoscaler")
     memo.autoscaler = planner
+    # The UPSes the Groups name, read by the leader: their readings land in the Groups'
+    # status, which wakes the planner like any other change.
+    sources = PowerSources(
+        planner.api,
+        groups=lambda: list(planner.objects()[build.GROUPS_KEY]),
+        leading=lambda: planner.leading,
+    )
+    memo.power_sources = sources
+    memo.power_sources_task = asyncio.create_task(sources.run(), name="lightsout-ups")
 
 
 @kopf.on.cleanup()
@@ -270,6 +280,8 @@ async def stop_autoscaler(memo: kopf.Memo, **_: Any) -> None:
     planner: Planner | None = getattr(memo, "autoscaler", None)
     if planner is None or planner.task is None:
         return
+    await stop_task(memo.power_sources_task)
+    memo.power_sources.close()
     await stop_task(planner.task)
     # Hand over at once instead of making the next replica wait for the Lease to expire.
     await asyncio.to_thread(planner.release)

@@ -165,3 +165,29 @@ class ConditionType(StrEnum):
     # Group
     READY = "Ready"
     SCALING_LIMITED = "ScalingLimited"
+    #: True while the Group's UPS reads without error (`spec.battery.source`).
+    POWER_SOURCE_REACHABLE = "PowerSourceReachable"
+    #: True while the Group's UPS runs on battery (the mains have failed).
+    ON_BATTERY = "OnBattery"
+
+
+class BatteryTier(StrEnum):
+    """When a Group's machines are powered off while their UPS runs on battery."""
+
+    #: Deferrable work: drained and powered off as soon as the mains fail.
+    SHED = "Shed"
+    #: Kept on until the battery's runtime or charge falls below the Group's `holdUntil`.
+    HOLD = "Hold"
+    #: Storage, the control plane: powered off last, once every other tier fed by the UPS is off.
+    LAST = "Last"
+
+
+class Mains(StrEnum):
+    """The mains as a Group's UPS reports them (`status.battery.mains`)."""
+
+    ONLINE = "Online"
+    ON_BATTERY = "OnBattery"
+    #: On battery, and the UPS says low battery (LB) or a forced shutdown (FSD).
+    LOW_BATTERY = "LowBattery"
+    #: The UPS could not be read (the last reading is kept beside it).
+    UNKNOWN = "Unknown"

@@ -22,6 +22,7 @@ from pydantic import (
 
 from lightsout.models import windows as window_times
 from lightsout.models.base import ApiModel, Rule, default_empty
+from lightsout.models.battery import BatteryPolicy, BatteryStatus
 from lightsout.models.common import Conditions, Currency, Energy, Taints
 from lightsout.models.enums import (
     Autoscaler,
@@ -492,6 +493,8 @@ class GroupSpec(ApiModel):
     """Playbook overrides for all machines."""
     address_pool: AddressPool | None = None
     """Static addresses for clones that join by themselves (else they use DHCP)."""
+    battery: BatteryPolicy | None = None
+    """The UPS feeding the machines, and what they do when it runs on battery."""
     windows: list[ScheduleWindow] | None = Field(
         default=None,
         max_length=16,
@@ -569,6 +572,8 @@ class GroupStatus(ApiModel):
     """Human-readable summary of the Group's state."""
     energy: Energy | None = None
     """Energy accounting: the sum of its machines' (counted when they are recounted)."""
+    battery: BatteryStatus | None = None
+    """The UPS of spec.battery as last read, and the outage in progress."""
 
 
 class Group(ApiModel):

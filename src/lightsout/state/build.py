@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from lightsout.models.battery import BatteryStatus
 from lightsout.models.enums import DesiredPowerState, Phase, ProxmoxMode
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import AutoscalingSettings, PowerProfile
@@ -258,7 +259,20 @@ def _group(obj: Mapping[str, Any], notes: list[str]) -> Group | None:
             Window(window.times(), window.min_nodes, window.max_nodes, window.quiet, window.strict)
             for window in spec.windows or ()
         ),
+        battery=spec.battery,
+        battery_status=_battery_status(obj, notes) if spec.battery else None,
     )
+
+
+def _battery_status(obj: Mapping[str, Any], notes: list[str]) -> BatteryStatus | None:
+    raw = dig(obj, "status", "battery")
+    if raw is None:
+        return None
+    try:
+        return BatteryStatus.model_validate(raw)
+    except ValidationError as error:
+        notes.append(f"status.battery unreadable, taken as not read yet: {error}")
+        return None
 
 
 def _reference_check(

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from lightsout.models.battery import BatteryPolicy, BatteryStatus
 from lightsout.models.enums import Autoscaler, DesiredPowerState, Phase, SelectionPolicy
 from lightsout.models.group import (
     DEFAULT_BREAK_EVEN_MULTIPLE,
@@ -272,6 +273,10 @@ class Group:
     #: Set by `planning.autoscaler.windows.effective`: a quiet window is open ("strict" when
     #: strict).
     quiet: str | None = None
+    #: `spec.battery`: the UPS feeding its machines and its tier (`planning.autoscaler.battery`).
+    battery: BatteryPolicy | None = None
+    #: `status.battery`: that UPS as last read, and the outage its machines are off for.
+    battery_status: BatteryStatus | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,8 @@ In order:
    floor from one boot before it opens.
 4. Unneeded Ready machines are found and, past their timers (`auto`: one break-even time), powered
    off unless a wear limit or announced demand soon enough keeps them on (`scaledown`).
+5. Groups whose UPS runs on battery, or whose machines are off for an outage that is over,
+   get what `planning.autoscaler.battery` decides: no power-on, tiers powered off, restores.
 
 Each step returns what it decided and changes none of its inputs: `plan` hands the cluster with
 the pods placed so far, the pods still unplaced and the room left to the next step.
@@ -38,6 +40,7 @@ from datetime import UTC, datetime
 
 from lightsout.models.enums import Autoscaler
 from lightsout.planning.autoscaler.absorb import absorb
+from lightsout.planning.autoscaler.battery import on_battery
 from lightsout.planning.autoscaler.cluster import (
     Availability,
     Cluster,
@@ -145,7 +148,7 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
         f"{len(cluster.pending)} pending pod(s): {len(absorbed.notes)} expected on existing or "
         f"incoming capacity, {placed} on machines being powered on, {blocked} without capacity"
     )
-    return Plan(
+    made = Plan(
         windows={g.key: g.window_note for g in snapshot.groups if g.window_note},
         actions=tuple(actions),
         explanations=Explanations(
@@ -161,6 +164,8 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
         holds=down.holds,
         summary=summary,
     )
+    # The Groups' UPSes last: on battery, they overrule what the pods alone call for.
+    return on_battery(snapshot, made, now)
 
 
 def _classes(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from lightsout.models.battery import Outage
 from lightsout.state.types import ObjectKey
 
 
@@ -26,6 +27,9 @@ class PowerOn:
     pods: tuple[ObjectKey, ...] = ()
     #: The Group is in dryRun: explain, but do not change desiredPowerState.
     dry_run: bool = False
+    #: Brings a machine back after an outage (`planning.autoscaler.battery`): done whoever
+    #: sizes the Group, as its battery policy says.
+    outage: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +38,8 @@ class PowerOff:
     group: ObjectKey
     reason: str
     dry_run: bool = False
+    #: For an outage (`planning.autoscaler.battery`): done whoever sizes the Group.
+    outage: bool = False
 
 
 type ScaleAction = PowerOn | PowerOff
@@ -94,6 +100,10 @@ class Plan:
     #: Why each Ready machine of a builtin Group that this plan does not power off stays on
     #: (`planning.autoscaler.scaledown`); its note in `explanations.machines` says it in words.
     holds: Mapping[ObjectKey, Hold] = field(default_factory=dict)
+    #: Outages to record in Groups' `status.battery.outage` before any action is applied
+    #: (`planning.autoscaler.battery`), and Groups whose outage record is over.
+    outages: Mapping[ObjectKey, Outage] = field(default_factory=dict)
+    outages_ended: frozenset[ObjectKey] = frozenset()
 
     @property
     def power_on(self) -> tuple[PowerOn, ...]:

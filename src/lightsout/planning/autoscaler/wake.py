@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from lightsout.models.enums import Autoscaler
+from lightsout.planning.autoscaler.battery import deadlines
 from lightsout.planning.autoscaler.breakeven import unneeded_seconds, wear_hold
 from lightsout.planning.autoscaler.cluster import SCHEDULER_GRACE
 from lightsout.planning.autoscaler.decisions import Plan
@@ -71,10 +72,11 @@ def next_wake(snapshot: Snapshot, plan: Plan, now: datetime) -> datetime | None:
     scaleDown.jobGraceSeconds, a pending pod passing its Group's scale-up window, the planner's
     grace for the scheduler's verdicts running out, a schedule window opening or closing (a
     floor one boot ahead of its opening), and an expected pod (a CronJob run) entering
-    its pre-warming lead time. Between them nothing but a watched change can alter the plan, so
-    the autoscaler sleeps.
+    its pre-warming lead time, a UPS on battery for longer than a Group's `onBatterySeconds`,
+    the mains back for long enough to restore. Between them nothing but a watched change can
+    alter the plan, so the autoscaler sleeps.
     """
-    moments: list[datetime] = []
+    moments: list[datetime] = deadlines(snapshot, now)
     groups = {group.key: group for group in snapshot.groups}
     machines = {machine.key: machine for machine in snapshot.machines}
     energy = EnergyModel.of(snapshot.machines, snapshot.groups)

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from lightsout.actuation.inputs import group_spec, machine_state, node_spec
 from lightsout.actuation.memory import MemoryJob, MemoryMachine, MemoryPool, MemoryScale
 from lightsout.actuation.pool import pool_of
+from lightsout.models.battery import BatteryStatus, Outage
 from lightsout.models.enums import DesiredPowerState
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
@@ -395,6 +396,14 @@ class SimScale(MemoryScale):
         found = self.groups[group]
         scaled = replace(found, last_scale_up=now) if up else replace(found, last_scale_down=now)
         self.groups[group] = scaled
+
+    def record_outage(self, group: ObjectKey, outage: Outage | None) -> bool:
+        found = self.groups[group]
+        status = found.battery_status or BatteryStatus()
+        self.groups[group] = replace(
+            found, battery_status=status.model_copy(update={"outage": outage})
+        )
+        return super().record_outage(group, outage)
 
     def post_event(self, kind: str, key: ObjectKey, event: Event) -> None:
         pass  # nobody reads a replay's plan events
