@@ -9,6 +9,8 @@ What a user would notice, in order:
   that only the Shed machine could run stays Pending with an event naming the outage, and the
   outage is recorded before the power-off; Hold goes off once the runtime falls below its
   `holdUntil`, Last only at low battery once the others are off: one power-off order each;
+  with less battery left than Last's shutdown needs, its drain deletes the pod a
+  PodDisruptionBudget protects instead of waiting (`DrainDeadline`);
 - back on mains, nothing is powered on before `restore.stableSeconds` and the charge threshold;
   then Last, Hold and Shed come back in that order and the outage record is cleared;
 - mains flapping every 5 s for two minutes: not one power order;
@@ -36,6 +38,7 @@ from tests.e2e.conftest import PATIENCE, wait_phase
 from tests.harness import fleet
 from tests.harness.phases import PhaseWatch
 from tests.harness.wait import events_for, get_json, holds, wait_for
+from tests.harness.workload import web_pdb
 
 TIERS = ("shed", "hold", "last")
 SIZES = {tier: {"cpu": "2", "memory": "4Gi", "watts": 30} for tier in TIERS}
@@ -199,10 +202,30 @@ def run_outage(
     wait_phase(crds, namespace, names["hold"], "Off")
     assert get_json(crds, "lsn", names["last"], "-n", namespace)["status"]["phase"] == "Ready"
 
-    # (3) Low battery: Last goes off too.
-    ups.set(status="OB DISCHRG LB", charge=20, runtime=300)
+    # A pod on Last that a PodDisruptionBudget forbids to evict.
+    kept = pod("db", "200m")
+    kept["metadata"]["labels"] = {"app": "web"}
+    kept["spec"]["nodeSelector"] = {"tier": "last"}
+    fleet.apply(crds, namespace, [kept, web_pdb(1)])
+    wait_for(
+        lambda: (
+            ((get_json(crds, "pdb", "web", "-n", namespace) or {}).get("status") or {}).get(
+                "currentHealthy"
+            )
+            == 1
+        ),
+        PATIENCE,
+        "the budget to count the pod on Last",
+    )
+
+    # (3) Low battery with 100 s left, less than Last's shutdown needs: Last goes off too, its
+    # drain not waiting for the budget (the pod is deleted, with its grace period).
+    ups.set(status="OB DISCHRG LB", charge=20, runtime=100)
     wait_phase(crds, namespace, names["last"], "Off")
     assert "LowBattery" in group_reasons(crds, namespace, "last")
+    assert get_json(crds, "pod", "db", "-n", namespace) is None
+    said = [e.get("reason") for e in events_for(crds, namespace, names["last"])]
+    assert "DrainDeadline" in said, said
     order = [name for name, what in offs_and_ons(watched)[start:] if what == "off"]
     assert order == [names["shed"], names["hold"], names["last"]], order
     after = power_orders(bmc, tiers)

@@ -17,7 +17,15 @@ from lightsout.models.enums import Mains
 from lightsout.planning.autoscaler.battery import needed_seconds, supplies
 from lightsout.planning.autoscaler.wake import next_wake
 from lightsout.planning.energy import mains
-from lightsout.planning.types import ObservedPowerState
+from lightsout.planning.machine.effects import Decision, Drain
+from lightsout.planning.machine.fsm import decide
+from lightsout.planning.types import (
+    DrainStatus,
+    MachineState,
+    Observations,
+    ObservedPowerState,
+    Phase,
+)
 from lightsout.state.types import ObjectKey
 from tests.unit.test_autoscale_objects import (
     T0,
@@ -313,3 +321,59 @@ def test_lightsout_status_shows_the_ups_as_read() -> None:
     status = fed_group("shed", "Shed", "OnBattery", T0, charge=80, runtime=900)["status"]
     assert ups_in_force(spec, status) == f"{SOURCE} OnBattery 80% 900s left, Shed"
     assert ups_in_force({}, status) == "-"
+
+
+# ---------------------------------------------------------------- drain deadlines
+
+
+def test_low_battery_sets_a_drain_deadline_from_the_runtime_left() -> None:
+    # LB with 2000 s left and 660 s needed: PDBs are waited for 1340 s more, no longer.
+    result = run(*fleet("LowBattery", at(-1), runtime=2000))
+    assert set(result.drain_by) == {mkey("s1"), mkey("h1"), mkey("l1")}
+    assert result.drain_by[mkey("s1")] == T0 + timedelta(seconds=2000 - 660)
+    # Runtime unknown (0 is a driver's "don't know"): no waiting at all.
+    assert run(*fleet("LowBattery", at(-1), runtime=0)).drain_by[mkey("h1")] == T0
+    assert run(*fleet("OnBattery", at(-60))).drain_by == {}
+
+
+def test_the_deadline_is_marked_moved_only_earlier_and_removed_after() -> None:
+    objects = fleet("LowBattery", at(-1), runtime=2000)
+    snapshot = snap(*objects)
+    port = Recording()
+    applier = PlanApplier()
+    applier.apply(port, snapshot, run(*objects), T0)
+    assert port.drain_mark(mkey("l1")) == ts(at(1340))
+    later = fleet("LowBattery", at(-1), runtime=2005)  # the estimate wobbles up: kept
+    applier.apply(port, snapshot, run(*later), T0)
+    assert port.drain_mark(mkey("l1")) == ts(at(1340))
+    sooner = fleet("LowBattery", at(-1), runtime=1000)
+    applier.apply(port, snapshot, run(*sooner), T0)
+    assert port.drain_mark(mkey("l1")) == ts(at(340))
+    applier.apply(port, snapshot, run(*fleet("Online", at(-1))), T0)
+    assert port.drain_mark(mkey("l1")) is None
+
+
+def draining(drain_by: datetime | None) -> Decision:
+    state = MachineState(
+        name="m1",
+        kubernetes_node_name="worker-1",
+        phase=Phase.DRAINING,
+        desired=ObservedPowerState.OFF,
+        intent_generation=2,
+        phase_since=T0,
+        drain_by=drain_by,
+    )
+    blocked = DrainStatus(1, blocked_by="shop/db-pdb", blocked_message="needs 1 healthy pod")
+    seen = Observations(node_exists=True, node_ready=True, node_cordoned=True, drain=blocked)
+    return decide(state, seen, at(60))
+
+
+def test_past_its_deadline_a_drain_deletes_what_a_pdb_protects() -> None:
+    before = draining(at(120))
+    assert Drain(force=False) in before.effects
+    assert before.reason == "DrainBlocked"
+    past = draining(at(30))
+    assert Drain(force=True) in past.effects
+    assert past.reason == "DrainForced"
+    assert "past the drain deadline" in past.message
+    assert Drain(force=False) in draining(None).effects

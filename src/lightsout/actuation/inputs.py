@@ -53,6 +53,7 @@ from lightsout.planning.types import (
 from lightsout.state.learned import learned_from_status, learned_to_status
 from lightsout.state.parse import dig, format_time, parse_time, str_map
 from lightsout.state.references import Unresolved
+from lightsout.state.types import DRAIN_BY
 from lightsout.text import clip_middle
 
 Obj = Mapping[str, Any]
@@ -305,6 +306,7 @@ def machine_state(node: Obj, spec: NodeSpec, group: GroupSpec | None) -> Machine
         desired=desired,
         intent_generation=intent_generation,
         phase_since=parse_time(status.get("phaseSince")),
+        drain_by=parse_time((meta.get("annotations") or {}).get(DRAIN_BY)),
         reason=status.get("reason"),
         message=str(status.get("message") or ""),
         operation=operation_from_status(status.get("lastOperation")),

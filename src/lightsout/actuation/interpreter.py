@@ -107,7 +107,7 @@ def carry_out(
             port.release_lease(now)
             holding = False
         elif isinstance(effect, Drain):
-            drained = port.drain()
+            drained = port.drain(effect.force)
         else:
             _one(port, effect)
     delay = decision.requeue_after

@@ -194,8 +194,8 @@ class MemoryMachine:
     def apply_metadata(self) -> None:
         self._called("metadata")
 
-    def drain(self) -> DrainStatus:
-        self._called("drain")
+    def drain(self, force: bool) -> DrainStatus:
+        self._called("drain forced" if force else "drain")
         return DrainStatus(self.pods_left())
 
     def delete_core_node(self, unregistered_only: bool) -> None:
@@ -241,6 +241,7 @@ class MemoryScale:
     )
     unneeded: dict[ObjectKey, str] = field(default_factory=dict)
     outages: dict[ObjectKey, Outage | None] = field(default_factory=dict)
+    drain_deadlines: dict[ObjectKey, str] = field(default_factory=dict)
     events: list[tuple[str, ObjectKey, Event]] = field(default_factory=list)
     #: Machines whose write loses a race (tests).
     conflicts: frozenset[ObjectKey] = frozenset()
@@ -259,6 +260,15 @@ class MemoryScale:
     def record_outage(self, group: ObjectKey, outage: Outage | None) -> bool:
         self.outages[group] = outage
         return True
+
+    def drain_mark(self, machine: ObjectKey) -> str | None:
+        return self.drain_deadlines.get(machine)
+
+    def mark_drain_by(self, machine: ObjectKey, deadline: str | None) -> None:
+        if deadline is None:
+            self.drain_deadlines.pop(machine, None)
+        else:
+            self.drain_deadlines[machine] = deadline
 
     def unneeded_mark(self, machine: ObjectKey) -> str | None:
         return self.unneeded.get(machine)

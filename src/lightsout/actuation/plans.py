@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from lightsout.actuation.port import ScalePort
 from lightsout.models.enums import Autoscaler
@@ -32,11 +32,14 @@ from lightsout.planning.autoscaler.battery import HELD
 from lightsout.planning.autoscaler.decisions import Plan, PowerOn, ScaleAction
 from lightsout.planning.machine.effects import Event
 from lightsout.planning.types import EventType, ObservedPowerState
-from lightsout.state.parse import format_time
+from lightsout.state.parse import format_time, parse_time
 from lightsout.state.types import Group, ObjectKey, Snapshot
 
 log = logging.getLogger(__name__)
 
+#: A stored drain deadline is moved earlier only by more than this (the runtime a UPS
+#: estimates wobbles from one reading to the next).
+DRAIN_BY_SLACK = timedelta(seconds=10)
 #: Pod notes that start like this are the planner saying no machine can take the pod.
 _NO_MACHINE = ("no machine",)
 
@@ -91,6 +94,7 @@ class PlanApplier:
         for (group_key, up), actions in scaled.items():
             port.record_scale(group_key, up, actions, now)
         self._persist_unneeded(port, snapshot, plan)
+        self._persist_drain_by(port, snapshot, plan)
         self._explain_pods(port, plan)
         self._announce_windows(port, snapshot, plan)
         self._forget(snapshot)
@@ -178,6 +182,33 @@ class PlanApplier:
                     "Unneeded",
                     f"unneeded since {wanted}: no pending pod needs it and its pods fit "
                     f"elsewhere; powered off after {wait} unless it is needed again",
+                )
+
+    # ------------------------------------------------------------------ drain deadlines
+    def _persist_drain_by(self, port: ScalePort, snapshot: Snapshot, plan: Plan) -> None:
+        """Each machine's drain deadline as the plan says: written when missing or later than
+        wanted (the runtime left only shrinks it), removed when the plan has none."""
+        if not plan.decided or self.dry_run:
+            return
+        for machine in snapshot.machines:
+            current = port.drain_mark(machine.key)
+            wanted = plan.drain_by.get(machine.key)
+            if wanted is None:
+                if current is not None:
+                    port.mark_drain_by(machine.key, None)
+                continue
+            stored = parse_time(current)
+            if stored is None or stored > wanted + DRAIN_BY_SLACK:
+                port.mark_drain_by(machine.key, format_time(wanted))
+                self._event(
+                    port,
+                    "Node",
+                    machine.key,
+                    "DrainDeadline",
+                    f"its UPS runs low: pods a PodDisruptionBudget still protects after "
+                    f"{format_time(wanted)} are deleted, so the OS shuts down before the "
+                    "battery is empty",
+                    warning=True,
                 )
 
     # ------------------------------------------------------------------ pods left waiting

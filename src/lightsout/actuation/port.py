@@ -68,8 +68,9 @@ class MachinePort(Protocol):
     def apply_metadata(self) -> None:
         """The wanted labels and taints on the core Node, its startup taint removed."""
 
-    def drain(self) -> DrainStatus:
-        """One pass of evictions: what is left, and what blocks."""
+    def drain(self, force: bool) -> DrainStatus:
+        """One pass of evictions (`force`: deletions for what a PDB blocks): what is left, and
+        what blocks."""
 
     def delete_core_node(self, unregistered_only: bool) -> None: ...
 
@@ -92,6 +93,12 @@ class ScalePort(Protocol):
     def record_outage(self, group: ObjectKey, outage: Outage | None) -> bool:
         """The Group's `status.battery.outage` (None clears it); False when it could not be
         written (then nothing is powered off for it)."""
+
+    def drain_mark(self, machine: ObjectKey) -> str | None:
+        """The machine's drain deadline as stored (None: none)."""
+
+    def mark_drain_by(self, machine: ObjectKey, deadline: str | None) -> None:
+        """Store the drain deadline (None removes it); the machine's pass reads it."""
 
     def unneeded_mark(self, machine: ObjectKey) -> str | None:
         """The machine's unneeded-since mark as stored (None: not marked)."""

@@ -307,8 +307,9 @@ class KubeMachine:
         self.post_event(Event(EventType.NORMAL, "CoreNodeRegistering", message))
         return created
 
-    def drain(self) -> DrainStatus:
-        """One pass of evictions; returns what is left and which PDB (if any) is blocking."""
+    def drain(self, force: bool) -> DrainStatus:
+        """One pass of evictions; returns what is left and which PDB (if any) is blocking.
+        With `force`, a pod whose eviction a PDB blocks is deleted (its grace period honoured)."""
         remaining = pods_to_drain(self.api.pods_on_node(self.core_name))
         blocked_by, blocked_message = None, ""
         for pod in remaining:
@@ -318,6 +319,16 @@ class KubeMachine:
             try:
                 self.api.evict(meta["namespace"], meta["name"])
             except EvictionBlockedError as exc:
+                if force:
+                    self.api.delete_pod(meta["namespace"], meta["name"])
+                    log.warning(
+                        "deleted pod %s/%s on %s: past the battery's drain deadline (%s)",
+                        meta["namespace"],
+                        meta["name"],
+                        self.core_name,
+                        exc.message,
+                    )
+                    continue
                 pdb = blocking_pdb(pod, self.api.list_pdbs(meta["namespace"]))
                 blocked_by = pdb or f"{meta['namespace']}/{meta['name']}"
                 blocked_message = f"evicting {meta['namespace']}/{meta['name']}: {exc.message}"

@@ -29,7 +29,7 @@ from lightsout.planning.autoscaler.decisions import PowerOn, ScaleAction
 from lightsout.planning.machine.effects import Event
 from lightsout.planning.types import ObservedPowerState
 from lightsout.state.parse import format_time
-from lightsout.state.types import UNNEEDED_SINCE, ObjectKey, Snapshot
+from lightsout.state.types import DRAIN_BY, UNNEEDED_SINCE, ObjectKey, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -89,11 +89,21 @@ class KubeScale:
             return False
         return True
 
-    def unneeded_mark(self, machine: ObjectKey) -> str | None:
+    def drain_mark(self, machine: ObjectKey) -> str | None:
+        return self._annotation(machine, DRAIN_BY)
+
+    def mark_drain_by(self, machine: ObjectKey, deadline: str | None) -> None:
+        patch = {"metadata": {"annotations": {DRAIN_BY: deadline}}}
+        self.api.patch_resource(machine.namespace, "nodes", machine.name, patch)
+
+    def _annotation(self, machine: ObjectKey, name: str) -> str | None:
         obj = self.machines.get(machine)
         found = ((obj or {}).get("metadata") or {}).get("annotations") or {}
-        mark = found.get(UNNEEDED_SINCE)
+        mark = found.get(name)
         return None if mark is None else str(mark)
+
+    def unneeded_mark(self, machine: ObjectKey) -> str | None:
+        return self._annotation(machine, UNNEEDED_SINCE)
 
     def mark_unneeded(self, machine: ObjectKey, since: str | None) -> None:
         patch = {"metadata": {"annotations": {UNNEEDED_SINCE: since}}}

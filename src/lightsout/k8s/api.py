@@ -276,6 +276,14 @@ class Api:
                 raise EvictionBlockedError(_status_message(exc)) from exc
             raise
 
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete a pod with its own grace period (a drain past its deadline); gone is fine."""
+        try:
+            self.core().delete_namespaced_pod(name, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
     # ------------------------------------------------------------ Events
     def post_event(
         self,

@@ -234,6 +234,9 @@ class MachineState:
     boot_timeout_seconds: int = DEFAULT_BOOT_TIMEOUT_SECONDS
     shutdown_timeout_seconds: int = DEFAULT_SHUTDOWN_TIMEOUT_SECONDS
     drain_timeout_seconds: int = 900
+    #: The drain deadline the battery planner set (`lightsout.dev/drain-by`): past it, pods a
+    #: PDB protects are deleted rather than waited for (`planning.autoscaler.battery`).
+    drain_by: datetime | None = None
     #: Proxmox clones: provision on power-on, deprovision on power-off.
     ephemeral: bool = False
     node_removal_policy: NodeRemovalPolicy = NodeRemovalPolicy.DELETE

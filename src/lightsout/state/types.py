@@ -34,6 +34,8 @@ SAFE_TO_EVICT = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 MIRROR_POD = "kubernetes.io/config.mirror"
 #: Machine annotation where a handler may persist `Plan.unneeded_since` (RFC 3339).
 UNNEEDED_SINCE = "lightsout.dev/unneeded-since"
+#: A machine's drain deadline while its UPS runs low (`planning.autoscaler.battery`).
+DRAIN_BY = "lightsout.dev/drain-by"
 
 
 @dataclass(frozen=True, slots=True, order=True)

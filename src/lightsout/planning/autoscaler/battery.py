@@ -96,6 +96,7 @@ class Decided:
     groups: dict[ObjectKey, list[str]] = field(default_factory=lambda: defaultdict(list))
     #: Groups whose power-ons wait, and why.
     held: dict[ObjectKey, str] = field(default_factory=dict)
+    drain_by: dict[ObjectKey, datetime] = field(default_factory=dict)
 
 
 def supplies(snapshot: Snapshot) -> tuple[Supply, ...]:
@@ -230,6 +231,14 @@ def _while_on_battery(supply: Supply, now: datetime, decided: Decided) -> None:
             else f"{waiting}: nothing of this Group is powered on until they are back"
         )
     if urgent is not None:
+        # No time to wait for a PodDisruptionBudget past what the battery leaves: a drain
+        # still blocked then deletes the pods (`Drain.force`) rather than let the UPS cut it.
+        spare = 0.0 if supply.runtime is None else max(0.0, supply.runtime - needed_seconds(supply))
+        deadline = now + timedelta(seconds=spare)
+        for fed in supply.fed:
+            for machine in fed.machines:
+                if machine.phase not in _DOWN:
+                    decided.drain_by[machine.key] = deadline
         # Tier after tier: a tier waits until nothing of the tiers before it draws power.
         for tier in TIER_ORDER:
             tier_fed = [f for f in supply.fed if f.tier is tier]
@@ -329,7 +338,7 @@ def on_battery(snapshot: Snapshot, plan: Plan, now: datetime) -> Plan:
                     "nothing of this Group is powered on until it is read again"
                 )
     if not (decided.actions or decided.held or decided.outages or decided.ended):
-        return plan
+        return plan if not decided.drain_by else replace(plan, drain_by=decided.drain_by)
     return _merged(snapshot, plan, decided)
 
 
@@ -371,6 +380,7 @@ def _merged(snapshot: Snapshot, plan: Plan, decided: Decided) -> Plan:
         summary=summary,
         outages=decided.outages,
         outages_ended=frozenset(decided.ended),
+        drain_by=decided.drain_by,
     )
 
 

@@ -104,6 +104,9 @@ class Plan:
     #: (`planning.autoscaler.battery`), and Groups whose outage record is over.
     outages: Mapping[ObjectKey, Outage] = field(default_factory=dict)
     outages_ended: frozenset[ObjectKey] = frozenset()
+    #: Drain deadlines of machines on a UPS about to run dry: past it, pods a PDB protects are
+    #: deleted. Machines not listed have none (a mark left from before is removed).
+    drain_by: Mapping[ObjectKey, datetime] = field(default_factory=dict)
 
     @property
     def power_on(self) -> tuple[PowerOn, ...]:

@@ -79,6 +79,8 @@ class Reason(StrEnum):
     DRAINED = "Drained"
     DRAIN_BLOCKED = "DrainBlocked"
     DRAIN_TIMEOUT = "DrainTimeout"
+    #: Past the drain deadline set on battery: pods a PDB protects are deleted.
+    DRAIN_FORCED = "DrainForced"
     DRAIN_CANCELLED = "DrainCancelled"
     ACTION_CANCELLED = "ActionCancelled"
     LEASE_HELD_ELSEWHERE = "LeaseHeldElsewhere"
@@ -105,6 +107,12 @@ class Reason(StrEnum):
 
 #: Reasons that describe a passing wait rather than the machine; a steady phase replaces them.
 _TRANSIENT_REASONS = frozenset({Reason.LEASE_HELD_ELSEWHERE})
+
+
+def drain_forced(m: MachineState, now: datetime) -> bool:
+    """Past the machine's drain deadline (`lightsout.dev/drain-by`, set while its UPS runs low):
+    its pods are deleted rather than evicted, so the OS shuts down before the battery is empty."""
+    return m.drain_by is not None and now >= m.drain_by
 
 
 def retry_backoff(failed_attempt: int) -> int:
@@ -232,7 +240,7 @@ def power_off(
             AcquireLease(),
             *extra,
             *(() if obs.node_cordoned else (Cordon(),)),
-            Drain(),
+            Drain(force=drain_forced(m, now)),
             set_condition(ConditionType.DRAINING, True, Reason.DRAINING, message),
             Event(EventType.NORMAL, reason, message),
             Requeue(DRAIN_POLL_SECONDS),

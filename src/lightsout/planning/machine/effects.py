@@ -91,7 +91,11 @@ class PrepareCoreNode:
 
 @dataclass(frozen=True)
 class Drain:
-    """Evict the core Node's pods through the Eviction API (PDBs honoured), one pass."""
+    """Evict the core Node's pods through the Eviction API (PDBs honoured), one pass; with
+    `force` (past a drain deadline the battery set), delete the pods a PDB still protects,
+    each with its own grace period."""
+
+    force: bool = False
 
 
 @dataclass(frozen=True)

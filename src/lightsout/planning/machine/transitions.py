@@ -20,6 +20,7 @@ from lightsout.planning.machine.common import (
     attempt_note,
     cleanup,
     credentials_refused,
+    drain_forced,
     name_credentials,
     node_registered,
     outage,
@@ -131,10 +132,11 @@ def handle_draining(m: MachineState, obs: Observations, now: datetime) -> Decisi
             message = f"core Node {node} is {state}, nothing left to drain; starting {m.off_action}"
         done = set_condition(ConditionType.DRAINING, False, Reason.DRAINED, message)
         return start_action(m, now, m.off_action, Reason.DRAINED, message, extra=(done,))
+    force = drain_forced(m, now)
     keep_going: tuple[Effect, ...] = (
         AcquireLease(),
         *(() if obs.node_cordoned else (Cordon(),)),
-        Drain(),
+        Drain(force=force),
     )
     left = "an unknown number of" if drain is None else str(drain.pods_remaining)
     blocked = ""
@@ -143,7 +145,13 @@ def handle_draining(m: MachineState, obs: Observations, now: datetime) -> Decisi
         if drain.blocked_message:
             blocked += f" ({drain.blocked_message})"
     elapsed = (now - (m.phase_since or now)).total_seconds()
-    if elapsed >= m.drain_timeout_seconds:
+    if force and blocked:
+        message = (
+            f"{blocked}; past the drain deadline the UPS's battery sets, so the {left} pods "
+            f"left on core Node {node} are deleted (each with its grace period)"
+        )
+        reason = Reason.DRAIN_FORCED
+    elif elapsed >= m.drain_timeout_seconds:
         message = (
             f"core Node {node} still has {left} pods after {m.drain_timeout_seconds}s of "
             f"draining{'; ' + blocked if blocked else ''}; eviction is never forced, still "

@@ -364,10 +364,11 @@ class SimMachine(MemoryMachine):
         if not unschedulable:
             self.sim.want_schedule()
 
-    def drain(self) -> DrainStatus:
+    def drain(self, force: bool) -> DrainStatus:
+        # The replay's pods honour no budget: forced or not, they move the same way.
         self.sim.evict(self)
         self.reconcile_soon()  # the drain's progress is seen at once
-        return super().drain()
+        return super().drain(force)
 
 
 @dataclass
