@@ -95,6 +95,7 @@ bench: setup binaries
 	$(PY) -m benchmarks.metrics_scrape 10 100 1000
 	$(PY) -m benchmarks.fleet 1 100 1000
 	$(PY) -m benchmarks.simulator 120
+	$(PY) -m benchmarks.outage
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -235,7 +235,52 @@ def summarise(result: Result, reference: AlwaysOn | None = None) -> dict[str, An
         "machines": machines,
         "plans": result.plans,
         "decisions": result.decisions,
+        "outages": _outages(result),
     }
+
+
+def _outages(result: Result) -> list[dict[str, Any]]:
+    """Each mains failure of the trace's UPS: how the battery fared and the machines came back."""
+    if result.ups is None:
+        return []
+    out = []
+    for o in result.ups.outages:
+        out.append(
+            {
+                "startSeconds": round(o.started, 1),
+                "seconds": None if o.ended is None else round(o.ended - o.started, 1),
+                "loadWatts": round(o.load_watts, 1),
+                "runtimeSeconds": _round(o.runtime_seconds),
+                "allOffSeconds": None
+                if o.all_off_at is None
+                else round(o.all_off_at - o.started, 1),
+                "batteryLeftShare": None if o.left_share is None else round(o.left_share, 3),
+                "cutByDeadBattery": list(o.cut),
+                "restoredSeconds": (
+                    None
+                    if o.restored_at is None or o.ended is None
+                    else round(o.restored_at - o.ended, 1)
+                ),
+            }
+        )
+    return out
+
+
+def _outage_line(o: Mapping[str, Any]) -> str:
+    runtime = _fmt(o["runtimeSeconds"], " s")
+    left = o["batteryLeftShare"]
+    off = (
+        "not all off before the mains returned"
+        if o["allOffSeconds"] is None
+        else f"all fed machines off after {_fmt(o['allOffSeconds'], ' s')} with "
+        f"{left * 100:.0f}% of the battery left"
+    )
+    cut = ", ".join(o["cutByDeadBattery"]) or "none"
+    return (
+        f"outage at {_fmt(o['startSeconds'], ' s')} for {_fmt(o['seconds'], ' s')}: load "
+        f"{_fmt(o['loadWatts'], ' W')}, runtime {runtime} at it; {off}; cut by a dead battery: "
+        f"{cut}; back {_fmt(o['restoredSeconds'], ' s')} after the mains"
+    )
 
 
 def _fmt(value: object, unit: str = "") -> str:
@@ -305,6 +350,7 @@ def render_text(
             for m in summary["machines"]
         )
     )
+    lines.extend(_outage_line(o) for o in summary.get("outages", ()))
     if baseline is not None:
         b = baseline["energy"]
         other = baseline["waits"]["other"]

@@ -28,6 +28,10 @@ class Kind(IntEnum):
     PLAN = 7
     #: A Group's health check reads its machines (after a plan at the same instant).
     HEALTH_CHECK = 8
+    #: The trace's mains fail or return (`replay.ups`).
+    MAINS = 9
+    #: The operator reads the UPS.
+    UPS_READ = 10
 
 
 class Clock:

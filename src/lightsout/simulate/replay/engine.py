@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -25,10 +25,13 @@ from lightsout.actuation.plans import PlanApplier
 from lightsout.planning.autoscaler.autoscale import plan
 from lightsout.planning.autoscaler.decisions import Plan, PowerOn
 from lightsout.planning.autoscaler.wake import PlanningRound, next_wake
+from lightsout.planning.energy import mains
+from lightsout.planning.energy.account import is_powered
 from lightsout.planning.machine.passes import pass_decision
 from lightsout.simulate.replay.clock import Clock, Kind
 from lightsout.simulate.replay.machines import SimMachine, SimPod, SimScale, read_machines
 from lightsout.simulate.replay.scheduler import Scheduler, Scoring
+from lightsout.simulate.replay.ups import SOURCE, SimUps
 from lightsout.simulate.traces.trace import Trace, TracePod
 from lightsout.state import cron
 from lightsout.state.parse import scheduling_requirements
@@ -79,6 +82,8 @@ class Result:
     #: Of the started runs, those started late: when the Forbid run in their way ended.
     late_cron_runs: int = 0
     replaced_cron_runs: int = 0
+    #: The trace's UPS and its outages (None: the trace has none).
+    ups: SimUps | None = None
 
 
 class Simulator:
@@ -121,6 +126,11 @@ class Simulator:
         #: The operator's plan applier, writing through the replay's port.
         self.applier = PlanApplier()
         self.scale = SimScale(machines=self.machines, groups={g.key: g for g in groups})
+        fed = {g.key for g in groups if g.battery is not None}
+        self.fed = [m for m in machines if m.template.group_key in fed]
+        if trace.ups is not None and fed:
+            self.result.ups = SimUps.full(trace.ups)
+            self.poll = min(g.battery.poll_seconds for g in groups if g.battery is not None)
 
     def run(self) -> Result:
         clock = self.clock
@@ -134,6 +144,11 @@ class Simulator:
             self.cron_spec[spec.key] = spec
             self.cron_times[spec.key] = [clock.seconds(t) for t in times]
         self._schedule_health_checks()
+        if self.result.ups is not None:
+            for outage in self.result.ups.spec.outages:
+                clock.push(outage.at_seconds, Kind.MAINS, False)
+                clock.push(outage.at_seconds + outage.seconds, Kind.MAINS, True)
+            clock.wake(0.0, Kind.UPS_READ)
         for machine in self.machines.values():
             machine.reconcile_soon()
         if self.options.policy is Policy.REACTIVE:
@@ -150,6 +165,8 @@ class Simulator:
             Kind.SCHEDULE: self._schedule,
             Kind.PLAN: self._plan,
             Kind.HEALTH_CHECK: self._health_check,
+            Kind.MAINS: self._mains,
+            Kind.UPS_READ: self._read_ups,
         }
         for kind, payload in clock.until(self.end):
             handlers[kind](payload)
@@ -279,6 +296,67 @@ class Simulator:
         carried = carry_out(machine, machine.state, decision, now)
         if carried.requeue_after is not None:
             machine.reconcile_soon(carried.requeue_after)
+
+    # ------------------------------------------------------------------ the UPS
+    def _load(self) -> float:
+        """What the fed machines draw now, each at its true draw in its phase."""
+        return sum(m.draw.watts(is_powered(m.state.phase), m.utilisation()) for m in self.fed)
+
+    def count_battery(self) -> None:
+        """Count the UPS's battery up to now at the load so far (before a machine changes)."""
+        ups = self.result.ups
+        if ups is None:
+            return
+        if ups.advance(self.clock.now, self._load()) and ups.outages:
+            # The battery is empty under running machines: the UPS cuts them.
+            powered = [m for m in self.fed if is_powered(m.state.phase)]
+            ups.outages[-1].cut = sorted(m.name for m in powered)
+
+    def _mains(self, on: bool) -> None:
+        ups = self.result.ups
+        assert ups is not None
+        self.count_battery()
+        ups.mains_change(self.clock.now, on, self._load())
+        self.clock.wake(self.clock.now, Kind.UPS_READ)
+
+    def _read_ups(self, _: None) -> None:
+        """The operator's read of the UPS (`execution.ups`): the reading through
+        `mains.observe` into each fed Group's status, written when `worth_writing`."""
+        ups, clock = self.result.ups, self.clock
+        assert ups is not None
+        self.count_battery()
+        self._outage_figures(ups)
+        reading = ups.reading(self._load())
+        now = clock.time()
+        changed = False
+        for key, group in list(self.scale.groups.items()):
+            if group.battery is None:
+                continue
+            new = mains.observe(group.battery_status, SOURCE, reading, now)
+            if mains.worth_writing(group.battery_status, new):
+                self.scale.groups[key] = replace(group, battery_status=new)
+                changed = True
+        if changed:
+            self.want_plan()
+        recorded = any(
+            g.battery_status and g.battery_status.outage for g in self.scale.groups.values()
+        )
+        if not ups.settles() or recorded:
+            clock.wake(clock.now + self.poll, Kind.UPS_READ)
+
+    def _outage_figures(self, ups: SimUps) -> None:
+        if not ups.outages:
+            return
+        outage = ups.outages[-1]
+        powered = [m for m in self.fed if is_powered(m.state.phase)]
+        if outage.ended is None and outage.all_off_at is None and not powered:
+            outage.all_off_at = self.clock.now
+            outage.left_share = ups.stored_wh / outage.stored_wh if outage.stored_wh else 0.0
+        recorded = any(
+            g.battery_status and g.battery_status.outage for g in self.scale.groups.values()
+        )
+        if outage.ended is not None and outage.restored_at is None and not recorded:
+            outage.restored_at = self.clock.now
 
     # ------------------------------------------------------------------ the planner
     def want_plan(self) -> None:

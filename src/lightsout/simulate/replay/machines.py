@@ -129,6 +129,7 @@ class Cluster(Protocol):
     def want_plan(self) -> None: ...
     def want_schedule(self) -> None: ...
     def evict(self, machine: SimMachine) -> None: ...
+    def count_battery(self) -> None: ...
 
 
 @dataclass(kw_only=True)
@@ -199,7 +200,9 @@ class SimMachine(MemoryMachine):
         return min(1.0, self.requested.get(CPU, 0) / cpu) if cpu else 0.0
 
     def count_energy(self) -> None:
-        """Count its draw up to now at the state it was in (call before a change)."""
+        """Count its draw up to now at the state it was in (call before a change); the UPS
+        feeding it, if any, is counted up to now too."""
+        self.sim.count_battery()
         now, utilisation = self.sim.clock.time(), self.utilisation()
         self.charges.charge(
             (now - self.energy.counted_to).total_seconds(),

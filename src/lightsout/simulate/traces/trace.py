@@ -3,7 +3,8 @@
 A trace is a directory (the format is documented in docs/simulator.md):
 
 - `trace.yaml`: name, start time, length, and what the API objects do not carry: each machine's
-  true durations (power-on Job, boot to Ready, shutdown Job) and each CronJob's run time;
+  true durations (power-on Job, boot to Ready, shutdown Job), each CronJob's run time, and
+  optionally a UPS (`ups`: battery capacity, efficiency, mains outages);
 - `machines.yaml`: the managed machines as this API's `Group` and `Node` manifests;
 - `cronjobs.yaml`: `batch/v1` CronJob manifests (their runs are expanded by `state.cron`);
 - `pods.jsonl`: every other pod, one JSON object a line: `at` (seconds after the start),
@@ -26,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import Field, ValidationError
 
+from lightsout.models.base import ApiModel
 from lightsout.simulate.traces import yamlfile
 from lightsout.state.parse import as_str, dig, format_time, parse_time
 
@@ -71,6 +74,31 @@ class TracePod:
     owner_name: str | None = None
 
 
+class MainsOutage(ApiModel):
+    """One mains failure of a trace."""
+
+    at_seconds: float = Field(ge=0)
+    """When the mains fail, in seconds after the trace's start."""
+    seconds: float = Field(gt=0, le=604_800)
+    """How long they stay away."""
+
+
+class TraceUps(ApiModel):
+    """The trace's UPS (`trace.yaml`'s `ups`): a battery feeding every Group with
+    `spec.battery`, and the mains failures it rides through."""
+
+    capacity_wh: float = Field(gt=0, le=1_000_000, alias="capacityWh")
+    """Energy stored when full, in Wh."""
+    efficiency: float = Field(default=0.9, gt=0, le=1)
+    """The share of stored energy the inverter delivers."""
+    low_battery_percent: float = Field(default=20, ge=0, le=100)
+    """The charge below which the UPS says low battery (LB)."""
+    recharge_watts: float | None = Field(default=None, gt=0, le=1_000_000)
+    """How fast it charges on mains, in W (default: full in four hours)."""
+    outages: list[MainsOutage] = Field(default_factory=list, max_length=1000)
+    """The mains failures, in any order."""
+
+
 @dataclass(frozen=True)
 class Trace:
     name: str
@@ -86,6 +114,8 @@ class Trace:
     cron_run_seconds: Mapping[str, float] = field(default_factory=dict)
     description: str = ""
     seed: int | None = None
+    #: The UPS feeding the Groups with `spec.battery`, and its outages (None: mains always on).
+    ups: TraceUps | None = None
 
     def durations_of(self, node: str) -> Durations:
         return self.durations.get(node, Durations())
@@ -201,7 +231,19 @@ def load(directory: Path | str) -> Trace:
         cron_run_seconds=cron_runs,
         description=as_str(meta.get("description")),
         seed=meta.get("seed") if isinstance(meta.get("seed"), int) else None,
+        ups=_ups(meta.get("ups"), meta_path),
     )
+
+
+def _ups(raw: object, where: Path) -> TraceUps | None:
+    if raw is None:
+        return None
+    try:
+        return TraceUps.model_validate(raw)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        raise TraceError(f"{where}: ups.{field}: {first['msg']}") from None
 
 
 def _pod_line(pod: TracePod) -> str:
@@ -233,6 +275,8 @@ def write(trace: Trace, directory: Path | str) -> Path:
     }
     if trace.seed is not None:
         meta["seed"] = trace.seed
+    if trace.ups is not None:
+        meta["ups"] = trace.ups.model_dump(mode="json", by_alias=True, exclude_none=True)
     (root / TRACE_FILE).write_text(yaml.safe_dump(meta, sort_keys=False))
     (root / MACHINES_FILE).write_text(_yaml_stream(trace.machines))
     (root / CRONJOBS_FILE).write_text(_yaml_stream(trace.cronjobs))

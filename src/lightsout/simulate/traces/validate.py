@@ -38,6 +38,7 @@ from lightsout.simulate.traces.trace import (
     PODS_FILE,
     TRACE_FILE,
     WATTS_KEYS,
+    TraceUps,
 )
 from lightsout.state import cron
 from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, snapshot_from
@@ -47,7 +48,16 @@ from lightsout.state.resources import parse_amount
 
 API_VERSION = "lightsout.dev/v1alpha1"
 CRONJOB_API_VERSION = "batch/v1"
-TRACE_KEYS = ("name", "description", "start", "durationSeconds", "seed", "machines", "cronjobs")
+TRACE_KEYS = (
+    "name",
+    "description",
+    "start",
+    "durationSeconds",
+    "seed",
+    "machines",
+    "cronjobs",
+    "ups",
+)
 DURATION_KEYS = ("powerOnSeconds", "bootSeconds", "shutdownSeconds")
 #: A machine's entry: its true durations, draw and what its controller reports it is.
 MACHINE_KEYS = (*DURATION_KEYS, *WATTS_KEYS, "inspected")
@@ -215,6 +225,9 @@ def _trace_meta(found: _Found, path: Path) -> Mapping[str, Any]:
     if parse_time(meta.get("start")) is None:
         found.add("", "start", f"must be an RFC 3339 time, got {meta.get('start')!r}")
     _number(found, "", "durationSeconds", meta.get("durationSeconds"))
+    if meta.get("ups") is not None:
+        for field, message in _spec_problems(TraceUps, meta["ups"]):
+            found.add("ups", field, message)
     for section, known, required in (
         ("machines", MACHINE_KEYS, False),
         ("cronjobs", CRON_RUN_KEYS, True),
