@@ -293,6 +293,35 @@ def _restore(supply: Supply, now: datetime, decided: Decided) -> None:
             return
 
 
+def _what_if(supply: Supply, decided: Decided) -> None:
+    """What an outage now would do, on each Group's lines of `lightsout plan`."""
+    runtime = "runtime unknown" if supply.runtime is None else f"{supply.runtime}s of runtime"
+    charge = "charge unknown" if supply.charge is None else f"{supply.charge:g}% charge"
+    head = f"if the mains failed now ({supply.source}: {charge}, {runtime}; the shutdowns need "
+    head += f"{needed_seconds(supply):.0f}s with the margin): "
+    for fed in supply.fed:
+        on = [m for m in fed.machines if _wanted_on(m)]
+        keep = min(len(on), fed.group.min_nodes) if fed.policy.essential else 0
+        names = _names(on[keep:]) or "no machine"
+        if fed.tier is BatteryTier.SHED:
+            when = f"after {fed.policy.on_battery_seconds}s on battery"
+        elif fed.tier is BatteryTier.HOLD and fed.policy.hold_until is not None:
+            hold = fed.policy.hold_until
+            limits = [
+                f"runtime below {hold.runtime_seconds}s"
+                if hold.runtime_seconds is not None
+                else "",
+                f"charge below {hold.charge_percent}%" if hold.charge_percent is not None else "",
+            ]
+            when = f"at {' or '.join(x for x in limits if x)}, or low battery"
+        elif fed.tier is BatteryTier.HOLD:
+            when = "at low battery"
+        else:
+            when = "at low battery, once the other tiers are off"
+        kept = f"; {keep} kept on for minNodes (essential)" if keep else ""
+        decided.groups[fed.group.key].append(f"{head}{fed.tier}: {names} off {when}{kept}")
+
+
 def _bring_back(fed: Fed, decided: Decided) -> bool:
     """Power on the Group's recorded machines, maxConcurrentOperations at a time; True while
     some are not back yet (the record is cleared once all are)."""
@@ -331,13 +360,15 @@ def on_battery(snapshot: Snapshot, plan: Plan, now: datetime) -> Plan:
             _while_on_battery(supply, now, decided)
         elif supply.mains is Mains.ONLINE:
             _restore(supply, now, decided)
+            if not any(f.status.outage for f in supply.fed):
+                _what_if(supply, decided)
         elif supply.was_on_battery:
             for fed in supply.fed:
                 decided.held[fed.group.key] = (
                     f"{supply.source} cannot be read and was last seen on battery: "
                     "nothing of this Group is powered on until it is read again"
                 )
-    if not (decided.actions or decided.held or decided.outages or decided.ended):
+    if not (decided.actions or decided.held or decided.outages or decided.ended or decided.groups):
         return plan if not decided.drain_by else replace(plan, drain_by=decided.drain_by)
     return _merged(snapshot, plan, decided)
 
