@@ -742,3 +742,18 @@ def test_a_machine_whose_secret_is_missing_is_never_offered_and_the_refusal_says
     cluster.contents[SECRETS_KEY] = [contents_entry(NS, "key-b", ["ssh-privatekey"])]
     stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=GID, delta=1))
     assert cluster.writes[-1] == ("m-b", "On")
+
+
+def test_increase_size_is_refused_while_the_groups_ups_is_on_battery(serve: Any) -> None:
+    battery = {"source": {"nut": {"host": "127.0.0.1", "ups": "rack"}}, "tier": "Shed"}
+    objects = fleet(maxNodes=3, battery=battery)
+    since = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=30)).isoformat()
+    objects[0]["status"] = {
+        "battery": {"mains": "OnBattery", "mainsSince": since, "upsStatus": "OB DISCHRG"}
+    }
+    stub, cluster = serve(*objects)
+    with pytest.raises(grpc.RpcError) as exc:
+        stub.NodeGroupIncreaseSize(pb.NodeGroupIncreaseSizeRequest(id=GID, delta=1))
+    assert code(exc) == grpc.StatusCode.FAILED_PRECONDITION
+    assert "no power-on now: the mains failed" in exc.value.details()
+    assert cluster.writes == []

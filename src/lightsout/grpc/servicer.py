@@ -142,7 +142,7 @@ class CloudProviderServicer:
         self._change(
             context,
             request.id,
-            lambda s, g: ng.increase_size(s, g, request.delta),
+            lambda s, g: ng.increase_size(s, g, request.delta, dt.datetime.now(dt.UTC)),
             "On",
             f"cluster-autoscaler increased the size of {request.id} by {request.delta}",
         )

@@ -30,7 +30,7 @@ power-on either when it was last seen on battery.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -352,8 +352,21 @@ def _bring_back(fed: Fed, decided: Decided) -> bool:
     return True
 
 
+def held_power_ons(snapshot: Snapshot, now: datetime) -> Mapping[ObjectKey, str]:
+    """Groups whose power-ons their UPS holds back now, and why: what `on_battery` drops from
+    a plan, and what cluster-autoscaler's IncreaseSize is refused with (`grpc.servicer`)."""
+    return _decided(snapshot, now).held
+
+
 def on_battery(snapshot: Snapshot, plan: Plan, now: datetime) -> Plan:
     """The plan with what the Groups' UPSes call for (see the module's docstring)."""
+    decided = _decided(snapshot, now)
+    if not (decided.actions or decided.held or decided.outages or decided.ended or decided.groups):
+        return plan if not decided.drain_by else replace(plan, drain_by=decided.drain_by)
+    return _merged(snapshot, plan, decided)
+
+
+def _decided(snapshot: Snapshot, now: datetime) -> Decided:
     decided = Decided(now)
     for supply in supplies(snapshot):
         if supply.mains in (Mains.ON_BATTERY, Mains.LOW_BATTERY):
@@ -368,9 +381,7 @@ def on_battery(snapshot: Snapshot, plan: Plan, now: datetime) -> Plan:
                     f"{supply.source} cannot be read and was last seen on battery: "
                     "nothing of this Group is powered on until it is read again"
                 )
-    if not (decided.actions or decided.held or decided.outages or decided.ended or decided.groups):
-        return plan if not decided.drain_by else replace(plan, drain_by=decided.drain_by)
-    return _merged(snapshot, plan, decided)
+    return decided
 
 
 def _merged(snapshot: Snapshot, plan: Plan, decided: Decided) -> Plan:
@@ -448,6 +459,7 @@ __all__ = [
     "Supply",
     "critical",
     "deadlines",
+    "held_power_ons",
     "needed_seconds",
     "on_battery",
     "source_name",

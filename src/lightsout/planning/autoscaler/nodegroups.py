@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from lightsout.models.enums import Autoscaler, DesiredPowerState, Phase
+from lightsout.planning.autoscaler.battery import held_power_ons
 from lightsout.planning.autoscaler.breakeven import UNLEARNED_SECONDS, unneeded_seconds
 from lightsout.planning.autoscaler.scheduling import starting
 from lightsout.planning.energy import tariff
@@ -229,10 +230,16 @@ def power_on_order(snapshot: Snapshot, group: Group) -> list[Machine]:
     )
 
 
-def increase_size(snapshot: Snapshot, group: Group, delta: int) -> list[Machine]:
-    """The `delta` machines to power on, or an error: no partial scale-up is ever chosen."""
+def increase_size(
+    snapshot: Snapshot, group: Group, delta: int, now: dt.datetime | None = None
+) -> list[Machine]:
+    """The `delta` machines to power on, or an error: no partial scale-up is ever chosen, and
+    none while the Group's UPS holds power-ons back (`battery.held_power_ons`, at `now`)."""
     if delta <= 0:
         raise NodeGroupError(f"delta must be positive, got {delta}")
+    battery = None if now is None else held_power_ons(snapshot, now).get(group.key)
+    if battery is not None:
+        raise NodeGroupError(f"no power-on now: {battery}")
     size = target_size(snapshot, group)
     if size + delta > group.max_nodes:
         raise NodeGroupError(
