@@ -382,8 +382,9 @@ def test_past_its_deadline_a_drain_deletes_what_a_pdb_protects() -> None:
 def test_lightsout_plan_says_what_an_outage_now_would_do() -> None:
     result = run(*fleet("Online", at(-3600)))
     notes = {key.name: " ".join(lines) for key, lines in result.explanations.groups.items()}
-    assert "if the mains failed now (lab@127.0.0.1:13493: 90% charge, 1800s of runtime" in (
-        notes["shed"]
+    assert (
+        "if the mains failed now (lab@127.0.0.1:13493: 90% charge, 1800s of runtime"
+        in (notes["shed"])
     )
     assert "the shutdowns need 660s with the margin" in notes["shed"]
     assert "Shed: s1 off after 10s on battery" in notes["shed"]
