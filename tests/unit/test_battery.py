@@ -391,3 +391,20 @@ def test_lightsout_plan_says_what_an_outage_now_would_do() -> None:
     assert "Hold: h1 off at runtime below 1000s, or low battery" in notes["hold"]
     assert "Last: l1 off at low battery, once the other tiers are off" in notes["last"]
     assert result.actions == ()
+
+
+def test_the_operators_and_the_control_planes_machines_go_off_last_of_all() -> None:
+    operator = pod("lightsout-7d9", node="s1", labels={"app.kubernetes.io/name": "lightsout"})
+    objects = [*fleet("OnBattery", at(-60)), operator]
+    # Shed: its only machine runs the operator, so it is not shed.
+    assert offs(run(*objects)) == []
+    # At low battery it waits for every other machine on the UPS, Last's included.
+    low = [*fleet("LowBattery", at(-1))[:3], operator]
+    low += [*ready_machine("s1", group="shed"), *ready_machine("h1", group="hold")]
+    low += ready_machine("l1", group="last")
+    assert offs(run(*low)) == ["h1"]
+    down = [*low[:4], *ready_machine("s1", group="shed")]
+    down += [machine("h1", group="hold", phase="Off"), machine("l1", group="last", phase="Off")]
+    result = run(*down)
+    assert offs(result) == ["s1"]
+    assert "last of all" in result.actions[0].reason

@@ -49,6 +49,9 @@ _POWERED = frozenset(
     {Phase.READY, Phase.POWERING_ON, Phase.BOOTING, Phase.DRAINING, Phase.POWERING_OFF}
 )
 _DOWN = frozenset({Phase.OFF, Phase.FAILED})
+#: Core Node labels of a control-plane machine, and the operator's pods' label.
+CONTROL_PLANE_ROLES = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+OPERATOR_LABEL = ("app.kubernetes.io/name", "lightsout")
 #: How the note of a pending pod whose power-on the UPS holds back starts.
 HELD = "waiting: "
 
@@ -83,6 +86,8 @@ class Supply:
     #: The last reading was on battery (kept while the UPS cannot be read).
     was_on_battery: bool
     fed: tuple[Fed, ...]
+    #: Machines that host the operator or the control plane (`keystones`): off last of all.
+    keystones: frozenset[ObjectKey] = frozenset()
 
 
 @dataclass
@@ -112,6 +117,7 @@ def supplies(snapshot: Snapshot) -> tuple[Supply, ...]:
         machines = tuple(sorted(by_group[group.key], key=lambda m: m.key))
         fed[source_name(group.battery)].append(Fed(group, group.battery, status, machines))
     out = []
+    held_up = keystones(snapshot)
     for source, groups in sorted(fed.items()):
         # Every Group of a UPS is written from the same reading; take the latest.
         latest = max(
@@ -128,9 +134,23 @@ def supplies(snapshot: Snapshot) -> tuple[Supply, ...]:
                 runtime=usable_runtime(latest.runtime_seconds),
                 was_on_battery="OB" in flags or latest.mains is Mains.LOW_BATTERY,
                 fed=tuple(groups),
+                keystones=held_up,
             )
         )
     return tuple(out)
+
+
+def keystones(snapshot: Snapshot) -> frozenset[ObjectKey]:
+    """Machines whose core Node has a control-plane role or runs the operator's pod (the
+    chart's `app.kubernetes.io/name: lightsout`): the cluster needs them to shut the rest down,
+    so on battery they are never shed and go off last of all."""
+    roles = {n.name for n in snapshot.nodes if any(r in n.labels for r in CONTROL_PLANE_ROLES)}
+    operator = {
+        p.node_name
+        for p in snapshot.pods
+        if p.node_name and not p.terminal and p.labels.get(OPERATOR_LABEL[0]) == OPERATOR_LABEL[1]
+    }
+    return frozenset(m.key for m in snapshot.machines if m.kubernetes_node_name in roles | operator)
 
 
 def source_name(policy: BatteryPolicy) -> str:
@@ -196,12 +216,12 @@ def _wanted_on(machine: Machine) -> bool:
     return machine.desired is DesiredPowerState.ON
 
 
-def _off(fed: Fed, reason: str, keep: int, decided: Decided) -> None:
+def _off(fed: Fed, reason: str, keep: int, decided: Decided, spare: frozenset[ObjectKey]) -> None:
     """Power off the Group's machines still desired On, all but `keep` of them (the Ready
-    ones kept first), recording the outage first."""
+    ones kept first) and those in `spare`, recording the outage first."""
     on = [m for m in fed.machines if _wanted_on(m)]
     on.sort(key=lambda m: (m.phase is not Phase.READY, -m.priority, m.key))
-    going = on[keep:]
+    going = [m for m in on[keep:] if m.key not in spare]
     if not going:
         return
     if fed.status.outage is None:
@@ -239,27 +259,32 @@ def _while_on_battery(supply: Supply, now: datetime, decided: Decided) -> None:
             for machine in fed.machines:
                 if machine.phase not in _DOWN:
                     decided.drain_by[machine.key] = deadline
-        # Tier after tier: a tier waits until nothing of the tiers before it draws power.
+        # Tier after tier: a tier waits until nothing of the tiers before it draws power, and
+        # the machines that host the operator or the control plane wait for all of them.
+        reason = f"shutting down before the battery is empty: {urgent}"
         for tier in TIER_ORDER:
             tier_fed = [f for f in supply.fed if f.tier is tier]
             for fed in tier_fed:
-                _off(fed, f"shutting down before the battery is empty: {urgent}", 0, decided)
-            if any(f.powered for f in tier_fed):
+                _off(fed, reason, 0, decided, supply.keystones)
+            if any(m.key not in supply.keystones for f in tier_fed for m in f.powered):
                 for later in supply.fed:
                     if TIER_ORDER.index(later.tier) > TIER_ORDER.index(tier):
                         decided.groups[later.group.key].append(
                             f"shutting down: waits for the {tier} tier's machines to be off"
                         )
                 return
+        last = f"{reason}; last of all: it hosts the operator or the control plane"
+        for fed in supply.fed:
+            _off(fed, last, 0, decided, frozenset())
         return
     if (now - since).total_seconds() < min(f.policy.on_battery_seconds for f in supply.fed):
         return  # mains flapping for a moment power nothing off
     for fed in supply.fed:
         keep = fed.group.min_nodes if fed.policy.essential else 0
         if fed.tier is BatteryTier.SHED:
-            _off(fed, "on battery: the Shed tier goes off at once", keep, decided)
+            _off(fed, "on battery: the Shed tier goes off at once", keep, decided, supply.keystones)
         elif fed.tier is BatteryTier.HOLD and (why := _hold_over(fed, supply)) is not None:
-            _off(fed, f"on battery: {why}", keep, decided)
+            _off(fed, f"on battery: {why}", keep, decided, supply.keystones)
 
 
 def _restore(supply: Supply, now: datetime, decided: Decided) -> None:
@@ -460,6 +485,7 @@ __all__ = [
     "critical",
     "deadlines",
     "held_power_ons",
+    "keystones",
     "needed_seconds",
     "on_battery",
     "source_name",
