@@ -226,8 +226,8 @@ def _trace_meta(found: _Found, path: Path) -> Mapping[str, Any]:
         found.add("", "start", f"must be an RFC 3339 time, got {meta.get('start')!r}")
     _number(found, "", "durationSeconds", meta.get("durationSeconds"))
     if meta.get("ups") is not None:
-        for field, message in _spec_problems(TraceUps, meta["ups"]):
-            found.add("ups", field, message)
+        for field, message in _spec_problems(TraceUps, meta["ups"], root="ups"):
+            found.add("", field, message)
     for section, known, required in (
         ("machines", MACHINE_KEYS, False),
         ("cronjobs", CRON_RUN_KEYS, True),
@@ -357,22 +357,25 @@ def _machines(found: _Found, path: Path, overrides: Sequence[str]) -> dict[str, 
     return {name: namespace for name, (namespace, _) in nodes.items()}
 
 
-def _spec_problems(model: type[BaseModel], spec: object) -> list[tuple[str, str]]:
-    """What the model (the CRD's schema and CEL rules) refuses in `spec`: (field, message)."""
+def _spec_problems(
+    model: type[BaseModel], spec: object, root: str = "spec"
+) -> list[tuple[str, str]]:
+    """What the model (the CRD's schema and CEL rules) refuses in `spec`: (field under `root`,
+    message)."""
     if spec is None:
-        return [("spec", "required")]
+        return [(root, "required")]
     try:
         model.model_validate(spec)
     except ValidationError as error:
-        return [_model_error(e, spec) for e in error.errors()]
+        return [_model_error(e, spec, root) for e in error.errors()]
     return []
 
 
-def _model_error(error: Any, spec: object) -> tuple[str, str]:
+def _model_error(error: Any, spec: object, root: str = "spec") -> tuple[str, str]:
     loc = [str(part) for part in error["loc"]]
     cause = (error.get("ctx") or {}).get("error")
     if error["type"] == "extra_forbidden":
-        return _path(loc), "unknown field"
+        return _path(loc, root), "unknown field"
     if isinstance(cause, RuleViolationError):
         message = cause.rule.message
         if cause.rule.field_path:  # the rule names the offending field: `.idleWatts`
@@ -382,11 +385,11 @@ def _model_error(error: Any, spec: object) -> tuple[str, str]:
     value = _at(spec, loc)
     if value is not None and not isinstance(value, Mapping | list):
         message += f" (got {value!r})"
-    return _path(loc), message
+    return _path(loc, root), message
 
 
-def _path(loc: Sequence[str]) -> str:
-    out = "spec"
+def _path(loc: Sequence[str], root: str = "spec") -> str:
+    out = root
     for part in loc:
         out += f"[{part}]" if part.isdigit() else f".{part}"
     return out
