@@ -408,3 +408,16 @@ def test_the_operators_and_the_control_planes_machines_go_off_last_of_all() -> N
     result = run(*down)
     assert offs(result) == ["s1"]
     assert "last of all" in result.actions[0].reason
+
+
+def test_a_pinned_machine_is_not_shed_but_is_shut_down_at_low_battery() -> None:
+    pinned = [
+        fed_group("shed", "Shed", "OnBattery", at(-60)),
+        *ready_machine("s1", group="shed", enabled=False),
+    ]
+    assert offs(run(*pinned)) == []
+    low = [
+        fed_group("shed", "Shed", "LowBattery", at(-1)),
+        *ready_machine("s1", group="shed", enabled=False),
+    ]
+    assert offs(run(*low)) == ["s1"]

@@ -281,10 +281,13 @@ def _while_on_battery(supply: Supply, now: datetime, decided: Decided) -> None:
         return  # mains flapping for a moment power nothing off
     for fed in supply.fed:
         keep = fed.group.min_nodes if fed.policy.essential else 0
+        # A pinned machine (autoscaling.enabled false) is shed by nothing but low battery.
+        pinned = frozenset(m.key for m in fed.machines if not m.autoscaling_enabled)
+        kept_on = supply.keystones | pinned
         if fed.tier is BatteryTier.SHED:
-            _off(fed, "on battery: the Shed tier goes off at once", keep, decided, supply.keystones)
+            _off(fed, "on battery: the Shed tier goes off at once", keep, decided, kept_on)
         elif fed.tier is BatteryTier.HOLD and (why := _hold_over(fed, supply)) is not None:
-            _off(fed, f"on battery: {why}", keep, decided, supply.keystones)
+            _off(fed, f"on battery: {why}", keep, decided, kept_on)
 
 
 def _restore(supply: Supply, now: datetime, decided: Decided) -> None:
