@@ -116,6 +116,8 @@ def supplies(snapshot: Snapshot) -> tuple[Supply, ...]:
         status = group.battery_status or BatteryStatus(source=source_name(group.battery))
         machines = tuple(sorted(by_group[group.key], key=lambda m: m.key))
         fed[source_name(group.battery)].append(Fed(group, group.battery, status, machines))
+    if not fed:
+        return ()  # no Group names a UPS: nothing to look up on a plan's hot path
     out = []
     held_up = keystones(snapshot)
     for source, groups in sorted(fed.items()):
