@@ -211,6 +211,14 @@ class MemoryMachine:
             self.state = replace(self.state, desired=state, intent_generation=self.generation)
 
 
+def _mark(marks: dict[ObjectKey, str], machine: ObjectKey, value: str | None) -> None:
+    """Store a machine's mark (an annotation, in memory); None removes it."""
+    if value is None:
+        marks.pop(machine, None)
+    else:
+        marks[machine] = value
+
+
 def persisted(machine: MachineState, decision: Decision, now: dt.datetime) -> MachineState:
     """The machine as the next pass reads it back after its status was written."""
     return replace(
@@ -265,19 +273,13 @@ class MemoryScale:
         return self.drain_deadlines.get(machine)
 
     def mark_drain_by(self, machine: ObjectKey, deadline: str | None) -> None:
-        if deadline is None:
-            self.drain_deadlines.pop(machine, None)
-        else:
-            self.drain_deadlines[machine] = deadline
+        _mark(self.drain_deadlines, machine, deadline)
 
     def unneeded_mark(self, machine: ObjectKey) -> str | None:
         return self.unneeded.get(machine)
 
     def mark_unneeded(self, machine: ObjectKey, since: str | None) -> None:
-        if since is None:
-            self.unneeded.pop(machine, None)
-        else:
-            self.unneeded[machine] = since
+        _mark(self.unneeded, machine, since)
 
     def uid(self, kind: str, key: ObjectKey) -> str | None:
         if kind == "Node":

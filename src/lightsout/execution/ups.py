@@ -28,6 +28,7 @@ from lightsout.k8s.api import Api
 from lightsout.models.battery import BatteryPolicy, BatteryStatus, NutSource
 from lightsout.planning.autoscaler.battery import source_name
 from lightsout.planning.energy import mains
+from lightsout.state.build import battery_status_of
 from lightsout.state.types import ObjectKey
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,7 @@ class PowerSources:
         key = ObjectKey(str(meta.get("namespace") or ""), str(meta["name"]))
         old = self.written.get((key, str(meta.get("uid"))))
         if old is None:
-            old = _status_of(obj)
+            old = battery_status_of(obj)
         new = mains.observe(old, source, reading, now)
         if not mains.worth_writing(old, new):
             return
@@ -146,13 +147,3 @@ class PowerSources:
             with contextlib.suppress(Exception):
                 client.shutdown()
         self.clients.clear()
-
-
-def _status_of(obj: Obj) -> BatteryStatus | None:
-    raw = (obj.get("status") or {}).get("battery")
-    if raw is None:
-        return None
-    try:
-        return BatteryStatus.model_validate(raw)
-    except ValidationError:
-        return None

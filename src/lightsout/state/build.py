@@ -260,18 +260,23 @@ def _group(obj: Mapping[str, Any], notes: list[str]) -> Group | None:
             for window in spec.windows or ()
         ),
         battery=spec.battery,
-        battery_status=_battery_status(obj, notes) if spec.battery else None,
+        battery_status=battery_status_of(obj, notes) if spec.battery else None,
     )
 
 
-def _battery_status(obj: Mapping[str, Any], notes: list[str]) -> BatteryStatus | None:
+def battery_status_of(
+    obj: Mapping[str, Any], notes: list[str] | None = None
+) -> BatteryStatus | None:
+    """A Group's `status.battery` (None: not written yet, or unreadable, said in `notes`):
+    read by the planner's snapshot and by the UPS reader (`execution.ups`) alike."""
     raw = dig(obj, "status", "battery")
     if raw is None:
         return None
     try:
         return BatteryStatus.model_validate(raw)
     except ValidationError as error:
-        notes.append(f"status.battery unreadable, taken as not read yet: {error}")
+        if notes is not None:
+            notes.append(f"status.battery unreadable, taken as not read yet: {error}")
         return None
 
 

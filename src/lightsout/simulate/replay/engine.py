@@ -338,10 +338,7 @@ class Simulator:
                 changed = True
         if changed:
             self.want_plan()
-        recorded = any(
-            g.battery_status and g.battery_status.outage for g in self.scale.groups.values()
-        )
-        if not ups.settles() or recorded:
+        if not ups.settles() or self._outage_recorded():
             clock.wake(clock.now + self.poll, Kind.UPS_READ)
 
     def _outage_figures(self, ups: SimUps) -> None:
@@ -352,11 +349,12 @@ class Simulator:
         if outage.ended is None and outage.all_off_at is None and not powered:
             outage.all_off_at = self.clock.now
             outage.left_share = ups.stored_wh / outage.stored_wh if outage.stored_wh else 0.0
-        recorded = any(
-            g.battery_status and g.battery_status.outage for g in self.scale.groups.values()
-        )
-        if outage.ended is not None and outage.restored_at is None and not recorded:
+        if outage.ended is not None and outage.restored_at is None and not self._outage_recorded():
             outage.restored_at = self.clock.now
+
+    def _outage_recorded(self) -> bool:
+        """Some Group's machines are still off for an outage (its record not cleared)."""
+        return any(g.battery_status and g.battery_status.outage for g in self.scale.groups.values())
 
     # ------------------------------------------------------------------ the planner
     def want_plan(self) -> None:
