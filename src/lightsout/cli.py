@@ -86,6 +86,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         build.PDBS_KEY: api.list_pdbs(ns),
         build.DAEMONSETS_KEY: api.list_daemonsets(ns),
         build.CRONJOBS_KEY: api.list_cronjobs(ns),
+        build.JOBS_KEY: api.list_jobs(ns),
         build.SECRETS_KEY: [contents_entry(*found) for found in api.list_key_names("secret", ns)],
         build.CONFIGMAPS_KEY: [
             contents_entry(*found) for found in api.list_key_names("config_map", ns)
@@ -389,8 +390,9 @@ def cmd_trace_record(args: argparse.Namespace) -> int:
     """Watch the cluster's pods for --duration (or until SIGINT/SIGTERM), then write a trace."""
     from lightsout.commands.record import record
     from lightsout.k8s.api import Api, current_namespace, error_message
-    from lightsout.simulate.traces.record import build, machines_without_durations, parse_duration
+    from lightsout.simulate.traces.record import build, machines_without_durations
     from lightsout.simulate.traces.trace import write
+    from lightsout.state.parse import parse_duration
 
     try:
         seconds = parse_duration(args.duration)

@@ -22,7 +22,7 @@
 | LIGHTSOUT_GRPC_TLS_CLIENT_CA | (none) | file: the CA clients' certificates must chain to (mTLS) |
 | LIGHTSOUT_GRPC_HEALTH_ADDRESS | (none) | `host:port`: grpc.health.v1 only, plaintext (probes) |
 | LIGHTSOUT_GRPC_INSECURE | false | true: plaintext when no TLS files are set (tests, loopback) |
-| LIGHTSOUT_WEBHOOK_ADDRESS | (none: off) | `host:port`: serve the Node and Group webhooks (HTTPS) |
+| LIGHTSOUT_WEBHOOK_ADDRESS | (none: off) | `host:port`: serve the admission webhooks (HTTPS) |
 | LIGHTSOUT_WEBHOOK_TLS_CERT | (none) | file: its certificate (PEM); required with the address |
 | LIGHTSOUT_WEBHOOK_TLS_KEY | (none) | file: its private key (PEM) |
 | LIGHTSOUT_WEBHOOK_TLS_CA | the certificate | file: the caBundle the API server checks it with |

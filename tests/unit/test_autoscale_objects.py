@@ -16,6 +16,7 @@ from lightsout.planning.autoscaler.decisions import Plan, PowerOff, PowerOn
 from lightsout.state.build import (
     DAEMONSETS_KEY,
     GROUPS_KEY,
+    JOBS_KEY,
     MACHINES_KEY,
     NODES_KEY,
     PDBS_KEY,
@@ -246,6 +247,7 @@ _KEYS = {
     ("lightsout.dev/v1alpha1", "Group"): GROUPS_KEY,
     ("policy/v1", "PodDisruptionBudget"): PDBS_KEY,
     ("apps/v1", "DaemonSet"): DAEMONSETS_KEY,
+    ("batch/v1", "Job"): JOBS_KEY,
 }
 
 

@@ -110,9 +110,13 @@ def test_no_node_yet_the_kubelets_object_gets_the_wanted_metadata_and_the_startu
 
 def test_webhook_configuration_never_blocks_a_kubelet_and_skips_dry_runs() -> None:
     body = reg.mutating_webhook_configuration(
-        "lightsout-core-nodes", {"url": "https://127.0.0.1:9443/core-nodes"}, timeout_seconds=5
+        "lightsout-core-nodes",
+        {"url": "https://127.0.0.1:9443/core-nodes"},
+        timeout_seconds=5,
+        jobs_client_config={"url": "https://127.0.0.1:9443/deferrable-jobs"},
     )
-    (hook,) = body["webhooks"]
+    hook, _jobs = body["webhooks"]  # the Jobs one: tests/unit/test_deferrable_admission.py
+    assert hook["name"] == "core-nodes.lightsout.dev"
     assert hook["failurePolicy"] == "Ignore"
     assert hook["sideEffects"] == "NoneOnDryRun"
     assert hook["timeoutSeconds"] == 5

@@ -25,7 +25,6 @@ from lightsout.simulate.traces.record import (
     cronjob_manifest,
     learned_durations,
     origin,
-    parse_duration,
     recorded_truth,
     run_window,
     scheduling_spec,
@@ -33,6 +32,7 @@ from lightsout.simulate.traces.record import (
 )
 from lightsout.simulate.traces.trace import Durations, load, write
 from lightsout.simulate.traces.validate import validate
+from lightsout.state.parse import parse_duration
 
 pytestmark = pytest.mark.unit
 

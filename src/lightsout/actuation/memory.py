@@ -250,6 +250,10 @@ class MemoryScale:
     unneeded: dict[ObjectKey, str] = field(default_factory=dict)
     outages: dict[ObjectKey, Outage | None] = field(default_factory=dict)
     drain_deadlines: dict[ObjectKey, str] = field(default_factory=dict)
+    #: Deferrable Jobs known by key, with their uid; released ones, and held ones' starts.
+    jobs: Mapping[ObjectKey, str] = field(default_factory=dict)
+    released: list[ObjectKey] = field(default_factory=list)
+    job_starts: dict[ObjectKey, str] = field(default_factory=dict)
     events: list[tuple[str, ObjectKey, Event]] = field(default_factory=list)
     #: Machines whose write loses a race (tests).
     conflicts: frozenset[ObjectKey] = frozenset()
@@ -281,7 +285,19 @@ class MemoryScale:
     def mark_unneeded(self, machine: ObjectKey, since: str | None) -> None:
         _mark(self.unneeded, machine, since)
 
+    def release_job(self, job: ObjectKey) -> bool:
+        if job not in self.jobs:
+            return False
+        self.released.append(job)
+        self.job_starts.pop(job, None)
+        return True
+
+    def mark_job_start(self, job: ObjectKey, start: str) -> None:
+        self.job_starts[job] = start
+
     def uid(self, kind: str, key: ObjectKey) -> str | None:
+        if kind == "Job":
+            return self.jobs.get(key)
         if kind == "Node":
             return str(key) if key in self.machines else None
         if kind == "Group":  # the plan's Groups are the caller's: known by key

@@ -13,7 +13,9 @@ replay (`lightsout.simulate`, in memory) both apply plans here:
   elected) planner keeps counting a machine's unneeded time;
 - a pending pod no machine can host gets a Warning event explaining why, once per reason;
 - a Group whose schedule window in force changes (one opens, a floor starts early, one
-  closes) gets an event saying which window holds and until when, or that none does.
+  closes) gets an event saying which window holds and until when, or that none does;
+- deferrable Jobs the plan releases are unsuspended (event `Released`), those it holds get
+  their start in `lightsout.dev/start-at` and an event `Deferred` saying why and until when.
 
 Plans repeat: the planner runs on every change, and the same decision comes back until the
 cluster catches up. Events are therefore remembered per (object, message) and never posted
@@ -97,6 +99,7 @@ class PlanApplier:
         self._persist_drain_by(port, snapshot, plan)
         self._explain_pods(port, plan)
         self._announce_windows(port, snapshot, plan)
+        self._release_jobs(port, snapshot, plan)
         self._forget(snapshot)
         return done
 
@@ -241,6 +244,24 @@ class PlanApplier:
                 )
                 self._event(port, "Group", group.key, "WindowClosed", message)
 
+    # ------------------------------------------------------------------ deferrable Jobs
+    def _release_jobs(self, port: ScalePort, snapshot: Snapshot, plan: Plan) -> None:
+        if not plan.decided:
+            return
+        for release in plan.releases:
+            if self.dry_run:
+                message = f"dry run: would release: {release.reason}"
+                self._event(port, "Job", release.job, "DryRunRelease", message)
+            elif port.release_job(release.job):
+                log.info("autoscaler: Job %s %s", release.job, release.reason)
+                self._event(port, "Job", release.job, "Released", release.reason)
+        marks = {job.key: job.start_mark for job in snapshot.deferred}
+        for key, wait in plan.waits.items():
+            start = format_time(wait.start)
+            if not self.dry_run and marks.get(key) != start:
+                port.mark_job_start(key, start)
+            self._event(port, "Job", key, "Deferred", wait.reason)
+
     # ------------------------------------------------------------------ events, once each
     def _event(
         self,
@@ -275,6 +296,7 @@ class PlanApplier:
             {("Pod", pod.key) for pod in snapshot.pods}
             | {("Node", machine.key) for machine in snapshot.machines}
             | {("Group", group.key) for group in snapshot.groups}
+            | {("Job", job.key) for job in snapshot.deferred}
         )
         for who in [w for w in self._posted if w not in alive]:
             del self._posted[who]

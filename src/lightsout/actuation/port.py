@@ -106,8 +106,16 @@ class ScalePort(Protocol):
     def mark_unneeded(self, machine: ObjectKey, since: str | None) -> None:
         """Store the mark (None removes it), so a restarted planner keeps counting."""
 
+    def release_job(self, job: ObjectKey) -> bool:
+        """Unsuspend a held deferrable Job (`spec.suspend: false`, its start mark removed);
+        False when it could not be (it is gone, or the write failed: the next plan tries
+        again)."""
+
+    def mark_job_start(self, job: ObjectKey, start: str) -> None:
+        """Store when a held Job will be released (its `lightsout.dev/start-at`)."""
+
     def uid(self, kind: str, key: ObjectKey) -> str | None:
-        """The uid of a machine (`kind` "Node"), a pod ("Pod") or a Group; None when it is not known
-        (then nothing is said about it). A re-created object is another one."""
+        """The uid of a machine (`kind` "Node"), a pod ("Pod"), a Group or a Job; None when it
+        is not known (then nothing is said about it). A re-created object is another one."""
 
     def post_event(self, kind: str, key: ObjectKey, event: Event) -> None: ...

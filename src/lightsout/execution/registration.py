@@ -13,6 +13,10 @@ the kubelet's win over whatever else the Node carried. Only labels a kubelet may
 Node under the NodeRestriction admission plugin are copied, so the operator's credentials never
 launder a label the kubelet could not set itself; taints in `node.kubernetes.io/` belong to the
 node lifecycle controller and the startup taint to the operator, so neither is copied.
+
+The admission configurations the operator writes (or the Helm chart, with the same fields) are
+built here too: the mutating one sends Node CREATEs and, in the watched namespaces, people's Job
+CREATEs (the deferrable-Jobs webhook, `execution.deferral`); the validating one Group changes.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lightsout.actuation.nodeops import STARTUP_TAINT, has_startup_taint, node_patch, taints_of
+from lightsout.execution.jobs import LABEL_MANAGED_BY
 from lightsout.planning.types import STARTUP_TAINT_KEY
 
 Obj = Mapping[str, Any]
@@ -138,13 +143,63 @@ def registration_metadata(
     return labels, taints
 
 
+def _namespace_selector(namespaces: Sequence[str]) -> dict[str, Any]:
+    return {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": sorted(namespaces)}
+        ]
+    }
+
+
+def jobs_webhook(
+    client_config: Mapping[str, Any], *, timeout_seconds: int, namespaces: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The webhook that sends Job CREATEs to the operator (`handlers.admission`, the
+    deferrable-Jobs one), in the `namespaces` it watches (all when empty).
+
+    failurePolicy Ignore: a down or slow operator lets the Job run at once, which never misses
+    its deadline. sideEffects None: it only patches the Job it is asked about. Only Jobs without
+    the managed-by label, the ones the planner watches (`handlers.autoscale`, with
+    `handlers.node.NOT_OURS`): not the operator's own, and none the planner would not see to
+    release."""
+    webhook: dict[str, Any] = {
+        "name": "jobs.lightsout.dev",
+        "clientConfig": dict(client_config),
+        "rules": [
+            {
+                "apiGroups": ["batch"],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE"],
+                "resources": ["jobs"],
+                "scope": "Namespaced",
+            }
+        ],
+        "objectSelector": {
+            "matchExpressions": [{"key": LABEL_MANAGED_BY, "operator": "DoesNotExist"}]
+        },
+        "failurePolicy": "Ignore",
+        "sideEffects": "None",
+        "timeoutSeconds": timeout_seconds,
+        "matchPolicy": "Equivalent",
+        "reinvocationPolicy": "Never",
+        "admissionReviewVersions": ["v1"],
+    }
+    if namespaces:
+        webhook["namespaceSelector"] = _namespace_selector(namespaces)
+    return webhook
+
+
 def mutating_webhook_configuration(
     name: str,
     client_config: Mapping[str, Any],
     *,
     timeout_seconds: int,
+    jobs_client_config: Mapping[str, Any],
+    namespaces: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The MutatingWebhookConfiguration that sends Node CREATEs to the operator.
+    """The MutatingWebhookConfiguration that sends Node CREATEs (`client_config`) and, in the
+    watched `namespaces` (all when empty), Job CREATEs (`jobs_client_config`, `jobs_webhook`)
+    to the operator. The core-Node webhook comes first.
 
     failurePolicy Ignore: a webhook that is down or slow never keeps a kubelet from
     registering (it then registers as without the webhook). NoneOnDryRun: the webhook patches
@@ -172,7 +227,10 @@ def mutating_webhook_configuration(
                 "matchPolicy": "Equivalent",
                 "reinvocationPolicy": "Never",
                 "admissionReviewVersions": ["v1"],
-            }
+            },
+            jobs_webhook(
+                jobs_client_config, timeout_seconds=timeout_seconds, namespaces=namespaces
+            ),
         ],
     }
 
@@ -210,15 +268,7 @@ def validating_webhook_configuration(
         "admissionReviewVersions": ["v1"],
     }
     if namespaces:
-        webhook["namespaceSelector"] = {
-            "matchExpressions": [
-                {
-                    "key": "kubernetes.io/metadata.name",
-                    "operator": "In",
-                    "values": sorted(namespaces),
-                }
-            ]
-        }
+        webhook["namespaceSelector"] = _namespace_selector(namespaces)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",

@@ -29,7 +29,7 @@ from lightsout.planning.autoscaler.decisions import PowerOn, ScaleAction
 from lightsout.planning.machine.effects import Event
 from lightsout.planning.types import ObservedPowerState
 from lightsout.state.parse import format_time
-from lightsout.state.types import DRAIN_BY, UNNEEDED_SINCE, ObjectKey, Snapshot
+from lightsout.state.types import DRAIN_BY, START_AT, UNNEEDED_SINCE, ObjectKey, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +46,13 @@ class KubeScale:
     machines: Mapping[ObjectKey, Obj]
     pods: Mapping[ObjectKey, Obj]
     groups: Mapping[ObjectKey, Obj] = field(default_factory=dict)
+    #: Deferrable Jobs, as the autoscaler's cache holds them.
+    jobs: Mapping[ObjectKey, Obj] = field(default_factory=dict)
 
     def _objects(self, kind: str) -> Mapping[ObjectKey, Obj]:
-        return {"Node": self.machines, "Pod": self.pods, "Group": self.groups}[kind]
+        return {"Node": self.machines, "Pod": self.pods, "Group": self.groups, "Job": self.jobs}[
+            kind
+        ]
 
     def set_desired(self, machine: ObjectKey, state: ObservedPowerState) -> bool:
         try:
@@ -108,6 +112,20 @@ class KubeScale:
     def mark_unneeded(self, machine: ObjectKey, since: str | None) -> None:
         patch = {"metadata": {"annotations": {UNNEEDED_SINCE: since}}}
         self.api.patch_resource(machine.namespace, "nodes", machine.name, patch)
+
+    def release_job(self, job: ObjectKey) -> bool:
+        try:
+            self.api.release_job(job.namespace, job.name, {START_AT: None})
+        except Exception:
+            log.exception("releasing Job %s failed; the next plan tries again", job)
+            return False
+        return True
+
+    def mark_job_start(self, job: ObjectKey, start: str) -> None:
+        try:
+            self.api.annotate_job(job.namespace, job.name, {START_AT: start})
+        except Exception:  # only what `kubectl get` shows: the plan stands without it
+            log.exception("marking the start of Job %s failed", job)
 
     def uid(self, kind: str, key: ObjectKey) -> str | None:
         obj = self._objects(kind).get(key)

@@ -15,6 +15,15 @@ a window schedule that does not parse as a CronJob's (`0 22-6 * * *`) and window
 (`registration.validating_webhook_configuration`: failurePolicy Ignore, only the watched
 namespaces).
 
+The deferrable-Jobs one (`@kopf.on.mutate`, `deferrable_job_admitted`): a Job that may wait
+for cheap hours (`lightsout.dev/finish-by` or `/max-delay`, no Kueue queue) is created suspended
+and marked `lightsout.dev/deferred`, as Kueue admits its Jobs, until the planner releases it;
+what it does is `execution.deferral.held_patch`. The API server calls it for Job CREATEs in the
+watched namespaces without a managed-by label, those the planner watches, so never the
+operator's own (the second webhook of the same MutatingWebhookConfiguration,
+`registration.jobs_webhook`: failurePolicy Ignore, so a down operator lets a Job run at once and
+it never misses its deadline). A dry run is answered the same: it shows what a create does.
+
 With `LIGHTSOUT_WEBHOOK_URL` set (the dev cluster, where the operator runs on the host) the
 operator writes both configurations itself at start-up, with the URL and the caBundle;
 otherwise the installer owns them (the Helm chart: deploy/helm/lightsout/templates/webhook.yaml,
@@ -37,7 +46,7 @@ from pydantic import ValidationError
 from lightsout.actuation import inputs
 from lightsout.actuation.nodeops import has_startup_taint
 from lightsout.config import OperatorConfig
-from lightsout.execution import actuator, registration
+from lightsout.execution import actuator, deferral, registration
 from lightsout.handlers.lifecycle import shared_api
 from lightsout.models.group import GroupSpec
 
@@ -46,6 +55,7 @@ log = logging.getLogger(__name__)
 #: The handler ids, and so the URL paths kopf's server routes to them (`/core-nodes`).
 WEBHOOK_ID = "core-nodes"
 GROUPS_WEBHOOK_ID = "groups"
+JOBS_WEBHOOK_ID = "deferrable-jobs"
 
 
 def _host_port(address: str) -> tuple[str, int]:
@@ -97,6 +107,8 @@ async def start_webhook(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: A
                 config.webhook_configuration,
                 client_config(config),
                 timeout_seconds=config.webhook_timeout_seconds,
+                jobs_client_config=client_config(config, JOBS_WEBHOOK_ID),
+                namespaces=config.watched_namespaces,
             ),
             registration.validating_webhook_configuration(
                 config.webhook_configuration,
@@ -146,6 +158,30 @@ async def core_node_registering(
     if mutation is not None:
         patch["metadata"] = {"labels": mutation[0]}
         patch["spec"] = {"taints": mutation[1]}
+
+
+@kopf.on.mutate(
+    "batch",
+    "v1",
+    "jobs",
+    id=JOBS_WEBHOOK_ID,
+    operations=["CREATE"],
+    side_effects=False,
+    ignore_failures=True,
+)
+async def deferrable_job_admitted(
+    body: kopf.Body, dryrun: bool, patch: kopf.Patch, **_: Any
+) -> None:
+    """Create a deferrable Job suspended and marked deferred (the planner releases it)."""
+    held = deferral.held_patch(body)
+    if held is not None:
+        patch.update(held)
+        if dryrun:
+            return
+        meta = body.get("metadata", {})
+        # A Job made with generateName has no name yet at admission: its prefix is logged.
+        name = meta.get("name") or meta.get("generateName") or "?"
+        log.info("Job %s/%s held for cheap hours", meta.get("namespace") or "", name)
 
 
 def spec_refusal(spec: Any) -> str | None:

@@ -3,12 +3,13 @@
 kopf indexes are the watch caches. The planner reads every object of the Node reconciler's
 (`handlers/node.py`) caches of pods, core Nodes, Lights-Out Nodes and Groups, each kind cached
 once for both, and of its Secret and ConfigMap key names (which machines have everything their
-power-on needs). Three indexes are its own: PodDisruptionBudgets and DaemonSets, each object as
-the plain dict the API sent, and CronJobs (not the operator's own health checks), reduced to
-what announces their next run (schedule, zone, suspend, the pod template's spec):
+power-on needs). Four indexes are its own: PodDisruptionBudgets and DaemonSets, each object as
+the plain dict the API sent; CronJobs (not the operator's own health checks), reduced to what
+announces their next run (schedule, zone, suspend, the pod template's spec):
 `snapshot_from(..., now=...)` turns each into the pod its next run will create, which the
-planner pre-warms capacity for. kopf holds back every other handler until all indexes have
-finished their initial listing, so the first call of `autoscaler_wake` (an `on.event` handler on
+planner pre-warms capacity for; and the Jobs that may wait for cheap hours (`state.jobs`).
+kopf holds back every other handler until all indexes have finished their initial listing, so
+the first call of `autoscaler_wake` (an `on.event` handler on
 the same kinds) proves that the caches are complete: only then does the planner run, with
 `snapshot_from(..., complete=True)`.
 
@@ -52,7 +53,7 @@ from lightsout.planning.autoscaler.wake import PlanningRound, next_wake
 from lightsout.state import build
 from lightsout.state.parse import dig
 from lightsout.state.references import contents_entry
-from lightsout.state.types import ObjectKey, Snapshot
+from lightsout.state.types import ObjectKey, Snapshot, deferrable
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ INDEXES = {
     build.PDBS_KEY: "autoscaler_pdbs",
     build.DAEMONSETS_KEY: "autoscaler_daemonsets",
     build.CRONJOBS_KEY: "autoscaler_cronjobs",
+    build.JOBS_KEY: "autoscaler_jobs",
 }
 #: Snapshot key → the Node reconciler's index of Secret / ConfigMap key names (never values).
 KEY_NAMES = {build.SECRETS_KEY: rc.SECRETS, build.CONFIGMAPS_KEY: rc.CONFIG_MAPS}
@@ -120,6 +122,18 @@ async def autoscaler_cronjobs(body: kopf.Body, **_: Any) -> IndexValue:
         "status": {"active": [{"name": (ref or {}).get("name")} for ref in active]},
     }
     return {None: slim}
+
+
+def _deferrable_job(body: kopf.Body, **_: Any) -> bool:
+    meta = body.get("metadata") or {}
+    return deferrable(meta.get("annotations") or {}, meta.get("labels") or {})
+
+
+@kopf.index("batch", "v1", "jobs", labels=NOT_OURS, when=_deferrable_job, id="autoscaler_jobs")
+async def autoscaler_jobs(body: kopf.Body, **_: Any) -> IndexValue:
+    # Only Jobs that may wait for cheap hours: held ones the planner releases, finished ones
+    # that tell how long their CronJob's next run takes (`state.jobs`).
+    return {None: slim(body)}
 
 
 @dataclass
@@ -222,7 +236,8 @@ class Planner:
         pods = {_key(p): p for p in objects[build.PODS_KEY]}
         machines = {_key(m): m for m in objects[build.MACHINES_KEY]}
         groups = {_key(g): g for g in objects[build.GROUPS_KEY]}
-        port = KubeScale(self.api, machines, pods, groups)
+        jobs = {_key(j): j for j in objects[build.JOBS_KEY]}
+        port = KubeScale(self.api, machines, pods, groups, jobs)
         applied = await asyncio.to_thread(self.applier.apply, port, snapshot, result, now)
         count(applied)
         gauge_pending(snapshot, now)
@@ -294,6 +309,7 @@ async def stop_autoscaler(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", id="autoscaler_wake")
 @kopf.on.event("apps", "v1", "daemonsets", id="autoscaler_wake")
 @kopf.on.event("batch", "v1", "cronjobs", labels=NOT_OURS, id="autoscaler_wake")
+@kopf.on.event("batch", "v1", "jobs", labels=NOT_OURS, when=_deferrable_job, id="autoscaler_wake")
 @kopf.on.event("", "v1", "configmaps", labels=NOT_OURS, id="autoscaler_wake")
 async def autoscaler_wake(memo: kopf.Memo, **_: Any) -> None:
     planner: Planner | None = getattr(memo, "autoscaler", None)

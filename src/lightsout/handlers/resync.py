@@ -47,7 +47,7 @@ WATCHED: dict[Kind, tuple[str, ...]] = {
     ("", "v1", "nodes"): (rc.CORE_NODES,),
     (API_GROUP, API_VERSION, "nodes"): (rc.MACHINES, rc.MACHINE_REFS),
     (API_GROUP, API_VERSION, "groups"): (rc.GROUPS,),
-    ("batch", "v1", "jobs"): (rc.JOBS,),
+    ("batch", "v1", "jobs"): (rc.JOBS, "autoscaler_jobs"),
     ("", "v1", "pods"): (rc.PODS, rc.JOB_PODS, rc.HEALTH),
     ("coordination.k8s.io", "v1", "leases"): (rc.LEASES,),
     ("", "v1", "configmaps"): (rc.CONFIG_MAPS,),

@@ -121,8 +121,17 @@ class Api:
     def get_job(self, namespace: str, name: str) -> Obj | None:
         return _get(self.batch().read_namespaced_job, name, namespace)
 
-    def list_jobs(self, namespace: str, label_selector: str) -> list[Obj]:
-        return _items(self.batch().list_namespaced_job, namespace, label_selector=label_selector)
+    def list_jobs(
+        self, namespace: str | None = None, label_selector: str = "!app.kubernetes.io/managed-by"
+    ) -> list[Obj]:
+        """Jobs matching the selector in one namespace, or in all of them; by default people's
+        Jobs (not the operator's own action and health-check Jobs, which carry managed-by)."""
+        batch = self.batch()
+        if namespace:
+            data = _raw(batch.list_namespaced_job, namespace, label_selector=label_selector)
+        else:
+            data = _raw(batch.list_job_for_all_namespaces, label_selector=label_selector)
+        return _typed_items(data, "batch/v1", "Job")
 
     def create_job(self, namespace: str, body: Mapping[str, Any]) -> Obj:
         """Create the Job; raises ConflictError when one of that (deterministic) name exists."""
@@ -134,6 +143,28 @@ class Api:
         _delete(
             self.batch().delete_namespaced_job, name, namespace, propagation_policy="Foreground"
         )
+
+    def release_job(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+        """Let a held Job start (`spec.suspend: false`) and set the annotations (None removes
+        one) in the same merge patch; a Job deleted meanwhile is fine."""
+        patch = {"spec": {"suspend": False}, "metadata": {"annotations": dict(annotations)}}
+        self._patch_job(namespace, name, patch)
+
+    def annotate_job(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> None:
+        """Set the Job's annotations (None removes one); a Job deleted meanwhile is fine."""
+        self._patch_job(namespace, name, {"metadata": {"annotations": dict(annotations)}})
+
+    def _patch_job(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        # A merge patch, not the client's default strategic one for a dict: the same for these
+        # fields, and what the callers are told.
+        call = self.batch().patch_namespaced_job
+        try:
+            _raw(call, name, namespace, dict(patch), _content_type="application/merge-patch+json")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
     def job_pods(self, namespace: str, job_name: str) -> list[Obj]:
         call = self.core().list_namespaced_pod

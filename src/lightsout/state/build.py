@@ -21,6 +21,7 @@ from lightsout.models.enums import DesiredPowerState, Phase, ProxmoxMode
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import AutoscalingSettings, PowerProfile
 from lightsout.state import cron, references
+from lightsout.state.jobs import deferred_jobs
 from lightsout.state.learned import learned_from_status
 from lightsout.state.measured import declared_resources, expected_resources, expected_watts
 from lightsout.state.parse import (
@@ -70,6 +71,9 @@ SECRETS_KEY = "secrets"
 CONFIGMAPS_KEY = "configmaps"
 #: batch/v1 CronJobs: their next runs become the snapshot's `expected` pods (needs `now`).
 CRONJOBS_KEY = "cronjobs.batch"
+#: batch/v1 Jobs that may wait for cheap hours (`state.jobs`), finished ones included: they
+#: teach how long the next run of their CronJob takes.
+JOBS_KEY = "jobs.batch"
 
 
 def snapshot_from(
@@ -110,6 +114,7 @@ def snapshot_from(
         disruption_budgets=_each(objects, PDBS_KEY, _pdb, problems),
         daemonsets=_each(objects, DAEMONSETS_KEY, _daemonset, problems),
         expected=expected,
+        deferred=deferred_jobs([j for j in _items(objects, JOBS_KEY) if isinstance(j, Mapping)]),
         complete=complete,
         unneeded_since=since,
         problems=tuple(problems),
@@ -436,6 +441,7 @@ __all__ = [
     "CRONJOBS_KEY",
     "DAEMONSETS_KEY",
     "GROUPS_KEY",
+    "JOBS_KEY",
     "MACHINES_KEY",
     "NODES_KEY",
     "PDBS_KEY",

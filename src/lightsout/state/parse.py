@@ -7,6 +7,7 @@ unparseable time is None) instead of raising. `lightsout.state.build` calls them
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeGuard
@@ -26,6 +27,8 @@ from lightsout.state.types import (
 NODE_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
 LABEL_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
 TAINT_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 
 
 def is_mapping(value: object) -> TypeGuard[Mapping[Any, Any]]:
@@ -252,3 +255,18 @@ def parse_power_state(value: Any) -> ObservedPowerState | None:
         "off": ObservedPowerState.OFF,
         "unknown": ObservedPowerState.UNKNOWN,
     }.get(value.strip().lower())
+
+
+def parse_duration(text: str) -> float:
+    """`90s`, `5m`, `2h`, `7d`, `1h30m` or a plain number of seconds; ValueError otherwise."""
+    cleaned = text.strip().lower()
+    try:
+        seconds = float(cleaned)
+    except ValueError:
+        parts = _DURATION.findall(cleaned)
+        if not parts or "".join(n + u for n, u in parts) != cleaned:
+            raise ValueError(f"{text!r} is not a duration (use 90s, 5m, 2h, 7d or 1h30m)") from None
+        seconds = sum(float(number) * _UNITS[unit] for number, unit in parts)
+    if seconds <= 0:
+        raise ValueError(f"{text!r}: a duration must be more than 0 seconds")
+    return seconds

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from lightsout.models.battery import BatteryPolicy, BatteryStatus
 from lightsout.models.enums import Autoscaler, DesiredPowerState, Phase, SelectionPolicy
@@ -36,6 +36,28 @@ MIRROR_POD = "kubernetes.io/config.mirror"
 UNNEEDED_SINCE = "lightsout.dev/unneeded-since"
 #: A machine's drain deadline while its UPS runs low (`planning.autoscaler.battery`).
 DRAIN_BY = "lightsout.dev/drain-by"
+
+# Deferrable Jobs (`planning.autoscaler.deferral`): a Job that carries FINISH_BY (an RFC 3339
+# time) or MAX_DELAY (a duration from its creation: "8h", "90m", "3600s") may wait for cheap
+# hours. The admission webhook creates it suspended and marks it DEFERRED; the planner releases
+# it (`spec.suspend: false`) at the start that costs least and writes START_AT meanwhile.
+FINISH_BY = "lightsout.dev/finish-by"
+MAX_DELAY = "lightsout.dev/max-delay"
+#: How long the Job runs once started (a duration as MAX_DELAY's); else learned from the
+#: finished Jobs of the same CronJob.
+EXPECTED_DURATION = "lightsout.dev/expected-duration"
+#: Set by the admission webhook on a deferrable Job it created suspended ("true").
+DEFERRED = "lightsout.dev/deferred"
+#: When the planner will release a held Job (RFC 3339), for `kubectl get job -o yaml`.
+START_AT = "lightsout.dev/start-at"
+#: Kueue's label: a Job another admission controller governs is left to it.
+KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+
+
+def deferrable(annotations: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    """Whether a Job with these annotations and labels may wait for cheap hours, and is
+    Lights-Out's to hold (not Kueue's)."""
+    return (FINISH_BY in annotations or MAX_DELAY in annotations) and KUEUE_QUEUE not in labels
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -322,6 +344,27 @@ class ExpectedPod:
 
 
 @dataclass(frozen=True)
+class DeferredJob:
+    """A suspended deferrable Job (`deferrable`) the planner may release later
+    (`planning.autoscaler.deferral`): what it asks of a machine, by when it must be done, how
+    long it runs."""
+
+    key: ObjectKey
+    #: The pod template's requirements: the machines that could run it.
+    scheduling: SchedulingRequirements
+    #: When it must have finished (None: its annotations do not say, see `problem`).
+    deadline: datetime | None
+    #: How long it runs once started (None: unknown; it then runs at once).
+    duration: timedelta | None = None
+    #: Where `duration` comes from, in words ("lightsout.dev/expected-duration", "learned ...").
+    duration_source: str = ""
+    #: Its START_AT annotation as stored (the applier writes it only when it changes).
+    start_mark: str | None = None
+    #: An annotation that does not read: the Job is released at once and this says why.
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything the planner reads, captured at one instant.
 
@@ -340,6 +383,8 @@ class Snapshot:
     daemonsets: tuple[DaemonSet, ...] = ()
     #: Pods announced ahead of time (CronJob runs), soonest first.
     expected: tuple[ExpectedPod, ...] = ()
+    #: Suspended deferrable Jobs waiting for their release (`planning.autoscaler.deferral`).
+    deferred: tuple[DeferredJob, ...] = ()
     complete: bool = False
     unneeded_since: Mapping[ObjectKey, datetime] = field(default_factory=dict)
     problems: tuple[str, ...] = ()

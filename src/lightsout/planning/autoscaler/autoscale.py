@@ -21,7 +21,10 @@ In order:
    floor from one boot before it opens.
 4. Unneeded Ready machines are found and, past their timers (`auto`: one break-even time), powered
    off unless a wear limit or announced demand soon enough keeps them on (`scaledown`).
-5. Groups whose UPS runs on battery, or whose machines are off for an outage that is over,
+5. Suspended deferrable Jobs are released now, or told when they will be, at the start that
+   costs least by their machines' tariffs (`planning.autoscaler.deferral`); released, their
+   pods are pending pods of a later plan.
+6. Groups whose UPS runs on battery, or whose machines are off for an outage that is over,
    get what `planning.autoscaler.battery` decides: no power-on, tiers powered off, restores.
 
 Each step returns what it decided and changes none of its inputs: `plan` hands the cluster with
@@ -56,6 +59,7 @@ from lightsout.planning.autoscaler.decisions import (
     PowerOn,
     ScaleAction,
 )
+from lightsout.planning.autoscaler.deferral import defer
 from lightsout.planning.autoscaler.explain import Explainer, listed
 from lightsout.planning.autoscaler.prewarm import Lead, due, lead_times
 from lightsout.planning.autoscaler.scaledown import Upcoming, scale_down
@@ -165,7 +169,19 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
         summary=summary,
     )
     # The Groups' UPSes last: on battery, they overrule what the pods alone call for.
-    return on_battery(snapshot, made, now)
+    return on_battery(snapshot, _with_deferral(snapshot, made, now), now)
+
+
+def _with_deferral(snapshot: Snapshot, made: Plan, now: datetime) -> Plan:
+    """`made` with the deferrable Jobs to release now and those held, said in the summary."""
+    if not snapshot.deferred:
+        return made
+    deferral = defer(snapshot, now)
+    summary = (
+        f"{made.summary}; {len(deferral.releases)} deferrable Job(s) released, "
+        f"{len(deferral.waits)} held for cheaper hours"
+    )
+    return replace(made, releases=deferral.releases, waits=deferral.waits, summary=summary)
 
 
 def _classes(

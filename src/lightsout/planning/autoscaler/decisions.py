@@ -45,6 +45,23 @@ class PowerOff:
 type ScaleAction = PowerOn | PowerOff
 
 
+@dataclass(frozen=True)
+class Release:
+    """Release a suspended deferrable Job now (`planning.autoscaler.deferral`), and why."""
+
+    job: ObjectKey
+    reason: str
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A suspended deferrable Job stays so until `start`, and why, in words."""
+
+    job: ObjectKey
+    start: datetime
+    reason: str
+
+
 class Hold(StrEnum):
     """Why a Ready machine stays on this plan (its note says it in words)."""
 
@@ -107,6 +124,10 @@ class Plan:
     #: Drain deadlines of machines on a UPS about to run dry: past it, pods a PDB protects are
     #: deleted. Machines not listed have none (a mark left from before is removed).
     drain_by: Mapping[ObjectKey, datetime] = field(default_factory=dict)
+    #: Deferrable Jobs to release now, and those that wait, until when and why
+    #: (`planning.autoscaler.deferral`).
+    releases: tuple[Release, ...] = ()
+    waits: Mapping[ObjectKey, Wait] = field(default_factory=dict)
 
     @property
     def power_on(self) -> tuple[PowerOn, ...]:
@@ -117,4 +138,13 @@ class Plan:
         return tuple(a for a in self.actions if isinstance(a, PowerOff))
 
 
-__all__ = ["Explanations", "Hold", "Plan", "PowerOff", "PowerOn", "ScaleAction"]
+__all__ = [
+    "Explanations",
+    "Hold",
+    "Plan",
+    "PowerOff",
+    "PowerOn",
+    "Release",
+    "ScaleAction",
+    "Wait",
+]

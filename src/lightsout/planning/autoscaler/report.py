@@ -2,7 +2,8 @@
 
 Per Group: its policy line and notes, each machine (phase, desired power state, size, what the
 planner thinks of it), the actions it would take and why; then every pending pod with the
-machine it would get or the reason it gets none. `lightsout plan` feeds it the same snapshot the
+machine it would get or the reason it gets none; then every suspended deferrable Job, released
+now or held until when and why. `lightsout plan` feeds it the same snapshot the
 operator would plan on, so what it prints is what the operator decides.
 """
 
@@ -55,6 +56,12 @@ def render_text(snapshot: Snapshot, plan: Plan, now: datetime) -> str:
         lines.extend(("", "Pending pods:"))
         for key, notes in sorted(plan.explanations.pods.items()):
             lines.append(f"  {key}: {'; '.join(notes)}")
+    if plan.releases or plan.waits:
+        lines.extend(("", "Deferrable Jobs:"))
+        for release in plan.releases:
+            lines.append(f"  {release.job}: {release.reason}")
+        for key, wait in sorted(plan.waits.items()):
+            lines.append(f"  {key}: {wait.reason}")
     if snapshot.problems:
         lines.extend(("", "Objects skipped or read with defaults:"))
         lines.extend(f"  {problem}" for problem in snapshot.problems)
@@ -91,6 +98,13 @@ def as_json(snapshot: Snapshot, plan: Plan, now: datetime) -> dict[str, Any]:
         ],
         "pods": {str(k): list(v) for k, v in plan.explanations.pods.items()},
         "unneededSince": {str(k): v.isoformat() for k, v in plan.unneeded_since.items()},
+        "jobs": [
+            *({"job": str(r.job), "release": True, "reason": r.reason} for r in plan.releases),
+            *(
+                {"job": str(k), "release": False, "start": w.start.isoformat(), "reason": w.reason}
+                for k, w in sorted(plan.waits.items())
+            ),
+        ],
         "problems": list(snapshot.problems),
     }
 

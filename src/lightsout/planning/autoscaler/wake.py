@@ -73,10 +73,12 @@ def next_wake(snapshot: Snapshot, plan: Plan, now: datetime) -> datetime | None:
     grace for the scheduler's verdicts running out, a schedule window opening or closing (a
     floor one boot ahead of its opening), and an expected pod (a CronJob run) entering
     its pre-warming lead time, a UPS on battery for longer than a Group's `onBatterySeconds`,
-    the mains back for long enough to restore. Between them nothing but a watched change can
-    alter the plan, so the autoscaler sleeps.
+    the mains back for long enough to restore, a held deferrable Job's start. Between them
+    nothing but a watched change can alter the plan, so the autoscaler sleeps.
     """
     moments: list[datetime] = deadlines(snapshot, now)
+    # A held deferrable Job's cheapest start (`planning.autoscaler.deferral`).
+    moments.extend(wait.start for wait in plan.waits.values())
     groups = {group.key: group for group in snapshot.groups}
     machines = {machine.key: machine for machine in snapshot.machines}
     energy = EnergyModel.of(snapshot.machines, snapshot.groups)

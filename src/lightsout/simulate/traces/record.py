@@ -22,7 +22,6 @@ the cluster's reaches a trace; Secrets are never read at all.
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -49,28 +48,11 @@ OPERATOR = "lightsout"
 #: The label the Deployment controller puts on a ReplicaSet's pods (its name's suffix).
 TEMPLATE_HASH = "pod-template-hash"
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 #: What scheduling reads of a pod spec (`state.parse.scheduling_requirements`) and of a
 #: container (`state.parse.pod_requests`); nothing else of the cluster's is copied.
 _SPEC_KEYS = ("nodeSelector", "tolerations", "affinity", "overhead")
 _CONTAINER_KEYS = ("name", "resources", "restartPolicy")
 _RESOURCE_KEYS = ("requests", "limits")
-
-
-def parse_duration(text: str) -> float:
-    """`90s`, `5m`, `2h`, `7d`, `1h30m` or a plain number of seconds; ValueError otherwise."""
-    cleaned = text.strip().lower()
-    try:
-        seconds = float(cleaned)
-    except ValueError:
-        parts = _DURATION.findall(cleaned)
-        if not parts or "".join(n + u for n, u in parts) != cleaned:
-            raise ValueError(f"{text!r} is not a duration (use 90s, 5m, 2h, 7d or 1h30m)") from None
-        seconds = sum(float(number) * _UNITS[unit] for number, unit in parts)
-    if seconds <= 0:
-        raise ValueError(f"{text!r}: a duration must be more than 0 seconds")
-    return seconds
 
 
 def scheduling_spec(spec: object) -> dict[str, Any]:
