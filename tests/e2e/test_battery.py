@@ -16,12 +16,20 @@ What a user would notice, in order:
 - mains flapping every 5 s for two minutes: not one power order;
 - upsd gone: `PowerSourceReachable` False and a Warning event, and no machine changes.
 
-The planner's rules in every combination are in tests/unit/test_battery.py.
+A second test reads the UPS from Home Assistant's entities instead (the lab's Home Assistant,
+`lightsout_lab.plug_apis.HomeAssistant`): on battery its Shed machine goes off with the outage
+recorded; the token revoked, `PowerSourceReachable` False with an event naming the Secret, and
+nothing restored on a guess though the entities say the mains are back; the token in no log,
+event or status.
+
+The planner's rules in every combination are in tests/unit/test_battery.py; the Home Assistant
+read's, error by error, in tests/unit/test_ups_homeassistant.py.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -32,6 +40,7 @@ from kubernetes import client
 from lightsout_lab import Cluster
 from lightsout_lab.nut import NutServer
 from lightsout_lab.operator_process import OperatorProcess
+from lightsout_lab.plug_apis import HomeAssistant
 from lightsout_lab.sushy import POWER_OFF, POWER_ON, SushyEmulator
 from tests.e2e.autoscaling import Fleet, diagnosed, pod, running
 from tests.e2e.conftest import PATIENCE, wait_phase
@@ -148,7 +157,7 @@ def power_orders(bmc: SushyEmulator, tiers: Fleet) -> dict[str, tuple[int, int]]
             bmc.count_power_requests(tiers.uuids[tier], reset_types=POWER_ON, accepted_only=True),
             bmc.count_power_requests(tiers.uuids[tier], reset_types=POWER_OFF, accepted_only=True),
         )
-        for tier in TIERS
+        for tier in tiers.sizes
     }
 
 
@@ -318,3 +327,111 @@ def run_outage(
         PATIENCE,
         "PowerSourceReachable True again",
     )
+
+
+#: A long-lived access token (a JWT in life): long and unique, so finding it anywhere is a leak.
+HA_TOKEN = "eyJhbGciOiJIUzI1NiJ9.e2e-ups-token-7d2b41.c2lnbmF0dXJl"
+
+
+@pytest.fixture
+def shed_only(namespace: str) -> Fleet:
+    return Fleet(namespace, {"shed": SIZES["shed"]})
+
+
+@pytest.fixture
+def shed_bmc(
+    kube_api: client.ApiClient, cluster: Cluster, shed_only: Fleet
+) -> Iterator[SushyEmulator]:
+    with running(kube_api, cluster, shed_only) as (bmc, _):
+        yield bmc
+
+
+def test_a_ups_read_through_home_assistant_sheds_and_a_refused_token_changes_nothing(
+    crds: Cluster,
+    namespace: str,
+    operator: OperatorProcess,
+    shed_only: Fleet,
+    shed_bmc: SushyEmulator,
+) -> None:
+    with HomeAssistant(token=HA_TOKEN, ups="rack") as ha:
+        ha.set_ups(status="OL CHRG", charge=100, runtime=3000)
+        source = {
+            "url": ha.endpoint,
+            "tokenSecretRef": {"name": "ha-ups"},
+            "statusEntity": ha.ups_entity("status"),
+            "chargeEntity": ha.ups_entity("charge"),
+            "runtimeEntity": ha.ups_entity("runtime"),
+        }
+        group = fleet.group(
+            "shed",
+            autoscaler="builtin",
+            minNodes=1,
+            battery={
+                "source": {"homeAssistant": source},
+                "tier": "Shed",
+                "pollSeconds": POLL_SECONDS,
+                "restore": {"stableSeconds": STABLE_SECONDS, "chargePercent": 50},
+            },
+        )
+        (node,) = shed_only.nodes(shed_bmc, group="shed")
+        token = fleet.secret("ha-ups", {"token": HA_TOKEN})
+        fleet.apply(crds, namespace, [*fleet.bmc_secrets(shed_bmc), token, group, node])
+        name = shed_only.name("shed")
+        with diagnosed(crds, namespace):
+            wait_phase(crds, namespace, name, "Ready")
+            wait_for(
+                lambda: battery(crds, namespace, "shed").get("mains") == "Online",
+                PATIENCE,
+                "the UPS read online through Home Assistant",
+            )
+            assert battery(crds, namespace, "shed")["source"] == (
+                f"sensor.rack_status_data@127.0.0.1:{ha.port}"
+            )
+
+            # The mains fail: the Shed machine goes off, the outage recorded first.
+            ha.set_ups(status="OB DISCHRG", charge=90, runtime=2400)
+            wait_phase(crds, namespace, name, "Off")
+            read = battery(crds, namespace, "shed")
+            assert (read["mains"], read["chargePercent"], read["runtimeSeconds"]) == (
+                "OnBattery",
+                90,
+                2400,
+            )
+            assert (read.get("outage") or {}).get("restore") == [name], read
+            said = group_reasons(crds, namespace, "shed")
+            assert "MainsLost" in said and "OutageRecorded" in said, said
+
+            # The token revoked in Home Assistant: unreadable, said with the Secret to fix.
+            orders = power_orders(shed_bmc, shed_only)
+            ha.token = "a-new-token-the-secret-does-not-hold-yet"
+            wait_for(
+                lambda: condition(crds, namespace, "shed", "PowerSourceReachable") == "False",
+                PATIENCE,
+                "PowerSourceReachable False",
+            )
+            unreachable = [
+                e["message"]
+                for e in events_for(crds, namespace, "shed")
+                if e.get("reason") == "PowerSourceUnreachable"
+            ]
+            refused = f"refused the token in Secret {namespace}/ha-ups key token"
+            assert unreachable and refused in unreachable[-1], unreachable
+            # The entities say the mains are back, but nothing is restored on a guess.
+            ha.set_ups(status="OL CHRG", charge=100)
+            holds(
+                lambda: (
+                    power_orders(shed_bmc, shed_only) == orders
+                    and get_json(crds, "lsn", name, "-n", namespace)["spec"]["desiredPowerState"]
+                    == "Off"
+                ),
+                time.monotonic() + STABLE_SECONDS + SLACK_SECONDS,
+                "no power order while Home Assistant refuses the token",
+            )
+            assert battery(crds, namespace, "shed")["mains"] == "Unknown"
+
+        seen = [
+            operator.log_path.read_text(errors="replace"),
+            crds.kubectl("get", "events", "-n", namespace, "-o", "json").stdout,
+            json.dumps(get_json(crds, "lsg", "shed", "-n", namespace)),
+        ]
+        assert not [text for text in seen if HA_TOKEN in text], "the token leaked"

@@ -32,7 +32,7 @@ from lightsout_lab import Cluster
 from lightsout_lab.machines import MachineSimulator
 from lightsout_lab.operator_process import OperatorProcess
 from lightsout_lab.plug_apis import HomeAssistant, ShellyPlug, TasmotaPlug
-from lightsout_lab.plugs import PlugApi, PlugMachine
+from lightsout_lab.plugs import HttpApi, PlugMachine
 from lightsout_lab.sshd import SshMachine
 from lightsout_lab.wol import WolListener
 from tests.e2e.autoscaling import lightsout
@@ -55,7 +55,7 @@ class Plugged:
     kind: str
     box: SshMachine
     plug: PlugMachine
-    api: PlugApi
+    api: HttpApi
     node: dict[str, Any]
     secret: dict[str, Any]
 
@@ -96,7 +96,7 @@ def lab(namespace: str) -> Iterator[Callable[..., Plugged]]:
                     "port": lan.port,
                     "delaySeconds": 1,
                 }
-            api: PlugApi
+            api: HttpApi
             if kind == "homeassistant":
                 api = HomeAssistant(machine, token=TOKEN)
                 block |= {

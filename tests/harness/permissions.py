@@ -4,7 +4,9 @@ Derived from the source, not written down by hand, so a new API call without a m
 (or a rule nothing uses any more) is noticed: every method of the official client called in
 `lightsout.k8s.api` is translated by its name (`create_namespaced_job` → batch jobs create), and
 every resource a kopf handler watches needs list and watch. kopf itself also scans CRDs and
-namespaces, and patches its progress annotations onto the resources it handles.
+namespaces, and patches its progress annotations onto the resources it handles. Two sets are
+granted only as the chart's values say: Secret list/watch with `watchNamespaces`, Secret get
+(by name) with `upsTokenSecrets`.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ KOPF_SCANNING: set[Rule] = {
 #: Watched by a namespaced operator only (`handlers.watch_secrets`): a cluster-wide one is
 #: given no Secret access.
 NAMESPACED_ONLY: set[Rule] = {("", "secrets", "list"), ("", "secrets", "watch")}
+#: Granted only with the chart's `upsTokenSecrets`, and then only on the Secrets it names
+#: (`resourceNames`): the Home Assistant tokens of UPS sources (`Api.read_secret_key`).
+BY_NAME_ONLY: set[Rule] = {("", "secrets", "get")}
 # A decorator, or a registration call (`kopf.index("", "v1", "secrets", ...)(fn)`).
 _DECORATOR = re.compile(
     r"@?kopf\.(?:index|daemon|timer|on\.\w+)\(\s*(API_GROUP|\"[^\"]*\")\s*,\s*"
@@ -99,7 +104,10 @@ def watched() -> set[Rule]:
     return rules
 
 
-def used(all_namespaces: bool = False) -> set[Rule]:
-    """Every (apiGroup, resource, verb) the operator needs (watching every namespace, or some)."""
+def used(all_namespaces: bool = False, ups_tokens: bool = False) -> set[Rule]:
+    """Every (apiGroup, resource, verb) the operator needs (watching every namespace, or some;
+    reading Home Assistant tokens by name, or not)."""
     rules = api_calls() | watched() | KOPF_SCANNING
-    return rules - NAMESPACED_ONLY if all_namespaces else rules
+    if all_namespaces:
+        rules -= NAMESPACED_ONLY
+    return rules if ups_tokens else rules - BY_NAME_ONLY

@@ -63,13 +63,19 @@ def test_chart_lints() -> None:
     assert linted.returncode == 0, linted.stdout + linted.stderr
 
 
-@pytest.mark.parametrize("sets", [(), ("watchNamespaces={lab,media}",)], ids=["all", "two"])
+@pytest.mark.parametrize(
+    "sets",
+    [(), ("watchNamespaces={lab,media}",), ("upsTokenSecrets={ha-ups}",)],
+    ids=["all", "two", "ups-tokens"],
+)
 def test_rbac_grants_exactly_what_the_code_uses(sets: tuple[str, ...]) -> None:
     docs = render(*sets)
     rules = [r for d in docs if d["kind"] in RBAC_KINDS for r in d.get("rules", ())]
     wildcards = [r for r in rules if "*" in r["apiGroups"] + r["resources"] + r["verbs"]]
     assert wildcards == []
-    have, need = granted(docs), used(all_namespaces=not sets)
+    watching = any(s.startswith("watchNamespaces=") for s in sets)
+    tokens = any(s.startswith("upsTokenSecrets=") for s in sets)
+    have, need = granted(docs), used(all_namespaces=not watching, ups_tokens=tokens)
     assert sorted(have - need) == [], "rules nothing in the operator uses"
     assert sorted(need - have) == [], "calls the operator makes without a rule"
 
@@ -91,6 +97,32 @@ def test_secrets_are_never_listed_cluster_wide() -> None:
         assert reads == (set() if not sets else {("ClusterRole", "list"), ("ClusterRole", "watch")})
     cluster_wide = {b["roleRef"]["name"] for b in of_kind(render(), "ClusterRoleBinding")}
     assert "lo-machines" in cluster_wide
+
+
+def test_home_assistant_tokens_are_read_by_name_only_and_only_when_named() -> None:
+    """`upsTokenSecrets` grants `get` on those Secrets (by name), nothing else on any other."""
+    for sets in ((), ("watchNamespaces={lab}",)):
+        gets = [r for r in _secret_rules(render(*sets)) if "get" in r["verbs"]]
+        assert gets == [], "no Secret is read by name unless the values name it"
+    for sets in (
+        ("upsTokenSecrets={ha-ups,rack}",),
+        ("upsTokenSecrets={ha-ups}", "watchNamespaces={lab}"),
+    ):
+        gets = [r for r in _secret_rules(render(*sets)) if "get" in r["verbs"]]
+        names = sets[0].partition("=")[2].strip("{}").split(",")
+        assert gets == [
+            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": names, "verbs": ["get"]}
+        ]
+
+
+def _secret_rules(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        r
+        for d in docs
+        if d["kind"] in RBAC_KINDS
+        for r in d.get("rules", ())
+        if "secrets" in r["resources"]
+    ]
 
 
 def test_watched_namespaces_bind_the_operator_there_only_and_jobs_get_a_rightless_account() -> None:

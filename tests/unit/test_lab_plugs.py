@@ -179,6 +179,44 @@ def test_home_assistant_token_states_and_services(plug: PlugMachine, box: FakeOs
         assert len(plug.orders()) == 1
 
 
+def test_home_assistant_ups_sensors_as_its_nut_integration_shows_them() -> None:
+    with HomeAssistant(token="right", ups="rack") as ha:
+        status_url = f"{ha.endpoint}/api/states/{ha.ups_entity('status')}"
+        assert ha.ups_entity("status") == "sensor.rack_status_data"
+        assert _call(status_url, token="right") == (404, {"message": "Entity not found."})
+        assert _call(status_url, token="wrong") == (401, "401: Unauthorized")
+        assert _call(f"{ha.endpoint}/api/states/switch.rack", token="right")[0] == 404  # no plug
+
+        ha.set_ups(status="OL CHRG", charge=100, runtime=1800, load=23)
+        _, status = _call(status_url, token="right")
+        assert (status["entity_id"], status["state"]) == ("sensor.rack_status_data", "OL CHRG")
+        assert "unit_of_measurement" not in status["attributes"]
+        _, runtime = _call(f"{ha.endpoint}/api/states/sensor.rack_battery_runtime", token="right")
+        assert (runtime["state"], runtime["attributes"]["unit_of_measurement"]) == ("1800", "s")
+        _, charge = _call(f"{ha.endpoint}/api/states/sensor.rack_battery_charge", token="right")
+        assert (charge["state"], charge["attributes"]["unit_of_measurement"]) == ("100", "%")
+
+        ha.set_ups(status="OL CHRG", runtime=30, runtime_unit="min")  # the status unchanged
+        _, same = _call(status_url, token="right")
+        assert same["last_changed"] == status["last_changed"]
+        ha.set_ups(status="OB DISCHRG")
+        _, moved = _call(status_url, token="right")
+        assert (moved["state"], moved["last_changed"] > status["last_changed"]) == (
+            "OB DISCHRG",
+            True,
+        )
+        _, runtime = _call(f"{ha.endpoint}/api/states/sensor.rack_battery_runtime", token="right")
+        assert (runtime["state"], runtime["attributes"]["unit_of_measurement"]) == ("30", "min")
+
+        ha.ups_unavailable()  # a failed poll of the UPS
+        for name in ("status", "charge", "runtime", "load"):
+            url = f"{ha.endpoint}/api/states/{ha.ups_entity(name)}"
+            assert _call(url, token="right")[1]["state"] == "unavailable"
+        ha.unreachable = True
+        with pytest.raises((http.client.HTTPException, ConnectionError)):
+            _call(status_url, token="right")
+
+
 def test_an_unreachable_plug_drops_the_connection(shelly: ShellyPlug) -> None:
     shelly.machine.unreachable = True
     with pytest.raises((http.client.HTTPException, ConnectionError)):

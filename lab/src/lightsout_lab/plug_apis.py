@@ -1,8 +1,10 @@
-"""Three smart-plug APIs on 127.0.0.1, each a thin front-end of one ``PlugMachine``.
+"""Three smart-plug APIs on 127.0.0.1, each a thin front-end of one ``PlugMachine`` (Home
+Assistant's also of the sensors a test sets: a UPS's).
 
-Who uses it: the e2e tests of the plug drivers (``tests/e2e/test_power_plugs.py``) and the
-``plug_power`` role's molecule scenario. Written from the documented APIs
-(../shared/research/plugs.md); only what the drivers use is served:
+Who uses it: the e2e tests of the plug drivers (``tests/e2e/test_power_plugs.py``), the
+``plug_power`` role's molecule scenario, and the UPS read through Home Assistant
+(``tests/e2e/test_battery.py``). Written from the documented APIs
+(../shared/research/plugs.md, ups.md section 5); only what the operator uses is served:
 
 - ``ShellyPlug`` — Shelly Gen2+ RPC over HTTP: ``GET /rpc/Switch.Set?id=0&on=true|false`` →
   ``{"was_on": …}``, ``GET /rpc/Switch.GetStatus?id=0`` → ``output``, ``apower`` (W),
@@ -15,13 +17,21 @@ Who uses it: the e2e tests of the plug drivers (``tests/e2e/test_power_plugs.py`
   otherwise): ``POST /api/services/switch/turn_on|turn_off`` with ``{"entity_id": …}`` → the
   changed states, ``GET /api/states/<entity>`` for the switch (``on``/``off``) and the
   optional power sensor (``state`` in W). A refused relay changes no state (200, ``[]``).
+  Without a machine it has no switch; either way it has the sensors a test sets: a UPS's as
+  Home Assistant's NUT integration names them (``sensor.<ups>_status_data`` with NUT's
+  ``ups.status`` flags, ``_battery_charge`` in %, ``_battery_runtime`` in s, ``_load`` in %;
+  ``set_ups``, ``ups_unavailable``), each state a string with its ``unit_of_measurement``; an
+  entity never set is 404 ``{"message": "Entity not found."}``.
 
-Each counts the relay orders it passed on (``machine.orders()``) and records its requests
-(``requests()``). Example::
+Each plug counts the relay orders it passed on (``machine.orders()``) and every API records its
+requests (``requests()``). Example::
 
     with HomeAssistant(PlugMachine(box), token="t0k3n") as ha:
         ...  # a Node with homeassistant.endpoint = ha.endpoint
         assert ha.machine.orders() == []
+
+    with HomeAssistant(token="t0k3n", ups="rack") as ha:
+        ha.set_ups(status="OB DISCHRG", charge=80, runtime=900)  # sensor.rack_status_data ...
 """
 
 from __future__ import annotations
@@ -29,9 +39,17 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from lightsout_lab.plugs import PlugApi, PlugMachine, PlugRequest, RelayRefusedError, Response
+from lightsout_lab.plugs import (
+    HttpApi,
+    PlugApi,
+    PlugMachine,
+    PlugRequest,
+    RelayRefusedError,
+    Response,
+)
 
 
 def _now() -> str:
@@ -126,39 +144,132 @@ class TasmotaPlug(PlugApi):
         return 200, {"Command": "Unknown"}
 
 
-class HomeAssistant(PlugApi):
-    """Home Assistant's REST API with one switch entity and, optionally, a power sensor."""
+#: The UPS sensors of Home Assistant's NUT integration a test can set: the name ``set_ups``
+#: takes → (entity id suffix, attributes). Only the status data sensor has no unit.
+UPS_SENSORS: dict[str, tuple[str, dict[str, object]]] = {
+    "status": ("status_data", {"friendly_name": "Status data"}),
+    "charge": (
+        "battery_charge",
+        {"unit_of_measurement": "%", "device_class": "battery", "state_class": "measurement"},
+    ),
+    "runtime": (
+        "battery_runtime",
+        {"unit_of_measurement": "s", "device_class": "duration", "state_class": "measurement"},
+    ),
+    "load": ("load", {"unit_of_measurement": "%", "state_class": "measurement"}),
+}
+
+
+@dataclass
+class _Sensor:
+    state: str
+    attributes: dict[str, object]
+    last_changed: str = field(default_factory=_now)
+    last_updated: str = field(default_factory=_now)
+
+
+class HomeAssistant(HttpApi):
+    """Home Assistant's REST API with, optionally, one switch entity and a power sensor in front
+    of a ``PlugMachine``, and the sensors a test sets (a UPS's, through ``set_ups``)."""
 
     source = "homeassistant"
 
     def __init__(
         self,
-        machine: PlugMachine,
+        machine: PlugMachine | None = None,
         *,
         token: str,
         switch_entity: str = "switch.rack",
         power_entity: str | None = "sensor.rack_power",
+        ups: str = "lab",
         host: str = "127.0.0.1",
     ) -> None:
-        super().__init__(machine, host=host)
+        super().__init__(host=host)
+        self.machine = machine
+        #: The token it accepts; change it to revoke the one a client holds.
         self.token = token
         self.switch_entity = switch_entity
         self.power_entity = power_entity
+        #: The NUT UPS name its UPS sensors are named after (``sensor.<ups>_status_data``).
+        self.ups = ups
+        #: True: every request is dropped unanswered (Home Assistant down).
+        self.unreachable = False
+        self._sensors: dict[str, _Sensor] = {}
+
+    def dropping(self) -> bool:
+        return self.unreachable or (self.machine is not None and self.machine.unreachable)
+
+    # ------------------------------------------------------------------------------ sensors
+
+    def ups_entity(self, name: str) -> str:
+        """The entity id of a UPS sensor (``status``, ``charge``, ``runtime``, ``load``)."""
+        return f"sensor.{self.ups}_{UPS_SENSORS[name][0]}"
+
+    def set_state(self, entity: str, state: object, **attributes: object) -> None:
+        """Give a sensor a state (any value, kept as its string, as Home Assistant keeps it)
+        and attributes; ``last_changed`` moves only when the state does."""
+        text = str(state)
+        with self._lock:
+            old = self._sensors.get(entity)
+            sensor = _Sensor(text, {**(old.attributes if old else {}), **attributes})
+            if old is not None and old.state == text:
+                sensor.last_changed = old.last_changed
+            self._sensors[entity] = sensor
+
+    def set_ups(
+        self,
+        *,
+        status: str | None = None,
+        charge: float | str | None = None,
+        runtime: float | str | None = None,
+        load: float | str | None = None,
+        runtime_unit: str | None = None,
+    ) -> None:
+        """Set the UPS sensors given; the others keep their state. A sensor exists once set
+        (the NUT integration makes entities only for the variables the UPS has); one never set
+        is answered 404. ``runtime_unit`` is the unit a user chose to show the runtime in."""
+        given = {"status": status, "charge": charge, "runtime": runtime, "load": load}
+        for name, value in given.items():
+            if value is None:
+                continue
+            attributes = dict(UPS_SENSORS[name][1])
+            attributes["friendly_name"] = f"{self.ups.title()} {name}"
+            if name == "runtime" and runtime_unit is not None:
+                attributes["unit_of_measurement"] = runtime_unit
+            self.set_state(self.ups_entity(name), value, **attributes)
+
+    def ups_unavailable(self) -> None:
+        """What a failed poll of the UPS does: every UPS sensor set so far is ``unavailable``."""
+        with self._lock:
+            known = [self.ups_entity(n) for n in UPS_SENSORS if self.ups_entity(n) in self._sensors]
+        for entity in known:
+            self.set_state(entity, "unavailable")
+
+    # ------------------------------------------------------------------------------ REST
 
     def _state(self, entity: str) -> dict[str, object] | None:
-        if entity == self.switch_entity:
+        now = _now()
+        with self._lock:
+            sensor = self._sensors.get(entity)
+        if sensor is not None:
+            state, attributes = sensor.state, sensor.attributes
+            changed, updated = sensor.last_changed, sensor.last_updated
+        elif self.machine is not None and entity == self.switch_entity:
             state, attributes = "on" if self.machine.relay_on else "off", {"friendly_name": "Rack"}
-        elif entity == self.power_entity:
+            changed = updated = now
+        elif self.machine is not None and entity == self.power_entity:
             state = str(self.machine.watts())
             attributes = {"unit_of_measurement": "W", "device_class": "power"}
+            changed = updated = now
         else:
             return None
         return {
             "entity_id": entity,
             "state": state,
             "attributes": attributes,
-            "last_changed": _now(),
-            "last_updated": _now(),
+            "last_changed": changed,
+            "last_updated": updated,
+            "context": {"id": "01LAB", "parent_id": None, "user_id": None},
         }
 
     def answer(self, request: PlugRequest) -> Response:
@@ -171,7 +282,7 @@ class HomeAssistant(PlugApi):
         service = path.removeprefix("/api/services/switch/")
         if method == "POST" and service in ("turn_on", "turn_off"):
             entity = json.loads(body or b"{}").get("entity_id")
-            if entity != self.switch_entity:
+            if self.machine is None or entity != self.switch_entity:
                 return 200, []  # Home Assistant ignores entities it does not have
             on = service == "turn_on"
             try:

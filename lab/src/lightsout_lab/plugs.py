@@ -204,19 +204,18 @@ class PlugRequest:
     body: bytes
 
 
-class PlugApi(Service):
-    """An HTTP API on 127.0.0.1 in front of a ``PlugMachine``; subclasses answer requests.
+class HttpApi(Service):
+    """An HTTP API on 127.0.0.1; subclasses answer requests.
 
     ``requests()`` lists every request the API got (method and path with query), whether or
-    not it was answered.
+    not it was answered; while ``dropping()`` says so, requests are dropped unanswered.
     """
 
-    source = "plug"
+    source = "http"
 
-    def __init__(self, machine: PlugMachine, *, host: str = "127.0.0.1") -> None:
+    def __init__(self, *, host: str = "127.0.0.1") -> None:
         if not host.startswith("127."):
             raise ValueError("the emulated plugs listen on loopback only")
-        self.machine = machine
         self.host = host
         self.port = 0
         self._server: ThreadingHTTPServer | None = None
@@ -236,6 +235,10 @@ class PlugApi(Service):
         """The status and body (JSON, or text for a str) that answer ``request``."""
         raise NotImplementedError
 
+    def dropping(self) -> bool:
+        """Whether requests are dropped unanswered now (the device unreachable)."""
+        return False
+
     def start(self) -> Self:
         api = self
 
@@ -248,7 +251,7 @@ class PlugApi(Service):
                 body = self.rfile.read(length) if length else b""
                 with api._lock:
                     api._requests.append((self.command, self.path))
-                if api.machine.unreachable:
+                if api.dropping():
                     self.close_connection = True
                     return  # nothing sent: the client sees the connection drop
                 url = urlsplit(self.path)
@@ -287,3 +290,17 @@ class PlugApi(Service):
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+
+
+class PlugApi(HttpApi):
+    """An HTTP API on 127.0.0.1 in front of a ``PlugMachine``, dropping every request while
+    the machine's plug is ``unreachable``."""
+
+    source = "plug"
+
+    def __init__(self, machine: PlugMachine, *, host: str = "127.0.0.1") -> None:
+        super().__init__(host=host)
+        self.machine = machine
+
+    def dropping(self) -> bool:
+        return self.machine.unreachable

@@ -4,9 +4,10 @@
 KUBECONFIG) and has the typed wrappers over it that the operator and the `lightsout` commands
 use: Lights-Out resources and their status, Jobs and their pods, the extravars ConfigMaps,
 Leases with optimistic concurrency, core Nodes (cordon, labels, taints, delete), pods on a
-node, the Eviction API and PodDisruptionBudgets, and Events. There is no client at module
-level: each process makes one `Api` where it starts and passes it down. The operator's is made
-by its first kopf start-up handler (`handlers.lifecycle.shared_api`, kept on kopf's memo) and
+node, the Eviction API and PodDisruptionBudgets, Events, and one Secret key read by name (a
+Home Assistant token for the UPS reader). There is no client at module level: each process
+makes one `Api` where it starts and passes it down. The operator's is made by its first kopf
+start-up handler (`handlers.lifecycle.shared_api`, kept on kopf's memo) and
 handed to the reconcilers, the autoscaler, the externalgrpc server and the admission webhook,
 which hand it to `execution` (`KubeMachine`, `KubeScale`, `LeaderLease`, and the functions
 that write, which take it as their first argument); each `lightsout` command makes its own
@@ -19,6 +20,7 @@ its refusals into the one line a `lightsout` command prints instead of a traceba
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import json
 import os
@@ -426,6 +428,16 @@ class Api:
             for item in data.get("items", [])
         ]
 
+    def list_labelled_config_maps(self, label: str, namespace: str | None = None) -> list[Obj]:
+        """ConfigMaps carrying `label` (any value), whole: the series `lightsout plan` prices
+        deferrable Jobs by (`lightsout.dev/series`)."""
+        core = self.core()
+        if namespace:
+            data = _raw(core.list_namespaced_config_map, namespace, label_selector=label)
+        else:
+            data = _raw(core.list_config_map_for_all_namespaces, label_selector=label)
+        return _typed_items(data, "v1", "ConfigMap")
+
     # ------------------------------------------------------------ Secrets (join credentials)
     def cluster_ca(self) -> bytes:
         """The PEM CA bundle this client trusts for the API server (in-cluster: the SA's
@@ -446,6 +458,33 @@ class Api:
     def delete_secrets(self, namespace: str, label_selector: str) -> None:
         """Delete the Secrets matching the selector (deletecollection: no right to read any)."""
         self.core().delete_collection_namespaced_secret(namespace, label_selector=label_selector)
+
+    # ------------------------------------------------------------ Secrets (Home Assistant tokens)
+    def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
+        """One key of a Secret as text, surrounding whitespace removed (a file's last newline);
+        None when the Secret does not exist, KeyError(key) when it has no such key,
+        PermissionError when the operator may not read it (the chart grants `get` only on the
+        Secrets its `upsTokenSecrets` names), ValueError when the value is not UTF-8 text.
+
+        Only the UPS reader calls it, for a Home Assistant token
+        (`execution.ups_homeassistant`); the rest of the Secret is dropped here, and no error
+        carries the value.
+        """
+        try:
+            found = _get(self.core().read_namespaced_secret, name, namespace)
+        except ApiException as exc:
+            if exc.status == 403:
+                raise PermissionError(error_message(exc)) from None
+            raise
+        if found is None:
+            return None
+        data = found.get("data") or {}
+        if key not in data:
+            raise KeyError(key)
+        try:
+            return base64.b64decode(data[key]).decode().strip()
+        except (ValueError, UnicodeDecodeError):
+            raise ValueError(f"key {key} of Secret {namespace}/{name} is not text") from None
 
 
 # ---------------------------------------------------------------- without a client

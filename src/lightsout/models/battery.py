@@ -2,24 +2,26 @@
 (`status.battery`).
 
 A Group names the UPS that feeds its machines (a Network UPS Tools server: host, port, UPS
-name) and its tier: `Shed` Groups are drained and powered
-off as soon as the mains fail, `Hold` Groups once the battery falls below `holdUntil`, `Last`
-Groups once every other Group on the same UPS is off. The operator polls the UPS
-(`execution.ups`) and writes each reading into the Group's status; the planner
-(`planning.autoscaler.battery`) decides from that status, so a restarted operator carries on
-where the last one stopped.
+name; or Home Assistant's entities of it: status, charge, runtime, load) and its tier: `Shed`
+Groups are drained and powered off as soon as the mains fail, `Hold` Groups once the battery
+falls below `holdUntil`, `Last` Groups once every other Group on the same UPS is off. The
+operator polls the UPS (`execution.ups`) and writes each reading into the Group's status;
+the planner (`planning.autoscaler.battery`) decides from that status, so a restarted operator
+carries on where the last one stopped.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from pydantic import Field, StringConstraints
 
 from lightsout.models.base import ApiModel, Rule, default_empty
+from lightsout.models.drivers import SensorEntity, TokenSecretRef
 from lightsout.models.enums import BatteryTier, Mains
-from lightsout.models.types import DnsSubdomain, Host, ShortText
+from lightsout.models.types import DnsSubdomain, Host, HttpUrl, ShortText
 
 #: A UPS name as upsd.conf's sections spell it (`[lab]`).
 UpsName = Annotated[
@@ -41,11 +43,67 @@ class NutSource(ApiModel):
     instant command: upsmon and the UPS do the rest), so no credentials are needed."""
 
 
-class PowerSource(ApiModel):
-    """Where the UPS's state comes from."""
+class HomeAssistantSource(ApiModel):
+    """A UPS as Home Assistant's entities show it (its NUT integration's sensors, or any
+    sensors holding the same values), read through its REST API (`GET /api/states/<entity>`)
+    with a long-lived access token."""
 
-    nut: NutSource
+    url: HttpUrl
+    """Base URL of Home Assistant, e.g. http://homeassistant.local:8123."""
+    token_secret_ref: TokenSecretRef
+    """Secret key, in the Group's namespace, holding a long-lived access token (a Home
+    Assistant user's profile, Security tab). The operator reads it through the API, so the
+    chart must name the Secret in `upsTokenSecrets`."""
+    status_entity: SensorEntity
+    """The sensor whose state is the UPS's status flags as NUT's `ups.status` has them
+    (`OL`, `OB DISCHRG`, `OB LB`), e.g. `sensor.rack_status_data` (the NUT integration's
+    "Status data", not its "Status" text)."""
+    charge_entity: SensorEntity | None = None
+    """The battery's charge in %, e.g. `sensor.rack_battery_charge`."""
+    runtime_entity: SensorEntity | None = None
+    """The runtime left, e.g. `sensor.rack_battery_runtime` (disabled by default in Home
+    Assistant: enable it first); read in its `unit_of_measurement` (s, min, h or d)."""
+    load_entity: SensorEntity | None = None
+    """The UPS's load in %, e.g. `sensor.rack_load`."""
+
+    @property
+    def address(self) -> str:
+        """Home Assistant's `host:port`, as the source's name shows it."""
+        url = urlsplit(self.url)
+        netloc = url.netloc.rpartition("@")[2]  # never a user:password@ written into the URL
+        try:
+            port = url.port
+        except ValueError:  # out of range: the connection says so
+            return netloc
+        return netloc if port else f"{netloc}:{443 if url.scheme == 'https' else 80}"
+
+
+ONE_SOURCE = Rule(
+    cel="has(self.nut) != has(self.homeAssistant)",
+    message="exactly one of nut or homeAssistant must be set",
+    test=lambda source: (source.nut is None) != (source.home_assistant is None),
+)
+
+
+class PowerSource(ApiModel):
+    """Where the UPS's state comes from: exactly one of `nut` or `homeAssistant`."""
+
+    cel_rules = (ONE_SOURCE,)
+
+    nut: NutSource | None = None
     """A Network UPS Tools server."""
+    home_assistant: HomeAssistantSource | None = None
+    """Home Assistant's entities of the UPS."""
+
+    @property
+    def name(self) -> str:
+        """What the UPS is called in status and events, and what Groups sharing it name
+        alike: `ups@host:port` for NUT (as `upsc` names it), `<statusEntity>@host:port` for
+        Home Assistant."""
+        if self.nut is not None:
+            return f"{self.nut.ups}@{self.nut.host}:{self.nut.port}"
+        assert self.home_assistant is not None  # ONE_SOURCE
+        return f"{self.home_assistant.status_entity}@{self.home_assistant.address}"
 
 
 ONE_LIMIT = Rule(
@@ -117,7 +175,8 @@ class BatteryStatus(ApiModel):
     """The Group's UPS as last read, and the outage in progress."""
 
     source: ShortText | None = None
-    """The UPS read (`ups@host:port`)."""
+    """The UPS read (`ups@host:port`, or `<statusEntity>@host:port` through Home
+    Assistant)."""
     mains: Mains = Mains.UNKNOWN
     """Online, OnBattery, LowBattery or Unknown (unreadable)."""
     mains_since: datetime | None = None

@@ -156,9 +156,9 @@ def keystones(snapshot: Snapshot) -> frozenset[ObjectKey]:
 
 
 def source_name(policy: BatteryPolicy) -> str:
-    """`ups@host:port`, as `upsc` names a UPS: Groups naming the same one share it."""
-    nut = policy.source.nut
-    return f"{nut.ups}@{nut.host}:{nut.port}"
+    """`ups@host:port`, as `upsc` names a UPS (`<statusEntity>@host:port` through Home
+    Assistant): Groups naming the same one share it."""
+    return policy.source.name
 
 
 def usable_runtime(runtime: int | None) -> int | None:
