@@ -96,6 +96,7 @@ bench: setup binaries
 	$(PY) -m benchmarks.fleet 1 100 1000
 	$(PY) -m benchmarks.simulator 120
 	$(PY) -m benchmarks.outage
+	$(PY) -m benchmarks.cheap_hours
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -71,6 +71,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """List the cluster once, plan on it and print the plan; nothing is changed."""
     from lightsout.config import OperatorConfig
     from lightsout.k8s.api import Api
+    from lightsout.models.group import SERIES_LABEL
     from lightsout.planning.autoscaler.autoscale import plan
     from lightsout.planning.autoscaler.report import as_json, render_text
     from lightsout.state import build
@@ -87,6 +88,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         build.DAEMONSETS_KEY: api.list_daemonsets(ns),
         build.CRONJOBS_KEY: api.list_cronjobs(ns),
         build.JOBS_KEY: api.list_jobs(ns),
+        build.SERIES_KEY: api.list_labelled_config_maps(SERIES_LABEL, ns),
         build.SECRETS_KEY: [contents_entry(*found) for found in api.list_key_names("secret", ns)],
         build.CONFIGMAPS_KEY: [
             contents_entry(*found) for found in api.list_key_names("config_map", ns)
@@ -109,6 +111,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Groups and machines, one table each (`-o json` for scripts)."""
     from lightsout.commands import status
     from lightsout.k8s.api import Api, current_namespace
+    from lightsout.models.group import SERIES_LABEL
 
     ns = None if args.all_namespaces else (args.namespace or current_namespace())
     api = Api(connect_timeout=CONNECT_SECONDS)
@@ -116,6 +119,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         api.list_all_resources("groups", ns),
         api.list_all_resources("nodes", ns),
         dt.datetime.now(dt.UTC),
+        series_maps=api.list_labelled_config_maps(SERIES_LABEL, ns),
     )
     if args.output == "json":
         print(json.dumps(table, indent=2))

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import Iterator
@@ -16,9 +17,9 @@ from kubernetes import client
 
 from lightsout_lab import Cluster
 from lightsout_lab.cluster_autoscaler import service_account_kubeconfig
-from lightsout_lab.kubelet import KubeletAgent
+from lightsout_lab.kubelet import JOB_PLACEMENT_ENV, KubeletAgent
 from lightsout_lab.machines import MachineSimulator
-from lightsout_lab.operator_process import OperatorProcess
+from lightsout_lab.operator_process import OperatorProcess, webhook_env
 from lightsout_lab.process import free_port
 from lightsout_lab.sushy import FakeSystem, SushyEmulator
 from lightsout_lab.wol import WolListener
@@ -136,3 +137,27 @@ def ca_kubeconfig(crds: Cluster, tmp_path: Path) -> Path:
     """cluster-autoscaler's rights: those deploy/cluster-autoscaler/rbac.yaml grants."""
     crds.kubectl("apply", "-f", str(ca_support.RBAC))
     return service_account_kubeconfig(crds, tmp_path / "ca-kubeconfig")
+
+
+@contextlib.contextmanager
+def webhook_operator_process(
+    crds: Cluster, namespace: str, log_dir: Path
+) -> Iterator[OperatorProcess]:
+    """The operator serving its admission webhooks on the host with the API server's own
+    serving certificate (SAN 127.0.0.1, signed by the cluster CA, which is the caBundle),
+    writing their configurations itself (LIGHTSOUT_WEBHOOK_URL) and removing them after."""
+    port = free_port()
+    configuration = f"lightsout-webhooks-{namespace}"
+    proc = OperatorProcess(
+        cluster=crds,
+        namespaces=(namespace,),
+        log_dir=log_dir,
+        extra_env={**JOB_PLACEMENT_ENV, **webhook_env(crds, port, configuration)},
+    )
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+            crds.kubectl("delete", kind, configuration, check=False)

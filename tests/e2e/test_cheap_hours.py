@@ -1,11 +1,12 @@
 """Deferrable Jobs on the real stack: a Job that may wait is admitted suspended and runs when the
 electricity is cheap; one that may not wait, or says its deadline badly, runs at once.
 
-One Group with a time-of-use tariff (0.40 a kWh, 0.05 for an hour from the first full minute two
-minutes after the test starts, in UTC) holds two emulated Redfish machines, labelled so that
-each Job can run on one of them only. The operator serves its admission webhooks, as installed
-(it writes their configuration itself, `LIGHTSOUT_WEBHOOK_URL`); the real Job controller
-creates the pods, the real scheduler binds them and the lab's kubelets finish them.
+One Group priced by a day-ahead series in a ConfigMap labelled `lightsout.dev/series` (400 EUR
+a MWh, but 50 for an hour from two minutes after the test starts) holds two emulated Redfish
+machines, labelled so that each Job can run on one of them only. The operator serves its
+admission webhooks, as installed (it writes their configuration itself,
+`LIGHTSOUT_WEBHOOK_URL`); the real Job controller creates the pods, the real scheduler binds
+them and the lab's kubelets finish them.
 
 What a user would notice:
 - the nightly Job (`lightsout.dev/finish-by` two hours away, `expected-duration` 2m) is created
@@ -15,7 +16,10 @@ What a user would notice:
 - at the cheap hour it is released (`Released`), its machine powers on for its pod, and the Job
   completes;
 - meanwhile a Job whose deadline leaves no slack, and one whose `finish-by` does not parse,
-  are released at once with the reason in their event, and complete on the other machine.
+  are released at once with the reason in their event, and complete on the other machine;
+- the Group's `PriceSeriesReady` is True and says what the series covers; once the ConfigMap
+  is deleted it turns False naming it (with a `PriceSeriesUnreadable` event), and a deferrable
+  Job created then runs at once, its `Released` event naming the missing series.
 
 The release rules in every combination are in tests/unit/test_deferral.py.
 """
@@ -33,12 +37,11 @@ import pytest
 from kubernetes import client
 
 from lightsout_lab import Cluster
-from lightsout_lab.kubelet import JOB_PLACEMENT_ENV, KubeletAgent
-from lightsout_lab.operator_process import OperatorProcess, webhook_env
-from lightsout_lab.process import free_port
+from lightsout_lab.kubelet import KubeletAgent
+from lightsout_lab.operator_process import OperatorProcess
 from lightsout_lab.sushy import SushyEmulator
 from tests.e2e.autoscaling import Fleet, diagnosed, running
-from tests.e2e.conftest import PATIENCE
+from tests.e2e.conftest import PATIENCE, webhook_operator_process
 from tests.harness import fleet
 from tests.harness.phases import PhaseWatch
 from tests.harness.wait import events_for, get_json, holds, wait_for
@@ -49,7 +52,8 @@ SIZES = {
     "nightly": {"cpu": "2", "memory": "4Gi", "watts": 60},
     "urgent": {"cpu": "2", "memory": "4Gi", "watts": 60},
 }
-BASE, CHEAP = 0.40, 0.05
+#: EUR per MWh, as day-ahead markets publish prices.
+DEAR, CHEAP = 400, 50
 
 
 def utc(text: str) -> dt.datetime:
@@ -75,20 +79,11 @@ def bmc(kube_api: client.ApiClient, cluster: Cluster, machines: Fleet) -> Iterat
 def webhook_operator(
     crds: Cluster, namespace: str, tmp_path: Path, runner: KubeletAgent
 ) -> Iterator[OperatorProcess]:
-    """The operator with its admission webhooks on the host (the API server's serving
-    certificate, which the cluster CA signs), writing their configurations itself."""
-    port = free_port()
-    configuration = f"lightsout-webhooks-{namespace}"
-    proc = OperatorProcess(
-        cluster=crds,
-        namespaces=(namespace,),
-        log_dir=tmp_path,
-        extra_env={**JOB_PLACEMENT_ENV, **webhook_env(crds, port, configuration)},
-    )
-    proc.start()
-    try:
-        # The API server reads new webhook configurations a moment after they are written: a
-        # dry run shows when it calls this one (a dry run is answered as a create would be).
+    """The operator with its admission webhooks on the host (`webhook_operator_process`), once
+    the API server calls the deferrable-Jobs one."""
+    with webhook_operator_process(crds, namespace, tmp_path) as proc:
+        # The API server reads new webhook configurations a moment after they are written:
+        # a dry run shows when it calls this one (a dry run is answered as a create would be).
         probe = json.dumps(job("probe", "nightly", {"lightsout.dev/max-delay": "1h"}))
         wait_for(
             lambda: (
@@ -111,10 +106,6 @@ def webhook_operator(
             "the API server to call the deferrable-Jobs webhook",
         )
         yield proc
-    finally:
-        proc.stop()
-        for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
-            crds.kubectl("delete", kind, configuration, check=False)
 
 
 def job(name: str, runs_on: str, annotations: dict[str, str]) -> dict[str, Any]:
@@ -160,26 +151,30 @@ def test_a_deferrable_job_waits_for_the_cheap_hour_and_urgent_ones_run_at_once(
     machines: Fleet,
     bmc: SushyEmulator,
 ) -> None:
-    started = dt.datetime.now(dt.UTC)
-    # The first whole minute at least two minutes away: tariffs are read to the minute.
-    cheap_at = (started + dt.timedelta(minutes=3)).replace(second=0, microsecond=0)
-    cheap_until = cheap_at + dt.timedelta(hours=1)
-    tariff = {
-        "pricePerKWh": BASE,
-        "timeZone": "UTC",
-        "rates": [
-            {
-                "from": cheap_at.strftime("%H:%M"),
-                "to": cheap_until.strftime("%H:%M"),
-                "pricePerKWh": CHEAP,
-            }
-        ],
+    started = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    cheap_at = started + dt.timedelta(minutes=2)
+    hour = dt.timedelta(hours=1)
+    lines = [
+        (cheap_at - hour, DEAR),
+        (cheap_at, CHEAP),
+        (cheap_at + hour, DEAR),
+        (cheap_at + 2 * hour, DEAR),
+    ]
+    series = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "day-ahead", "labels": {"lightsout.dev/series": ""}},
+        "data": {"prices.csv": "".join(f"{stamp(at)},{price}\n" for at, price in lines)},
     }
-    group = fleet.group("house", autoscaler="builtin", electricity=tariff)
+    electricity = {
+        "pricePerKWh": 0.30,
+        "series": {"configMapKeyRef": {"name": "day-ahead", "key": "prices.csv"}, "unit": "PerMWh"},
+    }
+    group = fleet.group("house", autoscaler="builtin", electricity=electricity)
     nodes = machines.nodes(bmc, group="house")
     for short, node in zip(SIZES, nodes, strict=True):
         node["spec"]["labels"] = {"runs-on": short}
-    fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), group, *nodes])
+    fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), series, group, *nodes])
     names = {short: machines.name(short) for short in SIZES}
     watched = PhaseWatch(kube_api, namespace, started)
     watched.start()
@@ -265,3 +260,51 @@ def run(
     assert powered_on, "its machine powered on for it"
     on_at = started + dt.timedelta(seconds=powered_on[0])
     assert on_at >= cheap_at, f"its machine powered on at {on_at}, before {cheap_at}"
+    hour = dt.timedelta(hours=1)
+    series_gone(crds, namespace, cheap_at - hour, cheap_at + 3 * hour)
+
+
+def series_gone(crds: Cluster, namespace: str, first: dt.datetime, end: dt.datetime) -> None:
+    """The Group says what its series covers; without the ConfigMap it says that, and a
+    deferrable Job runs at once."""
+    ready = condition(crds, namespace, "house", "PriceSeriesReady")
+    assert ready is not None and ready["status"] == "True"
+    assert ready["message"] == f"prices from {stamp(first)} to {stamp(end)}"
+    crds.kubectl("delete", "configmap", "day-ahead", "-n", namespace)
+    gone = wait_for(
+        lambda: (
+            (c := condition(crds, namespace, "house", "PriceSeriesReady"))
+            and c["status"] == "False"
+            and c
+        ),
+        PATIENCE,
+        "PriceSeriesReady False once the ConfigMap is gone",
+    )
+    missing = f"spec.electricity.series: ConfigMap {namespace}/day-ahead not found"
+    assert gone["message"].startswith(missing)
+    said = event(crds, namespace, "house", "PriceSeriesUnreadable")
+    assert said is not None and said.startswith(missing)
+    later = stamp(dt.datetime.now(dt.UTC) + dt.timedelta(hours=2))
+    fleet.apply(
+        crds,
+        namespace,
+        [
+            job(
+                "later",
+                "urgent",
+                {"lightsout.dev/finish-by": later, "lightsout.dev/expected-duration": "1m"},
+            )
+        ],
+    )
+    released = wait_for(
+        lambda: event(crds, namespace, "later", "Released"), PATIENCE, "the later Job released"
+    )
+    assert released.startswith(f"released at once: {missing}")
+
+
+def condition(crds: Cluster, namespace: str, group: str, kind: str) -> dict[str, Any] | None:
+    found = get_json(crds, "lsg", group, "-n", namespace) or {}
+    for cond in (found.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == kind:
+            return dict(cond)
+    return None

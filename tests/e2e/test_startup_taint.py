@@ -26,12 +26,17 @@ from kubernetes import client
 
 from lightsout.planning.types import STARTUP_TAINT_KEY
 from lightsout_lab import Cluster
-from lightsout_lab.kubelet import JOB_PLACEMENT_ENV, KubeletAgent
-from lightsout_lab.operator_process import OperatorProcess, webhook_env
-from lightsout_lab.process import free_port
+from lightsout_lab.kubelet import KubeletAgent
+from lightsout_lab.operator_process import OperatorProcess
 from lightsout_lab.realnode import PAUSE_IMAGE, RealNode
 from lightsout_lab.sushy import POWER_ON, SushyEmulator
-from tests.e2e.conftest import patch_desired, post_existing_node, status, wait_phase
+from tests.e2e.conftest import (
+    patch_desired,
+    post_existing_node,
+    status,
+    wait_phase,
+    webhook_operator_process,
+)
 from tests.harness import fleet
 from tests.harness.wait import events_for, get_json, wait_for
 from tests.harness.watching import Recorder
@@ -116,24 +121,9 @@ def boot_on_power(
 def webhook_operator(
     crds: Cluster, namespace: str, tmp_path: Path, runner: KubeletAgent
 ) -> Iterator[OperatorProcess]:
-    """The operator serving its core-Node webhook on the host, with the API server's own
-    serving certificate (SAN 127.0.0.1, signed by the cluster CA, which is the caBundle); it
-    writes the webhook configurations itself (LIGHTSOUT_WEBHOOK_URL)."""
-    port = free_port()
-    configuration = f"lightsout-core-nodes-{namespace}"
-    proc = OperatorProcess(
-        cluster=crds,
-        namespaces=(namespace,),
-        log_dir=tmp_path,
-        extra_env={**JOB_PLACEMENT_ENV, **webhook_env(crds, port, configuration)},
-    )
-    proc.start()
-    try:
+    """The operator serving its core-Node webhook on the host (`webhook_operator_process`)."""
+    with webhook_operator_process(crds, namespace, tmp_path) as proc:
         yield proc
-    finally:
-        proc.stop()
-        for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
-            crds.kubectl("delete", kind, configuration, check=False)
 
 
 def test_node_is_never_schedulable_before_its_labels_and_taints(

@@ -21,6 +21,7 @@ from lightsout.state.build import (
     NODES_KEY,
     PDBS_KEY,
     PODS_KEY,
+    SERIES_KEY,
     snapshot_from,
 )
 from lightsout.state.types import ObjectKey, Snapshot
@@ -248,6 +249,7 @@ _KEYS = {
     ("policy/v1", "PodDisruptionBudget"): PDBS_KEY,
     ("apps/v1", "DaemonSet"): DAEMONSETS_KEY,
     ("batch/v1", "Job"): JOBS_KEY,
+    ("v1", "ConfigMap"): SERIES_KEY,
 }
 
 

@@ -93,9 +93,8 @@ def job(
 
 def fleet(electricity: Obj | None = None) -> list[Any]:
     """One NUC (50 W busy, boots in 120 s), off, in a Group with `electricity`."""
-    spec = {"electricity": electricity if electricity is not None else AFTERNOON}
     return [
-        group(**spec),
+        group(electricity=electricity if electricity is not None else AFTERNOON),
         machine("nuc", watts=(50, 10, 2), learned={"bootSeconds": 120}),
     ]
 

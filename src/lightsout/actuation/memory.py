@@ -21,7 +21,7 @@ from lightsout.actuation.pool import RELEASED, PoolExhaustedError, exhausted, fr
 from lightsout.models.battery import Outage
 from lightsout.models.group import AddressPool
 from lightsout.planning.autoscaler.decisions import ScaleAction
-from lightsout.planning.machine.effects import Decision, DeleteJob, Event, StartJob
+from lightsout.planning.machine.effects import Decision, DeleteJob, Event, SetCondition, StartJob
 from lightsout.planning.types import (
     Action,
     DrainStatus,
@@ -254,6 +254,8 @@ class MemoryScale:
     jobs: Mapping[ObjectKey, str] = field(default_factory=dict)
     released: list[ObjectKey] = field(default_factory=list)
     job_starts: dict[ObjectKey, str] = field(default_factory=dict)
+    #: The Groups' conditions the applier set, by (Group, type).
+    group_conditions: dict[tuple[ObjectKey, str], SetCondition] = field(default_factory=dict)
     events: list[tuple[str, ObjectKey, Event]] = field(default_factory=list)
     #: Machines whose write loses a race (tests).
     conflicts: frozenset[ObjectKey] = frozenset()
@@ -284,6 +286,13 @@ class MemoryScale:
 
     def mark_unneeded(self, machine: ObjectKey, since: str | None) -> None:
         _mark(self.unneeded, machine, since)
+
+    def set_group_condition(
+        self, group: ObjectKey, condition: SetCondition, now: dt.datetime
+    ) -> bool:
+        del now  # a condition's transition time is the API's business; here only its value
+        self.group_conditions[(group, str(condition.type))] = condition
+        return True
 
     def release_job(self, job: ObjectKey) -> bool:
         if job not in self.jobs:

@@ -14,6 +14,8 @@ replay (`lightsout.simulate`, in memory) both apply plans here:
 - a pending pod no machine can host gets a Warning event explaining why, once per reason;
 - a Group whose schedule window in force changes (one opens, a floor starts early, one
   closes) gets an event saying which window holds and until when, or that none does;
+- a Group that names a price or carbon series gets the condition `PriceSeriesReady` (False,
+  with a Warning event naming the ConfigMap, the key or the line, when one does not read);
 - deferrable Jobs the plan releases are unsuspended (event `Released`), those it holds get
   their start in `lightsout.dev/start-at` and an event `Deferred` saying why and until when.
 
@@ -29,10 +31,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from lightsout.actuation.port import ScalePort
-from lightsout.models.enums import Autoscaler
+from lightsout.models.enums import Autoscaler, ConditionStatus, ConditionType
 from lightsout.planning.autoscaler.battery import HELD
 from lightsout.planning.autoscaler.decisions import Plan, PowerOn, ScaleAction
-from lightsout.planning.machine.effects import Event
+from lightsout.planning.machine.effects import Event, SetCondition
 from lightsout.planning.types import EventType, ObservedPowerState
 from lightsout.state.parse import format_time, parse_time
 from lightsout.state.types import Group, ObjectKey, Snapshot
@@ -64,6 +66,8 @@ class PlanApplier:
 
     dry_run: bool = False
     _posted: dict[tuple[str, ObjectKey], str] = field(default_factory=dict)
+    #: The Groups' conditions this applier wrote, so an unchanged one is not written again.
+    _conditions: dict[ObjectKey, SetCondition] = field(default_factory=dict)
 
     def apply(self, port: ScalePort, snapshot: Snapshot, plan: Plan, now: datetime) -> Applied:
         done = Applied()
@@ -100,6 +104,7 @@ class PlanApplier:
         self._explain_pods(port, plan)
         self._announce_windows(port, snapshot, plan)
         self._release_jobs(port, snapshot, plan)
+        self._announce_series(port, snapshot, plan, now)
         self._forget(snapshot)
         return done
 
@@ -262,6 +267,23 @@ class PlanApplier:
                 port.mark_job_start(key, start)
             self._event(port, "Job", key, "Deferred", wait.reason)
 
+    # ------------------------------------------------------------------ price series
+    def _announce_series(
+        self, port: ScalePort, snapshot: Snapshot, plan: Plan, now: datetime
+    ) -> None:
+        """Each Group's `PriceSeriesReady`, written when it changes (and once per planner)."""
+        if not plan.decided or self.dry_run:
+            return
+        for group in snapshot.groups:
+            wanted = series_condition(group)
+            if wanted is None or self._conditions.get(group.key) == wanted:
+                continue
+            if port.set_group_condition(group.key, wanted, now):
+                self._conditions[group.key] = wanted
+                ready = wanted.status is ConditionStatus.TRUE
+                reason = "PriceSeriesReady" if ready else "PriceSeriesUnreadable"
+                self._event(port, "Group", group.key, reason, wanted.message, warning=not ready)
+
     # ------------------------------------------------------------------ events, once each
     def _event(
         self,
@@ -300,6 +322,28 @@ class PlanApplier:
         )
         for who in [w for w in self._posted if w not in alive]:
             del self._posted[who]
+
+
+def series_condition(group: Group) -> SetCondition | None:
+    """The Group's `PriceSeriesReady` (None: it names no series)."""
+    electricity = group.electricity
+    if electricity is None or (electricity.series is None and electricity.carbon is None):
+        return None
+    if group.series_problem is not None:
+        message = (
+            f"{group.series_problem}: energy is priced by the tariff, deferrable Jobs run at once"
+        )
+        return SetCondition(
+            ConditionType.PRICE_SERIES_READY, ConditionStatus.FALSE, "Unreadable", message
+        )
+    read = [
+        f"{what} from {format_time(found.first)} to {format_time(found.end)}"
+        for what, found in (("prices", group.prices), ("carbon", group.carbon))
+        if found is not None
+    ]
+    return SetCondition(
+        ConditionType.PRICE_SERIES_READY, ConditionStatus.TRUE, "Read", "; ".join(read)
+    )
 
 
 def _sized_here(action: ScaleAction, group: Group) -> bool:

@@ -23,7 +23,7 @@ from typing import Protocol
 
 from lightsout.models.battery import Outage
 from lightsout.planning.autoscaler.decisions import ScaleAction
-from lightsout.planning.machine.effects import Decision, DeleteJob, Event, StartJob
+from lightsout.planning.machine.effects import Decision, DeleteJob, Event, SetCondition, StartJob
 from lightsout.planning.types import DrainStatus, MachineState, ObservedPowerState
 from lightsout.state.types import ObjectKey
 
@@ -113,6 +113,12 @@ class ScalePort(Protocol):
 
     def mark_job_start(self, job: ObjectKey, start: str) -> None:
         """Store when a held Job will be released (its `lightsout.dev/start-at`)."""
+
+    def set_group_condition(
+        self, group: ObjectKey, condition: SetCondition, now: dt.datetime
+    ) -> bool:
+        """Merge one condition into the Group's `status.conditions`; False when it could not
+        be written (the next plan tries again)."""
 
     def uid(self, kind: str, key: ObjectKey) -> str | None:
         """The uid of a machine (`kind` "Node"), a pod ("Pod"), a Group or a Job; None when it

@@ -13,7 +13,7 @@ the figures move between checkpoints. "Today" and "this month" are UTC.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -24,6 +24,7 @@ from lightsout.planning.autoscaler.battery import source_name
 from lightsout.planning.energy import mains, tariff
 from lightsout.planning.energy.account import Amounts
 from lightsout.planning.energy.status import account_from_status
+from lightsout.state import series
 
 Obj = dict[str, Any]
 _MESSAGE_WIDTH = 60
@@ -136,15 +137,22 @@ def window_in_force(spec: Obj, now: dt.datetime) -> str:
     return "-"
 
 
-def price_in_force(spec: Obj, now: dt.datetime) -> str:
-    """The Group's price of a kWh at `now` and, with a tariff, until when ("0.2 EUR/kWh until
-    06:00 Europe/Berlin"); "-" without a price (or when it does not validate)."""
+def price_in_force(
+    spec: Obj, now: dt.datetime, namespace: str = "", maps: series.ConfigMaps | None = None
+) -> str:
+    """The Group's price of a kWh at `now` and, with a tariff or a price series, until when
+    ("0.2 EUR/kWh until 06:00 Europe/Berlin"); "-" without a price (or when it does not
+    validate); a series that does not read is said ("series unreadable")."""
     try:
         electricity = Electricity.model_validate(spec["electricity"])
     except (KeyError, TypeError, ValueError):
         return "-"
-    said = f"{tariff.price_at(electricity, now):g} {electricity.currency}/kWh"
-    change = tariff.next_change(electricity, now)
+    resolved = series.resolve(electricity, namespace, maps or {})
+    prices = resolved.prices
+    said = f"{tariff.price_at(electricity, now, prices):.4g} {electricity.currency}/kWh"
+    if resolved.problem is not None:
+        said += " (series unreadable)"
+    change = tariff.next_change(electricity, now, prices)
     if change is None:
         return said
     zone = ZoneInfo(electricity.time_zone)
@@ -166,7 +174,9 @@ def ups_in_force(spec: Obj, status: Obj) -> str:
     return f"{source_name(policy)} {said}, {policy.tier}{outage}"
 
 
-def group_row(group: Obj, machines: list[Obj], now: dt.datetime) -> Obj:
+def group_row(
+    group: Obj, machines: list[Obj], now: dt.datetime, maps: series.ConfigMaps | None = None
+) -> Obj:
     meta, spec, status = (group.get(k) or {} for k in ("metadata", "spec", "status"))
     members = [m for m in machines if m["group"] == meta.get("name")]
     if meta.get("namespace"):
@@ -178,7 +188,7 @@ def group_row(group: Obj, machines: list[Obj], now: dt.datetime) -> Obj:
         "min": spec.get("minNodes", 0),
         "max": spec.get("maxNodes", "-"),
         "window": window_in_force(spec, now),
-        "price": price_in_force(spec, now),
+        "price": price_in_force(spec, now, str(meta.get("namespace") or ""), maps),
         "ups": ups_in_force(spec, status),
         "on": sum(1 for m in members if m["phase"] == "Ready"),
         "total": len(members),
@@ -188,10 +198,15 @@ def group_row(group: Obj, machines: list[Obj], now: dt.datetime) -> Obj:
     }
 
 
-def rows(groups: list[Obj], nodes: list[Obj], now: dt.datetime) -> Obj:
+def rows(
+    groups: list[Obj], nodes: list[Obj], now: dt.datetime, *, series_maps: Sequence[Obj] = ()
+) -> Obj:
+    """The tables' rows; `series_maps`: the ConfigMaps labelled `lightsout.dev/series` (the
+    Groups' price series)."""
     place = itemgetter("namespace", "name")
+    maps = series.config_maps(list(series_maps))
     machines = sorted((machine_row(n, now) for n in nodes), key=place)
-    by_group = sorted((group_row(g, machines, now) for g in groups), key=place)
+    by_group = sorted((group_row(g, machines, now, maps) for g in groups), key=place)
     known = {(g["namespace"], g["name"]) for g in by_group}
     # A machine naming a Group that does not exist is the first thing a person should see.
     for machine in machines:

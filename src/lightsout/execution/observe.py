@@ -34,6 +34,7 @@ from lightsout.planning.types import (
     Phase,
 )
 from lightsout.state.references import Unresolved
+from lightsout.state.series import Series
 
 Obj = Mapping[str, Any]
 
@@ -45,6 +46,8 @@ class MachineView:
     node: Obj
     spec: NodeSpec
     group_spec: GroupSpec | None = None
+    #: Its Group's price series, per kWh (`state.series`; None: none, or unreadable).
+    prices: Series | None = None
     jobs: Sequence[Obj] = ()
     #: Pods of each action Job, by Job name.
     job_pods: Mapping[str, Sequence[Obj]] = field(default_factory=dict)
@@ -182,6 +185,7 @@ def observe(
         utilisation=energy.cpu_utilisation(node, core_node, view.pods_on_node),
         draw=energy.draw(node),
         group=group,
+        prices=view.prices,
         provider_ids=providerid.ids(core_node, providerid.wanted(node, spec)),
     )
     return Observed(machine, observations, readings)

@@ -44,7 +44,7 @@ from lightsout.planning.types import (
     DrainStatus,
     Phase,
 )
-from lightsout.state import references
+from lightsout.state import references, series
 from lightsout.state.references import Unresolved
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,9 @@ PODS = "lightsout_pods"  # core Node name (None: not bound) → pod (a drain rea
 #: autoscaler, which flattens them into its snapshot.
 SECRETS = "lightsout_secret_keys"
 CONFIG_MAPS = "lightsout_configmap_keys"
+#: (namespace, name) → a ConfigMap labelled `lightsout.dev/series`, whole: a Group's price or
+#: carbon series (`state.series`).
+SERIES = "lightsout_series"
 HEALTH = "lightsout_health"  # (namespace, machine name) → a health-check pod's result
 MOUNT_FAILURES = "lightsout_mount_failures"  # (namespace, pod name) → its FailedMount events
 CACHES = (
@@ -187,6 +190,10 @@ class Caches:
         group = self.group(namespace, spec.group)
         group_spec = None if group is None else inputs.group_spec(group)
         jobs = self._all(JOBS, (namespace, name))
+        maps = series.config_maps(
+            [m for found in self.indexes.get(SERIES, {}).values() for m in found]
+        )
+        electricity = group_spec.electricity if group_spec is not None else None
         core_name = spec.kubernetes_node_name
         lease_namespace = self.config.lease_namespace or namespace
         powered = (node.get("status") or {}).get("phase") != Phase.OFF
@@ -198,6 +205,7 @@ class Caches:
             node=node,
             spec=spec,
             group_spec=group_spec,
+            prices=series.resolve(electricity, namespace, maps).prices,
             jobs=jobs,
             job_pods=job_pods,
             job_events={

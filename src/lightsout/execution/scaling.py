@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from lightsout.actuation.inputs import merged_conditions
 from lightsout.actuation.plans import Applied
 from lightsout.execution import leases
 from lightsout.execution.actuator import write_desired
@@ -26,7 +27,7 @@ from lightsout.metrics.families import AUTOSCALER_DECISIONS, PENDING_OLDEST, PEN
 from lightsout.models.battery import Outage
 from lightsout.models.enums import DesiredPowerState
 from lightsout.planning.autoscaler.decisions import PowerOn, ScaleAction
-from lightsout.planning.machine.effects import Event
+from lightsout.planning.machine.effects import Event, SetCondition
 from lightsout.planning.types import ObservedPowerState
 from lightsout.state.parse import format_time
 from lightsout.state.types import DRAIN_BY, START_AT, UNNEEDED_SINCE, ObjectKey, Snapshot
@@ -112,6 +113,16 @@ class KubeScale:
     def mark_unneeded(self, machine: ObjectKey, since: str | None) -> None:
         patch = {"metadata": {"annotations": {UNNEEDED_SINCE: since}}}
         self.api.patch_resource(machine.namespace, "nodes", machine.name, patch)
+
+    def set_group_condition(self, group: ObjectKey, condition: SetCondition, now: datetime) -> bool:
+        current = ((self.groups.get(group) or {}).get("status") or {}).get("conditions") or []
+        body = {"conditions": merged_conditions(current, [condition], None, now)}
+        try:
+            self.api.patch_status(group.namespace, "groups", group.name, body)
+        except Exception:
+            log.exception("setting %s on group %s failed", condition.type, group)
+            return False
+        return True
 
     def release_job(self, job: ObjectKey) -> bool:
         try:

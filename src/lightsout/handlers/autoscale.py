@@ -78,6 +78,7 @@ INDEXES = {
     build.DAEMONSETS_KEY: "autoscaler_daemonsets",
     build.CRONJOBS_KEY: "autoscaler_cronjobs",
     build.JOBS_KEY: "autoscaler_jobs",
+    build.SERIES_KEY: rc.SERIES,
 }
 #: Snapshot key → the Node reconciler's index of Secret / ConfigMap key names (never values).
 KEY_NAMES = {build.SECRETS_KEY: rc.SECRETS, build.CONFIGMAPS_KEY: rc.CONFIG_MAPS}

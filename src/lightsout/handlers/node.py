@@ -49,6 +49,7 @@ from lightsout.execution.workqueue import Workers, WorkQueue
 from lightsout.handlers import group as groups
 from lightsout.handlers.lifecycle import shared_api
 from lightsout.k8s.api import Api, key_names
+from lightsout.models.group import SERIES_LABEL
 from lightsout.planning.types import Phase
 from lightsout.state.parse import dig
 
@@ -117,6 +118,14 @@ async def job_pods(body: kopf.Body, labels: kopf.Labels, namespace: str | None, 
 @kopf.index("", "v1", "configmaps", labels=NOT_OURS, id=rc.CONFIG_MAPS)
 async def key_names_of(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
     return {(namespace or "", name): key_names(body)}
+
+
+# ConfigMaps labelled `lightsout.dev/series`, whole: the Groups' price and carbon series
+# (`state.series`), read by a machine's pass (its energy priced by the series) and the planner.
+# Only those: no other ConfigMap's data is kept.
+@kopf.index("", "v1", "configmaps", labels={SERIES_LABEL: kopf.PRESENT}, id=rc.SERIES)
+async def series_maps(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
+    return {(namespace or "", name): slim(body)}
 
 
 # A real kubelet keeps a pod whose Secret or ConfigMap volume is missing in ContainerCreating

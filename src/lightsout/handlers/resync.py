@@ -50,7 +50,7 @@ WATCHED: dict[Kind, tuple[str, ...]] = {
     ("batch", "v1", "jobs"): (rc.JOBS, "autoscaler_jobs"),
     ("", "v1", "pods"): (rc.PODS, rc.JOB_PODS, rc.HEALTH),
     ("coordination.k8s.io", "v1", "leases"): (rc.LEASES,),
-    ("", "v1", "configmaps"): (rc.CONFIG_MAPS,),
+    ("", "v1", "configmaps"): (rc.CONFIG_MAPS, rc.SERIES),
     ("policy", "v1", "poddisruptionbudgets"): ("autoscaler_pdbs",),
     ("apps", "v1", "daemonsets"): ("autoscaler_daemonsets",),
     ("batch", "v1", "cronjobs"): ("autoscaler_cronjobs",),

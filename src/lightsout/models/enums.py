@@ -122,6 +122,13 @@ class SelectionPolicy(StrEnum):
     FASTEST_BOOT = "FastestBoot"
 
 
+class DeferralObjective(StrEnum):
+    """What a deferrable Job's start minimises (`Group.spec.electricity.objective`)."""
+
+    COST = "Cost"
+    CARBON = "Carbon"
+
+
 class DriftPolicy(StrEnum):
     """What a health check does when a machine's real power state differs from the desired one."""
 
@@ -169,6 +176,8 @@ class ConditionType(StrEnum):
     POWER_SOURCE_REACHABLE = "PowerSourceReachable"
     #: True while the Group's UPS runs on battery (the mains have failed).
     ON_BATTERY = "OnBattery"
+    #: True while the price and carbon series the Group names read (`spec.electricity`).
+    PRICE_SERIES_READY = "PriceSeriesReady"
 
 
 class BatteryTier(StrEnum):

@@ -26,6 +26,7 @@ from lightsout.models.battery import BatteryPolicy, BatteryStatus
 from lightsout.models.common import Conditions, Currency, Energy, Taints
 from lightsout.models.enums import (
     Autoscaler,
+    DeferralObjective,
     DriftPolicy,
     NodeRemovalPolicy,
     SelectionPolicy,
@@ -38,6 +39,7 @@ from lightsout.models.types import (
     LabelMap,
     LongText,
     SchemaExtra,
+    SecretKey,
     ShortText,
 )
 
@@ -431,9 +433,58 @@ class TariffRate(ApiModel):
     """Price of one kWh while it applies."""
 
 
+#: The label a ConfigMap holding a series carries: the operator caches the contents of those
+#: ConfigMaps only (no other ConfigMap's data).
+SERIES_LABEL = "lightsout.dev/series"
+
+
+class ConfigMapKeyRef(ApiModel):
+    """One key of a ConfigMap in the Group's namespace."""
+
+    name: DnsSubdomain
+    """Name of the ConfigMap; it must carry the label `lightsout.dev/series` (any value)."""
+    key: SecretKey
+    """Key within the ConfigMap."""
+
+
+class PriceSeries(ApiModel):
+    """Prices by interval (a day-ahead tariff: hourly or quarter-hourly), one `start,value` line
+    per interval in a ConfigMap key (`2024-03-11T00:00:00Z,87.5`; an optional header line and
+    `#` comments): each interval lasts until the next starts, the last as long as the one
+    before it. Outside the series (before its first line, after its last) the tariff above
+    applies, and deferrable Jobs are not held for hours it does not cover."""
+
+    config_map_key_ref: ConfigMapKeyRef
+    """Where the series is."""
+    unit: Literal["PerKWh", "PerMWh"] = "PerKWh"
+    """What a value is: the price of a kWh, or of a MWh as day-ahead markets publish it."""
+    markup_per_kwh: float = Field(default=0.0, ge=0, le=1000, alias="markupPerKWh")
+    """Added to every interval's price per kWh: grid fees, taxes and the supplier's margin on
+    top of a day-ahead price."""
+
+
+class CarbonSeries(ApiModel):
+    """Grid carbon intensity by interval, gCO2eq per kWh, in the same `start,value` form as
+    `series`."""
+
+    config_map_key_ref: ConfigMapKeyRef
+    """Where the series is."""
+
+
+OBJECTIVE_NEEDS_CARBON = Rule(
+    cel="!has(self.objective) || self.objective != 'Carbon' || has(self.carbon)",
+    message="objective Carbon needs carbon, a series of grid carbon intensity",
+    field_path=".objective",
+    test=lambda e: e.objective is not DeferralObjective.CARBON or e.carbon is not None,
+)
+
+
 class Electricity(ApiModel):
     """Electricity price, to report the cost of energy used and saved: one price, or a
-    time-of-use tariff (rates by weekday and time of day over that base price)."""
+    time-of-use tariff (rates by weekday and time of day over that base price), or prices by
+    interval from a ConfigMap; and what deferrable Jobs wait for (docs/cheap-hours.md)."""
+
+    cel_rules = (OBJECTIVE_NEEDS_CARBON,)
 
     price_per_kwh: float = Field(ge=0, le=1000, alias="pricePerKWh")
     """Price of one kWh; with rates, the price when none of them applies."""
@@ -447,6 +498,16 @@ class Electricity(ApiModel):
     time_zone: TimeZone = "UTC"
     """IANA time zone the rates' days and times are read in (`Europe/Berlin`); daylight saving
     is followed (a rate from 02:00 on the night the clocks skip that hour starts at 03:00)."""
+    series: PriceSeries | None = None
+    """Prices by interval from a ConfigMap (day-ahead prices): where it has a price it wins
+    over `rates` and `pricePerKWh`. Missing or unreadable, the Group says so in its
+    `PriceSeriesReady` condition, energy is priced by the tariff, and deferrable Jobs run at
+    once."""
+    carbon: CarbonSeries | None = None
+    """Grid carbon intensity by interval from a ConfigMap, for `objective: Carbon`."""
+    objective: DeferralObjective = DeferralObjective.COST
+    """What a deferrable Job's start minimises: its electricity's cost, or its emissions (by
+    `carbon`)."""
 
 
 MIN_NOT_ABOVE_MAX = Rule(

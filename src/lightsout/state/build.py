@@ -20,7 +20,7 @@ from lightsout.models.battery import BatteryStatus
 from lightsout.models.enums import DesiredPowerState, Phase, ProxmoxMode
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import AutoscalingSettings, PowerProfile
-from lightsout.state import cron, references
+from lightsout.state import cron, references, series
 from lightsout.state.jobs import deferred_jobs
 from lightsout.state.learned import learned_from_status
 from lightsout.state.measured import declared_resources, expected_resources, expected_watts
@@ -74,6 +74,9 @@ CRONJOBS_KEY = "cronjobs.batch"
 #: batch/v1 Jobs that may wait for cheap hours (`state.jobs`), finished ones included: they
 #: teach how long the next run of their CronJob takes.
 JOBS_KEY = "jobs.batch"
+#: ConfigMaps labelled `lightsout.dev/series`, whole (data included): the Groups' price and
+#: carbon series (`state.series`).
+SERIES_KEY = "configmaps.series"
 
 
 def snapshot_from(
@@ -92,7 +95,8 @@ def snapshot_from(
     (`cron.expected_pods`, the simulator's code path too).
     """
     problems: list[str] = []
-    groups = _each(objects, GROUPS_KEY, _group, problems)
+    maps = series.config_maps(_items(objects, SERIES_KEY))
+    groups = _each(objects, GROUPS_KEY, lambda obj, notes: _group(obj, notes, maps), problems)
     by_group = {group.key: group for group in groups}
     check = _reference_check(objects)
     machines = _each(
@@ -229,11 +233,12 @@ def _core_node(obj: Mapping[str, Any], _notes: list[str]) -> CoreNode | None:
     )
 
 
-def _group(obj: Mapping[str, Any], notes: list[str]) -> Group | None:
+def _group(obj: Mapping[str, Any], notes: list[str], maps: series.ConfigMaps) -> Group | None:
     key = _key(obj)
     if key is None:
         return None
     spec = _model(GroupSpec, obj.get("spec"), notes, "spec")
+    resolved = series.resolve(spec.electricity, key.namespace, maps)
     up, down = spec.scale_up, spec.scale_down
     return Group(
         key=key,
@@ -258,6 +263,9 @@ def _group(obj: Mapping[str, Any], notes: list[str]) -> Group | None:
         taints=tuple(Taint(t.key, t.value or "", t.effect.value) for t in spec.taints or ()),
         price_per_kwh=spec.electricity.price_per_kwh if spec.electricity else None,
         electricity=spec.electricity,
+        prices=resolved.prices,
+        carbon=resolved.carbon,
+        series_problem=resolved.problem,
         last_scale_up=parse_time(dig(obj, "status", "lastScaleUp", "time")),
         last_scale_down=parse_time(dig(obj, "status", "lastScaleDown", "time")),
         windows=tuple(
@@ -446,5 +454,6 @@ __all__ = [
     "NODES_KEY",
     "PDBS_KEY",
     "PODS_KEY",
+    "SERIES_KEY",
     "snapshot_from",
 ]

@@ -35,14 +35,16 @@ late. Not modelled: the Job's retries (simulated pods succeed).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from lightsout.models import schedule as cron_schedule
-from lightsout.state.parse import as_int, as_str, dig, scheduling_requirements
+from lightsout.state.parse import as_int, as_str, dig, format_time, scheduling_requirements, str_map
 from lightsout.state.types import ExpectedPod, ObjectKey, SchedulingRequirements
+
+Obj = dict[str, Any]
 
 ALLOW, FORBID, REPLACE = "Allow", "Forbid", "Replace"
 
@@ -67,6 +69,9 @@ class CronSpec:
     pod_spec: Mapping[str, Any]
     #: Its pods' scheduling requirements, read as the planner reads a pod's.
     scheduling: SchedulingRequirements
+    #: The Job template's annotations, which every Job it creates carries (a deferrable
+    #: one's `lightsout.dev/max-delay`).
+    job_annotations: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -92,6 +97,7 @@ def read(cronjob: Mapping[str, Any]) -> CronSpec:
         active=len(active) if isinstance(active, list) else 0,
         pod_spec=template if isinstance(template, Mapping) else {},
         scheduling=scheduling_requirements(template),
+        job_annotations=str_map(dig(spec, "jobTemplate", "metadata", "annotations")),
     )
 
 
@@ -151,6 +157,27 @@ def _times(runs: cron_schedule.Schedule, start: datetime, end: datetime) -> list
 def job_name(cron: CronSpec, scheduled: datetime) -> str:
     """The controller's Job name: `<cronjob>-<scheduled time in minutes since the epoch>`."""
     return f"{cron.name}-{int(scheduled.timestamp() // 60)}"
+
+
+def job_of(cron: CronSpec, scheduled: datetime, created: datetime, *, suspend: bool) -> Obj:
+    """The Job the controller creates for the run scheduled at `scheduled` (at `created`), as
+    the API holds it: named by `job_name`, owned by the CronJob, with the template's
+    annotations; `suspend` as the admission webhook leaves a deferrable one."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "namespace": cron.namespace,
+            "name": job_name(cron, scheduled),
+            "creationTimestamp": format_time(created),
+            "annotations": dict(cron.job_annotations),
+            "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "CronJob", "name": cron.name, "controller": True}
+            ],
+        },
+        "spec": {"suspend": suspend, "template": {"spec": dict(cron.pod_spec)}},
+        "status": {},
+    }
 
 
 def next_run(cron: CronSpec, now: datetime) -> datetime | None:

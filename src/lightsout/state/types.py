@@ -24,6 +24,7 @@ from lightsout.models.group import (
 )
 from lightsout.models.windows import WindowTimes
 from lightsout.state.resources import Resources
+from lightsout.state.series import Series
 
 #: Pod annotation that keeps the autoscaler from draining the pod's node.
 DO_NOT_DISRUPT = "lightsout.dev/do-not-disrupt"
@@ -286,6 +287,11 @@ class Group:
     price_per_kwh: float | None = None
     #: `spec.electricity` whole, with its tariff (`planning.energy.tariff` prices a period).
     electricity: Electricity | None = None
+    #: Its price series per kWh (markup added) and carbon series, read from ConfigMaps
+    #: (`state.series`), and why one it names is missing or unreadable.
+    prices: Series | None = None
+    carbon: Series | None = None
+    series_problem: str | None = None
     last_scale_up: datetime | None = None
     last_scale_down: datetime | None = None
     #: `spec.windows`: recurring floors and ceilings (`planning.autoscaler.windows` applies them).

@@ -6,17 +6,19 @@ A Job with `lightsout.dev/finish-by` or `lightsout.dev/max-delay` is admitted su
 
 The cost of starting at `s` is the electricity the cheapest machine that could run it draws
 (`watts_on`) from `s` for its boot and then the longer of the Job's duration and the machine's
-minimum on-time, each stretch at the price its Group's tariff sets then
-(`planning.energy.tariff.cost`). The start chosen is the cheapest among `now`, the latest start
+minimum on-time, each stretch at the price its Group sets then: its price series where it has
+one, else its tariff (`planning.energy.tariff.cost`); or, with `objective: Carbon`, the grams
+of CO2 by its carbon series. The start chosen is the cheapest among `now`, the latest start
 that still finishes `MARGIN` before the deadline, and every moment a price changes in between
-(or that many seconds before one, so the run ends as a dearer rate begins): with prices
-constant between changes, one of them is the cheapest. Ties go to the earliest, so a Job with
-nothing to gain runs at once.
+(or that long before one, so the run ends as a dearer rate begins): with prices constant
+between changes, one of them is the cheapest. Only starts a forecast covers count (a series
+ends somewhere). Ties go to the earliest, so a Job with nothing to gain runs at once.
 
 A Job is released at once when waiting cannot be priced or could miss its deadline: its
 annotations do not read, its duration is unknown (no `lightsout.dev/expected-duration` and no
-earlier run of its CronJob), no machine could run it, its machines' Groups have one price at
-every hour, or the latest start has come. It never waits for lack of a forecast.
+earlier run of its CronJob), no machine could run it, a series its machines' Groups name is
+missing or unreadable, they have one price at every hour, no forecast covers a start in time,
+or the latest start has come. It never waits for lack of a forecast.
 """
 
 from __future__ import annotations
@@ -25,10 +27,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from lightsout.models.enums import DeferralObjective
+from lightsout.models.group import Electricity
 from lightsout.planning.autoscaler.decisions import Release, Wait
 from lightsout.planning.autoscaler.scheduling import fits, view_of_machine
 from lightsout.planning.energy import tariff
 from lightsout.state.parse import format_time
+from lightsout.state.resources import Resources
+from lightsout.state.series import Series
 from lightsout.state.types import DeferredJob, Group, Machine, ObjectKey, Snapshot
 
 #: Finished this long before its deadline at the latest: the planner's debounce, the
@@ -50,8 +56,20 @@ class Deferral:
 
 
 @dataclass(frozen=True)
+class _Planned:
+    """A start this plan chose for a Job: the machine it wakes, until when, what it asks."""
+
+    job: ObjectKey
+    machine: ObjectKey
+    start: datetime
+    #: When the machine's on-time for it ends (boot, then run or minimum on-time).
+    end: datetime
+    requests: Resources
+
+
+@dataclass(frozen=True)
 class _Option:
-    """One machine that could run the Job, and what a run on it takes."""
+    """One machine that could run the Job, what a run on it takes, and what it weighs."""
 
     machine: Machine
     group: Group
@@ -60,19 +78,93 @@ class _Option:
     span: timedelta
     #: From the release to the run's end.
     to_finish: timedelta
+    objective: DeferralObjective
+    #: Its room when empty (allocatable less its DaemonSets' pods).
+    room: Resources
 
-    def cost(self, start: datetime) -> float:
+    @property
+    def _electricity(self) -> Electricity:
         assert self.group.electricity is not None
-        watts = self.machine.watts_on or 0.0
-        return tariff.cost(self.group.electricity, watts, start, start + self.span)
+        return self.group.electricity
+
+    @property
+    def _carbon(self) -> Series:
+        assert self.group.carbon is not None
+        return self.group.carbon
+
+    def weight(self, start: datetime, beside: _Planned | None = None) -> float:
+        """The run's cost (or its grams of CO2) if released at `start`: the machine's busy
+        draw over its boot and on-time; or, `beside` a run already planned on it at the same
+        start, what it adds: its busy draw above idle while it runs, and idle for any time it
+        keeps the machine on past the other's."""
+        on = self.machine.watts_on or 0.0
+        if beside is None:
+            return self._weigh(on, start, start + self.span)
+        idle = self.machine.watts_idle if self.machine.watts_idle is not None else on
+        run_end = start + self.to_finish
+        added = self._weigh(max(on - idle, 0.0), start + self.boot, run_end)
+        if run_end > beside.end:
+            added += self._weigh(idle, beside.end, run_end)
+        return added
+
+    def _weigh(self, watts: float, start: datetime, end: datetime) -> float:
+        if self.objective is DeferralObjective.CARBON:
+            return self._carbon.integral(watts, start, end)
+        return tariff.cost(self._electricity, watts, start, end, self.group.prices)
+
+    @property
+    def boot(self) -> timedelta:
+        return timedelta(seconds=self.machine.boot_estimate)
+
+    def shares(self, planned: _Planned, requests: Resources) -> bool:
+        """Whether the Job fits on this machine beside `planned`'s run."""
+        if planned.machine != self.machine.key:
+            return False
+        together = planned.requests + requests
+        return all(amount <= self.room.get(name) for name, amount in together)
+
+    def next_change(self, moment: datetime) -> datetime | None:
+        if self.objective is DeferralObjective.CARBON:
+            return self._carbon.next_change(moment)
+        return tariff.next_change(self._electricity, moment, self.group.prices)
+
+    def known(self, start: datetime) -> bool:
+        """Whether a forecast covers the whole run released at `start` (a tariff always
+        does; a series only up to its last interval)."""
+        series = self.group.carbon if self.objective is DeferralObjective.CARBON else None
+        series = self.group.prices if series is None else series
+        return series is None or series.covers(start, start + self.span)
+
+    @property
+    def forecast(self) -> bool:
+        """Whether its Group's price (or carbon) differs from hour to hour at all."""
+        if self.objective is DeferralObjective.CARBON:
+            return self.group.carbon is not None
+        return bool(self._electricity.rates) or self.group.prices is not None
+
+    def describe(self, start: datetime, beside: _Planned | None = None) -> str:
+        unit = "gCO2" if self.objective is DeferralObjective.CARBON else self._electricity.currency
+        weight = self.weight(start, beside)
+        figure = f"{weight:.0f}" if unit == "gCO2" else f"{weight:.4f}"
+        shared = "" if beside is None else f", beside Job {beside.job.name}"
+        return f"{figure} {unit} on machine {self.machine.key.name}{shared}"
 
 
 def defer(snapshot: Snapshot, now: datetime) -> Deferral:
-    """What to do with each suspended deferrable Job of `snapshot` at `now`."""
+    """What to do with each suspended deferrable Job of `snapshot` at `now`: soonest deadline
+    first, each knowing the starts chosen before it (a run beside one of them pays no boot)."""
     releases: list[Release] = []
     waits: dict[ObjectKey, Wait] = {}
-    for job in snapshot.deferred:
-        decided = _decide(job, snapshot, now)
+    planned: list[_Planned] = []
+    far = now + timedelta(days=3650)
+    for job in sorted(snapshot.deferred, key=lambda j: (j.deadline or far, j.key)):
+        decided, chosen = _decide(job, snapshot, now, planned)
+        if chosen is not None:
+            option, start = chosen
+            requests = job.scheduling.requests
+            planned.append(
+                _Planned(job.key, option.machine.key, start, start + option.span, requests)
+            )
         if isinstance(decided, Release):
             releases.append(decided)
         else:
@@ -80,7 +172,49 @@ def defer(snapshot: Snapshot, now: datetime) -> Deferral:
     return Deferral(tuple(releases), waits)
 
 
-def _decide(job: DeferredJob, snapshot: Snapshot, now: datetime) -> Release | Wait:
+def _decide(
+    job: DeferredJob, snapshot: Snapshot, now: datetime, planned: Sequence[_Planned]
+) -> tuple[Release | Wait, tuple[_Option, datetime] | None]:
+    """The Job's release or wait and, when a start was priced, the machine and start chosen."""
+    decided = _unpriced(job, snapshot, now)
+    if decided is not None:
+        return decided, None
+    assert job.deadline is not None and job.duration is not None
+    options = list(_options(job, snapshot))
+    latest = job.deadline - MARGIN - max(o.to_finish for o in options)
+    requests = job.scheduling.requests
+    priced: list[tuple[float, datetime, _Option, _Planned | None]] = [
+        (o.weight(s), s, o, None) for o in options for s in _starts(o, now, latest)
+    ]
+    priced += [
+        (o.weight(p.start, p), p.start, o, p)
+        for o in options
+        for p in planned
+        if now <= p.start <= latest and o.shares(p, requests)
+    ]
+    priced = [found for found in priced if found[2].known(found[1])]
+    if not priced:
+        message = "released at once: no forecast covers a start before its deadline"
+        return Release(job.key, message), None
+    _, best_start, best, beside = min(priced, key=lambda found: (found[0], found[1]))
+    carbon = best.objective is DeferralObjective.CARBON
+    better, best_word = ("cleaner", "cleanest") if carbon else ("cheaper", "cheapest")
+    where = best.describe(best_start, beside)
+    if best_start <= now:
+        release = Release(job.key, f"released: now is its {best_word} start ({where})")
+        return release, (best, now)
+    wait = Wait(
+        job.key,
+        best_start,
+        f"held for {better} electricity: starts at {format_time(best_start)} ({where}); "
+        f"runs {_minutes(job.duration)} ({job.duration_source}), "
+        f"done by {format_time(job.deadline)} at the latest",
+    )
+    return wait, (best, best_start)
+
+
+def _unpriced(job: DeferredJob, snapshot: Snapshot, now: datetime) -> Release | None:
+    """The Job's release at once when no start can be priced for it, or it must start now."""
     if job.problem is not None:
         return Release(job.key, f"released at once: {job.problem}")
     if job.deadline is None or job.duration is None:
@@ -92,7 +226,10 @@ def _decide(job: DeferredJob, snapshot: Snapshot, now: datetime) -> Release | Wa
     options = list(_options(job, snapshot))
     if not options:
         return Release(job.key, "released at once: no machine could run it")
-    if not any(o.group.electricity and o.group.electricity.rates for o in options):
+    problem = next((o.group.series_problem for o in options if o.group.series_problem), None)
+    if problem is not None:
+        return Release(job.key, f"released at once: {problem}")
+    if not any(o.forecast for o in options):
         return Release(
             job.key, "released at once: its machines' Groups have one price at every hour"
         )
@@ -103,24 +240,15 @@ def _decide(job: DeferredJob, snapshot: Snapshot, now: datetime) -> Release | Wa
             f"released at once: to finish by {format_time(job.deadline)} with "
             f"{_minutes(MARGIN)} to spare it must start now",
         )
-    _, best_start, best = min(
-        ((o.cost(s), s, o) for o in options for s in _starts(o, now, latest)),
-        key=lambda found: (found[0], found[1]),
-    )
-    if best_start <= now:
-        return Release(job.key, f"released: now is its cheapest start ({_priced(best, now)})")
-    return Wait(
-        job.key,
-        best_start,
-        f"held for cheaper electricity: starts at {format_time(best_start)} "
-        f"({_priced(best, best_start)}); "
-        f"runs {_minutes(job.duration)} ({job.duration_source}), "
-        f"done by {format_time(job.deadline)} at the latest",
-    )
+    return None
 
 
 def _options(job: DeferredJob, snapshot: Snapshot) -> Iterator[_Option]:
+    """The machines that could run the Job; each weighs a start by its Group's objective,
+    unless the Groups disagree: cost and grams do not compare, so then cost for all."""
     groups = {group.key: group for group in snapshot.groups}
+    objectives = {g.electricity.objective for g in snapshot.groups if g.electricity is not None}
+    agreed = objectives.pop() if len(objectives) == 1 else DeferralObjective.COST
     nodes = {node.name: node for node in snapshot.nodes}
     assert job.duration is not None
     for machine in snapshot.machines:
@@ -134,29 +262,23 @@ def _options(job: DeferredJob, snapshot: Snapshot) -> Iterator[_Option]:
             continue
         boot = timedelta(seconds=machine.boot_estimate)
         on_time = timedelta(seconds=machine.minimum_on_seconds or 0)
-        yield _Option(machine, group, boot + max(job.duration, on_time), boot + job.duration)
+        span, to_finish = boot + max(job.duration, on_time), boot + job.duration
+        yield _Option(machine, group, span, to_finish, agreed, view.free)
 
 
 def _starts(option: _Option, now: datetime, latest: datetime) -> Sequence[datetime]:
     """Now, the latest start, and each moment in between that a price change begins or ends
     the machine's span at."""
-    assert option.group.electricity is not None
     found = {now, latest}
     at: datetime | None = now
     while at is not None and at < latest + option.span:
-        at = tariff.next_change(option.group.electricity, at)
+        at = option.next_change(at)
         if at is None:
             break
         for start in (at, at - option.span):
             if now <= start <= latest:
                 found.add(start)
     return sorted(found)
-
-
-def _priced(option: _Option, start: datetime) -> str:
-    electricity = option.group.electricity
-    assert electricity is not None
-    return f"{option.cost(start):.4f} {electricity.currency} on machine {option.machine.key.name}"
 
 
 def _minutes(span: timedelta) -> str:

@@ -402,14 +402,15 @@ def node_price(
 ) -> float:
     """What running the machine from `start` to `end` costs: its on watts (idle, else the
     snapshot's default) times the hours times its Group's electricity price per kWh (with a
-    tariff, each stretch of the period at its own price)."""
+    tariff or a price series, each stretch of the period at its own price)."""
     group = next((g for g in snapshot.groups if g.key == machine.group_key), None)
     energy = EnergyModel.of(snapshot.machines, snapshot.groups)
     watts = machine.watts_on if machine.watts_on is not None else machine.watts_idle
     if watts is None:
         watts = energy.default_watts
-    if group is not None and group.electricity is not None and group.electricity.rates:
-        return tariff.cost(group.electricity, watts, start, end)
+    electricity = group.electricity if group is not None else None
+    if group is not None and electricity is not None and (electricity.rates or group.prices):
+        return tariff.cost(electricity, watts, start, end, group.prices)
     price = group.price_per_kwh if group is not None else None
     price = energy.default_price if price is None else price
     hours = max((end - start).total_seconds(), 0.0) / 3600.0

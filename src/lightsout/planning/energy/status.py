@@ -21,6 +21,7 @@ from lightsout.planning.energy import tariff
 from lightsout.planning.energy.account import Account, Amounts, Draw, Period, Rate, is_powered
 from lightsout.planning.types import Phase
 from lightsout.state.parse import format_time, parse_time
+from lightsout.state.series import Series
 
 Obj = Mapping[str, Any]
 #: Rates in status are rounded to this many decimals (µW): plenty, and readable.
@@ -112,13 +113,15 @@ def account_to_status(account: Account, currency: str | None) -> dict[str, Any]:
     return out
 
 
-def price(group: GroupSpec | None, now: dt.datetime) -> tuple[float, str | None]:
-    """The Group's electricity price per kWh at `now` (its tariff's rate in force, else its
-    one price) and its currency (0 and None when not set)."""
+def price(
+    group: GroupSpec | None, now: dt.datetime, prices: Series | None = None
+) -> tuple[float, str | None]:
+    """The Group's electricity price per kWh at `now` (its price series', else its tariff's
+    rate in force, else its one price) and its currency (0 and None when not set)."""
     electricity = group.electricity if group is not None else None
     if electricity is None:
         return 0.0, None
-    return tariff.price_at(electricity, now), electricity.currency
+    return tariff.price_at(electricity, now, prices), electricity.currency
 
 
 def rate(
@@ -127,6 +130,8 @@ def rate(
     phase: Phase | str | None,
     utilisation: float,
     now: dt.datetime,
+    *,
+    prices: Series | None = None,
 ) -> Rate:
     """What the machine draws, saves and pays from `now` on, in that phase at that utilisation
     (until the price changes: `tariff.next_change`)."""
@@ -134,7 +139,7 @@ def rate(
         current = Phase(str(phase)) if phase is not None else None
     except ValueError:
         current = None
-    per_kwh = price(group, now)[0]
+    per_kwh = price(group, now, prices)[0]
     return rounded_rate(Rate.of(machine_draw, is_powered(current), utilisation, per_kwh))
 
 
@@ -152,15 +157,16 @@ def checkpoint(
     utilisation: float,
     *,
     now: dt.datetime,
+    prices: Series | None = None,
 ) -> dict[str, Any] | None:
     """The machine's new `status.energy` when its rate changes at `now` (or accounting
     starts); None when the rate in force is still right (nothing to write)."""
     now = whole_second(now)
-    wanted = rate(machine_draw, group, phase, utilisation, now)
+    wanted = rate(machine_draw, group, phase, utilisation, now, prices=prices)
     if current is None:
         account = Account.opened(now, wanted)
     elif current.rate == wanted:
         return None
     else:
         account = current.checkpoint(now, wanted)
-    return account_to_status(account, price(group, now)[1])
+    return account_to_status(account, price(group, now, prices)[1])

@@ -1,10 +1,12 @@
 """A Group's price of electricity over time: one price, or a time-of-use tariff over it.
 
-`price_at` is the price in force at a moment: the first of `spec.electricity.rates` that applies
-then (its day and its time of day, read in the tariff's time zone), else the base
-`pricePerKWh`. `next_change` is the first later moment at which that price differs (None: it
-never does); a machine's pass checkpoints its energy account then (`machine.passes`), so each
-stretch of time is counted at its own price, live and in the replay alike.
+`price_at` is the price in force at a moment: the Group's price series' where it has one (a
+day-ahead tariff from a ConfigMap, `state.series`, already per kWh with its markup),
+else the first of `spec.electricity.rates` that applies then (its day and its time of day, read
+in the tariff's time zone), else the base `pricePerKWh`. `next_change` is the first later moment
+at which that price differs (None: it never does); a machine's pass checkpoints its energy
+account then (`machine.passes`), so each stretch of time is counted at its own price, live and
+in the replay alike.
 
 Rates are wall-clock times: across a daylight-saving change a rate follows the clock (a rate
 from 02:00 on the night that hour is skipped starts at 03:00; in the hour that repeats, the
@@ -20,6 +22,7 @@ from zoneinfo import ZoneInfo
 
 from lightsout.models.group import Electricity, TariffRate
 from lightsout.models.windows import zone
+from lightsout.state.series import Series
 
 #: Python's `weekday()` order.
 _DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -53,28 +56,57 @@ def rate_at(electricity: Electricity, moment: datetime) -> TariffRate | None:
     return next((r for r in electricity.rates if _applies(r, local.weekday(), minute)), None)
 
 
-def price_at(electricity: Electricity | None, moment: datetime) -> float:
+def price_at(
+    electricity: Electricity | None, moment: datetime, series: Series | None = None
+) -> float:
     """The price of a kWh at `moment` (0 without a price)."""
     if electricity is None:
         return 0.0
+    if series is not None and (priced := series.at(moment)) is not None:
+        return priced
     rate = rate_at(electricity, moment)
     return electricity.price_per_kwh if rate is None else rate.price_per_kwh
 
 
-def cost(electricity: Electricity, watts: float, start: datetime, end: datetime) -> float:
+def cost(
+    electricity: Electricity,
+    watts: float,
+    start: datetime,
+    end: datetime,
+    series: Series | None = None,
+) -> float:
     """What drawing `watts` from `start` to `end` costs, each stretch at its own price."""
     total, at = 0.0, start
     while at < end:
-        change = next_change(electricity, at)
+        change = next_change(electricity, at, series)
         until = end if change is None or change > end else change
-        total += watts / 1000.0 * (until - at).total_seconds() / 3600.0 * price_at(electricity, at)
+        price = price_at(electricity, at, series)
+        total += watts / 1000.0 * (until - at).total_seconds() / 3600.0 * price
         at = until
     return total
 
 
-def next_change(electricity: Electricity | None, moment: datetime) -> datetime | None:
+def next_change(
+    electricity: Electricity | None, moment: datetime, series: Series | None = None
+) -> datetime | None:
     """The first moment after `moment` at which the price differs from the one at `moment`."""
-    if electricity is None or not electricity.rates:
+    if electricity is None:
+        return None
+    if series is None:
+        return _rates_change(electricity, moment)
+    now, at = price_at(electricity, moment, series), moment
+    while True:
+        found = [c for c in (_rates_change(electricity, at), series.next_change(at)) if c]
+        if not found:
+            return None
+        at = min(found)
+        if price_at(electricity, at, series) != now:
+            return at
+
+
+def _rates_change(electricity: Electricity, moment: datetime) -> datetime | None:
+    """The first moment after `moment` at which the rates' price differs."""
+    if not electricity.rates:
         return None
     today = moment.astimezone(_zone(electricity.time_zone)).date()
     clocks = tuple(sorted({c for r in electricity.rates for c in (r.from_, r.to)}))

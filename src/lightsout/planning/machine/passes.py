@@ -36,6 +36,7 @@ from lightsout.planning.types import (
     Observations,
     ObservedPowerState,
 )
+from lightsout.state.series import Series
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class Readings:
     draw: Draw
     group: GroupSpec | None
     provider_ids: ProviderIDs | None = None
+    #: The Group's price series per kWh, where it has one (`state.series`).
+    prices: Series | None = None
 
 
 def pass_decision(
@@ -84,10 +87,11 @@ def with_energy(decision: Decision, readings: Readings, now: dt.datetime) -> Dec
         decision.phase,
         readings.utilisation,
         now=now,
+        prices=readings.prices,
     )
     decision = decision if account is None else replace(decision, energy=account)
     electricity = readings.group.electricity if readings.group is not None else None
-    change = tariff.next_change(electricity, now)
+    change = tariff.next_change(electricity, now, readings.prices)
     if change is None:
         return decision
     return with_pass_within(decision, (change - now).total_seconds())

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any
 
 from lightsout.planning.autoscaler.scaledown import JOB
@@ -236,6 +237,40 @@ def summarise(result: Result, reference: AlwaysOn | None = None) -> dict[str, An
         "plans": result.plans,
         "decisions": result.decisions,
         "outages": _outages(result),
+        "electricity": _electricity(result),
+        "deferred": _deferred(result),
+    }
+
+
+def _electricity(result: Result) -> dict[str, Any]:
+    """What the machines' true draw cost, each moment at its Group's price then (series,
+    tariff or one price), and weighed in grams of CO2 where a Group has a carbon series."""
+    currencies = {g.electricity.currency for g in result.groups if g.electricity is not None}
+    carbon = any(g.carbon is not None for g in result.groups)
+    return {
+        "cost": round(sum(m.cost for m in result.machines), 4),
+        "currency": currencies.pop() if len(currencies) == 1 else None,
+        "gCO2": round(sum(m.grams for m in result.machines), 1) if carbon else None,
+    }
+
+
+def _deferred(result: Result) -> dict[str, Any] | None:
+    """The deferrable CronJob runs: how many, their delay from creation to release, and the
+    deadlines missed (finished late, or not finished by a deadline within the trace)."""
+    runs = result.deferred
+    if not runs:
+        return None
+    end = result.trace.start + timedelta(seconds=result.trace.duration_seconds)
+    delays = sorted(r.released - r.created for r in runs if r.released is not None)
+    unfinished = [
+        r for r in runs if r.finished is None and r.deadline is not None and r.deadline < end
+    ]
+    return {
+        "runs": len(runs),
+        "released": len(delays),
+        "meanDelayHours": round(sum(delays) / len(delays) / 3600, 2) if delays else None,
+        "maxDelayHours": round(delays[-1] / 3600, 2) if delays else None,
+        "deadlinesMissed": sum(1 for r in runs if r.missed) + len(unfinished),
     }
 
 
@@ -327,6 +362,16 @@ def render_text(
         )
         lines.append(
             f"  group {name}: {g['usedKWh']:.2f} kWh used, {g['savedKWh']:.2f} kWh saved{price}"
+        )
+    money = summary["electricity"]
+    grams = "" if money["gCO2"] is None else f", {money['gCO2'] / 1000:.2f} kg CO2"
+    lines.append(f"electricity: {money['cost']:.2f} {money['currency'] or ''}{grams}".rstrip())
+    held = summary["deferred"]
+    if held is not None:
+        lines.append(
+            f"deferrable runs: {held['runs']}, released {held['released']}, delay mean "
+            f"{_fmt(held['meanDelayHours'], ' h')}, max {_fmt(held['maxDelayHours'], ' h')}, "
+            f"deadlines missed {held['deadlinesMissed']}"
         )
     for kind, w in summary["waits"].items():
         lines.append(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -29,13 +29,14 @@ from lightsout.planning.energy import mains
 from lightsout.planning.energy.account import is_powered
 from lightsout.planning.machine.passes import pass_decision
 from lightsout.simulate.replay.clock import Clock, Kind
+from lightsout.simulate.replay.deferred import DeferredRun, HeldJobs
 from lightsout.simulate.replay.machines import SimMachine, SimPod, SimScale, read_machines
 from lightsout.simulate.replay.scheduler import Scheduler, Scoring
 from lightsout.simulate.replay.ups import SOURCE, SimUps
 from lightsout.simulate.traces.trace import Trace, TracePod
 from lightsout.state import cron
 from lightsout.state.parse import scheduling_requirements
-from lightsout.state.types import ExpectedPod, Group, ObjectKey, Pod, Snapshot
+from lightsout.state.types import ExpectedPod, Group, ObjectKey, Pod, Snapshot, deferrable
 
 #: cluster-autoscaler's defaults, for the reactive baseline.
 CA_SCAN_SECONDS = 10.0
@@ -63,6 +64,9 @@ class Options:
     overrides: tuple[str, ...] = ()
     #: Tell the planner about CronJobs' next runs (`Snapshot.expected`) so it pre-warms.
     prewarm: bool = True
+    #: Hold deferrable CronJob runs for cheap hours (`planning.autoscaler.deferral`); False
+    #: runs them at once, as without the admission webhook: the baseline they are measured by.
+    defer: bool = True
 
 
 @dataclass
@@ -84,6 +88,8 @@ class Result:
     replaced_cron_runs: int = 0
     #: The trace's UPS and its outages (None: the trace has none).
     ups: SimUps | None = None
+    #: Each deferrable CronJob run: created, released, done, its deadline.
+    deferred: list[DeferredRun] = field(default_factory=list)
 
 
 class Simulator:
@@ -125,7 +131,11 @@ class Simulator:
         self.scheduler = Scheduler(machines, options.scoring, self.clock)
         #: The operator's plan applier, writing through the replay's port.
         self.applier = PlanApplier()
-        self.scale = SimScale(machines=self.machines, groups={g.key: g for g in groups})
+        self.scale = SimScale(
+            machines=self.machines, groups={g.key: g for g in groups}, on_release=self._release
+        )
+        #: Deferrable CronJob runs, their Jobs as the API would hold them.
+        self.held = HeldJobs()
         fed = {g.key for g in groups if g.battery is not None}
         self.fed = [m for m in machines if m.template.group_key in fed]
         if trace.ups is not None and fed:
@@ -221,6 +231,15 @@ class Simulator:
         self.cron_last[spec.key] = self.clock.seconds(moment)
         self.cron_started += 1
         run = self.trace.cron_run_seconds.get(spec.key, 60.0)
+        if self.options.defer and deferrable(spec.job_annotations, {}):
+            # Admitted suspended: no pod until the planner releases its Job (`_release`).
+            clock = self.clock
+            self.held.hold(spec, moment, clock.time(), clock.now, run)
+            self.result.deferred.append(
+                self.held.runs[ObjectKey(spec.namespace, cron.job_name(spec, moment))]
+            )
+            self.want_plan()
+            return
         name = cron.job_name(spec, moment)
         run_pod = TracePod(self.clock.now, run, spec.namespace, name, spec.pod_spec, "Job", name)
         self._new_pod(run_pod, cronjob=spec.key)
@@ -240,9 +259,21 @@ class Simulator:
         self.result.late_cron_runs += times[i] < self.clock.now
         self._cron_start(spec, self.clock.time(times[i]))
 
+    def _release(self, job: ObjectKey) -> bool:
+        """The planner released a held Job: its pod is created now."""
+        clock = self.clock
+        found = self.held.release(job, clock.now)
+        if found is None:
+            return False
+        spec, run = found
+        pod = TracePod(clock.now, run, job.namespace, job.name, spec.pod_spec, "Job", job.name)
+        self._new_pod(pod, cronjob=spec.key)
+        return True
+
     def _pod_done(self, payload: tuple[SimPod, int]) -> None:
         pod, run = payload
         if run == pod.run and not pod.done:
+            self.held.done(pod.key, self.clock.time(), self.clock.now)
             self._finish(pod)
             if pod.cronjob is not None:
                 self._cron_run_ended(self.cron_spec[pod.cronjob])
@@ -396,6 +427,7 @@ class Simulator:
             machines=tuple(m.as_machine() for m in machines),
             groups=tuple(self.scale.groups.values()),
             expected=self._expected(),
+            deferred=self.held.deferred(),
             complete=True,
             unneeded_since=dict(self.unneeded),
         )

@@ -8,7 +8,7 @@ sets off elsewhere in the replay (a plan, a scheduling pass, an eviction) goes t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
@@ -23,6 +23,7 @@ from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
 from lightsout.planning.autoscaler.decisions import Hold, ScaleAction
 from lightsout.planning.autoscaler.scheduling import HOSTNAME_LABEL
+from lightsout.planning.energy import tariff
 from lightsout.planning.energy.account import Account, Draw, Rate, is_powered
 from lightsout.planning.energy.status import cpu_use
 from lightsout.planning.machine.effects import Decision, Event, StartJob
@@ -41,7 +42,7 @@ from lightsout.simulate.replay.charges import Charges
 from lightsout.simulate.replay.clock import Clock, Kind
 from lightsout.simulate.traces.overrides import apply_overrides
 from lightsout.simulate.traces.trace import Durations, Trace
-from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, machine_of, snapshot_from
+from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, SERIES_KEY, machine_of, snapshot_from
 from lightsout.state.learned import learned_to_status
 from lightsout.state.measured import expected_resources
 from lightsout.state.parse import format_time
@@ -155,6 +156,10 @@ class SimMachine(MemoryMachine):
     charges: Charges = field(default_factory=Charges)
     #: Why the last plan kept it on, if it did (`Plan.holds`): what its idle time is charged to.
     hold: Hold | None = None
+    #: Its true energy priced as its Group prices each moment (series, tariff, one price),
+    #: and weighed by its Group's carbon series, if any: counted with `energy`.
+    cost: float = 0.0
+    grams: float = 0.0
     #: The planner's `Machine` and `CoreNode` for the current state, and what they were built
     #: from: rebuilt only when that changes, so a snapshot costs no copy per machine and plan.
     record: tuple[tuple[Any, ...], Machine] | None = None
@@ -204,6 +209,7 @@ class SimMachine(MemoryMachine):
         feeding it, if any, is counted up to now too."""
         self.sim.count_battery()
         now, utilisation = self.sim.clock.time(), self.utilisation()
+        self._price(self.energy.counted_to, now, utilisation)
         self.charges.charge(
             (now - self.energy.counted_to).total_seconds(),
             self.draw,
@@ -214,6 +220,16 @@ class SimMachine(MemoryMachine):
         )
         rate = Rate.of(self.draw, is_powered(self.state.phase), utilisation)
         self.energy = self.energy.counted(now, rate)
+
+    def _price(self, start: datetime, end: datetime, utilisation: float) -> None:
+        group = self.groups.get(self.template.group_key)
+        if group is None or end <= start:
+            return
+        watts = self.draw.watts(is_powered(self.state.phase), utilisation)
+        if group.electricity is not None:
+            self.cost += tariff.cost(group.electricity, watts, start, end, group.prices)
+        if group.carbon is not None:
+            self.grams += group.carbon.integral(watts, start, end)
 
     def held(self, hold: Hold | None) -> None:
         """A plan kept it on for `hold` (None: it did not keep it)."""
@@ -309,6 +325,7 @@ class SimMachine(MemoryMachine):
             utilisation=cpu_use(self.requested.get(CPU, 0), self.allocatable.get(CPU)),
             draw=Draw.declared(seen.watts_on, seen.watts_idle, seen.watts_off),
             group=self.group_spec,
+            prices=group.prices if (group := self.groups.get(self.template.group_key)) else None,
         )
 
     # What the simulated cluster does when the port is written: the replay's physics.
@@ -381,6 +398,11 @@ class SimScale(MemoryScale):
 
     machines: Mapping[ObjectKey, SimMachine]
     groups: dict[ObjectKey, Group] = field(default_factory=dict)
+    #: The engine's release of a held deferrable Job (its pod is created then).
+    on_release: Callable[[ObjectKey], bool] | None = None
+
+    def release_job(self, job: ObjectKey) -> bool:
+        return self.on_release is not None and self.on_release(job)
 
     def set_desired(self, machine: ObjectKey, state: ObservedPowerState) -> bool:
         found = self.machines[machine]
@@ -420,7 +442,9 @@ def read_machines(
     makes every machine desired On (always-on)."""
     groups_raw = [apply_overrides(m, overrides) for m in trace.machines if m.get("kind") == "Group"]
     nodes_raw = [m for m in trace.machines if m.get("kind") == "Node"]
-    snapshot = snapshot_from({GROUPS_KEY: groups_raw, MACHINES_KEY: nodes_raw})
+    snapshot = snapshot_from(
+        {GROUPS_KEY: groups_raw, MACHINES_KEY: nodes_raw, SERIES_KEY: list(trace.configmaps)}
+    )
     if snapshot.problems:
         raise ValueError("trace machines: " + "; ".join(snapshot.problems))
     group_specs = {str(g["metadata"]["name"]): group_spec(g) for g in groups_raw}

@@ -429,6 +429,114 @@ def generate(name: str, seed: int | None = None) -> Trace:
     return GENERATORS[name]() if seed is None else GENERATORS[name](seed)
 
 
+#: Monday 11 March 2024, 00:00 UTC: the first whole week of the shared price and carbon data.
+CHEAP_HOURS_START = datetime(2024, 3, 11, tzinfo=UTC)
+#: A household on a dynamic tariff: the day-ahead price plus grid fees, taxes and margin.
+MARKUP_PER_KWH = 0.20
+
+
+def household_deferrable(
+    prices: str, carbon: str, *, weeks: int = 4, objective: str = "Cost", seed: int = 5
+) -> Trace:
+    """A household's `weeks` on a dynamic tariff, with deferrable work: a nightly backup
+    created at 18:00 that may wait 12 h (45 min, said), a photo index at 20:00 that may wait
+    10 h (its length learned from earlier runs), a weekly scrub on Saturday at 09:00 that may
+    wait 30 h (3 h, on the big machine), and hand-started evening pods that may not wait.
+
+    `prices` (EUR/MWh) and `carbon` (gCO2/kWh) are series texts (`state.series`), the shared
+    DE-LU data in the benchmark: they become the trace's ConfigMaps, and the Group objective
+    is `objective`. Not a shipped trace: its series are data kept beside the project."""
+    rng = random.Random(seed)  # noqa: S311  (seeded on purpose: the trace must be reproducible)
+    electricity = {
+        "pricePerKWh": 0.30,
+        "currency": "EUR",
+        "timeZone": ZONE,
+        "series": {
+            "configMapKeyRef": {"name": "day-ahead", "key": "prices.csv"},
+            "unit": "PerMWh",
+            "markupPerKWh": MARKUP_PER_KWH,
+        },
+        "carbon": {"configMapKeyRef": {"name": "grid", "key": "gco2.csv"}},
+        "objective": objective,
+    }
+    machines: list[dict[str, Any]] = [
+        _group("house", 0.30, maxNodes=3, electricity=electricity),
+        _node("mini-1", "house", cpu=4, memory_gi=16, watts=(28, 9, 1), boot_timeout=240),
+        _node("tower-1", "house", cpu=8, memory_gi=32, watts=(90, 38, 3), boot_timeout=420),
+        _node("server-1", "house", cpu=16, memory_gi=64, watts=(170, 70, 5), boot_timeout=600),
+    ]
+    durations = {
+        "mini-1": Durations(3, 30, 10),
+        "tower-1": Durations(8, 100, 20),
+        "server-1": Durations(15, 180, 40),
+    }
+    cronjobs = [
+        _deferrable(
+            _cronjob("backup", "home", "0 18 * * *", _spec("2", "4Gi")),
+            {"lightsout.dev/max-delay": "12h", "lightsout.dev/expected-duration": "45m"},
+        ),
+        _deferrable(
+            _cronjob("photo-index", "media", "0 20 * * *", _spec("2", "6Gi")),
+            {"lightsout.dev/max-delay": "10h"},
+        ),
+        _deferrable(
+            _cronjob("scrub", "storage", "0 9 * * 6", _spec("12", "24Gi")),
+            {"lightsout.dev/max-delay": "30h", "lightsout.dev/expected-duration": "3h"},
+        ),
+    ]
+    runs = {"home/backup": 2700.0, "media/photo-index": 1800.0, "storage/scrub": 10800.0}
+    pods: list[TracePod] = []
+    zone = ZoneInfo(ZONE)
+    for day in range(7 * weeks):
+        midnight = (CHEAP_HOURS_START + timedelta(days=day)).astimezone(zone)
+        midnight = midnight.replace(hour=0, minute=0, second=0, microsecond=0)
+        for _ in range(rng.randint(0, 2)):
+            at = midnight + timedelta(hours=rng.uniform(18, 23))
+            pods.append(
+                TracePod(
+                    at=(at.astimezone(UTC) - CHEAP_HOURS_START).total_seconds(),
+                    run_seconds=rng.uniform(600, 3600),
+                    namespace="default",
+                    name=f"evening-{len(pods) + 1:05d}",
+                    spec=_spec(rng.choice(["1", "2"]), rng.choice(["2Gi", "4Gi"])),
+                )
+            )
+    configmaps = [
+        _series_map("day-ahead", "prices.csv", prices),
+        _series_map("grid", "gco2.csv", carbon),
+    ]
+    return Trace(
+        name="household-deferrable",
+        description=(
+            "A household on a day-ahead tariff (DE-LU prices and grid carbon, Bundesnetzagentur"
+            " | SMARD.de, CC BY 4.0): nightly and weekly deferrable CronJobs, evening pods."
+        ),
+        start=CHEAP_HOURS_START,
+        duration_seconds=7 * weeks * DAY,
+        machines=tuple(machines),
+        cronjobs=tuple(cronjobs),
+        configmaps=tuple(configmaps),
+        pods=tuple(pods),
+        durations=durations,
+        cron_run_seconds=runs,
+        seed=seed,
+    )
+
+
+def _deferrable(cronjob: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
+    cronjob["spec"]["jobTemplate"]["metadata"] = {"annotations": annotations}
+    return cronjob
+
+
+def _series_map(name: str, key: str, text: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": {"lightsout.dev/series": ""}},
+        "data": {key: text},
+    }
+
+
 def scale_week(machines: int = 20, pods: int = 5_000, seed: int = 4) -> Trace:
     """A week of `pods` Poisson arrivals on `machines` mid-size machines: the replay's speed
     benchmark (`benchmarks.simulator`), not a shipped trace."""

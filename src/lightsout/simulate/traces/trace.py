@@ -6,7 +6,10 @@ A trace is a directory (the format is documented in docs/simulator.md):
   true durations (power-on Job, boot to Ready, shutdown Job), each CronJob's run time, and
   optionally a UPS (`ups`: battery capacity, efficiency, mains outages);
 - `machines.yaml`: the managed machines as this API's `Group` and `Node` manifests;
-- `cronjobs.yaml`: `batch/v1` CronJob manifests (their runs are expanded by `state.cron`);
+- `cronjobs.yaml`: `batch/v1` CronJob manifests (their runs are expanded by `state.cron`; a
+  Job template annotated `lightsout.dev/max-delay` makes deferrable runs);
+- `configmaps.yaml` (optional): `v1` ConfigMaps labelled `lightsout.dev/series`, the price and
+  carbon series the Groups' `spec.electricity` names (`state.series`);
 - `pods.jsonl`: every other pod, one JSON object a line: `at` (seconds after the start),
   `runSeconds`, `namespace`, `name`, `owner` (`{kind, name}`, absent for a bare pod) and `spec`
   (a pod spec: containers' requests, nodeSelector, tolerations, affinity).
@@ -36,6 +39,7 @@ from lightsout.state.parse import as_str, dig, format_time, parse_time
 TRACE_FILE = "trace.yaml"
 MACHINES_FILE = "machines.yaml"
 CRONJOBS_FILE = "cronjobs.yaml"
+SERIES_FILE = "configmaps.yaml"
 PODS_FILE = "pods.jsonl"
 
 
@@ -107,6 +111,8 @@ class Trace:
     #: Group and Node manifests (dicts as `kubectl get -o json` prints them).
     machines: tuple[Mapping[str, Any], ...]
     cronjobs: tuple[Mapping[str, Any], ...] = ()
+    #: ConfigMaps labelled `lightsout.dev/series`: the Groups' price and carbon series.
+    configmaps: tuple[Mapping[str, Any], ...] = ()
     pods: tuple[TracePod, ...] = ()
     #: Per Lights-Out Node name.
     durations: Mapping[str, Durations] = field(default_factory=dict)
@@ -226,6 +232,7 @@ def load(directory: Path | str) -> Trace:
         duration_seconds=_number(meta.get("durationSeconds"), f"{meta_path}: durationSeconds"),
         machines=_documents(root / MACHINES_FILE),
         cronjobs=_documents(root / CRONJOBS_FILE),
+        configmaps=_documents(root / SERIES_FILE),
         pods=tuple(pods),
         durations=durations,
         cron_run_seconds=cron_runs,
@@ -280,6 +287,8 @@ def write(trace: Trace, directory: Path | str) -> Path:
     (root / TRACE_FILE).write_text(yaml.safe_dump(meta, sort_keys=False))
     (root / MACHINES_FILE).write_text(_yaml_stream(trace.machines))
     (root / CRONJOBS_FILE).write_text(_yaml_stream(trace.cronjobs))
+    if trace.configmaps:
+        (root / SERIES_FILE).write_text(_yaml_stream(trace.configmaps))
     pods = sorted(trace.pods, key=lambda p: (p.at, p.namespace, p.name))
     (root / PODS_FILE).write_text("".join(_pod_line(p) + "\n" for p in pods))
     return root

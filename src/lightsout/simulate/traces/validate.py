@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from lightsout.models.base import RuleViolationError
-from lightsout.models.group import GroupSpec
+from lightsout.models.group import SERIES_LABEL, GroupSpec
 from lightsout.models.node import NodeSpec
 from lightsout.simulate.traces import yamlfile
 from lightsout.simulate.traces.overrides import apply_overrides
@@ -36,15 +37,18 @@ from lightsout.simulate.traces.trace import (
     CRONJOBS_FILE,
     MACHINES_FILE,
     PODS_FILE,
+    SERIES_FILE,
     TRACE_FILE,
     WATTS_KEYS,
     TraceUps,
 )
 from lightsout.state import cron
-from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, snapshot_from
+from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, SERIES_KEY, snapshot_from
+from lightsout.state.jobs import deferred_jobs
 from lightsout.state.measured import inspected_resources
 from lightsout.state.parse import NODE_OPERATORS, TAINT_EFFECTS, as_list, dig, parse_time
 from lightsout.state.resources import parse_amount
+from lightsout.state.types import deferrable
 
 API_VERSION = "lightsout.dev/v1alpha1"
 CRONJOB_API_VERSION = "batch/v1"
@@ -66,6 +70,7 @@ CRON_RUN_KEYS = ("runSeconds",)
 POD_KEYS = ("at", "runSeconds", "namespace", "name", "owner", "spec")
 OWNER_KEYS = ("kind", "name")
 OBJECT_KEYS = ("apiVersion", "kind", "metadata", "spec", "status")
+CONFIGMAP_KEYS = ("apiVersion", "kind", "metadata", "data")
 #: batch/v1 CronJobSpec's fields.
 CRONJOB_SPEC_KEYS = (
     "schedule",
@@ -128,7 +133,10 @@ def check(directory: Path | str, overrides: Sequence[str] = ()) -> tuple[list[Pr
         out.append(Problem(str(root), "", "", f"no {TRACE_FILE}: not a trace directory"))
         return out, summary
     meta = _trace_meta(_Found(str(meta_path), out), meta_path)
-    nodes = _machines(_Found(str(root / MACHINES_FILE), out), root / MACHINES_FILE, overrides)
+    series_maps = _configmaps(_Found(str(root / SERIES_FILE), out), root / SERIES_FILE)
+    nodes = _machines(
+        _Found(str(root / MACHINES_FILE), out), root / MACHINES_FILE, overrides, series_maps
+    )
     crons = _cronjobs(_Found(str(root / CRONJOBS_FILE), out), root / CRONJOBS_FILE)
     summary.pods = _pods(str(root / PODS_FILE), out, root / PODS_FILE)
     summary.machines, summary.cronjobs = len(nodes), len(crons)
@@ -271,7 +279,13 @@ def _documents(found: _Found, path: Path) -> list[tuple[int, Mapping[str, Any]]]
 
 
 def _identity(
-    found: _Found, index: int, doc: Mapping[str, Any], kinds: Sequence[str], api_version: str
+    found: _Found,
+    index: int,
+    doc: Mapping[str, Any],
+    kinds: Sequence[str],
+    api_version: str,
+    *,
+    keys: Sequence[str] = OBJECT_KEYS,
 ) -> tuple[str, str, str] | None:
     """The object's kind, namespace and name, or None (noted) when it has none readable."""
     where = f"document {index}"
@@ -289,7 +303,7 @@ def _identity(
     obj = _label(kind, namespace or "", name)
     if doc.get("apiVersion") != api_version:
         found.add(obj, "apiVersion", f"must be {api_version}, got {doc.get('apiVersion')!r}")
-    _unknown(found, obj, "", doc, OBJECT_KEYS)
+    _unknown(found, obj, "", doc, keys)
     return kind, namespace or "", name
 
 
@@ -298,8 +312,14 @@ def _label(kind: str, namespace: str, name: str) -> str:
 
 
 # ---------------------------------------------------------------------------- machines.yaml
-def _machines(found: _Found, path: Path, overrides: Sequence[str]) -> dict[str, str]:
-    """Check the Groups and Nodes; returns the Nodes' names (each to its namespace)."""
+def _machines(
+    found: _Found,
+    path: Path,
+    overrides: Sequence[str],
+    series_maps: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, str]:
+    """Check the Groups and Nodes (and that the series a Group names read, from
+    `series_maps`); returns the Nodes' names (each to its namespace)."""
     before = len(found.out)
     groups: dict[tuple[str, str], Mapping[str, Any]] = {}
     nodes: dict[str, tuple[str, Mapping[str, Any]]] = {}
@@ -350,10 +370,19 @@ def _machines(found: _Found, path: Path, overrides: Sequence[str]) -> dict[str, 
     if len(found.out) == before:
         # What the replay reads them with (`read_machines`): anything it would still refuse.
         snapshot = snapshot_from(
-            {GROUPS_KEY: list(groups.values()), MACHINES_KEY: [d for _, d in nodes.values()]}
+            {
+                GROUPS_KEY: list(groups.values()),
+                MACHINES_KEY: [d for _, d in nodes.values()],
+                SERIES_KEY: list(series_maps),
+            }
         )
         for problem in snapshot.problems:
             found.add("", "", problem)
+        for read in snapshot.groups:
+            if read.series_problem is not None:
+                obj = _label("Group", read.key.namespace, read.key.name)
+                field, _, message = read.series_problem.partition(": ")
+                found.add(obj, field, f"{message} (in {SERIES_FILE})")
     return {name: namespace for name, (namespace, _) in nodes.items()}
 
 
@@ -406,6 +435,32 @@ def _at(value: object, loc: Sequence[str]) -> object:
     return value
 
 
+# --------------------------------------------------------------------------- configmaps.yaml
+def _configmaps(found: _Found, path: Path) -> list[Mapping[str, Any]]:
+    """Check the series ConfigMaps (each a v1 ConfigMap labelled `lightsout.dev/series`,
+    its data strings); returns the readable ones. Whether a series reads is checked with the
+    Group that names it (`_machines`)."""
+    out: list[Mapping[str, Any]] = []
+    if not path.exists():
+        return out
+    for index, doc in _documents(found, path):
+        identity = _identity(found, index, doc, ("ConfigMap",), "v1", keys=CONFIGMAP_KEYS)
+        if identity is None:
+            continue
+        _, namespace, name = identity
+        obj = _label("ConfigMap", namespace, name)
+        labels = dig(doc, "metadata", "labels")
+        if not isinstance(labels, Mapping) or SERIES_LABEL not in labels:
+            found.add(obj, "metadata.labels", f"must carry {SERIES_LABEL} (the series label)")
+            continue
+        data = doc.get("data")
+        if not isinstance(data, Mapping) or not all(isinstance(v, str) for v in data.values()):
+            found.add(obj, "data", "must map keys to strings (each a series)")
+            continue
+        out.append(doc)
+    return out
+
+
 # ---------------------------------------------------------------------------- cronjobs.yaml
 def _cronjobs(found: _Found, path: Path) -> dict[str, int]:
     """Check the CronJobs; returns their `namespace/name` keys (as the replay keys them)."""
@@ -450,7 +505,19 @@ def _cronjobs(found: _Found, path: Path) -> dict[str, int]:
             continue
         for field, message in pod_spec_problems(template):
             found.add(obj, f"{POD_TEMPLATE}.{field}", message)
+        _deferrable(found, obj, read)
     return keys
+
+
+def _deferrable(found: _Found, obj: str, spec: cron.CronSpec) -> None:
+    """A deferrable CronJob's annotations, read as the planner reads its Jobs'."""
+    if not deferrable(spec.job_annotations, {}):
+        return
+    moment = datetime(2000, 1, 1, tzinfo=UTC)
+    (job,) = deferred_jobs([cron.job_of(spec, moment, moment, suspend=True)])
+    if job.problem is not None:
+        name, _, message = job.problem.partition(": ")
+        found.add(obj, f"spec.jobTemplate.metadata.annotations.{name}", message)
 
 
 # ------------------------------------------------------------------------------- pods.jsonl
