@@ -21,7 +21,15 @@ What a user would notice:
   is deleted it turns False naming it (with a `PriceSeriesUnreadable` event), and a deferrable
   Job created then runs at once, its `Released` event naming the missing series.
 
-The release rules in every combination are in tests/unit/test_deferral.py.
+A second test prices the Group by the lab's Home Assistant price sensor instead
+(`lightsout_lab.plug_apis.HomeAssistant.set_prices`, the Nord Pool integration's shape, in
+EUR/MWh): the operator writes the sensor's prices per kWh into `lightsout-prices-house`, owned
+by the Group, and a deferrable Job is held for the sensor's cheap hour; once Home Assistant no
+longer takes the token, a `PriceSensorUnreadable` event names the Secret, the ConfigMap and the
+hold stay, and the token is in no log, event or ConfigMap.
+
+The release rules in every combination are in tests/unit/test_deferral.py; the sensor's read,
+error by error, in tests/unit/test_prices_homeassistant.py.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from kubernetes import client
 from lightsout_lab import Cluster
 from lightsout_lab.kubelet import KubeletAgent
 from lightsout_lab.operator_process import OperatorProcess
+from lightsout_lab.plug_apis import PRICE_SENSOR, HomeAssistant
 from lightsout_lab.sushy import SushyEmulator
 from tests.e2e.autoscaling import Fleet, diagnosed, running
 from tests.e2e.conftest import PATIENCE, webhook_operator_process
@@ -54,6 +63,8 @@ SIZES = {
 }
 #: EUR per MWh, as day-ahead markets publish prices.
 DEAR, CHEAP = 400, 50
+#: A long-lived access token (a JWT in life): long and unique, so finding it anywhere is a leak.
+HA_TOKEN = "eyJhbGciOiJIUzI1NiJ9.e2e-price-token-5a90c3.c2lnbmF0dXJl"
 
 
 def utc(text: str) -> dt.datetime:
@@ -62,6 +73,15 @@ def utc(text: str) -> dt.datetime:
 
 def stamp(moment: dt.datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def cheap_hour_ahead() -> tuple[dt.datetime, dt.datetime, list[tuple[dt.datetime, int]]]:
+    """Now, the start of the cheap hour two minutes ahead, and the prices of four hours (EUR
+    per MWh): dear, cheap, dear, dear."""
+    started = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    cheap_at, hour = started + dt.timedelta(minutes=2), dt.timedelta(hours=1)
+    prices = [(cheap_at - hour, DEAR), (cheap_at, CHEAP), (cheap_at + hour, DEAR)]
+    return started, cheap_at, [*prices, (cheap_at + 2 * hour, DEAR)]
 
 
 @pytest.fixture
@@ -133,6 +153,18 @@ def job_json(crds: Cluster, namespace: str, name: str) -> dict[str, Any]:
     return dict(get_json(crds, "job", name, "-n", namespace) or {})
 
 
+def start_at(crds: Cluster, namespace: str, name: str) -> dt.datetime:
+    """When the planner says the held Job starts (`lightsout.dev/start-at`)."""
+    said: str = wait_for(
+        lambda: job_json(crds, namespace, name)["metadata"]["annotations"].get(
+            "lightsout.dev/start-at"
+        ),
+        PATIENCE,
+        f"the planner to say when the {name} Job starts",
+    )
+    return utc(said)
+
+
 def complete(crds: Cluster, namespace: str, name: str) -> bool:
     conditions = (job_json(crds, namespace, name).get("status") or {}).get("conditions") or []
     return any(c["type"] == "Complete" and c["status"] == "True" for c in conditions)
@@ -151,15 +183,7 @@ def test_a_deferrable_job_waits_for_the_cheap_hour_and_urgent_ones_run_at_once(
     machines: Fleet,
     bmc: SushyEmulator,
 ) -> None:
-    started = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    cheap_at = started + dt.timedelta(minutes=2)
-    hour = dt.timedelta(hours=1)
-    lines = [
-        (cheap_at - hour, DEAR),
-        (cheap_at, CHEAP),
-        (cheap_at + hour, DEAR),
-        (cheap_at + 2 * hour, DEAR),
-    ]
+    started, cheap_at, lines = cheap_hour_ahead()
     series = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -203,14 +227,7 @@ def run(
     admitted = job_json(crds, namespace, "nightly")
     assert admitted["spec"].get("suspend") is True, "the webhook admits it suspended"
     assert admitted["metadata"]["annotations"].get("lightsout.dev/deferred") == "true"
-    start_at = wait_for(
-        lambda: job_json(crds, namespace, "nightly")["metadata"]["annotations"].get(
-            "lightsout.dev/start-at"
-        ),
-        PATIENCE,
-        "the planner to say when the nightly Job starts",
-    )
-    assert utc(start_at) == cheap_at
+    assert start_at(crds, namespace, "nightly") == cheap_at
     deferred = wait_for(
         lambda: event(crds, namespace, "nightly", "Deferred"), PATIENCE, "a Deferred event"
     )
@@ -271,15 +288,7 @@ def series_gone(crds: Cluster, namespace: str, first: dt.datetime, end: dt.datet
     assert ready is not None and ready["status"] == "True"
     assert ready["message"] == f"prices from {stamp(first)} to {stamp(end)}"
     crds.kubectl("delete", "configmap", "day-ahead", "-n", namespace)
-    gone = wait_for(
-        lambda: (
-            (c := condition(crds, namespace, "house", "PriceSeriesReady"))
-            and c["status"] == "False"
-            and c
-        ),
-        PATIENCE,
-        "PriceSeriesReady False once the ConfigMap is gone",
-    )
+    gone = series_ready(crds, namespace, "False", "once the ConfigMap is gone")
     missing = f"spec.electricity.series: ConfigMap {namespace}/day-ahead not found"
     assert gone["message"].startswith(missing)
     said = event(crds, namespace, "house", "PriceSeriesUnreadable")
@@ -302,9 +311,85 @@ def series_gone(crds: Cluster, namespace: str, first: dt.datetime, end: dt.datet
     assert released.startswith(f"released at once: {missing}")
 
 
+def series_ready(crds: Cluster, namespace: str, status: str, why: str) -> dict[str, Any]:
+    """The Group house's `PriceSeriesReady` condition, once it has `status`."""
+    found: dict[str, Any] = wait_for(
+        lambda: (
+            (c := condition(crds, namespace, "house", "PriceSeriesReady"))
+            and c["status"] == status
+            and c
+        ),
+        PATIENCE,
+        f"PriceSeriesReady {status} {why}",
+    )
+    return found
+
+
 def condition(crds: Cluster, namespace: str, group: str, kind: str) -> dict[str, Any] | None:
     found = get_json(crds, "lsg", group, "-n", namespace) or {}
     for cond in (found.get("status") or {}).get("conditions") or ():
         if cond.get("type") == kind:
             return dict(cond)
     return None
+
+
+def test_a_home_assistant_price_sensor_holds_a_job_for_its_cheap_hour_and_names_a_bad_token(
+    crds: Cluster,
+    namespace: str,
+    webhook_operator: OperatorProcess,
+    machines: Fleet,
+    bmc: SushyEmulator,
+) -> None:
+    started, cheap_at, prices = cheap_hour_ahead()
+    hour = dt.timedelta(hours=1)
+    with HomeAssistant(token=HA_TOKEN) as ha:
+        ha.set_prices(today=prices[:3], tomorrow=prices[3:], unit="EUR/MWh")
+        sensor = {
+            "url": ha.endpoint,
+            "tokenSecretRef": {"name": "ha-prices"},
+            "entity": PRICE_SENSOR,
+            "pollSeconds": 10,
+        }
+        electricity = {"pricePerKWh": 0.30, "series": {"homeAssistant": sensor}}
+        group = fleet.group("house", autoscaler="builtin", electricity=electricity)
+        nodes = machines.nodes(bmc, group="house")
+        for short, node in zip(SIZES, nodes, strict=True):
+            node["spec"]["labels"] = {"runs-on": short}
+        token = fleet.secret("ha-prices", {"token": HA_TOKEN})
+        fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), token, group, *nodes])
+        with diagnosed(crds, namespace):
+            written = wait_for(
+                lambda: get_json(crds, "configmap", "lightsout-prices-house", "-n", namespace),
+                PATIENCE,
+                "the operator to write the sensor's prices into lightsout-prices-house",
+            )
+            (owner,) = written["metadata"]["ownerReferences"]
+            assert (owner["kind"], owner["name"]) == ("Group", "house")
+            assert f"{stamp(cheap_at)},0.05\n" in written["data"]["prices.csv"], "per kWh"
+            annotations = {
+                "lightsout.dev/finish-by": stamp(started + 2 * hour),
+                "lightsout.dev/expected-duration": "2m",
+            }
+            fleet.apply(crds, namespace, [job("nightly", "nightly", annotations)])
+            assert start_at(crds, namespace, "nightly") == cheap_at, "the sensor's cheap hour"
+            ready = series_ready(crds, namespace, "True", "from the sensor's prices")
+            covered = f"prices from {stamp(cheap_at - hour)} to {stamp(cheap_at + 3 * hour)}"
+            assert ready["message"] == covered
+
+            # Home Assistant no longer takes the token: said, naming the Secret; the prices
+            # already read stay.
+            ha.token = "a-new-token-the-secret-does-not-hold-yet"
+            refused = wait_for(
+                lambda: event(crds, namespace, "house", "PriceSensorUnreadable"),
+                PATIENCE,
+                "a PriceSensorUnreadable event on the Group",
+            )
+            assert f"refused the token in Secret {namespace}/ha-prices key token" in refused
+            kept = get_json(crds, "configmap", "lightsout-prices-house", "-n", namespace)
+            assert kept["data"] == written["data"]
+            assert job_json(crds, namespace, "nightly")["spec"].get("suspend") is True
+        seen = [
+            webhook_operator.log_path.read_text(errors="replace"),
+            crds.kubectl("get", "events,configmaps", "-n", namespace, "-o", "json").stdout,
+        ]
+        assert not [text for text in seen if HA_TOKEN in text], "the token leaked"

@@ -53,7 +53,8 @@ KOPF_SCANNING: set[Rule] = {
 #: given no Secret access.
 NAMESPACED_ONLY: set[Rule] = {("", "secrets", "list"), ("", "secrets", "watch")}
 #: Granted only with the chart's `upsTokenSecrets`, and then only on the Secrets it names
-#: (`resourceNames`): the Home Assistant tokens of UPS sources (`Api.read_secret_key`).
+#: (`resourceNames`): the Home Assistant tokens of UPS sources and price sensors
+#: (`Api.read_secret_key`).
 BY_NAME_ONLY: set[Rule] = {("", "secrets", "get")}
 # A decorator, or a registration call (`kopf.index("", "v1", "secrets", ...)(fn)`).
 _DECORATOR = re.compile(

@@ -112,7 +112,7 @@ def electricity(**spec: Any) -> Electricity:
 
 def test_a_group_gets_its_series_per_kwh_with_the_markup() -> None:
     maps = {("lightsout", "day-ahead"): {"prices.csv": DAY_AHEAD}}
-    resolved = resolve(electricity(), "lightsout", maps)
+    resolved = resolve(electricity(), "lightsout", maps, group="lab")
     assert resolved.problem is None and resolved.prices is not None
     assert resolved.prices.at(at(2 * 3600)) == pytest.approx(0.0205 + 0.18)
     # Where the series has a price it wins; outside, the base price holds.
@@ -137,7 +137,7 @@ def test_a_group_gets_its_series_per_kwh_with_the_markup() -> None:
     ],
 )
 def test_a_missing_or_malformed_series_is_named(maps: Any, says: str) -> None:
-    resolved = resolve(electricity(), "lightsout", maps)
+    resolved = resolve(electricity(), "lightsout", maps, group="lab")
     assert resolved.prices is None
     assert resolved.problem is not None and says in resolved.problem
 
@@ -218,7 +218,10 @@ def test_the_group_says_whether_its_series_read_once_per_change() -> None:
 
 def test_a_machines_pass_counts_its_energy_at_the_series_price() -> None:
     prices = resolve(
-        electricity(), "lightsout", {("lightsout", "day-ahead"): {"prices.csv": DAY_AHEAD}}
+        electricity(),
+        "lightsout",
+        {("lightsout", "day-ahead"): {"prices.csv": DAY_AHEAD}},
+        group="lab",
     ).prices
     spec = GroupSpec.model_validate(
         {"electricity": electricity().model_dump(by_alias=True, exclude_none=True)}

@@ -17,14 +17,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from lightsout.execution.homeassistant import REFUSED_SECONDS, EntityState, ReadError
 from lightsout.execution.ups import NutReader, PowerSources
-from lightsout.execution.ups_homeassistant import (
-    REFUSED_SECONDS,
-    EntityState,
-    HomeAssistantUps,
-    ReadError,
-    variables,
-)
+from lightsout.execution.ups_homeassistant import HomeAssistantUps, variables
 from lightsout.models.battery import BatteryPolicy, HomeAssistantSource, PowerSource
 from lightsout.models.crd import crd_objects
 from lightsout.models.enums import Mains

@@ -1,10 +1,12 @@
 """Three smart-plug APIs on 127.0.0.1, each a thin front-end of one ``PlugMachine`` (Home
-Assistant's also of the sensors a test sets: a UPS's).
+Assistant's also of the sensors a test sets: a UPS's, a price sensor).
 
 Who uses it: the e2e tests of the plug drivers (``tests/e2e/test_power_plugs.py``), the
-``plug_power`` role's molecule scenario, and the UPS read through Home Assistant
-(``tests/e2e/test_battery.py``). Written from the documented APIs
-(../shared/research/plugs.md, ups.md section 5); only what the operator uses is served:
+``plug_power`` role's molecule scenario, the UPS read through Home Assistant
+(``tests/e2e/test_battery.py``) and its price sensor (``tests/e2e/test_cheap_hours.py``).
+Written from the documented APIs (../shared/research/plugs.md, ups.md section 5; the Nord Pool
+custom integration's sensor attributes, as its README and sensor describe them); only what the
+operator uses is served:
 
 - ``ShellyPlug`` — Shelly Gen2+ RPC over HTTP: ``GET /rpc/Switch.Set?id=0&on=true|false`` →
   ``{"was_on": …}``, ``GET /rpc/Switch.GetStatus?id=0`` → ``output``, ``apower`` (W),
@@ -20,8 +22,10 @@ Who uses it: the e2e tests of the plug drivers (``tests/e2e/test_power_plugs.py`
   Without a machine it has no switch; either way it has the sensors a test sets: a UPS's as
   Home Assistant's NUT integration names them (``sensor.<ups>_status_data`` with NUT's
   ``ups.status`` flags, ``_battery_charge`` in %, ``_battery_runtime`` in s, ``_load`` in %;
-  ``set_ups``, ``ups_unavailable``), each state a string with its ``unit_of_measurement``; an
-  entity never set is 404 ``{"message": "Entity not found."}``.
+  ``set_ups``, ``ups_unavailable``), each state a string with its ``unit_of_measurement``; a
+  day-ahead price sensor as the Nord Pool integration shows it (``set_prices``: ``raw_today``
+  and ``raw_tomorrow`` lists of ``{start, end, value}``); any other state and attributes
+  (``set_state``); an entity never set is 404 ``{"message": "Entity not found."}``.
 
 Each plug counts the relay orders it passed on (``machine.orders()``) and every API records its
 requests (``requests()``). Example::
@@ -32,15 +36,17 @@ requests (``requests()``). Example::
 
     with HomeAssistant(token="t0k3n", ups="rack") as ha:
         ha.set_ups(status="OB DISCHRG", charge=80, runtime=900)  # sensor.rack_status_data ...
+        ha.set_prices(today=[(midnight, 61.9), ...], unit="EUR/MWh")  # sensor.nordpool_...
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from lightsout_lab.plugs import (
     HttpApi,
@@ -160,6 +166,12 @@ UPS_SENSORS: dict[str, tuple[str, dict[str, object]]] = {
 }
 
 
+#: The entity id ``set_prices`` gives a price sensor unless told otherwise (the Nord Pool
+#: integration names its sensors after price type, area, currency, precision, low-price cutoff
+#: and VAT).
+PRICE_SENSOR = "sensor.nordpool_kwh_de_lu_eur_3_10_0"
+
+
 @dataclass
 class _Sensor:
     state: str
@@ -237,6 +249,52 @@ class HomeAssistant(HttpApi):
             if name == "runtime" and runtime_unit is not None:
                 attributes["unit_of_measurement"] = runtime_unit
             self.set_state(self.ups_entity(name), value, **attributes)
+
+    def set_prices(
+        self,
+        entity: str = PRICE_SENSOR,
+        *,
+        today: Sequence[tuple[datetime, float]],
+        tomorrow: Sequence[tuple[datetime, float]] = (),
+        interval: timedelta = timedelta(hours=1),
+        unit: str = "EUR/kWh",
+        zone: str = "Europe/Berlin",
+    ) -> None:
+        """A price sensor as the Nord Pool integration shows one: ``raw_today`` and
+        ``raw_tomorrow`` list ``{start, end, value}`` (each interval ``interval`` long, its times
+        ISO 8601 in ``zone`` with their offset, as Home Assistant's JSON writes datetimes),
+        ``today`` and ``tomorrow`` the bare values, ``tomorrow_valid`` whether tomorrow's are
+        there; the state is the price in force now (``unknown`` outside both lists) and
+        ``unit_of_measurement`` is ``unit`` (``<currency>/<kWh|MWh|Wh>``)."""
+        local = ZoneInfo(zone)
+
+        def raw(day: Sequence[tuple[datetime, float]]) -> list[dict[str, object]]:
+            return [
+                {
+                    "start": start.astimezone(local).isoformat(),
+                    "end": (start + interval).astimezone(local).isoformat(),
+                    "value": value,
+                }
+                for start, value in day
+            ]
+
+        now = datetime.now(UTC)
+        current = [v for start, v in (*today, *tomorrow) if start <= now < start + interval]
+        currency, _, energy = unit.partition("/")
+        self.set_state(
+            entity,
+            current[0] if current else "unknown",
+            unit_of_measurement=unit,
+            device_class="monetary",
+            friendly_name="Nord Pool",
+            currency=currency,
+            unit=energy,
+            today=[value for _, value in today],
+            tomorrow=[value for _, value in tomorrow],
+            tomorrow_valid=bool(tomorrow),
+            raw_today=raw(today),
+            raw_tomorrow=raw(tomorrow),
+        )
 
     def ups_unavailable(self) -> None:
         """What a failed poll of the UPS does: every UPS sensor set so far is ``unavailable``."""

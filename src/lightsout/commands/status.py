@@ -138,7 +138,11 @@ def window_in_force(spec: Obj, now: dt.datetime) -> str:
 
 
 def price_in_force(
-    spec: Obj, now: dt.datetime, namespace: str = "", maps: series.ConfigMaps | None = None
+    spec: Obj,
+    now: dt.datetime,
+    namespace: str = "",
+    maps: series.ConfigMaps | None = None,
+    group: str = "",
 ) -> str:
     """The Group's price of a kWh at `now` and, with a tariff or a price series, until when
     ("0.2 EUR/kWh until 06:00 Europe/Berlin"); "-" without a price (or when it does not
@@ -147,7 +151,7 @@ def price_in_force(
         electricity = Electricity.model_validate(spec["electricity"])
     except (KeyError, TypeError, ValueError):
         return "-"
-    resolved = series.resolve(electricity, namespace, maps or {})
+    resolved = series.resolve(electricity, namespace, maps or {}, group=group)
     prices = resolved.prices
     said = f"{tariff.price_at(electricity, now, prices):.4g} {electricity.currency}/kWh"
     if resolved.problem is not None:
@@ -188,7 +192,9 @@ def group_row(
         "min": spec.get("minNodes", 0),
         "max": spec.get("maxNodes", "-"),
         "window": window_in_force(spec, now),
-        "price": price_in_force(spec, now, str(meta.get("namespace") or ""), maps),
+        "price": price_in_force(
+            spec, now, str(meta.get("namespace") or ""), maps, str(meta.get("name") or "")
+        ),
         "ups": ups_in_force(spec, status),
         "on": sum(1 for m in members if m["phase"] == "Ready"),
         "total": len(members),

@@ -205,7 +205,7 @@ class Caches:
             node=node,
             spec=spec,
             group_spec=group_spec,
-            prices=series.resolve(electricity, namespace, maps).prices,
+            prices=series.resolve(electricity, namespace, maps, group=spec.group).prices,
             jobs=jobs,
             job_pods=job_pods,
             job_events={

@@ -21,7 +21,8 @@ calls the pure `planning.autoscaler.autoscale.plan` in a thread and hands the re
 deadline (`planning.autoscaler.wake.next_wake`: an unneeded machine's timer, a stabilisation window)
 or until its leader Lease needs renewing. Only the replica holding the
 `lightsout-autoscaler` Lease plans; the others keep their caches warm and take over when the
-Lease expires. Beside it, the leader reads the UPSes the Groups name (`execution.ups`).
+Lease expires. Beside it, the leader reads the UPSes the Groups name (`execution.ups`) and
+their Home Assistant price sensors (`execution.prices`).
 """
 
 from __future__ import annotations
@@ -41,12 +42,14 @@ from lightsout import API_GROUP, API_VERSION
 from lightsout.actuation.plans import PlanApplier
 from lightsout.config import OperatorConfig
 from lightsout.execution import reconcile as rc
+from lightsout.execution.prices import PriceSensors
 from lightsout.execution.scaling import KubeScale, LeaderLease, count, gauge_pending
 from lightsout.execution.ups import PowerSources
 from lightsout.execution.workqueue import backoff
 from lightsout.handlers.lifecycle import shared_api, stop_task
-from lightsout.handlers.node import NOT_OURS, slim
+from lightsout.handlers.node import NOT_OURS, OURS, slim
 from lightsout.k8s.api import Api
+from lightsout.models.group import SERIES_LABEL
 from lightsout.planning.autoscaler.autoscale import plan
 from lightsout.planning.autoscaler.decisions import Plan
 from lightsout.planning.autoscaler.wake import PlanningRound, next_wake
@@ -80,6 +83,9 @@ INDEXES = {
     build.JOBS_KEY: "autoscaler_jobs",
     build.SERIES_KEY: rc.SERIES,
 }
+#: The ConfigMaps of prices the operator writes from Home Assistant sensors (`execution.prices`):
+#: the only ones of its own whose change wakes the planner.
+OUR_PRICES: dict[str, Any] = {**OURS, SERIES_LABEL: kopf.PRESENT}
 #: Snapshot key → the Node reconciler's index of Secret / ConfigMap key names (never values).
 KEY_NAMES = {build.SECRETS_KEY: rc.SECRETS, build.CONFIGMAPS_KEY: rc.CONFIG_MAPS}
 
@@ -289,6 +295,21 @@ async def start_autoscaler(memo: kopf.Memo, **kwargs: Any) -> None:
     )
     memo.power_sources = sources
     memo.power_sources_task = asyncio.create_task(sources.run(), name="lightsout-ups")
+    # The Home Assistant price sensors the Groups name, read by the leader into ConfigMaps of
+    # prices, which the caches, and so the planner and the machines' passes, read as series.
+    prices = PriceSensors(
+        planner.api,
+        groups=lambda: _cached(indexes, rc.GROUPS),
+        series_maps=lambda: _cached(indexes, rc.SERIES),
+        leading=lambda: planner.leading,
+    )
+    memo.price_sensors = prices
+    memo.price_sensors_task = asyncio.create_task(prices.run(), name="lightsout-prices")
+
+
+def _cached(indexes: Mapping[str, Any], index: str) -> list[Obj]:
+    """Every object a kopf index holds (its dicts are replaced on change, never mutated)."""
+    return [obj for found in indexes[index].values() for obj in found]
 
 
 @kopf.on.cleanup()
@@ -298,6 +319,8 @@ async def stop_autoscaler(memo: kopf.Memo, **_: Any) -> None:
         return
     await stop_task(memo.power_sources_task)
     memo.power_sources.close()
+    await stop_task(memo.price_sensors_task)
+    memo.price_sensors.close()
     await stop_task(planner.task)
     # Hand over at once instead of making the next replica wait for the Lease to expire.
     await asyncio.to_thread(planner.release)
@@ -312,6 +335,7 @@ async def stop_autoscaler(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event("batch", "v1", "cronjobs", labels=NOT_OURS, id="autoscaler_wake")
 @kopf.on.event("batch", "v1", "jobs", labels=NOT_OURS, when=_deferrable_job, id="autoscaler_wake")
 @kopf.on.event("", "v1", "configmaps", labels=NOT_OURS, id="autoscaler_wake")
+@kopf.on.event("", "v1", "configmaps", labels=OUR_PRICES, id="autoscaler_wake")
 async def autoscaler_wake(memo: kopf.Memo, **_: Any) -> None:
     planner: Planner | None = getattr(memo, "autoscaler", None)
     if planner is not None:

@@ -2,10 +2,11 @@
 
 `Api` owns one client (one connection pool, sized when it is made; in-cluster config, or
 KUBECONFIG) and has the typed wrappers over it that the operator and the `lightsout` commands
-use: Lights-Out resources and their status, Jobs and their pods, the extravars ConfigMaps,
-Leases with optimistic concurrency, core Nodes (cordon, labels, taints, delete), pods on a
-node, the Eviction API and PodDisruptionBudgets, Events, and one Secret key read by name (a
-Home Assistant token for the UPS reader). There is no client at module level: each process
+use: Lights-Out resources and their status, Jobs and their pods, the extravars ConfigMaps and
+those holding the prices read from a Home Assistant sensor, Leases with optimistic
+concurrency, core Nodes (cordon, labels, taints, delete), pods on a node, the Eviction API and
+PodDisruptionBudgets, Events, and one Secret key read by name (a Home Assistant token for the
+UPS and price sensor readers). There is no client at module level: each process
 makes one `Api` where it starts and passes it down. The operator's is made by its first kopf
 start-up handler (`handlers.lifecycle.shared_api`, kept on kopf's memo) and
 handed to the reconcilers, the autoscaler, the externalgrpc server and the admission webhook,
@@ -178,6 +179,9 @@ class Api:
             _raw(self.core().create_namespaced_config_map, namespace, dict(body))
         except ConflictError:
             _raw(self.core().replace_namespaced_config_map, name, namespace, dict(body))
+
+    def get_configmap(self, namespace: str, name: str) -> Obj | None:
+        return _get(self.core().read_namespaced_config_map, name, namespace)
 
     def delete_configmap(self, namespace: str, name: str) -> None:
         _delete(self.core().delete_namespaced_config_map, name, namespace)

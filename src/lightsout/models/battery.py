@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated
-from urllib.parse import urlsplit
 
 from pydantic import Field, StringConstraints
 
 from lightsout.models.base import ApiModel, Rule, default_empty
-from lightsout.models.drivers import SensorEntity, TokenSecretRef
+from lightsout.models.drivers import SensorEntity
 from lightsout.models.enums import BatteryTier, Mains
-from lightsout.models.types import DnsSubdomain, Host, HttpUrl, ShortText
+from lightsout.models.homeassistant import HomeAssistantApi
+from lightsout.models.types import DnsSubdomain, Host, ShortText
 
 #: A UPS name as upsd.conf's sections spell it (`[lab]`).
 UpsName = Annotated[
@@ -43,17 +43,11 @@ class NutSource(ApiModel):
     instant command: upsmon and the UPS do the rest), so no credentials are needed."""
 
 
-class HomeAssistantSource(ApiModel):
+class HomeAssistantSource(HomeAssistantApi):
     """A UPS as Home Assistant's entities show it (its NUT integration's sensors, or any
     sensors holding the same values), read through its REST API (`GET /api/states/<entity>`)
     with a long-lived access token."""
 
-    url: HttpUrl
-    """Base URL of Home Assistant, e.g. http://homeassistant.local:8123."""
-    token_secret_ref: TokenSecretRef
-    """Secret key, in the Group's namespace, holding a long-lived access token (a Home
-    Assistant user's profile, Security tab). The operator reads it through the API, so the
-    chart must name the Secret in `upsTokenSecrets`."""
     status_entity: SensorEntity
     """The sensor whose state is the UPS's status flags as NUT's `ups.status` has them
     (`OL`, `OB DISCHRG`, `OB LB`), e.g. `sensor.rack_status_data` (the NUT integration's
@@ -65,17 +59,6 @@ class HomeAssistantSource(ApiModel):
     Assistant: enable it first); read in its `unit_of_measurement` (s, min, h or d)."""
     load_entity: SensorEntity | None = None
     """The UPS's load in %, e.g. `sensor.rack_load`."""
-
-    @property
-    def address(self) -> str:
-        """Home Assistant's `host:port`, as the source's name shows it."""
-        url = urlsplit(self.url)
-        netloc = url.netloc.rpartition("@")[2]  # never a user:password@ written into the URL
-        try:
-            port = url.port
-        except ValueError:  # out of range: the connection says so
-            return netloc
-        return netloc if port else f"{netloc}:{443 if url.scheme == 'https' else 80}"
 
 
 ONE_SOURCE = Rule(

@@ -7,6 +7,7 @@ the status subresource; cluster-autoscaler sees each Group as one node group.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
 from datetime import datetime
@@ -24,6 +25,7 @@ from lightsout.models import windows as window_times
 from lightsout.models.base import ApiModel, Rule, default_empty
 from lightsout.models.battery import BatteryPolicy, BatteryStatus
 from lightsout.models.common import Conditions, Currency, Energy, Taints
+from lightsout.models.drivers import SensorEntity
 from lightsout.models.enums import (
     Autoscaler,
     DeferralObjective,
@@ -31,6 +33,7 @@ from lightsout.models.enums import (
     NodeRemovalPolicy,
     SelectionPolicy,
 )
+from lightsout.models.homeassistant import HomeAssistantApi
 from lightsout.models.types import (
     CronSchedule,
     DnsSubdomain,
@@ -447,17 +450,83 @@ class ConfigMapKeyRef(ApiModel):
     """Key within the ConfigMap."""
 
 
-class PriceSeries(ApiModel):
-    """Prices by interval (a day-ahead tariff: hourly or quarter-hourly), one `start,value` line
-    per interval in a ConfigMap key (`2024-03-11T00:00:00Z,87.5`; an optional header line and
-    `#` comments): each interval lasts until the next starts, the last as long as the one
-    before it. Outside the series (before its first line, after its last) the tariff above
-    applies, and deferrable Jobs are not held for hours it does not cover."""
+#: The name, `lightsout-prices-<group>`, and key of the ConfigMap the operator writes a
+#: Home Assistant price sensor's prices into (`prices_config_map`).
+PRICES_PREFIX = "lightsout-prices-"
+PRICES_KEY = "prices.csv"
+#: An object name's limit (a DNS-1123 subdomain).
+NAME_MAX = 253
+#: How often a price sensor is read when `pollSeconds` is not set: day-ahead prices change once
+#: a day, and tomorrow's are found within a quarter of an hour of their publication.
+DEFAULT_PRICE_POLL_SECONDS = 900
 
-    config_map_key_ref: ConfigMapKeyRef
-    """Where the series is."""
+
+class HomeAssistantPrices(HomeAssistantApi):
+    """A Home Assistant sensor whose attributes carry today's and tomorrow's prices by interval:
+    the Nord Pool integration's `raw_today` and `raw_tomorrow` (lists of `{start, end, value}`),
+    or lists `today` and `tomorrow` of `{startsAt, total}` (Tibber's shape; `start`/`value`
+    read too). The operator reads it at start and every `pollSeconds` and writes its prices,
+    per kWh, into a ConfigMap it owns in the Group's namespace, `lightsout-prices-<group>` (key
+    `prices.csv`, labelled `lightsout.dev/series`, owned by the Group), which the Group's series
+    is read from like any other. A read that fails leaves that ConfigMap as it was (its prices
+    hold until they end) and says why in a `PriceSensorUnreadable` event on the Group."""
+
+    entity: SensorEntity
+    """The price sensor, e.g. `sensor.nordpool_kwh_de_eur_3_10_0`. Its `unit_of_measurement`
+    says what a value is: `<currency>/kWh` is taken as it is, `<currency>/MWh` divided by 1000;
+    any other unit is refused. A price is not converted: the currency must be the Group's
+    `currency` (a sensor in cents, `c/kWh`, is refused too)."""
+    poll_seconds: int = Field(default=DEFAULT_PRICE_POLL_SECONDS, ge=10, le=86_400)
+    """How often the sensor is read (and at once when the operator starts or this block
+    changes); after a failed read, every minute at most until it reads again."""
+
+
+def prices_config_map(group: str) -> str:
+    """The name of the ConfigMap holding the prices the operator read for Group `group` from
+    its Home Assistant sensor: `lightsout-prices-<group>`; a name too long for that keeps its
+    first part and ends in a hash of the whole, so two Groups never share one."""
+    name = PRICES_PREFIX + group
+    if len(name) <= NAME_MAX:
+        return name
+    digest = hashlib.sha256(group.encode()).hexdigest()[:8]
+    head = name[: NAME_MAX - len(digest) - 1].rstrip("-.")
+    return f"{head}-{digest}"
+
+
+ONE_PRICE_SOURCE = Rule(
+    cel="has(self.configMapKeyRef) != has(self.homeAssistant)",
+    message="exactly one of configMapKeyRef or homeAssistant must be set",
+    test=lambda series: (series.config_map_key_ref is None) != (series.home_assistant is None),
+)
+UNIT_FROM_THE_SENSOR = Rule(
+    cel="!has(self.homeAssistant) || !has(self.unit) || self.unit == 'PerKWh'",
+    message=(
+        "unit applies to configMapKeyRef only: a Home Assistant sensor's unit_of_measurement "
+        "says what its prices are"
+    ),
+    field_path=".unit",
+    test=lambda series: series.home_assistant is None or series.unit == "PerKWh",
+)
+
+
+class PriceSeries(ApiModel):
+    """Prices by interval (a day-ahead tariff: hourly or quarter-hourly), from exactly one of:
+    a ConfigMap key holding one `start,value` line per interval (`2024-03-11T00:00:00Z,87.5`;
+    an optional header line and `#` comments), or a Home Assistant price sensor. Each interval
+    lasts until the next starts, the last as long as the one before it. Outside the series
+    (before its first interval, after its last) the tariff above applies, and deferrable Jobs
+    are not held for hours it does not cover."""
+
+    cel_rules = (ONE_PRICE_SOURCE, UNIT_FROM_THE_SENSOR)
+
+    config_map_key_ref: ConfigMapKeyRef | None = None
+    """Where the series is: a ConfigMap key you keep up to date."""
+    home_assistant: HomeAssistantPrices | None = None
+    """Instead of configMapKeyRef: a Home Assistant price sensor the operator reads and keeps
+    the series of (docs/cheap-hours.md)."""
     unit: Literal["PerKWh", "PerMWh"] = "PerKWh"
-    """What a value is: the price of a kWh, or of a MWh as day-ahead markets publish it."""
+    """What a value of configMapKeyRef's series is: the price of a kWh, or of a MWh as
+    day-ahead markets publish it (a Home Assistant sensor's unit says it for its prices)."""
     markup_per_kwh: float = Field(default=0.0, ge=0, le=1000, alias="markupPerKWh")
     """Added to every interval's price per kWh: grid fees, taxes and the supplier's margin on
     top of a day-ahead price."""
@@ -482,7 +551,8 @@ OBJECTIVE_NEEDS_CARBON = Rule(
 class Electricity(ApiModel):
     """Electricity price, to report the cost of energy used and saved: one price, or a
     time-of-use tariff (rates by weekday and time of day over that base price), or prices by
-    interval from a ConfigMap; and what deferrable Jobs wait for (docs/cheap-hours.md)."""
+    interval from a ConfigMap or a Home Assistant sensor; and what deferrable Jobs wait for
+    (docs/cheap-hours.md)."""
 
     cel_rules = (OBJECTIVE_NEEDS_CARBON,)
 
@@ -499,10 +569,10 @@ class Electricity(ApiModel):
     """IANA time zone the rates' days and times are read in (`Europe/Berlin`); daylight saving
     is followed (a rate from 02:00 on the night the clocks skip that hour starts at 03:00)."""
     series: PriceSeries | None = None
-    """Prices by interval from a ConfigMap (day-ahead prices): where it has a price it wins
-    over `rates` and `pricePerKWh`. Missing or unreadable, the Group says so in its
-    `PriceSeriesReady` condition, energy is priced by the tariff, and deferrable Jobs run at
-    once."""
+    """Prices by interval from a ConfigMap or a Home Assistant sensor (day-ahead prices):
+    where it has a price it wins over `rates` and `pricePerKWh`. Missing or unreadable, the
+    Group says so in its `PriceSeriesReady` condition, energy is priced by the tariff, and
+    deferrable Jobs run at once."""
     carbon: CarbonSeries | None = None
     """Grid carbon intensity by interval from a ConfigMap, for `objective: Carbon`."""
     objective: DeferralObjective = DeferralObjective.COST

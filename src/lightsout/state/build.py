@@ -238,7 +238,7 @@ def _group(obj: Mapping[str, Any], notes: list[str], maps: series.ConfigMaps) ->
     if key is None:
         return None
     spec = _model(GroupSpec, obj.get("spec"), notes, "spec")
-    resolved = series.resolve(spec.electricity, key.namespace, maps)
+    resolved = series.resolve(spec.electricity, key.namespace, maps, group=key.name)
     up, down = spec.scale_up, spec.scale_down
     return Group(
         key=key,

@@ -17,7 +17,10 @@ period, each interval at its own value.
 has (`SERIES_LABEL`: the operator caches those only) into `Series`, the prices already per kWh
 with the markup added; or says, naming the ConfigMap, the key and the line, why it cannot: then
 the Group has no series (its tariff prices energy, and deferrable Jobs run at once:
-`planning.autoscaler.deferral`).
+`planning.autoscaler.deferral`). A Home Assistant price sensor is no exception: the operator's
+leader writes what it reads into a ConfigMap of its own (`execution.prices`), and
+its series is read from there, so the operator's passes and planner, `lightsout status` and
+`plan` and the replay all read every series one way.
 """
 
 from __future__ import annotations
@@ -28,7 +31,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from lightsout.models.group import SERIES_LABEL, ConfigMapKeyRef, Electricity
+from lightsout.models.group import (
+    PRICES_KEY,
+    SERIES_LABEL,
+    ConfigMapKeyRef,
+    Electricity,
+    HomeAssistantPrices,
+    prices_config_map,
+)
 
 #: At most this many intervals: a year of quarter-hours, far more than a ConfigMap holds.
 MAX_POINTS = 35_136
@@ -108,7 +118,7 @@ def parse(text: str) -> Series:
         fields = [f.strip() for f in line.split(",")]
         if len(fields) < 2:
             raise SeriesError(f"line {number}: {raw.strip()!r} is not `start,value`")
-        start = _time(fields[0])
+        start = instant(fields[0])
         if start is None:
             if not starts and not values and _is_header(fields[1]):
                 continue  # a header line: `start_utc,price_eur_mwh`
@@ -130,7 +140,9 @@ def parse(text: str) -> Series:
     return Series(tuple(starts), tuple(values), starts[-1] - starts[-2])
 
 
-def _time(text: str) -> datetime | None:
+def instant(text: str) -> datetime | None:
+    """An ISO 8601 time with its offset (`Z` too) as a UTC datetime; None when `text` is not
+    one."""
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -162,21 +174,50 @@ class Resolved:
     problem: str | None = None
 
 
-def resolve(electricity: Electricity | None, namespace: str, maps: ConfigMaps) -> Resolved:
-    """The series `electricity` names, from `maps` (the labelled ConfigMaps)."""
+def resolve(
+    electricity: Electricity | None, namespace: str, maps: ConfigMaps, *, group: str
+) -> Resolved:
+    """The series `electricity` (of Group `group`) names, from `maps` (the labelled
+    ConfigMaps); a Home Assistant price sensor's from the ConfigMap the operator writes its
+    prices into (`prices_config_map`)."""
     if electricity is None:
         return Resolved()
     problems: list[str] = []
     prices = carbon = None
     if electricity.series is not None:
         source = electricity.series
-        found = _read(source.config_map_key_ref, namespace, maps, "series", problems)
-        if found is not None:
+        found: Series | None
+        if source.home_assistant is not None:
+            found = _sensor_prices(source.home_assistant, namespace, group, maps, problems)
+            per_kwh = 1.0  # the operator wrote them per kWh, after the sensor's unit
+        else:
+            assert source.config_map_key_ref is not None  # PriceSeries' one-of rule
+            found = _read(source.config_map_key_ref, namespace, maps, "series", problems)
             per_kwh = 0.001 if source.unit == "PerMWh" else 1.0
+        if found is not None:
             prices = found.scaled(per_kwh, source.markup_per_kwh)
     if electricity.carbon is not None:
         carbon = _read(electricity.carbon.config_map_key_ref, namespace, maps, "carbon", problems)
     return Resolved(prices, carbon, "; ".join(problems) or None)
+
+
+def _sensor_prices(
+    sensor: HomeAssistantPrices,
+    namespace: str,
+    group: str,
+    maps: ConfigMaps,
+    problems: list[str],
+) -> Series | None:
+    ref = ConfigMapKeyRef(name=prices_config_map(group), key=PRICES_KEY)
+    if (namespace, ref.name) not in maps:
+        named = f"{namespace}/{ref.name}" if namespace else ref.name
+        problems.append(
+            f"spec.electricity.series: the Home Assistant sensor {sensor.entity} has not been "
+            f"read yet (the operator writes its prices into ConfigMap {named}): see the "
+            "Group's events"
+        )
+        return None
+    return _read(ref, namespace, maps, "series", problems)
 
 
 def _read(
@@ -221,6 +262,7 @@ __all__ = [
     "Series",
     "SeriesError",
     "config_maps",
+    "instant",
     "parse",
     "resolve",
 ]
