@@ -30,6 +30,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 
 from lightsout.models.group import (
     PRICES_KEY,
@@ -234,10 +235,17 @@ def _read(
         problems.append(f"{where} has no key {ref.key}")
         return None
     try:
-        return parse(text)
+        return _parsed(text)
     except SeriesError as error:
         problems.append(f"{where} key {ref.key}: {error}")
         return None
+
+
+@lru_cache(maxsize=64)
+def _parsed(text: str) -> Series:
+    """`parse`, once per text: every machine's pass and every plan resolve their Group's series,
+    and a day-ahead series changes once a day."""
+    return parse(text)
 
 
 def config_maps(objects: object) -> dict[tuple[str, str], Mapping[str, str]]:

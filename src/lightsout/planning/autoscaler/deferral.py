@@ -176,11 +176,14 @@ def _decide(
     job: DeferredJob, snapshot: Snapshot, now: datetime, planned: Sequence[_Planned]
 ) -> tuple[Release | Wait, tuple[_Option, datetime] | None]:
     """The Job's release or wait and, when a start was priced, the machine and start chosen."""
-    decided = _unpriced(job, snapshot, now)
+    decided = _unread(job)
+    if decided is not None:
+        return decided, None
+    options = list(_options(job, snapshot))
+    decided = _unpriced(job, options, now)
     if decided is not None:
         return decided, None
     assert job.deadline is not None and job.duration is not None
-    options = list(_options(job, snapshot))
     latest = job.deadline - MARGIN - max(o.to_finish for o in options)
     requests = job.scheduling.requests
     priced: list[tuple[float, datetime, _Option, _Planned | None]] = [
@@ -213,8 +216,8 @@ def _decide(
     return wait, (best, best_start)
 
 
-def _unpriced(job: DeferredJob, snapshot: Snapshot, now: datetime) -> Release | None:
-    """The Job's release at once when no start can be priced for it, or it must start now."""
+def _unread(job: DeferredJob) -> Release | None:
+    """The Job's release at once when its annotations do not say its deadline and run time."""
     if job.problem is not None:
         return Release(job.key, f"released at once: {job.problem}")
     if job.deadline is None or job.duration is None:
@@ -223,7 +226,12 @@ def _unpriced(job: DeferredJob, snapshot: Snapshot, now: datetime) -> Release | 
             "released at once: its run time is unknown (no lightsout.dev/expected-duration "
             "and no finished run of its CronJob to learn it from)",
         )
-    options = list(_options(job, snapshot))
+    return None
+
+
+def _unpriced(job: DeferredJob, options: Sequence[_Option], now: datetime) -> Release | None:
+    """The Job's release at once when no start can be priced for it, or it must start now."""
+    assert job.deadline is not None
     if not options:
         return Release(job.key, "released at once: no machine could run it")
     problem = next((o.group.series_problem for o in options if o.group.series_problem), None)
