@@ -26,7 +26,7 @@ import datetime as dt
 import json
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import urllib3
@@ -130,10 +130,9 @@ class Api:
         """Jobs matching the selector in one namespace, or in all of them; by default people's
         Jobs (not the operator's own action and health-check Jobs, which carry managed-by)."""
         batch = self.batch()
-        if namespace:
-            data = _raw(batch.list_namespaced_job, namespace, label_selector=label_selector)
-        else:
-            data = _raw(batch.list_job_for_all_namespaces, label_selector=label_selector)
+        data = _listed(
+            batch.list_namespaced_job, batch.list_job_for_all_namespaces, namespace, label_selector
+        )
         return _typed_items(data, "batch/v1", "Job")
 
     def create_job(self, namespace: str, body: Mapping[str, Any]) -> Obj:
@@ -401,11 +400,12 @@ class Api:
     def list_cronjobs(self, namespace: str | None = None) -> list[Obj]:
         """People's CronJobs (not the operator's own health checks, which carry managed-by)."""
         batch = self.batch()
-        selector = "!app.kubernetes.io/managed-by"
-        if namespace:
-            data = _raw(batch.list_namespaced_cron_job, namespace, label_selector=selector)
-        else:
-            data = _raw(batch.list_cron_job_for_all_namespaces, label_selector=selector)
+        data = _listed(
+            batch.list_namespaced_cron_job,
+            batch.list_cron_job_for_all_namespaces,
+            namespace,
+            "!app.kubernetes.io/managed-by",
+        )
         return _typed_items(data, "batch/v1", "CronJob")
 
     def list_key_names(
@@ -436,10 +436,12 @@ class Api:
         """ConfigMaps carrying `label` (any value), whole: the series `lightsout plan` prices
         deferrable Jobs by (`lightsout.dev/series`)."""
         core = self.core()
-        if namespace:
-            data = _raw(core.list_namespaced_config_map, namespace, label_selector=label)
-        else:
-            data = _raw(core.list_config_map_for_all_namespaces, label_selector=label)
+        data = _listed(
+            core.list_namespaced_config_map,
+            core.list_config_map_for_all_namespaces,
+            namespace,
+            label,
+        )
         return _typed_items(data, "v1", "ConfigMap")
 
     # ------------------------------------------------------------ Secrets (join credentials)
@@ -499,6 +501,18 @@ def _get(call: Any, *args: Any) -> Obj | None:
         if exc.status == 404:
             return None
         raise
+
+
+def _listed(
+    namespaced: Callable[..., Any],
+    everywhere: Callable[..., Any],
+    namespace: str | None,
+    selector: str,
+) -> Obj:
+    """One list call with a label selector: in `namespace`, or in every namespace."""
+    if namespace:
+        return _raw(namespaced, namespace, label_selector=selector)
+    return _raw(everywhere, label_selector=selector)
 
 
 def _raw(call: Any, *args: Any, **kwargs: Any) -> Obj:
