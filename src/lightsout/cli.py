@@ -237,11 +237,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             raise _RefusedError(f"lightsout simulate: {error}") from None
     baseline = None
     max_wait = report.longest_wait(result)
+    replayed = [result]
     if args.baseline and options.policy is engine.Policy.LIGHTSOUT:
         reactive = engine.Options(policy=engine.Policy.REACTIVE, scoring=options.scoring)
         reactive_result = engine.replay(trace, reactive)
         baseline = report.summarise(reactive_result, reference)
         max_wait = max(max_wait, report.longest_wait(reactive_result))
+        replayed.append(reactive_result)
     solved = None
     if args.optimum:
         from lightsout.simulate.analysis.optimum import SolverMissingError, solve
@@ -249,7 +251,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         try:
             # If no zero-wait schedule exists, the bound lets pods wait as long as the
             # schedules it is compared with did, so it bounds both of them.
-            solved = solve(trace, args.time_limit, max_wait=max_wait)
+            solved = solve(
+                trace,
+                args.time_limit,
+                max_wait=max_wait,
+                slot=args.slot,
+                defer=options.defer,
+                replayed=replayed,
+            )
         except SolverMissingError as error:
             raise _RefusedError(f"lightsout simulate: {error}") from None
     _print_simulation(args, result, summary, baseline, solved)
@@ -342,6 +351,10 @@ def _simulate_sweep(trace: Trace, sweep: Sweep, options: Options, args: argparse
     """`lightsout simulate TRACE --sweep KNOB[=V1,...]`: a replay per value, the table."""
     from lightsout.simulate.analysis import sweep as sweeping
 
+    try:  # before any replay: a knob the trace gives nothing to change is one line
+        sweep = sweeping.prepare(trace, sweep, options)
+    except sweeping.SweepError as error:
+        raise _RefusedError(f"lightsout simulate: --sweep {error}") from None
     points, baseline = sweeping.run(trace, sweep, options)
     document = sweeping.as_json(sweep, points, baseline)
     if args.plot:
@@ -507,7 +520,10 @@ def _add_simulation_commands(sub: argparse._SubParsersAction[argparse.ArgumentPa
         metavar="KNOB[=V1,V2,...]",
         help="replay once per value of a Group setting and print energy against waits, with "
         "the reactive baseline: breakEvenMultiple (default 0.25,0.5,1,1.5,2,3,4,6) or "
-        "selectionPolicy (default: every policy); --plot draws the curve",
+        "selectionPolicy (default: every policy); or cost against deadlines missed, with the "
+        "deferrable runs released at once: deferralMargin, seconds (default "
+        "0,300,600,1800,3600,7200; needs deferrable CronJobs and a price that changes); "
+        "--plot draws the curve",
     )
     simulate.add_argument(
         "--no-baseline",
@@ -525,6 +541,14 @@ def _add_simulation_commands(sub: argparse._SubParsersAction[argparse.ArgumentPa
         "--optimum", action="store_true", help="also solve the offline optimum (needs [sim])"
     )
     simulate.add_argument("--time-limit", type=float, default=60.0, help="solver seconds")
+    simulate.add_argument(
+        "--slot",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --optimum, the time-indexed model's slot (default: by the trace's size, "
+        "300 for a week of four machines)",
+    )
     simulate.add_argument(
         "--breakdown",
         action="store_true",

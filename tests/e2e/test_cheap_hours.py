@@ -26,10 +26,15 @@ A second test prices the Group by the lab's Home Assistant price sensor instead
 EUR/MWh): the operator writes the sensor's prices per kWh into `lightsout-prices-house`, owned
 by the Group, and a deferrable Job is held for the sensor's cheap hour; once Home Assistant no
 longer takes the token, a `PriceSensorUnreadable` event names the Secret, the ConfigMap and the
-hold stay, and the token is in no log, event or ConfigMap.
+hold stay, and neither token is in any log, event or ConfigMap. The same Group reads a solar surplus
+sensor (`set_surplus`): one in Wh is refused by name (`SolarSurplusUnreadable`) and the Job
+still waits; once the Secret holds the new token and the roof makes 2 kW spare, the Group's status
+carries the reading (`SolarSurplusReady`) and the Job is released before the cheap hour, its
+machine's power being free now.
 
 The release rules in every combination are in tests/unit/test_deferral.py; the sensor's read,
-error by error, in tests/unit/test_prices_homeassistant.py.
+error by error, in tests/unit/test_prices_homeassistant.py; the surplus's read and pricing in
+tests/unit/test_solar_surplus.py.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from kubernetes import client
 from lightsout_lab import Cluster
 from lightsout_lab.kubelet import KubeletAgent
 from lightsout_lab.operator_process import OperatorProcess
-from lightsout_lab.plug_apis import PRICE_SENSOR, HomeAssistant
+from lightsout_lab.plug_apis import PRICE_SENSOR, SURPLUS_SENSOR, HomeAssistant
 from lightsout_lab.sushy import SushyEmulator
 from tests.e2e.autoscaling import Fleet, diagnosed, running
 from tests.e2e.conftest import PATIENCE, webhook_operator_process
@@ -65,6 +70,8 @@ SIZES = {
 DEAR, CHEAP = 400, 50
 #: A long-lived access token (a JWT in life): long and unique, so finding it anywhere is a leak.
 HA_TOKEN = "eyJhbGciOiJIUzI1NiJ9.e2e-price-token-5a90c3.c2lnbmF0dXJl"
+#: What the Secret is given once Home Assistant stops taking the first token.
+NEW_TOKEN = "eyJhbGciOiJIUzI1NiJ9.e2e-price-token-7c41d8.bmV3c2lnbmF0dXJl"
 
 
 def utc(text: str) -> dt.datetime:
@@ -344,13 +351,19 @@ def test_a_home_assistant_price_sensor_holds_a_job_for_its_cheap_hour_and_names_
     hour = dt.timedelta(hours=1)
     with HomeAssistant(token=HA_TOKEN) as ha:
         ha.set_prices(today=prices[:3], tomorrow=prices[3:], unit="EUR/MWh")
+        ha.set_surplus(0)  # night: the roof makes nothing spare
         sensor = {
             "url": ha.endpoint,
             "tokenSecretRef": {"name": "ha-prices"},
             "entity": PRICE_SENSOR,
             "pollSeconds": 10,
         }
-        electricity = {"pricePerKWh": 0.30, "series": {"homeAssistant": sensor}}
+        surplus = {**sensor, "entity": SURPLUS_SENSOR}
+        electricity = {
+            "pricePerKWh": 0.30,
+            "series": {"homeAssistant": sensor},
+            "solarSurplus": {"homeAssistant": surplus},
+        }
         group = fleet.group("house", autoscaler="builtin", electricity=electricity)
         nodes = machines.nodes(bmc, group="house")
         for short, node in zip(SIZES, nodes, strict=True):
@@ -376,9 +389,23 @@ def test_a_home_assistant_price_sensor_holds_a_job_for_its_cheap_hour_and_names_
             covered = f"prices from {stamp(cheap_at - hour)} to {stamp(cheap_at + 3 * hour)}"
             assert ready["message"] == covered
 
+            # A surplus sensor in energy, not power, is refused by name; the Job still waits.
+            ha.set_surplus("850", unit="Wh")
+            wrong = wait_for(
+                lambda: (
+                    (said := event(crds, namespace, "house", "SolarSurplusUnreadable"))
+                    and "'Wh'" in said
+                    and said
+                ),
+                PATIENCE,
+                "a SolarSurplusUnreadable event on the Group",
+            )
+            assert f"{SURPLUS_SENSOR} is in 'Wh'" in wrong
+            assert job_json(crds, namespace, "nightly")["spec"].get("suspend") is True
+
             # Home Assistant no longer takes the token: said, naming the Secret; the prices
             # already read stay.
-            ha.token = "a-new-token-the-secret-does-not-hold-yet"
+            ha.token = NEW_TOKEN
             refused = wait_for(
                 lambda: event(crds, namespace, "house", "PriceSensorUnreadable"),
                 PATIENCE,
@@ -388,8 +415,34 @@ def test_a_home_assistant_price_sensor_holds_a_job_for_its_cheap_hour_and_names_
             kept = get_json(crds, "configmap", "lightsout-prices-house", "-n", namespace)
             assert kept["data"] == written["data"]
             assert job_json(crds, namespace, "nightly")["spec"].get("suspend") is True
+
+            # The Secret gets the new token and the roof makes 2 kW more than the house uses:
+            # the machine's power is free now, so the Job waits no longer for the cheap hour.
+            ha.set_surplus(2000)
+            fleet.apply(crds, namespace, [fleet.secret("ha-prices", {"token": NEW_TOKEN})])
+            read = wait_for(
+                lambda: (
+                    ((get_json(crds, "lsg", "house", "-n", namespace) or {}).get("status") or {})
+                    .get("solarSurplus", {})
+                    .get("watts")
+                    == 2000
+                ),
+                PATIENCE,
+                "the Group's status to carry the 2000 W read",
+            )
+            assert read
+            ready = condition(crds, namespace, "house", "SolarSurplusReady") or {}
+            assert ready.get("status") == "True", ready
+            wait_for(
+                lambda: job_json(crds, namespace, "nightly")["spec"].get("suspend") is False,
+                PATIENCE,
+                "the held Job to be released while the surplus covers its machine",
+            )
+            assert dt.datetime.now(dt.UTC) < cheap_at, "released before the cheap hour"
+            released = event(crds, namespace, "nightly", "Released") or ""
+            assert "W of solar surplus spare now" in released, released
         seen = [
             webhook_operator.log_path.read_text(errors="replace"),
             crds.kubectl("get", "events,configmaps", "-n", namespace, "-o", "json").stdout,
         ]
-        assert not [text for text in seen if HA_TOKEN in text], "the token leaked"
+        assert not [text for text in seen if HA_TOKEN in text or NEW_TOKEN in text], "leaked"

@@ -12,9 +12,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from pydantic import ValidationError
 
 from lightsout.actuation.memory import MemoryScale
 from lightsout.actuation.plans import PlanApplier
+from lightsout.models.group import Electricity
 from lightsout.planning.autoscaler.autoscale import plan
 from lightsout.planning.autoscaler.decisions import Plan
 from lightsout.planning.autoscaler.deferral import MARGIN
@@ -136,6 +138,58 @@ def test_a_deadline_without_slack_runs_at_once() -> None:
     wait = planned(*fleet(), job(annotations=roomy)).waits[KEY]
     latest = at(3 * 3600) - MARGIN - timedelta(seconds=120 + 90 * 60)
     assert wait.start == latest  # ends as close to the cheap hours as it may
+
+
+@pytest.mark.parametrize("margin", [0, 600, 1800, None])
+def test_the_margin_is_the_groups_setting_and_a_larger_one_releases_earlier(
+    margin: int | None,
+) -> None:
+    # The cheap hours (14:00) are past the latest start of a 90-min run due in 3 h: it starts
+    # as late as it may, which is earlier the larger the Group's margin (10 min when unset).
+    electricity = dict(AFTERNOON)
+    if margin is not None:
+        electricity["deferralMarginSeconds"] = margin
+    roomy = {"lightsout.dev/max-delay": "3h", "lightsout.dev/expected-duration": "90m"}
+    wait = planned(*fleet(electricity), job(annotations=roomy)).waits[KEY]
+    kept = MARGIN if margin is None else timedelta(seconds=margin)
+    assert wait.start == at(3 * 3600) - kept - timedelta(seconds=120 + 90 * 60)
+
+
+def test_a_job_whose_slack_is_below_the_margin_runs_at_once() -> None:
+    # 30 min of run and 2 of boot, due at 14:52: with the default 10 min it can wait for the
+    # cheap hours at 14:00 (latest start 14:10); with a 3-hour margin it must start now.
+    due = {
+        "lightsout.dev/finish-by": ts(at(2 * 3600 + 52 * 60)),
+        "lightsout.dev/expected-duration": "30m",
+    }
+    assert planned(*fleet(), job(annotations=due)).waits[KEY].start == CHEAP_AT
+    wide = {**AFTERNOON, "deferralMarginSeconds": 3 * 3600}
+    reason = released(planned(*fleet(wide), job(annotations=due)))["backup"]
+    assert reason == (
+        "released at once: to finish by 2026-03-01T14:52:00Z with 180 min to spare it must "
+        "start now"
+    )
+
+
+def test_machines_of_several_groups_take_the_largest_margin() -> None:
+    roomy = {"lightsout.dev/max-delay": "3h", "lightsout.dev/expected-duration": "90m"}
+    objects = [
+        group(electricity={**AFTERNOON, "deferralMarginSeconds": 0}),
+        machine("nuc", watts=(50, 10, 2), learned={"bootSeconds": 120}),
+        group("attic", electricity={**AFTERNOON, "deferralMarginSeconds": 1800}),
+        machine("nuc-2", group="attic", watts=(50, 10, 2), learned={"bootSeconds": 120}),
+    ]
+    wait = planned(*objects, job(annotations=roomy)).waits[KEY]
+    assert wait.start == at(3 * 3600) - timedelta(seconds=1800 + 120 + 90 * 60)
+
+
+def test_a_margin_beyond_a_day_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValidationError) as refused:
+        Electricity.model_validate({"pricePerKWh": 0.3, "deferralMarginSeconds": 86_401})
+    (error,) = refused.value.errors()
+    assert error["loc"] == ("deferralMarginSeconds",)
+    assert "less than or equal to 86400" in error["msg"]
+    assert Electricity.model_validate({"pricePerKWh": 0.3}).deferral_margin_seconds == 600
 
 
 @pytest.mark.parametrize(

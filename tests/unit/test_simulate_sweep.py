@@ -2,11 +2,16 @@
 
 A point is exactly the single replay with that setting (one code path), a bad knob or value is
 one line and exit 2, `-o json` is strict JSON, `--plot` writes the curve; and the planner's
-`scaleDown.breakEvenMultiple` the sweep varies is honoured, fractional waits included."""
+`scaleDown.breakEvenMultiple` the sweep varies is honoured, fractional waits included. The
+deferral margin is swept on a week of deferrable runs priced by a synthetic day-ahead series:
+cost, CO2, delays and deadlines missed per point, beside the runs released at once; a trace
+that gives it nothing to change is one line."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +20,7 @@ import pytest
 from lightsout import cli
 from lightsout.simulate.analysis import report, sweep
 from lightsout.simulate.replay.engine import Options, Policy, Result, replay
+from lightsout.simulate.traces.generate import CHEAP_HOURS_START, household_deferrable
 from lightsout.simulate.traces.trace import Trace, write
 from tests.unit.test_simulate import TRUTH, node, pod, trace
 
@@ -98,12 +104,20 @@ def test_the_knee_is_the_front_point_farthest_from_the_chord_between_its_ends() 
 
 
 BAD = [
-    ("foo", "unknown knob 'foo' (knobs: breakEvenMultiple, selectionPolicy)"),
+    ("foo", "unknown knob 'foo' (knobs: breakEvenMultiple, selectionPolicy, deferralMargin)"),
     ("breakEvenMultiple=1,-1", "breakEvenMultiple=-1: Input should be greater than or equal to 0"),
     ("breakEvenMultiple=1,,2", "breakEvenMultiple: an empty value in '1,,2'"),
     ("breakEvenMultiple=x", "breakEvenMultiple=x: not a number: 'x'"),
     ("breakEvenMultiple=nan", "breakEvenMultiple=nan: not a finite number: 'nan'"),
     ("selectionPolicy=Cheapest", "selectionPolicy=Cheapest: Input should be 'LowestEnergy'"),
+    ("deferralMargin=600,-1", "deferralMargin=-1: Input should be greater than or equal to 0"),
+    ("deferralMargin=90000", "deferralMargin=90000: Input should be less than or equal to 86400"),
+    ("deferralMargin=1.5", "deferralMargin=1.5: not a whole number of seconds: '1.5'"),
+    (
+        "deferralMargin",
+        "deferralMargin: trace t has no deferrable CronJob (lightsout.dev/finish-by or "
+        "lightsout.dev/max-delay on its Job template)",
+    ),
 ]
 
 
@@ -180,7 +194,15 @@ def test_json_is_strict_and_the_plot_is_written(
         "cronjobWaitP95Seconds",
         "latePowerOns",
         "powerOns",
+        "cost",
+        "gCO2",
+        "deferredRuns",
+        "deferredMeanDelayHours",
+        "deferredMaxDelayHours",
+        "deadlinesMissed",
     }
+    assert document["axes"]["x"] == "usedKWh"
+    assert document["points"][0]["deferredRuns"] is None
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     assert cli.main(["simulate", str(directory), "--sweep", "breakEvenMultiple=1,3"]) == 0
@@ -188,3 +210,95 @@ def test_json_is_strict_and_the_plot_is_written(
     assert "sweep of spec.scaleDown.breakEvenMultiple" in text
     assert "1 (default)" in text
     assert "reactive baseline" in text
+
+
+def falling_series(days: int, first: float) -> str:
+    """Hourly values from the hour before the trace's start on, each one less than the last:
+    a held run's cheapest start is always its latest, so the margin alone decides it."""
+    lines = ["start_utc,value"]
+    for hour in range(-1, days * 24 + 24):
+        start = CHEAP_HOURS_START + timedelta(hours=hour)
+        lines.append(f"{start:%Y-%m-%dT%H:%M:%SZ},{first - hour}")
+    return "\n".join(lines) + "\n"
+
+
+def deferrable_week(objective: str = "Cost") -> Trace:
+    """A week of the household's deferrable runs on a synthetic day-ahead price (EUR/MWh) and
+    grid carbon (gCO2/kWh), both falling hour by hour."""
+    prices, carbon = falling_series(7, 400.0), falling_series(7, 500.0)
+    return household_deferrable(prices, carbon, weeks=1, objective=objective)
+
+
+def test_the_deferral_margin_sweep_prints_cost_co2_delays_and_misses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = write(deferrable_week(), tmp_path / "t")
+    argv = ["simulate", str(directory), "--sweep", "deferralMargin=0,600,7200", "-o", "json"]
+    picture = tmp_path / "margin.png"
+    assert cli.main([*argv, "--plot", str(picture)]) == 0
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    document = _strict(capsys.readouterr().out)
+    assert document["setting"] == "spec.electricity.deferralMarginSeconds"
+    assert document["axes"]["x"] == "cost" and document["axes"]["y"] == "deadlinesMissed"
+    assert document["currency"] == "EUR"
+    rows = {p["value"]: p for p in document["points"]}
+    assert [r["isDefault"] for r in rows.values()] == [False, True, False]
+    for row in rows.values():
+        assert row["deferredRuns"] > 0 and row["gCO2"] > 0
+        assert row["deadlinesMissed"] is not None
+    # A held run starts as late as it may: the larger the margin, the earlier, and dearer.
+    delays = [rows[v]["deferredMeanDelayHours"] for v in ("0", "600", "7200")]
+    assert delays == sorted(delays, reverse=True) and delays[0] > delays[-1]
+    assert rows["600"]["cost"] < rows["7200"]["cost"]
+    # The baseline is the same planner running them at once: no run held, dearer.
+    base = document["baseline"]
+    assert (base["policy"], base["defer"], base["label"]) == (
+        "lightsout",
+        False,
+        "released at once",
+    )
+    assert base["deferredRuns"] is None
+    assert base["cost"] > max(r["cost"] for r in rows.values())
+    # The knee is over cost and deadlines missed; or none, and the note names the best point.
+    assert "(cost, deferrable runs' deadlines missed)" in document["kneeRule"]
+    assert document["knee"] is not None or "least cost at the fewest" in document["kneeNote"]
+
+    assert cli.main(["simulate", str(directory), "--sweep", "deferralMargin=0,7200"]) == 0
+    text = capsys.readouterr().out
+    heading = next(line for line in text.splitlines() if line.startswith("value"))
+    for column in ("EUR", "kg CO2", "delay mean h", "max h", "missed"):
+        assert column in heading
+    assert "released at once" in text
+
+
+def test_the_margin_sweep_weighs_grams_when_the_objective_is_carbon() -> None:
+    t = deferrable_week("Carbon")
+    prepared = sweep.prepare(t, sweep.parse("deferralMargin=0,600"), Options())
+    assert prepared.trade is sweep.CARBON_MISSED
+
+
+@pytest.mark.parametrize(
+    ("overrides", "configmaps", "says"),
+    [
+        (
+            ("spec.electricity.series=null",),
+            True,
+            "deferralMargin: no Group of trace household-deferrable has an electricity price "
+            "series or rates (or, with objective Carbon, a carbon series): its deferrable Jobs "
+            "run at once whatever the margin",
+        ),
+        ((), False, "deferralMargin: trace household-deferrable: "),
+    ],
+)
+def test_a_trace_the_margin_cannot_change_is_refused_before_any_replay(
+    overrides: tuple[str, ...], configmaps: bool, says: str
+) -> None:
+    t = deferrable_week()
+    if not configmaps:  # the price series' ConfigMap is missing
+        t = replace(t, configmaps=())
+    with pytest.raises(sweep.SweepError) as refused:
+        sweep.run(t, sweep.parse("deferralMargin"), Options(overrides=overrides))
+    (line,) = str(refused.value).splitlines()
+    assert line.startswith(says), line
+    if not configmaps:
+        assert "day-ahead" in line and line.endswith("run at once whatever the margin")

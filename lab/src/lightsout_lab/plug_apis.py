@@ -24,7 +24,8 @@ operator uses is served:
   ``ups.status`` flags, ``_battery_charge`` in %, ``_battery_runtime`` in s, ``_load`` in %;
   ``set_ups``, ``ups_unavailable``), each state a string with its ``unit_of_measurement``; a
   day-ahead price sensor as the Nord Pool integration shows it (``set_prices``: ``raw_today``
-  and ``raw_tomorrow`` lists of ``{start, end, value}``); any other state and attributes
+  and ``raw_tomorrow`` lists of ``{start, end, value}``); a solar surplus sensor in W or kW
+  (``set_surplus``); any other state and attributes
   (``set_state``); an entity never set is 404 ``{"message": "Entity not found."}``.
 
 Each plug counts the relay orders it passed on (``machine.orders()``) and every API records its
@@ -170,6 +171,8 @@ UPS_SENSORS: dict[str, tuple[str, dict[str, object]]] = {
 #: integration names its sensors after price type, area, currency, precision, low-price cutoff
 #: and VAT).
 PRICE_SENSOR = "sensor.nordpool_kwh_de_lu_eur_3_10_0"
+#: The entity id ``set_surplus`` gives a solar surplus sensor unless told otherwise.
+SURPLUS_SENSOR = "sensor.solar_surplus"
 
 
 @dataclass
@@ -294,6 +297,15 @@ class HomeAssistant(HttpApi):
             tomorrow_valid=bool(tomorrow),
             raw_today=raw(today),
             raw_tomorrow=raw(tomorrow),
+        )
+
+    def set_surplus(
+        self, watts: float | str, *, unit: str = "W", entity: str = SURPLUS_SENSOR
+    ) -> None:
+        """A solar surplus sensor (a power sensor: ``state`` in ``unit``, ``W`` or ``kW``;
+        ``"unavailable"`` when the inverter does not answer)."""
+        self.set_state(
+            entity, watts, unit_of_measurement=unit, device_class="power", friendly_name="Surplus"
         )
 
     def ups_unavailable(self) -> None:

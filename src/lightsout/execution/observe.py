@@ -48,6 +48,10 @@ class MachineView:
     group_spec: GroupSpec | None = None
     #: Its Group's price series, per kWh (`state.series`; None: none, or unreadable).
     prices: Series | None = None
+    #: Its Group's solar surplus in W (`state.series.surplus`; None: none known), and what the
+    #: Group's other machines draw by their accounts (the surplus is shared by draw).
+    surplus: Series | None = None
+    beside: float = 0.0
     jobs: Sequence[Obj] = ()
     #: Pods of each action Job, by Job name.
     job_pods: Mapping[str, Sequence[Obj]] = field(default_factory=dict)
@@ -186,6 +190,8 @@ def observe(
         draw=energy.draw(node),
         group=group,
         prices=view.prices,
+        surplus=view.surplus,
+        beside=view.beside,
         provider_ids=providerid.ids(core_node, providerid.wanted(node, spec)),
     )
     return Observed(machine, observations, readings)

@@ -38,6 +38,7 @@ from lightsout.execution.observe import (
 )
 from lightsout.k8s.api import Api
 from lightsout.models.group import GroupSpec
+from lightsout.planning.energy.status import account_from_status
 from lightsout.planning.machine.passes import pass_decision
 from lightsout.planning.types import (
     Action,
@@ -45,6 +46,7 @@ from lightsout.planning.types import (
     Phase,
 )
 from lightsout.state import references, series
+from lightsout.state.parse import dig
 from lightsout.state.references import Unresolved
 
 log = logging.getLogger(__name__)
@@ -120,6 +122,15 @@ class Caches:
 
     def machines_of_group(self, namespace: str, group: str) -> list[tuple[str, str]]:
         return self._all(MACHINE_REFS, (REF_GROUP, namespace, group))
+
+    def beside(self, namespace: str, name: str, group: str) -> float:
+        """What the Group's other machines draw, by the rates their accounts hold."""
+        total = 0.0
+        for ref in self.machines_of_group(namespace, group):
+            other = self.machine(*ref) if ref != (namespace, name) else None
+            account = account_from_status(dig(other, "status", "energy"))
+            total += account.rate.watts if account is not None else 0.0
+        return total
 
     def machines_on(self, core_name: str) -> list[tuple[str, str]]:
         return self._all(MACHINE_REFS, (REF_CORE, core_name))
@@ -206,6 +217,10 @@ class Caches:
             spec=spec,
             group_spec=group_spec,
             prices=series.resolve(electricity, namespace, maps, group=spec.group).prices,
+            surplus=series.surplus(
+                electricity, namespace, maps, dig(group, "status", "solarSurplus")
+            ),
+            beside=self.beside(namespace, name, spec.group) if electricity else 0.0,
             jobs=jobs,
             job_pods=job_pods,
             job_events={

@@ -21,8 +21,9 @@ calls the pure `planning.autoscaler.autoscale.plan` in a thread and hands the re
 deadline (`planning.autoscaler.wake.next_wake`: an unneeded machine's timer, a stabilisation window)
 or until its leader Lease needs renewing. Only the replica holding the
 `lightsout-autoscaler` Lease plans; the others keep their caches warm and take over when the
-Lease expires. Beside it, the leader reads the UPSes the Groups name (`execution.ups`) and
-their Home Assistant price sensors (`execution.prices`).
+Lease expires. Beside it, the leader reads the UPSes the Groups name (`execution.ups`),
+their Home Assistant price sensors (`execution.prices`) and solar surplus sensors
+(`execution.surplus`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from lightsout.config import OperatorConfig
 from lightsout.execution import reconcile as rc
 from lightsout.execution.prices import PriceSensors
 from lightsout.execution.scaling import KubeScale, LeaderLease, count, gauge_pending
+from lightsout.execution.surplus import SurplusSensors
 from lightsout.execution.ups import PowerSources
 from lightsout.execution.workqueue import backoff
 from lightsout.handlers.lifecycle import shared_api, stop_task
@@ -305,6 +307,15 @@ async def start_autoscaler(memo: kopf.Memo, **kwargs: Any) -> None:
     )
     memo.price_sensors = prices
     memo.price_sensors_task = asyncio.create_task(prices.run(), name="lightsout-prices")
+    # The solar surplus sensors the Groups name, read by the leader into the Groups' status,
+    # which the planner's snapshot and the machines' passes read.
+    surplus = SurplusSensors(
+        planner.api,
+        groups=lambda: _cached(indexes, rc.GROUPS),
+        leading=lambda: planner.leading,
+    )
+    memo.surplus_sensors = surplus
+    memo.surplus_sensors_task = asyncio.create_task(surplus.run(), name="lightsout-surplus")
 
 
 def _cached(indexes: Mapping[str, Any], index: str) -> list[Obj]:
@@ -321,6 +332,8 @@ async def stop_autoscaler(memo: kopf.Memo, **_: Any) -> None:
     memo.power_sources.close()
     await stop_task(memo.price_sensors_task)
     memo.price_sensors.close()
+    await stop_task(memo.surplus_sensors_task)
+    memo.surplus_sensors.close()
     await stop_task(planner.task)
     # Hand over at once instead of making the next replica wait for the Lease to expire.
     await asyncio.to_thread(planner.release)

@@ -178,6 +178,8 @@ class ConditionType(StrEnum):
     ON_BATTERY = "OnBattery"
     #: True while the price and carbon series the Group names read (`spec.electricity`).
     PRICE_SERIES_READY = "PriceSeriesReady"
+    #: True while the Group's solar surplus sensor reads (`spec.electricity.solarSurplus`).
+    SOLAR_SURPLUS_READY = "SolarSurplusReady"
 
 
 class BatteryTier(StrEnum):

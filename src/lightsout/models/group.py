@@ -68,6 +68,9 @@ JobGrace = Annotated[int, Field(ge=0, le=31_536_000)]
 #: `scaleDown.breakEvenMultiple` when unset: one break-even time, the ski-rental rule.
 DEFAULT_BREAK_EVEN_MULTIPLE = 1.0
 BreakEvenMultiple = Annotated[float, Field(ge=0, le=100)]
+#: `electricity.deferralMarginSeconds` when unset: ten minutes, room for the planner's debounce,
+#: the scheduler and a run a little slower than the last.
+DEFAULT_DEFERRAL_MARGIN_SECONDS = 600
 
 THRESHOLD_RANGE = Rule(
     cel="self >= 0.0 && self <= 1.0",
@@ -540,6 +543,65 @@ class CarbonSeries(ApiModel):
     """Where the series is."""
 
 
+#: How often a solar surplus sensor is read when `pollSeconds` is not set.
+DEFAULT_SURPLUS_POLL_SECONDS = 60
+#: A surplus reading counts for this many poll periods after it was read; older, the Group
+#: has no surplus (its machines pay the price in force).
+SURPLUS_FRESH_POLLS = 3
+
+
+class HomeAssistantSurplus(HomeAssistantApi):
+    """A Home Assistant sensor whose state is the solar power left over for the Group's
+    machines, in W or kW (its `unit_of_measurement`; any other unit is refused). The operator's
+    leader reads it at start and every `pollSeconds` into the Group's `status.solarSurplus`;
+    a reading counts for three poll periods, then the Group has no surplus until the next."""
+
+    entity: SensorEntity
+    """The surplus sensor, e.g. `sensor.solar_surplus`: the solar power the rest of the house
+    does not use, these machines' draw not taken out (not the grid export, which has it taken
+    out already). A negative state reads as no surplus."""
+    poll_seconds: int = Field(default=DEFAULT_SURPLUS_POLL_SECONDS, ge=10, le=3_600)
+    """How often the sensor is read (and at once when the operator starts or this block
+    changes)."""
+
+
+ONE_SURPLUS_SOURCE = Rule(
+    cel="has(self.configMapKeyRef) != has(self.homeAssistant)",
+    message="exactly one of configMapKeyRef or homeAssistant must be set",
+    test=lambda surplus: (surplus.config_map_key_ref is None) != (surplus.home_assistant is None),
+)
+
+
+class SolarSurplus(ApiModel):
+    """Solar power left over for the Group's machines, which makes their draw free up to its
+    level: from a Home Assistant sensor read live, or (for `lightsout simulate` and a record of
+    your own) a ConfigMap key of `start,watts` lines in `series`' form. The Group pays for the
+    part of its machines' draw above the surplus, shared among them by their draw; a surplus
+    has no forecast: a deferrable Job sees it in the current price interval only
+    (docs/cheap-hours.md)."""
+
+    cel_rules = (ONE_SURPLUS_SOURCE,)
+
+    home_assistant: HomeAssistantSurplus | None = None
+    """A Home Assistant sensor of the surplus in W or kW, read by the operator."""
+    config_map_key_ref: ConfigMapKeyRef | None = None
+    """Instead of homeAssistant: the surplus in W by interval, in a ConfigMap key labelled
+    `lightsout.dev/series` (a recorded day replayed by `lightsout simulate`)."""
+
+
+class SolarSurplusStatus(ApiModel):
+    """The Group's solar surplus sensor as last read."""
+
+    entity: ShortText | None = None
+    """The sensor read (`<entity>@host:port`)."""
+    watts: float | None = Field(default=None, ge=0)
+    """The surplus in W at the last good read (unset while the sensor is unreadable)."""
+    read_at: datetime | None = None
+    """When it was read; three poll periods later it counts no more."""
+    error: ShortText | None = None
+    """Why the last read failed (unset after a good one)."""
+
+
 OBJECTIVE_NEEDS_CARBON = Rule(
     cel="!has(self.objective) || self.objective != 'Carbon' || has(self.carbon)",
     message="objective Carbon needs carbon, a series of grid carbon intensity",
@@ -575,9 +637,17 @@ class Electricity(ApiModel):
     deferrable Jobs run at once."""
     carbon: CarbonSeries | None = None
     """Grid carbon intensity by interval from a ConfigMap, for `objective: Carbon`."""
+    solar_surplus: SolarSurplus | None = None
+    """A solar surplus sensor (W): the Group's draw is free up to its level while it is read,
+    priced as usual once its reading is stale or unreadable (`SolarSurplusReady` condition)."""
     objective: DeferralObjective = DeferralObjective.COST
     """What a deferrable Job's start minimises: its electricity's cost, or its emissions (by
     `carbon`)."""
+    deferral_margin_seconds: Seconds = DEFAULT_DEFERRAL_MARGIN_SECONDS
+    """How long before its deadline a deferrable Job is to finish at the latest: its latest
+    start is the deadline less this margin, its machine's boot and its run time, so a larger
+    margin gives up late cheap hours for room against a slow boot or a run longer than the last.
+    A Job whose machines are in several Groups takes the largest of their margins."""
 
 
 MIN_NOT_ABOVE_MAX = Rule(
@@ -705,6 +775,8 @@ class GroupStatus(ApiModel):
     """Energy accounting: the sum of its machines' (counted when they are recounted)."""
     battery: BatteryStatus | None = None
     """The UPS of spec.battery as last read, and the outage in progress."""
+    solar_surplus: SolarSurplusStatus | None = None
+    """The solar surplus sensor of spec.electricity.solarSurplus as last read."""
 
 
 class Group(ApiModel):

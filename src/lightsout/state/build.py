@@ -266,6 +266,9 @@ def _group(obj: Mapping[str, Any], notes: list[str], maps: series.ConfigMaps) ->
         prices=resolved.prices,
         carbon=resolved.carbon,
         series_problem=resolved.problem,
+        surplus=series.surplus(
+            spec.electricity, key.namespace, maps, dig(obj, "status", "solarSurplus")
+        ),
         last_scale_up=parse_time(dig(obj, "status", "lastScaleUp", "time")),
         last_scale_down=parse_time(dig(obj, "status", "lastScaleDown", "time")),
         windows=tuple(

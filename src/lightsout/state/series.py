@@ -35,6 +35,7 @@ from functools import lru_cache
 from lightsout.models.group import (
     PRICES_KEY,
     SERIES_LABEL,
+    SURPLUS_FRESH_POLLS,
     ConfigMapKeyRef,
     Electricity,
     HomeAssistantPrices,
@@ -248,6 +249,38 @@ def _parsed(text: str) -> Series:
     return parse(text)
 
 
+def surplus(
+    electricity: Electricity | None,
+    namespace: str,
+    maps: ConfigMaps,
+    status: Mapping[str, object] | None,
+) -> Series | None:
+    """The Group's solar surplus in W as a series (None: it names none, or none is known).
+
+    From a ConfigMap key (`solarSurplus.configMapKeyRef`: the replay's, or a record of the
+    user's), as `parse` reads it; from a Home Assistant sensor, the Group's
+    `status.solarSurplus` (`status`) as the operator's leader last wrote it: one interval from
+    its `readAt`, `SURPLUS_FRESH_POLLS` poll periods long, so that a reading not renewed counts
+    no more (stale: no surplus). Nothing here is a problem of the Group's series: without a
+    surplus its machines are priced as usual."""
+    found = electricity.solar_surplus if electricity is not None else None
+    if found is None:
+        return None
+    if found.config_map_key_ref is not None:
+        return _read(found.config_map_key_ref, namespace, maps, "solarSurplus", [])
+    assert found.home_assistant is not None  # SolarSurplus' one-of rule
+    if not isinstance(status, Mapping):
+        return None
+    watts, read_at = status.get("watts"), status.get("readAt")
+    moment = instant(read_at) if isinstance(read_at, str) else None
+    if isinstance(watts, bool) or not isinstance(watts, int | float) or moment is None:
+        return None
+    if not math.isfinite(watts):
+        return None
+    fresh = timedelta(seconds=SURPLUS_FRESH_POLLS * found.home_assistant.poll_seconds)
+    return Series((moment,), (max(float(watts), 0.0),), fresh)
+
+
 def config_maps(objects: object) -> dict[tuple[str, str], Mapping[str, str]]:
     """(namespace, name) → data of the ConfigMaps in `objects` (a list of API objects)."""
     out: dict[tuple[str, str], Mapping[str, str]] = {}
@@ -273,4 +306,5 @@ __all__ = [
     "instant",
     "parse",
     "resolve",
+    "surplus",
 ]

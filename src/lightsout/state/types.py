@@ -292,6 +292,8 @@ class Group:
     prices: Series | None = None
     carbon: Series | None = None
     series_problem: str | None = None
+    #: Its solar surplus in W, where one is known (`state.series.surplus`).
+    surplus: Series | None = None
     last_scale_up: datetime | None = None
     last_scale_down: datetime | None = None
     #: `spec.windows`: recurring floors and ceilings (`planning.autoscaler.windows` applies them).

@@ -9,16 +9,26 @@ The cost of starting at `s` is the electricity the cheapest machine that could r
 minimum on-time, each stretch at the price its Group sets then: its price series where it has
 one, else its tariff (`planning.energy.tariff.cost`); or, with `objective: Carbon`, the grams
 of CO2 by its carbon series. The start chosen is the cheapest among `now`, the latest start
-that still finishes `MARGIN` before the deadline, and every moment a price changes in between
+that still finishes the margin before the deadline, and every moment a price changes in between
 (or that long before one, so the run ends as a dearer rate begins): with prices constant
 between changes, one of them is the cheapest. Only starts a forecast covers count (a series
 ends somewhere). Ties go to the earliest, so a Job with nothing to gain runs at once.
+
+With a solar surplus (`spec.electricity.solarSurplus`) a start is weighed by what the run adds
+to the draw the Group pays for, the surplus read now held to the end of the current price
+interval and no further (`tariff.persisting`: it has no forecast): while it covers the
+machine, now costs nothing.
 
 A Job is released at once when waiting cannot be priced or could miss its deadline: its
 annotations do not read, its duration is unknown (no `lightsout.dev/expected-duration` and no
 earlier run of its CronJob), no machine could run it, a series its machines' Groups name is
 missing or unreadable, they have one price at every hour, no forecast covers a start in time,
 or the latest start has come. It never waits for lack of a forecast.
+
+The margin is the Group's `spec.electricity.deferralMarginSeconds` (`MARGIN`, 10 min, when
+unset), read from the Groups of the machines that could run the Job: when those are in several
+Groups, the largest of their margins, so no Group's room against a slow boot or a long run is
+given up for another's cheaper hours.
 """
 
 from __future__ import annotations
@@ -28,18 +38,21 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from lightsout.models.enums import DeferralObjective
-from lightsout.models.group import Electricity
+from lightsout.models.group import DEFAULT_DEFERRAL_MARGIN_SECONDS, Electricity
 from lightsout.planning.autoscaler.decisions import Release, Wait
 from lightsout.planning.autoscaler.scheduling import fits, view_of_machine
 from lightsout.planning.energy import tariff
+from lightsout.planning.energy.account import Draw, is_powered
+from lightsout.planning.energy.weight import Weight
 from lightsout.state.parse import format_time
 from lightsout.state.resources import Resources
 from lightsout.state.series import Series
 from lightsout.state.types import DeferredJob, Group, Machine, ObjectKey, Snapshot
 
-#: Finished this long before its deadline at the latest: the planner's debounce, the
-#: scheduler, a run a little slower than the last.
-MARGIN = timedelta(minutes=10)
+#: Finished this long before its deadline at the latest when its Groups set no
+#: `electricity.deferralMarginSeconds`: the planner's debounce, the scheduler, a run a little
+#: slower than the last.
+MARGIN = timedelta(seconds=DEFAULT_DEFERRAL_MARGIN_SECONDS)
 #: A latest start within this is taken as now: a plan rarely runs on the exact second, and a
 #: Job must not wait for a start it would miss.
 SLACK = timedelta(seconds=1)
@@ -81,6 +94,11 @@ class _Option:
     objective: DeferralObjective
     #: Its room when empty (allocatable less its DaemonSets' pods).
     room: Resources
+    #: Its Group's solar surplus read now, held to the end of the current price interval
+    #: (`tariff.persisting`: no forecast), and what the Group's machines draw now: a run is
+    #: weighed by what it adds to the draw the Group pays for (`tariff.added_watts`).
+    surplus: Series | None = None
+    drawn: float = 0.0
 
     @property
     def _electricity(self) -> Electricity:
@@ -88,9 +106,9 @@ class _Option:
         return self.group.electricity
 
     @property
-    def _carbon(self) -> Series:
-        assert self.group.carbon is not None
-        return self.group.carbon
+    def _weight(self) -> Weight:
+        """What the objective weighs a kWh by over time (`planning.energy.weight`)."""
+        return Weight(self._electricity, self.group.prices, self.group.carbon, self.objective)
 
     def weight(self, start: datetime, beside: _Planned | None = None) -> float:
         """The run's cost (or its grams of CO2) if released at `start`: the machine's busy
@@ -108,9 +126,23 @@ class _Option:
         return added
 
     def _weigh(self, watts: float, start: datetime, end: datetime) -> float:
-        if self.objective is DeferralObjective.CARBON:
-            return self._carbon.integral(watts, start, end)
-        return tariff.cost(self._electricity, watts, start, end, self.group.prices)
+        if self.surplus is not None and self.objective is DeferralObjective.COST:
+            return tariff.cost(
+                self._electricity,
+                watts,
+                start,
+                end,
+                self.group.prices,
+                surplus=self.surplus,
+                beside=self.drawn,
+                marginal=True,
+            )
+        return self._weight.integral(watts, start, end)
+
+    @property
+    def margin(self) -> timedelta:
+        """How long before the deadline its Group wants the run finished."""
+        return timedelta(seconds=self._electricity.deferral_margin_seconds)
 
     @property
     def boot(self) -> timedelta:
@@ -124,16 +156,12 @@ class _Option:
         return all(amount <= self.room.get(name) for name, amount in together)
 
     def next_change(self, moment: datetime) -> datetime | None:
-        if self.objective is DeferralObjective.CARBON:
-            return self._carbon.next_change(moment)
-        return tariff.next_change(self._electricity, moment, self.group.prices)
+        return self._weight.next_change(moment)
 
     def known(self, start: datetime) -> bool:
         """Whether a forecast covers the whole run released at `start` (a tariff always
         does; a series only up to its last interval)."""
-        series = self.group.carbon if self.objective is DeferralObjective.CARBON else None
-        series = self.group.prices if series is None else series
-        return series is None or series.covers(start, start + self.span)
+        return self._weight.covers(start, start + self.span)
 
     @property
     def forecast(self) -> bool:
@@ -143,11 +171,13 @@ class _Option:
         return bool(self._electricity.rates) or self.group.prices is not None
 
     def describe(self, start: datetime, beside: _Planned | None = None) -> str:
-        unit = "gCO2" if self.objective is DeferralObjective.CARBON else self._electricity.currency
+        unit = self._weight.unit
         weight = self.weight(start, beside)
         figure = f"{weight:.0f}" if unit == "gCO2" else f"{weight:.4f}"
         shared = "" if beside is None else f", beside Job {beside.job.name}"
-        return f"{figure} {unit} on machine {self.machine.key.name}{shared}"
+        spare = tariff.surplus_at(self.surplus, start) if unit != "gCO2" else None
+        sun = f", {spare:.0f} W of solar surplus spare now" if spare else ""
+        return f"{figure} {unit} on machine {self.machine.key.name}{shared}{sun}"
 
 
 def defer(snapshot: Snapshot, now: datetime) -> Deferral:
@@ -179,12 +209,12 @@ def _decide(
     decided = _unread(job)
     if decided is not None:
         return decided, None
-    options = list(_options(job, snapshot))
+    options = list(_options(job, snapshot, now))
     decided = _unpriced(job, options, now)
     if decided is not None:
         return decided, None
     assert job.deadline is not None and job.duration is not None
-    latest = job.deadline - MARGIN - max(o.to_finish for o in options)
+    latest = _latest(job.deadline, options)
     requests = job.scheduling.requests
     priced: list[tuple[float, datetime, _Option, _Planned | None]] = [
         (o.weight(s), s, o, None) for o in options for s in _starts(o, now, latest)
@@ -241,17 +271,27 @@ def _unpriced(job: DeferredJob, options: Sequence[_Option], now: datetime) -> Re
         return Release(
             job.key, "released at once: its machines' Groups have one price at every hour"
         )
-    latest = job.deadline - MARGIN - max(o.to_finish for o in options)
-    if latest <= now + SLACK:
+    if _latest(job.deadline, options) <= now + SLACK:
         return Release(
             job.key,
             f"released at once: to finish by {format_time(job.deadline)} with "
-            f"{_minutes(MARGIN)} to spare it must start now",
+            f"{_minutes(_margin(options))} to spare it must start now",
         )
     return None
 
 
-def _options(job: DeferredJob, snapshot: Snapshot) -> Iterator[_Option]:
+def _margin(options: Sequence[_Option]) -> timedelta:
+    """The Job's margin: the largest its machines' Groups set."""
+    return max(o.margin for o in options)
+
+
+def _latest(deadline: datetime, options: Sequence[_Option]) -> datetime:
+    """The latest start that finishes, on the slowest of its machines, the margin before
+    `deadline`."""
+    return deadline - _margin(options) - max(o.to_finish for o in options)
+
+
+def _options(job: DeferredJob, snapshot: Snapshot, now: datetime) -> Iterator[_Option]:
     """The machines that could run the Job; each weighs a start by its Group's objective,
     unless the Groups disagree: cost and grams do not compare, so then cost for all."""
     groups = {group.key: group for group in snapshot.groups}
@@ -271,7 +311,19 @@ def _options(job: DeferredJob, snapshot: Snapshot) -> Iterator[_Option]:
         boot = timedelta(seconds=machine.boot_estimate)
         on_time = timedelta(seconds=machine.minimum_on_seconds or 0)
         span, to_finish = boot + max(job.duration, on_time), boot + job.duration
-        yield _Option(machine, group, span, to_finish, agreed, view.free)
+        surplus = tariff.persisting(group.surplus, now, group.electricity, group.prices)
+        drawn = _drawn(snapshot, group.key) if surplus is not None else 0.0
+        yield _Option(machine, group, span, to_finish, agreed, view.free, surplus, drawn)
+
+
+def _drawn(snapshot: Snapshot, group: ObjectKey) -> float:
+    """What the Group's machines draw now by their declared (or learned) watts: idle while
+    powered, standby while off."""
+    return sum(
+        Draw.declared(m.watts_on, m.watts_idle, m.watts_off).watts(is_powered(m.phase))
+        for m in snapshot.machines
+        if m.group_key == group
+    )
 
 
 def _starts(option: _Option, now: datetime, latest: datetime) -> Sequence[datetime]:

@@ -18,14 +18,16 @@ is *unneeded* when:
   and a machine found unneeded no longer offers its own space to the others.
 
 An unneeded machine is powered off once it has been unneeded for scaleDown.unneededSeconds
-(`auto`: its break-even time, `planning.autoscaler.breakeven`), outside
+(`auto`: its break-even time, weighed by the Group's price from the moment it became unneeded,
+`planning.autoscaler.breakeven`), outside
 scaleDown.stabilizationWindowSeconds after the Group's last scale-up (and never while the same
 plan powers machines on in its Group), without taking the Group below minNodes, and at most
 scaleDown.maxConcurrentOperations at once counting those already powering off. It also stays
 on while a wear limit holds it (minimumOnSeconds, maxPowerCyclesPerDay), and while announced
 demand it would serve (a CronJob's next run no needed Ready machine can take) comes sooner than
 powering it off and on again would pay: its shutdown time plus the run's pre-warming lead time,
-which is one break-even time plus the lead's margin.
+which is one break-even time plus the lead's margin. That gap is known, so the price does not
+enter: a cycle draws in the same hours staying on would, and saves only the time in between.
 
 Beside each machine's note (words), `ScaleDown.holds` says as a `Hold` why a Ready machine it
 could power off stays on: the replay's energy breakdown (`simulate.replay.charges`) charges a Ready
@@ -134,7 +136,7 @@ def scale_down(
         # deadline is left after it; truncated to 97 s it stayed on until something changed.
         elapsed_seconds = (cluster.now - since).total_seconds()
         elapsed = int(elapsed_seconds)
-        wait, source = unneeded_seconds(info.machine, group, energy)
+        wait, source = unneeded_seconds(info.machine, group, energy, since)
         held = (
             (
                 (Hold.UNNEEDED_WAIT, f"only for {elapsed}s of {wait:.0f}s ({source})")

@@ -87,7 +87,7 @@ def next_wake(snapshot: Snapshot, plan: Plan, now: datetime) -> datetime | None:
         group = groups.get(machine.group_key) if machine else None
         if machine is None or group is None:
             continue
-        wait, _ = unneeded_seconds(machine, group, energy)
+        wait, _ = unneeded_seconds(machine, group, energy, since)
         if math.isfinite(wait):
             moments.append(since + timedelta(seconds=wait))
         hold = wear_hold(machine, now)

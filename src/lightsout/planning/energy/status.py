@@ -132,15 +132,25 @@ def rate(
     now: dt.datetime,
     *,
     prices: Series | None = None,
+    surplus: Series | None = None,
+    beside: float = 0.0,
 ) -> Rate:
     """What the machine draws, saves and pays from `now` on, in that phase at that utilisation
-    (until the price changes: `tariff.next_change`)."""
+    (until the price or the solar surplus changes: `tariff.next_change`). With a `surplus` in
+    force its price per kWh is the Group's times the share of its draw the surplus leaves to
+    pay (`tariff.paid_share`, its Group's other machines drawing `beside`): 0 while the surplus
+    covers the Group's draw. Its saving is counted at that price too: an hour off while the
+    surplus covers the Group saves nothing in money."""
     try:
         current = Phase(str(phase)) if phase is not None else None
     except ValueError:
         current = None
     per_kwh = price(group, now, prices)[0]
-    return rounded_rate(Rate.of(machine_draw, is_powered(current), utilisation, per_kwh))
+    powered = is_powered(current)
+    if surplus is not None and per_kwh:
+        watts = machine_draw.watts(powered, utilisation)
+        per_kwh *= tariff.paid_share(watts, tariff.surplus_at(surplus, now), beside)
+    return rounded_rate(Rate.of(machine_draw, powered, utilisation, per_kwh))
 
 
 def whole_second(now: dt.datetime) -> dt.datetime:
@@ -158,11 +168,15 @@ def checkpoint(
     *,
     now: dt.datetime,
     prices: Series | None = None,
+    surplus: Series | None = None,
+    beside: float = 0.0,
 ) -> dict[str, Any] | None:
     """The machine's new `status.energy` when its rate changes at `now` (or accounting
     starts); None when the rate in force is still right (nothing to write)."""
     now = whole_second(now)
-    wanted = rate(machine_draw, group, phase, utilisation, now, prices=prices)
+    wanted = rate(
+        machine_draw, group, phase, utilisation, now, prices=prices, surplus=surplus, beside=beside
+    )
     if current is None:
         account = Account.opened(now, wanted)
     elif current.rate == wanted:

@@ -8,6 +8,15 @@ at which that price differs (None: it never does); a machine's pass checkpoints 
 account then (`machine.passes`), so each stretch of time is counted at its own price, live and
 in the replay alike.
 
+A solar surplus (`spec.electricity.solarSurplus`, a `Series` of W: `state.series.surplus`)
+makes the Group's draw free up to its level: the Group pays for its machines' draw above the
+surplus, `max(0, G - S)`, and each machine for its share of that in proportion to its draw
+(`paid_watts`: every machine pays the same fraction `1 - S/G` of its draw; no order among
+machines to keep). A deferrable Job's run is weighed by what it adds (`added_watts`), with the
+surplus read now held to the end of the current price interval and no further (`persisting`:
+a surplus has no forecast). `cost` and `next_change` take the surplus beside the prices, so the
+accounts, the deferral and the replay price it one way.
+
 Rates are wall-clock times: across a daylight-saving change a rate follows the clock (a rate
 from 02:00 on the night that hour is skipped starts at 03:00; in the hour that repeats, the
 price follows the clock back too).
@@ -68,28 +77,96 @@ def price_at(
     return electricity.price_per_kwh if rate is None else rate.price_per_kwh
 
 
+def paid_watts(watts: float, surplus: float | None, beside: float = 0.0) -> float:
+    """What of `watts` one machine draws is paid for while the Group's solar surplus is
+    `surplus` W (None: none known) and its other machines draw `beside` W: its share, in
+    proportion to its draw, of the Group's draw above the surplus (so a machine alone pays
+    for `max(0, watts - surplus)`)."""
+    if surplus is None or surplus <= 0.0 or watts <= 0.0:
+        return watts
+    return watts * max(0.0, 1.0 - surplus / (max(beside, 0.0) + watts))
+
+
+def added_watts(watts: float, surplus: float | None, beside: float = 0.0) -> float:
+    """What drawing `watts` more, beside the Group's `beside` W, adds to the draw the Group
+    pays for (the surplus covers what it has left over first)."""
+    if surplus is None or surplus <= 0.0:
+        return watts
+    beside = max(beside, 0.0)
+    return max(0.0, beside + watts - surplus) - max(0.0, beside - surplus)
+
+
+def paid_share(watts: float, surplus: float | None, beside: float = 0.0) -> float:
+    """`paid_watts` over `watts`: the fraction of the price a machine drawing `watts` pays
+    (1 without a surplus)."""
+    return 1.0 if watts <= 0.0 else paid_watts(watts, surplus, beside) / watts
+
+
+def surplus_at(surplus: Series | None, moment: datetime) -> float | None:
+    """The surplus in W at `moment` (None: none known then)."""
+    return None if surplus is None else surplus.at(moment)
+
+
+def persisting(
+    surplus: Series | None,
+    now: datetime,
+    electricity: Electricity | None,
+    series: Series | None = None,
+) -> Series | None:
+    """The surplus read at `now`, held to the end of the current price interval (with one
+    price at every hour, to the end of its reading) and no further: what a deferrable Job's
+    start is weighed with."""
+    watts = surplus_at(surplus, now)
+    if surplus is None or watts is None:
+        return None
+    until = _price_change(electricity, now, series) or surplus.next_change(now)
+    return Series((now,), (watts,), until - now) if until is not None and until > now else None
+
+
 def cost(
     electricity: Electricity,
     watts: float,
     start: datetime,
     end: datetime,
     series: Series | None = None,
+    *,
+    surplus: Series | None = None,
+    beside: float = 0.0,
+    marginal: bool = False,
 ) -> float:
-    """What drawing `watts` from `start` to `end` costs, each stretch at its own price."""
+    """What drawing `watts` from `start` to `end` costs, each stretch at its own price: with a
+    `surplus` of W, the machine's share (`paid_watts`, the Group's other machines drawing
+    `beside`), or with `marginal` what the draw adds to the Group's (`added_watts`)."""
+    paid = added_watts if marginal else paid_watts
     total, at = 0.0, start
     while at < end:
-        change = next_change(electricity, at, series)
+        change = next_change(electricity, at, series, surplus)
         until = end if change is None or change > end else change
         price = price_at(electricity, at, series)
-        total += watts / 1000.0 * (until - at).total_seconds() / 3600.0 * price
+        drawn = paid(watts, surplus_at(surplus, at), beside)
+        total += drawn / 1000.0 * (until - at).total_seconds() / 3600.0 * price
         at = until
     return total
 
 
 def next_change(
+    electricity: Electricity | None,
+    moment: datetime,
+    series: Series | None = None,
+    surplus: Series | None = None,
+) -> datetime | None:
+    """The first moment after `moment` at which the price differs from the one at `moment`,
+    or (with a `surplus`) the surplus does."""
+    price = _price_change(electricity, moment, series)
+    found = surplus.next_change(moment) if surplus is not None else None
+    if price is None or found is None:
+        return price or found
+    return min(price, found)
+
+
+def _price_change(
     electricity: Electricity | None, moment: datetime, series: Series | None = None
 ) -> datetime | None:
-    """The first moment after `moment` at which the price differs from the one at `moment`."""
     if electricity is None:
         return None
     if series is None:

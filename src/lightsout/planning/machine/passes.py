@@ -63,6 +63,10 @@ class Readings:
     provider_ids: ProviderIDs | None = None
     #: The Group's price series per kWh, where it has one (`state.series`).
     prices: Series | None = None
+    #: The Group's solar surplus in W, where one is known (`state.series.surplus`), and what
+    #: its other machines draw (the surplus is shared by draw: `tariff.paid_watts`).
+    surplus: Series | None = None
+    beside: float = 0.0
 
 
 def pass_decision(
@@ -79,7 +83,8 @@ def pass_decision(
 def with_energy(decision: Decision, readings: Readings, now: dt.datetime) -> Decision:
     """The decision plus the account checkpointed when the machine's rate changes in this
     pass (its new phase, cpu use, draw or price), and a pass when the Group's tariff changes
-    its price next (so that each stretch is counted at its own price)."""
+    its price next, or its solar surplus changes or goes stale (so that each stretch is counted
+    at its own price)."""
     account = checkpoint(
         account_from_status(readings.status.get("energy")),
         readings.draw,
@@ -88,10 +93,12 @@ def with_energy(decision: Decision, readings: Readings, now: dt.datetime) -> Dec
         readings.utilisation,
         now=now,
         prices=readings.prices,
+        surplus=readings.surplus,
+        beside=readings.beside,
     )
     decision = decision if account is None else replace(decision, energy=account)
     electricity = readings.group.electricity if readings.group is not None else None
-    change = tariff.next_change(electricity, now, readings.prices)
+    change = tariff.next_change(electricity, now, readings.prices, readings.surplus)
     if change is None:
         return decision
     return with_pass_within(decision, (change - now).total_seconds())

@@ -109,14 +109,16 @@ def plot(result: Result, path: Path) -> None:
 
 
 def plot_sweep(document: Mapping[str, Any], path: Path) -> None:
-    """Draw a sweep (`sweep.as_json`) into `path`: energy (x) against the other pods' p95 wait
-    (y), the points joined in the order swept and labelled with their value, the default and
-    the knee ringed, the reactive baseline a cross."""
+    """Draw a sweep (`sweep.as_json`) into `path`: the two figures its knob trades (energy
+    against the other pods' p95 wait, or cost against deadlines missed), the points joined in
+    the order swept and labelled with their value, the default and the knee ringed, the
+    baseline a cross."""
     _, plt = _pyplot()
     figure, axes = plt.subplots(figsize=(8, 5.5), layout="constrained")
     points = document["points"]
-    xs = [p["usedKWh"] for p in points]
-    ys = [p["otherWaitP95Seconds"] or 0.0 for p in points]
+    trade = document["axes"]
+    xs = [p[trade["x"]] or 0.0 for p in points]
+    ys = [p[trade["y"]] or 0.0 for p in points]
     axes.plot(xs, ys, marker="o", color="#34495e", label=f"{document['knob']} (Lights-Out)")
     for index, (point, x, y) in enumerate(zip(points, xs, ys, strict=True)):
         # Above and below by turns, so the labels of close points do not overlap.
@@ -138,19 +140,21 @@ def plot_sweep(document: Mapping[str, Any], path: Path) -> None:
                 label=word,
             )
     base = document["baseline"]
+    reactive = base["policy"] == "reactive"
     axes.scatter(
-        [base["usedKWh"]],
-        [base["otherWaitP95Seconds"] or 0.0],
+        [base[trade["x"]] or 0.0],
+        [base[trade["y"]] or 0.0],
         marker="X",
         s=120,
         color="#c0392b",
-        label="reactive baseline (cluster-autoscaler defaults)",
+        label="reactive baseline (cluster-autoscaler defaults)" if reactive else base["label"],
     )
     # From zero (a few seconds' difference does not fill the height), room above the highest.
-    highest = max([*ys, base["otherWaitP95Seconds"] or 0.0])
+    highest = max([*ys, base[trade["y"]] or 0.0])
     axes.set_ylim(0, highest * 1.15 if highest > 0 else 1.0)
-    axes.set_xlabel("energy used, kWh")
-    axes.set_ylabel("other pods' wait p95, s")
+    currency = f", {document['currency']}" if trade["x"] == "cost" and document["currency"] else ""
+    axes.set_xlabel(trade["xLabel"] + currency)
+    axes.set_ylabel(trade["yLabel"])
     axes.set_title(f"{document['trace']}: sweep of {document['setting']}")
     axes.legend(fontsize="small")
     figure.savefig(path, dpi=110)

@@ -328,6 +328,16 @@ class Simulator:
         if carried.requeue_after is not None:
             machine.reconcile_soon(carried.requeue_after)
 
+    def beside(self, machine: SimMachine) -> float:
+        """What the other machines of `machine`'s Group draw now, each at its true draw in its
+        phase (what a solar surplus is shared with: `tariff.paid_watts`)."""
+        group = machine.template.group_key
+        return sum(
+            m.draw.watts(is_powered(m.state.phase), m.utilisation())
+            for m in self.machines.values()
+            if m is not machine and m.template.group_key == group
+        )
+
     # ------------------------------------------------------------------ the UPS
     def _load(self) -> float:
         """What the fed machines draw now, each at its true draw in its phase."""

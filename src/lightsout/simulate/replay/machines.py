@@ -131,6 +131,7 @@ class Cluster(Protocol):
     def want_schedule(self) -> None: ...
     def evict(self, machine: SimMachine) -> None: ...
     def count_battery(self) -> None: ...
+    def beside(self, machine: SimMachine) -> float: ...
 
 
 @dataclass(kw_only=True)
@@ -227,7 +228,18 @@ class SimMachine(MemoryMachine):
             return
         watts = self.draw.watts(is_powered(self.state.phase), utilisation)
         if group.electricity is not None:
-            self.cost += tariff.cost(group.electricity, watts, start, end, group.prices)
+            # A solar surplus is shared with what the Group's other machines draw now (they
+            # are counted when they change, not when this one does: close, not exact).
+            beside = self.sim.beside(self) if group.surplus is not None else 0.0
+            self.cost += tariff.cost(
+                group.electricity,
+                watts,
+                start,
+                end,
+                group.prices,
+                surplus=group.surplus,
+                beside=beside,
+            )
         if group.carbon is not None:
             self.grams += group.carbon.integral(watts, start, end)
 
@@ -318,6 +330,8 @@ class SimMachine(MemoryMachine):
         status = {**self.status, "phase": str(self.state.phase)}
         lease = LeaseState.HELD_BY_OTHER if self.held_elsewhere else LeaseState.FREE
         seen = self.as_machine()  # its draw as the planner reads it, as the operator's pass does
+        group = self.groups.get(self.template.group_key)
+        surplus = group.surplus if group is not None else None
         return Readings(
             health=assess(status, self.last_check, lease),
             spec=self.spec,
@@ -325,7 +339,9 @@ class SimMachine(MemoryMachine):
             utilisation=cpu_use(self.requested.get(CPU, 0), self.allocatable.get(CPU)),
             draw=Draw.declared(seen.watts_on, seen.watts_idle, seen.watts_off),
             group=self.group_spec,
-            prices=group.prices if (group := self.groups.get(self.template.group_key)) else None,
+            prices=group.prices if group is not None else None,
+            surplus=surplus,
+            beside=self.sim.beside(self) if surplus is not None else 0.0,
         )
 
     # What the simulated cluster does when the port is written: the replay's physics.

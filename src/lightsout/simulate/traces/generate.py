@@ -439,9 +439,11 @@ def household_deferrable(
     prices: str, carbon: str, *, weeks: int = 4, objective: str = "Cost", seed: int = 5
 ) -> Trace:
     """A household's `weeks` on a dynamic tariff, with deferrable work: a nightly backup
-    created at 18:00 that may wait 12 h (45 min, said), a photo index at 20:00 that may wait
-    10 h (its length learned from earlier runs), a weekly scrub on Saturday at 09:00 that may
-    wait 30 h (3 h, on the big machine), and hand-started evening pods that may not wait.
+    created at 18:00 that may wait 22 h (1 h, said), a photo index at 20:00 (8 cores for 2 h,
+    its length learned from earlier runs) that may wait 22 h, a weekly scrub on Saturday at
+    09:00 that may wait 30 h (3 h, on the big machine), and hand-started evening pods that may
+    not wait. "Done by tomorrow evening" is what lets a run created in the dear evening reach
+    the midday trough the spring sun puts in the day-ahead price.
 
     `prices` (EUR/MWh) and `carbon` (gCO2/kWh) are series texts (`state.series`), the shared
     DE-LU data in the benchmark: they become the trace's ConfigMaps, and the Group objective
@@ -473,18 +475,18 @@ def household_deferrable(
     cronjobs = [
         _deferrable(
             _cronjob("backup", "home", "0 18 * * *", _spec("2", "4Gi")),
-            {"lightsout.dev/max-delay": "12h", "lightsout.dev/expected-duration": "45m"},
+            {"lightsout.dev/max-delay": "22h", "lightsout.dev/expected-duration": "1h"},
         ),
         _deferrable(
-            _cronjob("photo-index", "media", "0 20 * * *", _spec("2", "6Gi")),
-            {"lightsout.dev/max-delay": "10h"},
+            _cronjob("photo-index", "media", "0 20 * * *", _spec("8", "16Gi")),
+            {"lightsout.dev/max-delay": "22h"},
         ),
         _deferrable(
             _cronjob("scrub", "storage", "0 9 * * 6", _spec("12", "24Gi")),
             {"lightsout.dev/max-delay": "30h", "lightsout.dev/expected-duration": "3h"},
         ),
     ]
-    runs = {"home/backup": 2700.0, "media/photo-index": 1800.0, "storage/scrub": 10800.0}
+    runs = {"home/backup": 3600.0, "media/photo-index": 7200.0, "storage/scrub": 10800.0}
     pods: list[TracePod] = []
     zone = ZoneInfo(ZONE)
     for day in range(7 * weeks):

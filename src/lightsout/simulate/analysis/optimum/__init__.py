@@ -1,10 +1,14 @@
-"""The offline optimum of a trace: the least energy any schedule could use, by a real solver.
+"""The offline optimum of a trace: the least energy (or cost, or carbon) any schedule could
+use, by a real solver.
 
-`model` states and builds the two models (the zero-wait MIP, the with-waits LP) in HiGHS'
-row-wise form; `solver` hands them to HiGHS and says what the outcome proves (`solve`,
-`Bound`); `realise` makes a schedule of real machines from a pooled solution and splits a
-solution's energy by machine (`ScheduleEnergy`). `lightsout simulate --optimum` and the
-benchmark call `solve`; docs/simulator.md states the model with its assumptions.
+`model` states and builds the zero-wait MIP and the with-waits LP in HiGHS' row-wise form;
+`windows` the time-indexed MIP (pods start anywhere in their windows, deferrable runs by their
+deadlines, machines up by whole slots; energy, cost or carbon); `solver` hands them to HiGHS
+and says what the outcome proves (`solve`, `Bound`; `solve_windows`, `WindowsBound`);
+`realise` makes a schedule of real machines from a pooled solution and splits a solution's
+energy by machine (`ScheduleEnergy`). `lightsout simulate --optimum` and the benchmarks call
+`solve` (benchmarks/cheap_hours.py `solve_windows`); docs/simulator.md states the models with
+their assumptions.
 """
 
 from lightsout.simulate.analysis.optimum.model import Run, zero_wait_runs
@@ -15,7 +19,9 @@ from lightsout.simulate.analysis.optimum.solver import (
     ZERO_WAIT,
     Bound,
     SolverMissingError,
+    WindowsBound,
     solve,
+    solve_windows,
 )
 
 __all__ = [
@@ -26,6 +32,8 @@ __all__ = [
     "Run",
     "ScheduleEnergy",
     "SolverMissingError",
+    "WindowsBound",
     "solve",
+    "solve_windows",
     "zero_wait_runs",
 ]

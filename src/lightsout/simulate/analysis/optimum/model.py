@@ -56,6 +56,9 @@ cycle >= shutdown, cycle x N - shutdown x [up at the end] >= cycle x sum s - shu
 every such schedule is a solution of the LP costing no more than it really did, and the LP's
 optimum is at most the cheapest of them. It is loose because pods may be split across machines
 and time and machines may be partly up (what an LP can do and a schedule cannot).
+Beside it `solve` now solves the time-indexed MIP of `windows` (whole-slot machine states,
+each pod's start slot an integer choice) for the rest of the time limit; the larger proven
+bound of the two counts.
 
 Identical machines (same Group, draw, durations, room and pods allowed) make the MIP branch
 over every permutation of them, and its dual bound hardly moved in the time limit. So the

@@ -3,9 +3,12 @@
 `solve(trace, time_limit, max_wait)` (behind `lightsout simulate --optimum` and the benchmark)
 runs the zero-wait MIP (`model`), pooled first and then one machine per column from the
 schedule `realise` makes, and, when that model has no schedule and `max_wait` is given, the
-with-waits LP. It reads back the proven bound (the larger of the MIP's dual bound and the LP
-relaxation), the best schedule and the gap between them, and returns them as a `Bound`. Why
-each figure bounds what it claims is in `model`'s docstring.
+with-waits LP and the time-indexed MIP with start windows (`windows`), the larger bound counting
+(the MIP alone when CronJob runs are held for cheap hours). `solve_windows` solves that MIP for
+energy, cost or carbon (`WindowsBound`). It reads back the proven bound (the larger of the
+MIP's dual bound and the LP relaxation), the best schedule and the gap between them, and
+returns them as a `Bound`. Why each figure bounds what it claims is in `model`'s and
+`windows`' docstrings.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightsout.simulate.analysis.optimum.model import (
     Problem,
@@ -29,7 +32,20 @@ from lightsout.simulate.analysis.optimum.model import (
     zero_wait_runs,
 )
 from lightsout.simulate.analysis.optimum.realise import ScheduleEnergy, realise, schedule_energy
+from lightsout.simulate.analysis.optimum.windows import (
+    COST,
+    ENERGY,
+    OBJECTIVES,
+    SlotProblem,
+    mapped,
+    slot_schedule,
+    windows,
+    windows_problem,
+)
 from lightsout.simulate.traces.trace import Trace
+
+if TYPE_CHECKING:
+    from lightsout.simulate.replay.engine import Result
 
 
 class SolverMissingError(RuntimeError):
@@ -264,20 +280,32 @@ def _zero_wait_pooled(
     )
 
 
-def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None) -> Bound:
+def solve(
+    trace: Trace,
+    time_limit: float = 60.0,
+    max_wait: float | None = None,
+    *,
+    slot: float | None = None,
+    defer: bool = True,
+    replayed: Sequence[Result] = (),
+) -> Bound:
     """Solve the trace's offline problem; raises `SolverMissingError` without highspy.
 
     The zero-wait MIP first; if it has no schedule (infeasible, or none found within the time
-    limit) and `max_wait` is given, the with-waits LP; else no bound (`kwh` None, `note`)."""
-    try:
-        import highspy
-        import numpy as np
-    except ImportError as error:
-        raise SolverMissingError(
-            "the offline optimum needs HiGHS: pip install 'kube-lightsout[sim]'"
-        ) from error
+    limit) and `max_wait` is given, the time-indexed MIP with start windows (`windows`: slots of
+    `slot` seconds, started from the first of `replayed` that fits) for the rest of the time
+    and the with-waits LP, the larger proven bound counting; else no bound (`kwh` None,
+    `note`). When CronJob runs are held for cheap hours (`defer`, as the replay's option), no
+    zero-wait schedule is one the replay runs: the time-indexed MIP alone (each pod within
+    `max_wait`, 0 if not given)."""
+    highspy, np = _highspy()
     started = time.monotonic()
     runs = zero_wait_runs(trace)
+    if has_deferred(trace, defer):
+        timed = solve_windows(
+            trace, time_limit, max_wait or 0.0, slot=slot, defer=defer, replayed=replayed
+        )
+        return _timed_bound(timed, None, len(runs), max_wait or 0.0, started=started, why="")
     mip = _zero_wait_pooled(highspy, np, trace, runs, time_limit)
     status, lp, dual, incumbent, closed = mip.status, mip.lp, mip.dual, mip.incumbent, mip.closed
     # A bound of the zero-wait model, with its size (the with-waits LP gives its own).
@@ -327,9 +355,19 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
     waits, upper = waits_problem(trace, runs, max_wait)
     h = highs(highspy, np, waits, upper, max(1.0, time_limit - (time.monotonic() - started)))
     h.run()
-    status = h.modelStatusToString(h.getModelStatus())
     solved = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
-    value = h.getInfo().objective_function_value + waits.constant if solved else None
+    relaxed = h.getInfo().objective_function_value + waits.constant if solved else None
+    timed = solve_windows(
+        trace,
+        max(1.0, time_limit - (time.monotonic() - started)),
+        max_wait,
+        slot=slot,
+        defer=defer,
+        replayed=replayed,
+    )
+    if timed.value is not None and (relaxed is None or timed.value >= relaxed):
+        return _timed_bound(timed, relaxed, len(runs), max_wait, started=started, why=why)
+    status = h.modelStatusToString(h.getModelStatus())
     if waits.dropped:
         dropped = f"; {waits.dropped} pod run(s) fit no machine, left out"
     note = (
@@ -338,6 +376,10 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
         if solved
         else f"{why}; the with-waits LP did not solve ({status})"
     )
+    if solved and timed.value is not None:
+        note += f"; the time-indexed MIP's bound was lower ({timed.value / 1000:.3f} kWh)"
+    elif solved:
+        note += f"; {timed.note}"
     return Bound(
         schedule=schedule_energy(waits, list(h.getSolution().col_value)) if solved else (),
         schedule_source="the with-waits LP's solution (the bound itself: pods split, machines "
@@ -345,10 +387,10 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
         if solved
         else "",
         kind=WITH_WAITS if solved else NO_BOUND,
-        kwh=None if value is None else value / 1000,
+        kwh=None if relaxed is None else relaxed / 1000,
         source="LP relaxation" if solved else "",
         status=status,
-        lp_kwh=None if value is None else value / 1000,
+        lp_kwh=None if relaxed is None else relaxed / 1000,
         runs=len(runs),
         segments=waits.segments,
         variables=len(upper),
@@ -357,3 +399,210 @@ def solve(trace: Trace, time_limit: float = 60.0, max_wait: float | None = None)
         note=note,
         max_wait=max_wait,
     )
+
+
+def _timed_bound(
+    timed: WindowsBound,
+    relaxed: float | None,
+    runs: int,
+    max_wait: float,
+    *,
+    started: float,
+    why: str,
+) -> Bound:
+    """The time-indexed MIP's energy bound as a `Bound` (kind "with waits"), beside the
+    with-waits LP's value (`relaxed`, Wh) if that was solved."""
+    kwh = None if timed.value is None else timed.value / 1000
+    lp = [v for v in (timed.lp, relaxed) if v is not None]
+    return Bound(
+        kind=WITH_WAITS if kwh is not None else NO_BOUND,
+        status=timed.status,
+        runs=runs,
+        segments=timed.segments,
+        variables=timed.variables,
+        constraints=timed.constraints,
+        seconds=time.monotonic() - started,
+        kwh=kwh,
+        incumbent_kwh=None if timed.incumbent is None else timed.incumbent / 1000,
+        gap=timed.gap,
+        source=timed.source,
+        lp_kwh=max(lp) / 1000 if lp else None,
+        note="; ".join(n for n in (why, timed.note, timed.start) if n),
+        max_wait=max_wait,
+        schedule=timed.schedule,
+        schedule_source=""
+        if timed.incumbent is None
+        else f"the time-indexed MIP's best schedule, {timed.incumbent / 1000:.3f} kWh",
+    )
+
+
+#: The unit of each objective's figures (cost: the Groups' currency).
+UNITS = {ENERGY: "Wh", COST: "currency", "carbon": "g CO2"}
+
+
+@dataclass(frozen=True)
+class WindowsBound:
+    """The time-indexed MIP's outcome for one objective (`windows`): a proven lower bound on
+    every schedule whose pods start within their windows, in the objective's unit (Wh, the
+    Groups' currency, g CO2)."""
+
+    objective: str
+    status: str
+    seconds: float
+    slot: float
+    #: The model's slots.
+    segments: int
+    variables: int
+    constraints: int
+    #: The proven lower bound; None when there is none (`note` says why).
+    value: float | None = None
+    #: The best schedule HiGHS found (None without one).
+    incumbent: float | None = None
+    #: (incumbent - value) / incumbent; 0 when closed; None without both.
+    gap: float | None = None
+    #: "time-indexed MIP optimum", "... dual bound" or "LP relaxation"; "" without a bound.
+    source: str = ""
+    lp: float | None = None
+    note: str = ""
+    #: The best schedule per machine (energy objective only), and the start HiGHS was given.
+    schedule: tuple[ScheduleEnergy, ...] = ()
+    start: str = ""
+
+    @property
+    def unit(self) -> str:
+        return UNITS[self.objective]
+
+
+def solve_windows(
+    trace: Trace,
+    time_limit: float = 60.0,
+    max_wait: float = 0.0,
+    *,
+    objective: str = ENERGY,
+    slot: float | None = None,
+    defer: bool = True,
+    replayed: Sequence[Result] = (),
+) -> WindowsBound:
+    """The time-indexed MIP (`windows`) for `objective`, its LP relaxation solved first, then
+    the MIP from the first of `replayed` that maps onto its columns (`windows.mapped`) for the
+    rest of `time_limit`. Raises `SolverMissingError` without highspy."""
+    highspy, np = _highspy()
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+    started = time.monotonic()
+    problem = windows_problem(trace, max_wait, objective=objective, slot=slot, defer=defer)
+    size = partial(
+        WindowsBound,
+        objective=objective,
+        slot=problem.slot,
+        segments=problem.segments,
+        variables=len(problem.costs),
+        constraints=len(problem.rows_lo),
+    )
+    if problem.refused:
+        return size(
+            status="not solved",
+            seconds=time.monotonic() - started,
+            note=f"no {objective} bound: {problem.refused}"
+            + (
+                ", where keeping a machine on can earn, so counting less of its up time no "
+                "longer bounds from below"
+                if "negative" in problem.refused
+                else ""
+            ),
+        )
+    h = highs(highspy, np, problem, problem.upper, time_limit)
+    h.run()
+    status = h.modelStatusToString(h.getModelStatus())
+    if h.getModelStatus() == highspy.HighsModelStatus.kInfeasible:
+        return size(
+            status=status,
+            seconds=time.monotonic() - started,
+            note="no schedule starts every required run within its window",
+        )
+    optimal = highspy.HighsModelStatus.kOptimal
+    lp = h.getInfo().objective_function_value if h.getModelStatus() == optimal else -math.inf
+    start, said = _start(problem, replayed)
+    integer = np.array(problem.integer, dtype=np.int32)
+    h.changeColsIntegrality(
+        len(integer), integer, np.full(len(integer), highspy.HighsVarType.kInteger)
+    )
+    h.setOptionValue("mip_rel_gap", 1e-4)
+    h.setOptionValue("time_limit", max(1.0, time_limit - (time.monotonic() - started)))
+    h.clearSolver()
+    if start is not None:
+        given = highspy.HighsSolution()
+        given.col_value = list(start)
+        given.value_valid = True
+        h.setSolution(given)
+    h.run()
+    info = h.getInfo()
+    status = h.modelStatusToString(h.getModelStatus())
+    dual = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else -math.inf
+    found = info.primal_solution_status == 2
+    values = list(h.getSolution().col_value) if found else None
+    closed = h.getModelStatus() == optimal
+    best = max(dual, lp)
+    seconds = time.monotonic() - started
+    dropped = f"; {problem.unplaced} pod run(s) fit no machine, left out" * bool(problem.unplaced)
+    if not math.isfinite(best):
+        return size(
+            status=status,
+            seconds=seconds,
+            start=said,
+            note=f"the time-indexed model proved no bound in {time_limit:.0f} s ({status})",
+        )
+    value = problem.figure(best)
+    incumbent = None if values is None else problem.value(values)
+    gap = None
+    if incumbent is not None and incumbent > 0:
+        gap = 0.0 if closed else max(0.0, (incumbent - value) / incumbent)
+    source = "time-indexed MIP " + (
+        "optimum" if closed else ("dual bound" if dual >= lp else "LP relaxation")
+    )
+    return size(
+        status=status,
+        seconds=seconds,
+        value=value,
+        incumbent=incumbent,
+        gap=gap,
+        source=source,
+        lp=problem.figure(lp) if math.isfinite(lp) else None,
+        note=f"pods start within their windows (each within {max_wait:.0f} s, deferrable runs "
+        f"by their deadlines), machines counted up by whole {problem.slot:.0f} s slots"
+        + ("" if closed else f"; the MIP did not close in {time_limit:.0f} s")
+        + dropped,
+        schedule=slot_schedule(problem, values)
+        if values is not None and objective == ENERGY
+        else (),
+        start=said,
+    )
+
+
+def _start(problem: SlotProblem, replayed: Sequence[Result]) -> tuple[list[float] | None, str]:
+    """The first replayed schedule that maps onto the model's columns, and what became of
+    each (for the report)."""
+    said = []
+    for result in replayed:
+        values, problems = mapped(problem, result)
+        if not problems:
+            return values, f"started from a replayed schedule, {problem.value(values):.4g}"
+        said.append(f"{len(problems)} run(s) of a replay outside their windows ({problems[0]})")
+    return None, "; ".join(said)
+
+
+def has_deferred(trace: Trace, defer: bool = True) -> bool:
+    """Whether some CronJob run of the trace is held for cheap hours (then no zero-wait
+    schedule is one the replay could run)."""
+    return defer and any(w.deferred for w in windows(trace, 0.0))
+
+
+def _highspy() -> tuple[Any, Any]:
+    try:
+        import highspy
+        import numpy as np
+    except ImportError as error:
+        raise SolverMissingError(
+            "the offline optimum needs HiGHS: pip install 'kube-lightsout[sim]'"
+        ) from error
+    return highspy, np
