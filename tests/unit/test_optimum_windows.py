@@ -19,6 +19,7 @@ from lightsout.simulate.analysis.optimum import solver, windows
 from lightsout.simulate.analysis.report import longest_wait
 from lightsout.simulate.replay.engine import Result, replay
 from lightsout.simulate.traces.trace import Durations, Trace, TracePod
+from tests.unit.test_simulate import node
 
 pytestmark = pytest.mark.unit
 
@@ -40,28 +41,6 @@ def group(**electricity: Any) -> dict[str, Any]:
             "maxNodes": 5,
             "electricity": {"pricePerKWh": 0.30, "currency": "EUR", "timeZone": "UTC"}
             | electricity,
-        },
-    }
-
-
-def node(name: str, cpu: int = 4, watts: tuple[int, int, int] = (120, 40, 5)) -> dict[str, Any]:
-    on, idle, off = watts
-    return {
-        "apiVersion": "lightsout.dev/v1alpha1",
-        "kind": "Node",
-        "metadata": {"name": name},
-        "spec": {
-            "desiredPowerState": "Off",
-            "group": "lab",
-            "kubernetesNodeName": name,
-            "driver": {
-                "wol": {
-                    "macAddress": "02:00:00:00:00:01",
-                    "ssh": {"host": name, "user": "lo", "privateKeySecretRef": {"name": "ssh"}},
-                }
-            },
-            "resources": {"cpu": cpu, "memory": "16Gi"},
-            "power": {"onWatts": on, "idleWatts": idle, "offWatts": off},
         },
     }
 

@@ -350,8 +350,8 @@ def poll(sources: PriceSensors, *rounds: Any) -> None:
         for change in rounds:
             if callable(change):
                 change()
-            for key, (group, electricity) in sources._sensors().items():
-                await sources._poll(key, group, electricity)
+            for key, (group, electricity, _every) in sources._sensors().items():
+                await sources.poll(key, group, electricity)
         sources.close()
 
     asyncio.run(polls())

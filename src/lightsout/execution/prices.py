@@ -27,15 +27,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
-
-from pydantic import ValidationError
 
 from lightsout import API_GROUP, API_VERSION
 from lightsout.execution.jobs import LABEL_MANAGED_BY, MANAGED_BY, owner_reference
 from lightsout.execution.prices_homeassistant import HomeAssistantPriceReader, SensorPrices
-from lightsout.k8s.api import Api, error_message
+from lightsout.execution.sensors import GroupKey, GroupSensors, Obj, SensorKey
+from lightsout.k8s.api import error_message
 from lightsout.models.group import (
     PRICES_KEY,
     SERIES_LABEL,
@@ -44,13 +43,8 @@ from lightsout.models.group import (
     prices_config_map,
 )
 
-#: A Group as this task knows it: namespace, name, uid.
-GroupKey = tuple[str, str, str]
-Obj = Mapping[str, Any]
 #: Seconds one read may take.
 READ_TIMEOUT = 5.0
-#: Seconds between looks at the Groups (a new one's sensor is read within this).
-IDLE = 5.0
 #: Seconds before a failed read or write is tried again (sooner with a shorter pollSeconds).
 RETRY_SECONDS = 60.0
 #: The annotation saying which sensor a prices ConfigMap was read from.
@@ -103,70 +97,28 @@ def _same(current: Obj | None, wanted: Obj) -> bool:
 
 
 @dataclass
-class PriceSensors:
-    """The reading task's state: a reader per Group and sensor block, when each is read next,
-    and what was last said about each Group (None: its last read was written)."""
+class PriceSensors(GroupSensors[HomeAssistantPriceReader]):
+    """The reading task's state (`sensors.GroupSensors`), and what was last said about each
+    Group (None: its last read was written)."""
 
-    api: Api
-    #: The Groups, and the ConfigMaps labelled `lightsout.dev/series`, as the watch caches
-    #: hold them.
-    groups: Callable[[], Iterable[Obj]]
+    _: KW_ONLY
+    #: The ConfigMaps labelled `lightsout.dev/series`, as the watch cache holds them.
     series_maps: Callable[[], Iterable[Obj]]
-    leading: Callable[[], bool]
-    readers: dict[tuple[GroupKey, str], HomeAssistantPriceReader] = field(default_factory=dict)
-    due: dict[tuple[GroupKey, str], float] = field(default_factory=dict)
     said: dict[GroupKey, tuple[str, str] | None] = field(default_factory=dict)
 
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            if not self.leading():
-                self.close()  # another replica reads; start afresh on return
-                self.said.clear()
-                self.due.clear()
-                await asyncio.sleep(IDLE)
-                continue
-            try:
-                await self._round(loop)
-            except Exception:  # a bug: said, and the next round tries again
-                log.exception("reading the Groups' price sensors failed")
-            wake = min(self.due.values(), default=loop.time() + IDLE)
-            await asyncio.sleep(min(IDLE, max(0.2, wake - loop.time())))
+    task = "the Groups' price sensors"
+    retry = RETRY_SECONDS
+    component = COMPONENT
 
-    async def _round(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Read each sensor that is due, and forget the Groups that are gone."""
-        sensors = self._sensors()
-        for key, (group, electricity) in sensors.items():
-            if self.due.get(key, 0.0) > loop.time():
-                continue
-            ok = await self._poll(key, group, electricity)
-            every = _sensor(electricity).poll_seconds
-            wait = every if ok else min(RETRY_SECONDS, every)
-            self.due[key] = loop.time() + wait
-        self._forget(sensors)
+    def sensor_of(self, electricity: Electricity) -> tuple[str, float] | None:
+        series = electricity.series
+        if series is None or series.home_assistant is None:
+            return None
+        sensor = series.home_assistant
+        # The currency is part of the block: the prices are checked against it.
+        return f"{electricity.currency} {sensor.model_dump_json()}", sensor.poll_seconds
 
-    def _sensors(self) -> dict[tuple[GroupKey, str], tuple[Obj, Electricity]]:
-        """(Group, its electricity block) → the Group and that (valid) block, for the Groups
-        priced by a Home Assistant sensor."""
-        out: dict[tuple[GroupKey, str], tuple[Obj, Electricity]] = {}
-        for group in self.groups():
-            meta = group.get("metadata") or {}
-            raw = (group.get("spec") or {}).get("electricity")
-            if not (raw or {}).get("series") or meta.get("deletionTimestamp"):
-                continue
-            try:
-                electricity = Electricity.model_validate(raw)
-            except ValidationError:
-                continue  # the planner's snapshot says what is wrong with it
-            if electricity.series is not None and electricity.series.home_assistant is not None:
-                key = (str(meta.get("namespace") or ""), str(meta["name"]), str(meta.get("uid")))
-                block = (
-                    f"{electricity.currency} {electricity.series.home_assistant.model_dump_json()}"
-                )
-                out[(key, block)] = (group, electricity)
-        return out
-
-    async def _poll(self, key: tuple[GroupKey, str], group: Obj, electricity: Electricity) -> bool:
+    async def poll(self, key: SensorKey, group: Obj, electricity: Electricity) -> bool:
         """Read the Group's sensor once and write its prices; whether both went well."""
         sensor = _sensor(electricity)
         reader = self.readers.get(key)
@@ -204,7 +156,7 @@ class PriceSensors:
         if self.said.get(key[0]) is not None:
             name = prices_config_map(key[0][1])
             message = f"read {prices.describe()} from {sensor.entity} into ConfigMap {name}"
-            await self._post(group, "Normal", READ, message)
+            await self.post(group, "Normal", READ, message)
         self.said[key[0]] = None
         return True
 
@@ -233,25 +185,8 @@ class PriceSensors:
             return
         self.said[key] = said
         log.warning("group %s/%s: %s: %s", key[0], key[1], *said)
-        await self._post(group, "Warning", *said)
+        await self.post(group, "Warning", *said)
 
-    async def _post(self, group: Obj, kind: str, reason: str, message: str) -> None:
-        try:
-            await asyncio.to_thread(
-                self.api.post_event, {**group, "kind": "Group"}, kind, reason, message, COMPONENT
-            )
-        except Exception:  # an event lost is not worth a stopped task
-            log.exception("posting %s on a group failed", reason)
-
-    def _forget(self, sensors: Mapping[tuple[GroupKey, str], object]) -> None:
-        """Drop the readers, timers and memories of Groups (or sensor blocks) that are gone."""
-        for key in (self.readers.keys() | self.due.keys()) - sensors.keys():
-            self.due.pop(key, None)
-            if (reader := self.readers.pop(key, None)) is not None:
-                reader.close()
-        groups = {group for group, _ in sensors}
+    def forgotten(self, kept: Mapping[SensorKey, object]) -> None:
+        groups = {group for group, _ in kept}
         self.said = {group: said for group, said in self.said.items() if group in groups}
-
-    def close(self) -> None:
-        while self.readers:
-            self.readers.popitem()[1].close()

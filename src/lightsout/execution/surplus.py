@@ -27,9 +27,8 @@ import asyncio
 import datetime as dt
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import KW_ONLY, dataclass, field
 
 from pydantic import ValidationError
 
@@ -40,7 +39,7 @@ from lightsout.execution.homeassistant import (
     HomeAssistantReader,
     ReadError,
 )
-from lightsout.k8s.api import Api
+from lightsout.execution.sensors import GroupKey, GroupSensors, Obj, SensorKey
 from lightsout.models.enums import ConditionStatus, ConditionType
 from lightsout.models.group import Electricity, HomeAssistantSurplus, SolarSurplusStatus
 from lightsout.planning.energy.mains import Condition
@@ -49,13 +48,8 @@ from lightsout.text import clip_middle
 
 log = logging.getLogger(__name__)
 
-Obj = Mapping[str, Any]
-#: A Group as this task knows it: namespace, name, uid.
-GroupKey = tuple[str, str, str]
 #: Seconds one read may take.
 READ_TIMEOUT = 5.0
-#: Seconds between looks at the Groups (a new one's sensor is read within this).
-IDLE = 5.0
 #: The `unit_of_measurement`s read, and their factor to W.
 WATTS_PER = {"w": 1.0, "kw": 1000.0}
 #: A surplus that moved less than this since the status was written is not written again...
@@ -165,63 +159,27 @@ class SurplusReader(HomeAssistantReader):
 
 
 @dataclass
-class SurplusSensors:
-    """The reading task's state: a reader per Group and sensor block, when each is read next,
-    and the status last written per Group (newer than the watch cache's for a moment)."""
+class SurplusSensors(GroupSensors[SurplusReader]):
+    """The reading task's state (`sensors.GroupSensors`), and the status last written per
+    Group and sensor (newer than the watch cache's for a moment)."""
 
-    api: Api
-    groups: Callable[[], Iterable[Obj]]
-    leading: Callable[[], bool]
-    readers: dict[tuple[GroupKey, str], SurplusReader] = field(default_factory=dict)
-    due: dict[tuple[GroupKey, str], float] = field(default_factory=dict)
-    written: dict[tuple[GroupKey, str], SolarSurplusStatus] = field(default_factory=dict)
+    _: KW_ONLY
+    written: dict[SensorKey, SolarSurplusStatus] = field(default_factory=dict)
 
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            if not self.leading():
-                self.close()  # another replica reads; start afresh on return
-                self.due.clear()
-                self.written.clear()
-                await asyncio.sleep(IDLE)
-                continue
-            try:
-                await self._round(loop)
-            except Exception:  # a bug: said, and the next round tries again
-                log.exception("reading the Groups' solar surplus sensors failed")
-            wake = min(self.due.values(), default=loop.time() + IDLE)
-            await asyncio.sleep(min(IDLE, max(0.2, wake - loop.time())))
+    task = "the Groups' solar surplus sensors"
+    component = COMPONENT
 
-    async def _round(self, loop: asyncio.AbstractEventLoop) -> None:
-        sensors = self._sensors()
-        for key, (group, sensor) in sensors.items():
-            if self.due.get(key, 0.0) > loop.time():
-                continue
-            self.due[key] = loop.time() + sensor.poll_seconds
-            await self._poll(key, group, sensor)
-        self._forget(sensors)
+    def sensor_of(self, electricity: Electricity) -> tuple[str, float] | None:
+        found = electricity.solar_surplus
+        if found is None or found.home_assistant is None:
+            return None
+        return found.home_assistant.model_dump_json(), found.home_assistant.poll_seconds
 
-    def _sensors(self) -> dict[tuple[GroupKey, str], tuple[Obj, HomeAssistantSurplus]]:
-        """(Group, its sensor block) → the Group and that (valid) block."""
-        out: dict[tuple[GroupKey, str], tuple[Obj, HomeAssistantSurplus]] = {}
-        for group in self.groups():
-            meta = group.get("metadata") or {}
-            raw = (group.get("spec") or {}).get("electricity")
-            if not (raw or {}).get("solarSurplus") or meta.get("deletionTimestamp"):
-                continue
-            try:
-                electricity = Electricity.model_validate(raw)
-            except ValidationError:
-                continue  # the planner's snapshot says what is wrong with it
-            found = electricity.solar_surplus
-            if found is not None and found.home_assistant is not None:
-                key = (str(meta.get("namespace") or ""), str(meta["name"]), str(meta.get("uid")))
-                out[(key, found.home_assistant.model_dump_json())] = (group, found.home_assistant)
-        return out
-
-    async def _poll(
-        self, key: tuple[GroupKey, str], group: Obj, sensor: HomeAssistantSurplus
-    ) -> None:
+    async def poll(self, key: SensorKey, group: Obj, electricity: Electricity) -> bool:
+        """Read the Group's sensor once and write its status when worth it; whether read."""
+        assert electricity.solar_surplus is not None  # sensor_of found it
+        sensor = electricity.solar_surplus.home_assistant
+        assert sensor is not None
         reader = self.readers.get(key)
         if reader is None:
             reader = SurplusReader(self.api, key[0][0], sensor, READ_TIMEOUT)
@@ -231,19 +189,20 @@ class SurplusSensors:
         old = self.written.get(key) or status_of(group)
         new = observe(old, f"{sensor.entity}@{sensor.address}", watts, error, now)
         if not worth_writing(old, new, sensor.poll_seconds, now):
-            return
+            return error is None
         try:
             await asyncio.to_thread(self._write, key[0], group, new, now)
         except Exception:
             log.exception("writing the solar surplus of group %s/%s failed", *key[0][:2])
-            return
+            return False
         self.written[key] = new
         if new.error is not None and (old is None or old.error != new.error):
             log.warning("group %s/%s: %s: %s", key[0][0], key[0][1], UNREADABLE, new.error)
-            await self._post(group, "Warning", UNREADABLE, f"{new.entity}: {new.error}")
+            await self.post(group, "Warning", UNREADABLE, f"{new.entity}: {new.error}")
         elif new.error is None and (old is None or old.error is not None):
             message = f"read {new.watts or 0:.0f} W from {new.entity}"
-            await self._post(group, "Normal", READ, message)
+            await self.post(group, "Normal", READ, message)
+        return error is None
 
     def _write(self, key: GroupKey, group: Obj, new: SolarSurplusStatus, now: dt.datetime) -> None:
         current = dig(group, "status", "conditions") or []
@@ -254,22 +213,5 @@ class SurplusSensors:
         }
         self.api.patch_status(key[0], "groups", key[1], patch)
 
-    async def _post(self, group: Obj, kind: str, reason: str, message: str) -> None:
-        try:
-            await asyncio.to_thread(
-                self.api.post_event, {**group, "kind": "Group"}, kind, reason, message, COMPONENT
-            )
-        except Exception:  # an event lost is not worth a stopped task
-            log.exception("posting %s on a group failed", reason)
-
-    def _forget(self, sensors: Mapping[tuple[GroupKey, str], object]) -> None:
-        """Drop the readers, timers and memories of Groups (or sensor blocks) that are gone."""
-        for key in (self.readers.keys() | self.due.keys() | self.written.keys()) - sensors.keys():
-            self.due.pop(key, None)
-            self.written.pop(key, None)
-            if (reader := self.readers.pop(key, None)) is not None:
-                reader.close()
-
-    def close(self) -> None:
-        while self.readers:
-            self.readers.popitem()[1].close()
+    def forgotten(self, kept: Mapping[SensorKey, object]) -> None:
+        self.written = {key: said for key, said in self.written.items() if key in kept}
