@@ -34,6 +34,7 @@ from lightsout.metrics.energy import MachineCollector
 from lightsout.metrics.machines import MachineTracker, PhaseCollector
 from lightsout.models.enums import Phase
 from lightsout.models.group import Electricity, GroupSpec
+from lightsout.planning.energy.status import checkpoint
 from lightsout_lab.process import free_port
 
 NOW = dt.datetime.now(dt.UTC)
@@ -66,7 +67,10 @@ def node(index: int, job_state: str) -> dict[str, Any]:
             },
         },
     }
-    account = energy.checkpoint(body, GROUP, phase, 0.25, now=NOW - dt.timedelta(hours=5))
+    # No account yet: the pass opens one (`planning.energy.status.checkpoint`).
+    account = checkpoint(
+        None, energy.draw(body), GROUP, phase, 0.25, now=NOW - dt.timedelta(hours=5)
+    )
     body["status"]["energy"] = account
     return body
 

@@ -1,6 +1,6 @@
-"""Energy in status (`execution.energy`) and in `/metrics` (`metrics.energy`): checkpoints that
-survive a restart, a Group that sums its machines without rewriting itself, counters that never
-go down."""
+"""Energy in status (`planning.energy.status`, `execution.energy`) and in `/metrics`
+(`metrics.energy`): checkpoints that survive a restart, a Group that sums its machines without
+rewriting itself, counters that never go down."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from lightsout.metrics.machines import MachineTracker
 from lightsout.models.enums import Phase
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
+from lightsout.planning.energy import status as energystatus
+from lightsout.planning.energy.status import account_from_status
 
 pytestmark = pytest.mark.unit
 
@@ -40,7 +42,12 @@ SPEC = NodeSpec.model_validate(SPEC_RAW)
 def checkpoint(
     node: dict[str, Any], phase: str, utilisation: float, now: dt.datetime
 ) -> dict[str, Any] | None:
-    return energy.checkpoint(node, GROUP_SPEC, Phase(phase), utilisation, now=now)
+    """What the machine's pass checkpoints (`planning.machine.passes.with_energy`): the account
+    its status holds, at the draw it reads (`execution.energy.draw`)."""
+    current = account_from_status(node["status"].get("energy"))
+    return energystatus.checkpoint(
+        current, energy.draw(node), GROUP_SPEC, Phase(phase), utilisation, now=now
+    )
 
 
 def machine(name: str = "box", **status: Any) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from lightsout.metrics.machines import MachineTracker
 from lightsout.models.enums import Phase
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
+from lightsout.planning.energy.status import account_from_status, checkpoint
 from lightsout.planning.learning import learn_draw
 from lightsout.planning.machine import healthjudge, inspection
 from lightsout.planning.types import ConditionStatus, EventType, LeaseState
@@ -114,11 +115,12 @@ def test_measured_draw_wins_over_declared_and_inspected_capacity_unless_pinned()
 
 def test_energy_is_counted_at_the_measured_draw() -> None:
     spec = GroupSpec.model_validate({"electricity": {"pricePerKWh": 0.5}})
-    declared = energy.checkpoint(node(), spec, Phase.READY, 0.0, now=T0)
+    declared = checkpoint(None, energy.draw(node()), spec, Phase.READY, 0.0, now=T0)
     assert declared is not None and declared["watts"] == 40.0
     measured = node(learned={"idleWatts": 137.0}, energy=declared)
     later = T0 + dt.timedelta(minutes=5)
-    moved = energy.checkpoint(measured, spec, Phase.READY, 0.0, now=later)
+    held = account_from_status(measured["status"]["energy"])
+    moved = checkpoint(held, energy.draw(measured), spec, Phase.READY, 0.0, now=later)
     assert moved is not None and moved["watts"] == 137.0
     group_obj: dict[str, Any] = {"metadata": {"name": "lab"}, "status": {}}
     summed = energy.group_energy(

@@ -221,7 +221,13 @@ def test_a_powered_off_machine_looks_like_its_expected_node_less_daemonsets() ->
     view = view_of_machine(snapshot.machines[0], snapshot.daemonsets)
     assert view is not None
     assert view.name == "m1"
-    assert view.labels == {"kubernetes.io/hostname": "m1", "site": "home", "disk": "ssd"}
+    assert view.labels == {
+        "kubernetes.io/hostname": "m1",
+        "site": "home",
+        "disk": "ssd",
+        "lightsout.dev/node": "m1",
+        "lightsout.dev/group": "lab",
+    }
     assert [str(t) for t in view.taints] == ["lab=yes:NoSchedule"]
     assert view.free == Resources.of(
         {"cpu": 7500, "memory": 15 * 2**30 + 768 * 2**20, "pods": 109, GPU: 1}

@@ -257,7 +257,12 @@ def test_machines_merge_their_groups_labels_and_taints() -> None:
     (m,) = snapshot.machines
     assert m.key == mkey("m1") and m.group_key == ObjectKey(NS, "lab")
     assert (m.phase, m.desired) == (Phase.BOOTING, DesiredPowerState.ON)
-    assert m.labels == {"site": "home", "disk": "ssd"}
+    assert m.labels == {
+        "site": "home",
+        "disk": "ssd",
+        "lightsout.dev/node": "m1",
+        "lightsout.dev/group": "lab",
+    }
     assert m.taints == (Taint("lab", "", "NoSchedule"), Taint("t", "m", "NoExecute"))
     assert (m.watts_on, m.watts_idle, m.watts_off, m.priority, m.boot_seconds) == (
         120,

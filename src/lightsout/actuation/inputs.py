@@ -6,9 +6,10 @@ state; and by the replay (`lightsout.simulate`), which starts its machines from 
 `machine_state`. A Node's and a Group's spec are read once per pass into the API models
 (`node_spec`, `group_spec`), with the models' defaults; everything in `execution` reads
 those. A spec the models refuse (the API server's schema refuses it too) raises
-`InvalidSpecError`: the pass is skipped. Anything malformed in status (a person's edit, an old
-version's leftovers) degrades to "unknown" rather than raising: the operator never crashes on
-someone else's garbage.
+`InvalidSpecError`: the pass is skipped. A Node's status is read through `state.status`
+(`node_status`): anything malformed in it (a person's edit, an old version's leftovers)
+degrades to "unknown" rather than raising: the operator never crashes on someone else's
+garbage.
 """
 
 from __future__ import annotations
@@ -48,11 +49,12 @@ from lightsout.planning.types import (
     Operation,
     OperationResult,
     Phase,
-    core_node_labels,
 )
-from lightsout.state.learned import learned_from_status, learned_to_status
+from lightsout.state.corenode import core_node_metadata, taint_object, taints_of_models
+from lightsout.state.learned import learned_to_status
 from lightsout.state.parse import dig, format_time, parse_time, str_map
 from lightsout.state.references import Unresolved
+from lightsout.state.status import node_status
 from lightsout.state.types import DRAIN_BY
 from lightsout.text import clip_middle
 
@@ -184,7 +186,7 @@ def _replacing(old: Any, new: Any) -> Any:
 
 
 def merge_conditions(
-    current: list[dict[str, Any]], decision: Decision, generation: int, now: dt.datetime
+    current: Iterable[Mapping[str, Any]], decision: Decision, generation: int, now: dt.datetime
 ) -> list[dict[str, Any]]:
     """`status.conditions` with the decision's SetCondition effects merged in: the operator's
     status writer and the in-memory port both keep them so."""
@@ -277,24 +279,24 @@ def clone_to_status(previous: Any, op: Operation | None) -> dict[str, Any] | Non
 
 def machine_state(node: Obj, spec: NodeSpec, group: GroupSpec | None) -> MachineState:
     """MachineState of one Node resource (its Group supplies the drift policy)."""
-    meta, status = node["metadata"], node.get("status") or {}
+    meta, status = node["metadata"], node_status(node)
     desired = ObservedPowerState(spec.desired_power_state)  # the planner's power states (+ Unknown)
     generation = int(meta.get("generation") or 1)
     # The intent only changes when the desired power state does: editing labels bumps the
     # generation but must not look like a new power command.
     # After a failure, though, any spec edit (a fixed Secret name, a new endpoint) is a new
     # intent, so the machine is retried from scratch.
-    phase = _enum(Phase, status.get("phase"), Phase.UNKNOWN)
-    held = dig(status, "intent", "generation")
-    kept = phase is not Phase.FAILED and dig(status, "intent", "desired") == str(desired)
-    intent_generation = int(held) if kept and isinstance(held, int) else generation
+    phase = status.phase or Phase.UNKNOWN
+    held = status.intent_generation
+    kept = phase is not Phase.FAILED and status.intent_desired == str(desired)
+    intent_generation = held if kept and held is not None else generation
     policy = group or GroupSpec()  # no Group: its defaults
     health = policy.health_check
-    adopted = _enum(ObservedPowerState, status.get("observedPowerState"), desired)
+    adopted = status.observed_power_state or desired
     adopting = (
         adopted
-        if status.get("reason") == Reason.DRIFT_ADOPTED
-        and status.get("observedGeneration") == generation
+        if status.reason == Reason.DRIFT_ADOPTED
+        and status.observed_generation == generation
         and adopted is not desired
         else None
     )
@@ -305,11 +307,11 @@ def machine_state(node: Obj, spec: NodeSpec, group: GroupSpec | None) -> Machine
         phase=phase,
         desired=desired,
         intent_generation=intent_generation,
-        phase_since=parse_time(status.get("phaseSince")),
+        phase_since=status.phase_since,
         drain_by=parse_time((meta.get("annotations") or {}).get(DRAIN_BY)),
-        reason=status.get("reason"),
-        message=str(status.get("message") or ""),
-        operation=operation_from_status(status.get("lastOperation")),
+        reason=status.reason,
+        message=status.message,
+        operation=operation_from_status(status.last_operation),
         max_retries=spec.max_retries,
         boot_timeout_seconds=spec.power.boot_timeout_seconds,
         shutdown_timeout_seconds=spec.power.shutdown_timeout_seconds,
@@ -317,14 +319,12 @@ def machine_state(node: Obj, spec: NodeSpec, group: GroupSpec | None) -> Machine
         # The machine's own choice, else its Group's (whose default is Delete).
         node_removal_policy=spec.node_removal_policy or policy.node_removal_policy,
         correct_drift=health.drift_policy is DriftPolicy.CORRECT,
-        learned=learned_from_status(status.get("learned")),
+        learned=status.learned,
         max_corrections=health.max_corrections or DEFAULT_MAX_CORRECTIONS,
         correction_window_seconds=(
             health.correction_window_seconds or DEFAULT_CORRECTION_WINDOW_SECONDS
         ),
-        drift_corrections=tuple(
-            t for raw in status.get("driftCorrections") or () if (t := parse_time(raw)) is not None
-        ),
+        drift_corrections=status.drift_corrections,
         adopt_drift=health.drift_policy is DriftPolicy.ADOPT,
         adopting=adopting,
         force_power_off=spec.driver.plug is not None and spec.driver.plug.force,
@@ -378,11 +378,15 @@ def observations(
 def wanted_metadata(
     node: Obj, spec: NodeSpec, group: GroupSpec | None
 ) -> tuple[dict[str, str], list[dict[str, str]]]:
-    """Labels and taints the core Node must carry: the Group's, then the Node's (which win)."""
+    """Labels and taints the core Node must carry (`state.corenode.core_node_metadata`, as the
+    planner's machine says): the Group's, then the Node's (which win)."""
     policy = group or GroupSpec()
-    merged = {**(policy.labels or {}), **(spec.labels or {})}
-    labels = core_node_labels(merged, node["metadata"]["name"], spec.group)
-    taints: dict[tuple[str, str], dict[str, str]] = {}
-    for taint in [*(policy.taints or []), *(spec.taints or [])]:
-        taints[(taint.key, taint.effect)] = taint.to_dict()
-    return labels, list(taints.values())
+    labels, taints = core_node_metadata(
+        node["metadata"]["name"],
+        spec.group,
+        group_labels=policy.labels or {},
+        group_taints=taints_of_models(policy.taints),
+        labels=spec.labels or {},
+        taints=taints_of_models(spec.taints),
+    )
+    return labels, [taint_object(taint) for taint in taints]

@@ -58,6 +58,7 @@ from lightsout.planning.types import (
     ObservedPowerState,
 )
 from lightsout.state.parse import dig
+from lightsout.state.status import node_status
 
 log = logging.getLogger(__name__)
 Obj = Mapping[str, Any]
@@ -350,7 +351,7 @@ class KubeMachine:
     # ---------------------------------------------------------------- the rest of the port
     @property
     def phase(self) -> str | None:
-        phase = (self.node.get("status") or {}).get("phase")
+        phase = node_status(self.node).phase
         return None if phase is None else str(phase)
 
     @property
@@ -368,11 +369,11 @@ class KubeMachine:
     def write_status(self, machine: MachineState, decision: Decision, now: dt.datetime) -> bool:
         """Patch what changed from the Node's status to `wanted_status`, conditional on the
         Node's resourceVersion: False when it changed since the read (409)."""
-        status = self.node.get("status") or {}
+        status = node_status(self.node)
         new = wanted_status(
             self.node, self.spec, decision, now, (machine.desired, machine.intent_generation)
         )
-        changed = inputs.status_patch(status, new)
+        changed = inputs.status_patch(status.stored, new)
         if not changed:
             return True
         fields = ", ".join(sorted(changed))
@@ -382,12 +383,12 @@ class KubeMachine:
             self.api.patch_status(self.namespace, "nodes", self.name, changed, version)
         except ConflictError:
             return False
-        if status.get("phase") != new["phase"]:
+        if status.phase != new["phase"]:
             log.info(
                 "machine %s/%s: %s -> %s (%s)",
                 self.namespace,
                 self.name,
-                status.get("phase"),
+                status.phase,
                 new["phase"],
                 decision.reason,
             )

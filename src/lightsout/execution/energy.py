@@ -24,10 +24,10 @@ from lightsout.planning.energy.status import (
     rounded_rate,
     whole_second,
 )
-from lightsout.planning.types import Phase
 from lightsout.state.measured import expected_resources, expected_watts
 from lightsout.state.parse import dig, pod_requests
 from lightsout.state.resources import Resources, parse_resources
+from lightsout.state.status import group_status, node_status
 
 Obj = Mapping[str, Any]
 _TERMINAL = {"Succeeded", "Failed"}
@@ -57,24 +57,11 @@ def cpu_utilisation(node: Obj, core_node: Obj | None, pods: Sequence[Obj]) -> fl
     return energystatus.cpu_use(requested, capacity)
 
 
-def checkpoint(
-    node: Obj,
-    group: GroupSpec | None,
-    phase: Phase | str | None,
-    utilisation: float,
-    *,
-    now: dt.datetime,
-) -> dict[str, Any] | None:
-    """`energystatus.checkpoint` for the Node as stored: its account and its draw."""
-    current = account_from_status((node.get("status") or {}).get("energy"))
-    return energystatus.checkpoint(current, draw(node), group, phase, utilisation, now=now)
-
-
 def machine_accounts(machines: Iterable[Obj]) -> list[Account]:
     return [
         account
         for machine in machines
-        if (account := account_from_status((machine.get("status") or {}).get("energy")))
+        if (account := account_from_status(node_status(machine).energy))
     ]
 
 
@@ -87,7 +74,7 @@ def group_energy(
     per_kwh, currency = price(spec, now)
     summed = combine(machine_accounts(machines), now, per_kwh)
     summed = replace(summed, rate=rounded_rate(summed.rate))
-    held = account_from_status((group.get("status") or {}).get("energy"))
+    held = account_from_status(group_status(group).energy)
     if held is not None and _same(held.at(now), summed):
         return None
     return account_to_status(summed, currency)

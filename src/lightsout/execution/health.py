@@ -46,6 +46,7 @@ from lightsout.models.enums import Action
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
 from lightsout.state.parse import parse_time
+from lightsout.state.status import node_status
 
 COMPONENT = "healthcheck"
 LABEL_GROUP = "lightsout.dev/group"
@@ -241,7 +242,7 @@ def needing_first_check(
         name = str(machine["metadata"]["name"])
         if name not in after or asked.get(name) == after[name]:
             continue
-        never = not (machine.get("status") or {}).get("lastHealthCheck")
+        never = not node_status(machine).last_health_check
         if never or (before is not None and before.get(name) != after[name]):
             names.append(name)
     return sorted(names)

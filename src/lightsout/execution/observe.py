@@ -35,6 +35,7 @@ from lightsout.planning.types import (
 )
 from lightsout.state.references import Unresolved
 from lightsout.state.series import Series
+from lightsout.state.status import node_status
 
 Obj = Mapping[str, Any]
 
@@ -162,7 +163,8 @@ def observe(
             blocked_message=last_drain.blocked_message if last_drain and left else "",
         )
     lease = leases.lease_state(reads.lease, identity, now)
-    status = node.get("status") or {}
+    # The planner's health judge and readings take status as stored (`state.status`).
+    status = node_status(node).stored
     checked = healthjudge.assess(status, health.newest(view.health, spec.group), lease)
     if view.health_problem is not None:
         checked = healthjudge.not_checked(checked, view.health_problem)

@@ -46,8 +46,8 @@ from lightsout.planning.types import (
     Phase,
 )
 from lightsout.state import references, series
-from lightsout.state.parse import dig
 from lightsout.state.references import Unresolved
+from lightsout.state.status import group_status, node_status
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class Caches:
         total = 0.0
         for ref in self.machines_of_group(namespace, group):
             other = self.machine(*ref) if ref != (namespace, name) else None
-            account = account_from_status(dig(other, "status", "energy"))
+            account = account_from_status(node_status(other).energy)
             total += account.rate.watts if account is not None else 0.0
         return total
 
@@ -207,7 +207,7 @@ class Caches:
         electricity = group_spec.electricity if group_spec is not None else None
         core_name = spec.kubernetes_node_name
         lease_namespace = self.config.lease_namespace or namespace
-        powered = (node.get("status") or {}).get("phase") != Phase.OFF
+        powered = node_status(node).phase is not Phase.OFF
         job_pods = {
             job["metadata"]["name"]: self._all(JOB_PODS, (namespace, job["metadata"]["name"]))
             for job in jobs
@@ -217,9 +217,7 @@ class Caches:
             spec=spec,
             group_spec=group_spec,
             prices=series.resolve(electricity, namespace, maps, group=spec.group).prices,
-            surplus=series.surplus(
-                electricity, namespace, maps, dig(group, "status", "solarSurplus")
-            ),
+            surplus=series.surplus(electricity, namespace, maps, group_status(group).solar_surplus),
             beside=self.beside(namespace, name, spec.group) if electricity else 0.0,
             jobs=jobs,
             job_pods=job_pods,

@@ -30,6 +30,7 @@ from lightsout.planning.autoscaler.decisions import PowerOn, ScaleAction
 from lightsout.planning.machine.effects import Event, SetCondition
 from lightsout.planning.types import ObservedPowerState
 from lightsout.state.parse import format_time
+from lightsout.state.status import group_status
 from lightsout.state.types import DRAIN_BY, START_AT, UNNEEDED_SINCE, ObjectKey, Snapshot
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ class KubeScale:
         self.api.patch_resource(machine.namespace, "nodes", machine.name, patch)
 
     def set_group_condition(self, group: ObjectKey, condition: SetCondition, now: datetime) -> bool:
-        current = ((self.groups.get(group) or {}).get("status") or {}).get("conditions") or []
+        current = group_status(self.groups.get(group)).conditions
         body = {"conditions": merged_conditions(current, [condition], None, now)}
         try:
             self.api.patch_status(group.namespace, "groups", group.name, body)

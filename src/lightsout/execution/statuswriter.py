@@ -19,6 +19,7 @@ from lightsout.models.node import NodeSpec
 from lightsout.planning.machine.effects import Decision
 from lightsout.planning.types import ObservedPowerState
 from lightsout.state.parse import format_time
+from lightsout.state.status import node_status
 from lightsout.text import clip_middle
 
 Obj = Mapping[str, Any]
@@ -33,7 +34,7 @@ def wanted_status(
 ) -> dict[str, Any]:
     """The machine's status after `decision`, as `write_status` patches it (messages clipped
     in the middle, so the end, which says what to do, always survives)."""
-    status = node.get("status") or {}
+    status = node_status(node)
     meta = node["metadata"]
     generation = int(meta.get("generation") or 1)
     op = decision.operation
@@ -52,11 +53,9 @@ def wanted_status(
         "attempts": decision.attempts,
         "lastOperation": inputs.operation_to_status(op, job),
         "providerID": providerid.wanted(node, spec),
-        "conditions": inputs.merge_conditions(
-            list(status.get("conditions") or []), decision, generation, now
-        ),
+        "conditions": inputs.merge_conditions(status.conditions, decision, generation, now),
         # None removes it (merge patch): the clone is gone.
-        "clone": inputs.clone_to_status(status.get("clone"), op),
+        "clone": inputs.clone_to_status(status.clone, op),
     }
     if decision.observed_power_state is not None:
         new["observedPowerState"] = str(decision.observed_power_state)

@@ -30,8 +30,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass, field
 
-from pydantic import ValidationError
-
 from lightsout.actuation.inputs import merged_conditions
 from lightsout.execution.homeassistant import (
     NOT_READ,
@@ -43,7 +41,7 @@ from lightsout.execution.sensors import GroupKey, GroupSensors, Obj, SensorKey
 from lightsout.models.enums import ConditionStatus, ConditionType
 from lightsout.models.group import Electricity, HomeAssistantSurplus, SolarSurplusStatus
 from lightsout.planning.energy.mains import Condition
-from lightsout.state.parse import dig
+from lightsout.state.status import group_status
 from lightsout.text import clip_middle
 
 log = logging.getLogger(__name__)
@@ -81,17 +79,6 @@ def sensor_watts(entity: str, state: EntityState) -> float:
     if not math.isfinite(value):
         raise ReadError(f"{entity} is {clip_middle(said, 40)!r}, not a number of {state.unit}")
     return max(value * factor, 0.0)
-
-
-def status_of(group: Obj) -> SolarSurplusStatus | None:
-    """The Group's `status.solarSurplus` (None: not written yet, or unreadable)."""
-    raw = dig(group, "status", "solarSurplus")
-    if raw is None:
-        return None
-    try:
-        return SolarSurplusStatus.model_validate(raw)
-    except ValidationError:
-        return None
 
 
 def observe(
@@ -186,7 +173,7 @@ class SurplusSensors(GroupSensors[SurplusReader]):
             self.readers[key] = reader
         watts, error = await reader.read()
         now = dt.datetime.now(dt.UTC)
-        old = self.written.get(key) or status_of(group)
+        old = self.written.get(key) or group_status(group).solar_surplus
         new = observe(old, f"{sensor.entity}@{sensor.address}", watts, error, now)
         if not worth_writing(old, new, sensor.poll_seconds, now):
             return error is None
@@ -205,7 +192,7 @@ class SurplusSensors(GroupSensors[SurplusReader]):
         return error is None
 
     def _write(self, key: GroupKey, group: Obj, new: SolarSurplusStatus, now: dt.datetime) -> None:
-        current = dig(group, "status", "conditions") or []
+        current = group_status(group).conditions
         patch = {
             # Nulls clear what the reading no longer has (an error gone).
             "solarSurplus": new.model_dump(mode="json", by_alias=True),

@@ -32,7 +32,7 @@ from lightsout.k8s.api import Api
 from lightsout.models.battery import BatteryPolicy, BatteryStatus
 from lightsout.planning.autoscaler.battery import source_name
 from lightsout.planning.energy import mains
-from lightsout.state.build import battery_status_of
+from lightsout.state.status import group_status
 from lightsout.state.types import ObjectKey
 
 log = logging.getLogger(__name__)
@@ -157,11 +157,11 @@ class PowerSources:
         key = ObjectKey(str(meta.get("namespace") or ""), str(meta["name"]))
         old = self.written.get((key, str(meta.get("uid"))))
         if old is None:
-            old = battery_status_of(obj)
+            old = group_status(obj).battery
         new = mains.observe(old, source, reading, now)
         if not mains.worth_writing(old, new):
             return
-        current = (obj.get("status") or {}).get("conditions") or []
+        current = group_status(obj).conditions
         patch = {
             # Nulls clear what the reading no longer has (an error gone); the outage record is
             # the plan applier's and is left alone.

@@ -33,6 +33,7 @@ from lightsout.models.node import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_SHUTDOWN_TIMEOUT_SECONDS,
 )
+from lightsout.state.corenode import GROUP_LABEL, NODE_LABEL
 from lightsout.state.learned import Learned
 from lightsout.state.references import Unresolved
 
@@ -65,19 +66,6 @@ __all__ = [
 #: the Node when it does not exist) and removes once the machine is Ready: no pod lands on a
 #: machine before it carries its Group's and its own labels and taints. Effect NoSchedule.
 STARTUP_TAINT_KEY = "lightsout.dev/unregistered"
-#: Labels on every machine's core Node besides its Group's and its own: the Node resource and
-#: the Group it belongs to (a pod can select a Group by them).
-NODE_LABEL = "lightsout.dev/node"
-GROUP_LABEL = "lightsout.dev/group"
-
-
-def core_node_labels(labels: Mapping[str, str], machine: str, group: str) -> dict[str, str]:
-    """The labels a machine's core Node carries: `labels` (the Group's, then the machine's,
-    already merged) and the two naming the machine and its Group. The operator applies them;
-    cluster-autoscaler's template of a node group shows them (`planning.autoscaler.nodegroups`)."""
-    return {**labels, NODE_LABEL: machine, GROUP_LABEL: group}
-
-
 #: The phase a machine is in while each power action runs (or waits for its retry).
 ACTION_PHASE: Mapping[Action, Phase] = {
     Action.STARTUP: Phase.POWERING_ON,

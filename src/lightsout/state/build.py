@@ -17,12 +17,12 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from lightsout.models.battery import BatteryStatus
-from lightsout.models.enums import DesiredPowerState, Phase, ProxmoxMode
+from lightsout.models.enums import DesiredPowerState, ProxmoxMode
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import AutoscalingSettings, PowerProfile
 from lightsout.state import cron, references, series
+from lightsout.state.corenode import core_node_metadata, taints_of_models
 from lightsout.state.jobs import deferred_jobs
-from lightsout.state.learned import learned_from_status
 from lightsout.state.measured import declared_resources, expected_resources, expected_watts
 from lightsout.state.parse import (
     as_int,
@@ -31,7 +31,6 @@ from lightsout.state.parse import (
     controller_kind,
     controller_name,
     dig,
-    merge_taints,
     parse_label_selector,
     parse_taints,
     parse_time,
@@ -39,6 +38,7 @@ from lightsout.state.parse import (
     str_map,
 )
 from lightsout.state.resources import parse_resources
+from lightsout.state.status import group_status, node_status
 from lightsout.state.types import (
     DO_NOT_DISRUPT,
     MIRROR_POD,
@@ -53,7 +53,6 @@ from lightsout.state.types import (
     ObjectKey,
     Pod,
     Snapshot,
-    Taint,
     Window,
 )
 from lightsout.state.types import ScaleDownPolicy as ScaleDown
@@ -238,6 +237,7 @@ def _group(obj: Mapping[str, Any], notes: list[str], maps: series.ConfigMaps) ->
     if key is None:
         return None
     spec = _model(GroupSpec, obj.get("spec"), notes, "spec")
+    status = group_status(obj)
     resolved = series.resolve(spec.electricity, key.namespace, maps, group=key.name)
     up, down = spec.scale_up, spec.scale_down
     return Group(
@@ -260,17 +260,15 @@ def _group(obj: Mapping[str, Any], notes: list[str], maps: series.ConfigMaps) ->
         ),
         selection_policy=spec.selection_policy,
         labels=dict(spec.labels or {}),
-        taints=tuple(Taint(t.key, t.value or "", t.effect.value) for t in spec.taints or ()),
+        taints=taints_of_models(spec.taints),
         price_per_kwh=spec.electricity.price_per_kwh if spec.electricity else None,
         electricity=spec.electricity,
         prices=resolved.prices,
         carbon=resolved.carbon,
         series_problem=resolved.problem,
-        surplus=series.surplus(
-            spec.electricity, key.namespace, maps, dig(obj, "status", "solarSurplus")
-        ),
-        last_scale_up=parse_time(dig(obj, "status", "lastScaleUp", "time")),
-        last_scale_down=parse_time(dig(obj, "status", "lastScaleDown", "time")),
+        surplus=series.surplus(spec.electricity, key.namespace, maps, status.solar_surplus),
+        last_scale_up=status.last_scale_up,
+        last_scale_down=status.last_scale_down,
         windows=tuple(
             Window(window.times(), window.min_nodes, window.max_nodes, window.quiet, window.strict)
             for window in spec.windows or ()
@@ -285,15 +283,10 @@ def battery_status_of(
 ) -> BatteryStatus | None:
     """A Group's `status.battery` (None: not written yet, or unreadable, said in `notes`):
     read by the planner's snapshot and by the UPS reader (`execution.ups`) alike."""
-    raw = dig(obj, "status", "battery")
-    if raw is None:
-        return None
-    try:
-        return BatteryStatus.model_validate(raw)
-    except ValidationError as error:
-        if notes is not None:
-            notes.append(f"status.battery unreadable, taken as not read yet: {error}")
-        return None
+    status = group_status(obj)
+    if status.battery_problem is not None and notes is not None:
+        notes.append(f"status.battery unreadable, taken as not read yet: {status.battery_problem}")
+    return status.battery
 
 
 def _reference_check(
@@ -359,23 +352,31 @@ def _machine(
     group = groups.get(ObjectKey(key.namespace, group_name))
     autoscaling = _model(AutoscalingSettings, dig(spec, "autoscaling"), notes, "spec.autoscaling")
     watts = expected_watts(obj)
-    phase = as_str(dig(obj, "status", "phase"))
+    status = node_status(obj)
     desired = as_str(dig(spec, "desiredPowerState"))
     if dig(spec, "resources") is not None and declared_resources(dig(spec, "resources")) is None:
         notes.append("spec.resources unreadable (cpu and memory are required), ignored")
     power = _model(PowerProfile, dig(spec, "power"), notes, "spec.power")
-    learned = learned_from_status(dig(obj, "status", "learned"))
+    learned = status.learned
+    labels, taints = core_node_metadata(
+        key.name,
+        group_name,
+        group_labels=group.labels if group else {},
+        group_taints=group.taints if group else (),
+        labels=str_map(dig(spec, "labels")),
+        taints=parse_taints(dig(spec, "taints")),
+    )
     return Machine(
         key=key,
         group=group_name,
         kubernetes_node_name=node_name,
-        phase=_enum(Phase, phase, Phase.UNKNOWN) if phase else None,
+        phase=status.phase,
         desired=_enum(DesiredPowerState, desired, DesiredPowerState.OFF),
         autoscaling_enabled=autoscaling.enabled,
         priority=autoscaling.priority,
         resources=expected_resources(obj),
-        labels={**(group.labels if group else {}), **str_map(dig(spec, "labels"))},
-        taints=merge_taints(group.taints if group else (), parse_taints(dig(spec, "taints"))),
+        labels=labels,
+        taints=taints,
         watts_on=watts.on,
         watts_idle=watts.idle,
         watts_off=watts.off,
@@ -385,10 +386,8 @@ def _machine(
         power_ons=learned.power_ons,
         minimum_on_seconds=autoscaling.minimum_on_seconds,
         max_power_cycles_per_day=autoscaling.max_power_cycles_per_day,
-        phase_since=parse_time(dig(obj, "status", "phaseSince")),
-        provider_id=as_str(dig(obj, "status", "providerID"))
-        or as_str(dig(spec, "providerID"))
-        or None,
+        phase_since=status.phase_since,
+        provider_id=status.provider_id or as_str(dig(spec, "providerID")) or None,
         unresolved=check(obj),
     )
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from lightsout.state.learned import learned_from_status
 from lightsout.state.parse import dig, non_negative
 from lightsout.state.resources import CPU, MEMORY, PODS, Resources, parse_amount, parse_resources
+from lightsout.state.status import node_status
 
 #: Pods a machine offers when nothing says otherwise (the kubelet's default maxPods).
 DEFAULT_PODS = 110
@@ -76,7 +76,7 @@ def expected_resources(node: Mapping[str, Any]) -> Resources | None:
     else declared, else unknown."""
     value = dig(node, "spec", "resources")
     declared = declared_resources(value)
-    inspected_value = dig(node, "status", "inspected")
+    inspected_value = node_status(node).inspected
     inspected = inspected_resources(inspected_value)
     if declared is None or inspected is None or not uses_inspected(value):
         return declared or inspected
@@ -90,7 +90,7 @@ def expected_resources(node: Mapping[str, Any]) -> Resources | None:
 def expected_watts(node: Mapping[str, Any]) -> Watts:
     """The machine's draw: learned from measured watts (`status.learned`), else declared
     (`spec.power`)."""
-    learned = learned_from_status(dig(node, "status", "learned"))
+    learned = node_status(node).learned
     power = dig(node, "spec", "power")
 
     def pick(measured: float | None, declared: str) -> float | None:

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 
+from pydantic import ValidationError
+
 from lightsout.models.group import (
     PRICES_KEY,
     SERIES_LABEL,
@@ -39,6 +41,7 @@ from lightsout.models.group import (
     ConfigMapKeyRef,
     Electricity,
     HomeAssistantPrices,
+    SolarSurplusStatus,
     prices_config_map,
 )
 
@@ -249,36 +252,45 @@ def _parsed(text: str) -> Series:
     return parse(text)
 
 
+def solar_surplus_of(raw: object) -> SolarSurplusStatus | None:
+    """A Group's `status.solarSurplus` as the API model reads it (None: absent, or unreadable),
+    for `state.status` (`GroupStatusView.solar_surplus`) and `surplus` below."""
+    if raw is None:
+        return None
+    try:
+        return SolarSurplusStatus.model_validate(raw)
+    except ValidationError:
+        return None
+
+
 def surplus(
     electricity: Electricity | None,
     namespace: str,
     maps: ConfigMaps,
-    status: Mapping[str, object] | None,
+    status: SolarSurplusStatus | Mapping[str, object] | None,
 ) -> Series | None:
     """The Group's solar surplus in W as a series (None: it names none, or none is known).
 
     From a ConfigMap key (`solarSurplus.configMapKeyRef`: the replay's, or a record of the
     user's), as `parse` reads it; from a Home Assistant sensor, the Group's
-    `status.solarSurplus` (`status`) as the operator's leader last wrote it: one interval from
-    its `readAt`, `SURPLUS_FRESH_POLLS` poll periods long, so that a reading not renewed counts
-    no more (stale: no surplus). Nothing here is a problem of the Group's series: without a
-    surplus its machines are priced as usual."""
+    `status.solarSurplus` (`status`, as `state.status` reads it, or as stored) as the
+    operator's leader last wrote it: one interval from its `readAt`, `SURPLUS_FRESH_POLLS` poll
+    periods long, so that a reading not renewed counts no more (stale: no surplus). Nothing
+    here is a problem of the Group's series: without a surplus its machines are priced as
+    usual."""
     found = electricity.solar_surplus if electricity is not None else None
     if found is None:
         return None
     if found.config_map_key_ref is not None:
         return _read(found.config_map_key_ref, namespace, maps, "solarSurplus", [])
     assert found.home_assistant is not None  # SolarSurplus' one-of rule
-    if not isinstance(status, Mapping):
+    read = solar_surplus_of(status) if isinstance(status, Mapping) else status
+    if read is None or read.watts is None or read.read_at is None:
         return None
-    watts, read_at = status.get("watts"), status.get("readAt")
-    moment = instant(read_at) if isinstance(read_at, str) else None
-    if isinstance(watts, bool) or not isinstance(watts, int | float) or moment is None:
-        return None
-    if not math.isfinite(watts):
-        return None
+    if read.read_at.tzinfo is None or not math.isfinite(read.watts):
+        return None  # a time without its offset is read differently in every zone
     fresh = timedelta(seconds=SURPLUS_FRESH_POLLS * found.home_assistant.poll_seconds)
-    return Series((moment,), (max(float(watts), 0.0),), fresh)
+    return Series((read.read_at.astimezone(UTC),), (max(read.watts, 0.0),), fresh)
 
 
 def config_maps(objects: object) -> dict[tuple[str, str], Mapping[str, str]]:

@@ -216,7 +216,8 @@ class Machine:
     priority: int = 0
     #: Expected capacity (spec.resources), None when the spec does not say.
     resources: Resources | None = None
-    #: Labels and taints the core Node gets on registration: the Group's, then the machine's.
+    #: Labels and taints its core Node carries (`state.corenode.core_node_metadata`): the
+    #: Group's, then the machine's, and the labels naming the machine and its Group.
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     watts_on: float | None = None

@@ -30,6 +30,7 @@ from lightsout.planning.autoscaler.scheduling import (
     starting,
     view_of_machine,
 )
+from lightsout.state.corenode import NODE_LABEL
 from lightsout.state.resources import PODS
 from lightsout.state.types import (
     CoreNode,
@@ -221,13 +222,17 @@ def count_fit(demand: Iterable[tuple[str, int]], free: Mapping[str, int]) -> int
     return best
 
 
+#: Labels whose value names one node: left out of a node's shape unless some pod selects by name.
+NAME_LABELS = frozenset({HOSTNAME_LABEL, NODE_LABEL})
+
+
 class Placer:
     """Placement checks (selector, affinity, taints, cordon) cached by (class, node shape)."""
 
     def __init__(self, named: frozenset[str] | None) -> None:
-        # A node's name (and hostname label) only belongs in its shape when some pod picks
-        # nodes by that name; otherwise a thousand identical machines collapse into one shape
-        # and one check. `named` is None when any name might matter.
+        # A node's name (and the labels naming it) only belongs in its shape when some pod
+        # picks nodes by that name; otherwise a thousand identical machines collapse into one
+        # shape and one check. `named` is None when any name might matter.
         self.named = named
         self._cache: dict[tuple[Hashable, Hashable], tuple[str, ...]] = {}
 
@@ -235,7 +240,7 @@ class Placer:
         named = self.named is None or view.name in self.named
         labels = view.labels
         if not named:
-            labels = {k: v for k, v in labels.items() if k != HOSTNAME_LABEL}
+            labels = {k: v for k, v in labels.items() if k not in NAME_LABELS}
         return (tuple(sorted(labels.items())), view.taints, view.unschedulable, named and view.name)
 
     def reasons(self, cls: PodClass, shape: Hashable, view: NodeView) -> tuple[str, ...]:
@@ -305,7 +310,8 @@ def classify(machine: Machine, node: CoreNode | None) -> tuple[Availability, str
 
 def named_nodes(pods: Iterable[Pod]) -> frozenset[str] | None:
     """The node names pods select by (hostname label or metadata.name field), or None when
-    some pod uses a name in a way that makes every name matter (NotIn, Exists, ...)."""
+    some pod uses a name in a way that makes every name matter (NotIn, Exists, ..., or any
+    use of the label naming the machine, `NODE_LABEL`)."""
     named: set[str] = set()
     seen: set[SchedulingRequirements] = set()
     for pod in pods:
@@ -313,8 +319,12 @@ def named_nodes(pods: Iterable[Pod]) -> frozenset[str] | None:
         if req in seen:
             continue
         seen.add(req)
+        if any(key == NODE_LABEL for key, _ in req.node_selector):
+            return None
         named.update(value for key, value in req.node_selector if key == HOSTNAME_LABEL)
         for term in req.affinity or ():
+            if any(r.key == NODE_LABEL for r in term.match_expressions):
+                return None
             by_name = [r for r in term.match_expressions if r.key == HOSTNAME_LABEL]
             for requirement in (*by_name, *term.match_fields):
                 if requirement.operator != "In":

@@ -26,7 +26,6 @@ from lightsout.planning.autoscaler.breakeven import UNLEARNED_SECONDS, unneeded_
 from lightsout.planning.autoscaler.scheduling import starting
 from lightsout.planning.energy import tariff
 from lightsout.planning.policy import EnergyModel, idle_rank
-from lightsout.planning.types import core_node_labels
 from lightsout.state.resources import CPU, PODS, Resources
 from lightsout.state.types import CoreNode, Group, Machine, ObjectKey, Snapshot, Taint
 
@@ -358,14 +357,11 @@ def template_machine(snapshot: Snapshot, group: Group) -> Machine:
 def template_node(snapshot: Snapshot, group: Group) -> TemplateNode:
     machine = template_machine(snapshot, group)
     resources = machine.resources or Resources()
-    # The labels its core Node will carry, so that a pod selecting one (its Group, say) makes
-    # cluster-autoscaler scale the group up from zero; `lightsout.dev/group` and
-    # `lightsout.dev/node` differ between Groups, and README's `--balancing-ignore-label`s
+    # The labels its core Node will carry (`Machine.labels`), so that a pod selecting one (its
+    # Group, say) makes cluster-autoscaler scale the group up from zero; `lightsout.dev/group`
+    # and `lightsout.dev/node` differ between Groups, and README's `--balancing-ignore-label`s
     # let cluster-autoscaler balance Groups that are otherwise alike.
-    labels = {
-        "kubernetes.io/hostname": machine.kubernetes_node_name,
-        **core_node_labels(machine.labels, machine.key.name, machine.group),
-    }
+    labels = {"kubernetes.io/hostname": machine.kubernetes_node_name, **machine.labels}
     return TemplateNode(
         name=machine.kubernetes_node_name,
         labels=labels,

@@ -29,7 +29,6 @@ from datetime import datetime
 from typing import Any
 
 from lightsout.simulate.traces.trace import Durations, Trace, TracePod
-from lightsout.state.learned import learned_from_status
 from lightsout.state.measured import (
     declared_resources,
     expected_watts,
@@ -38,6 +37,7 @@ from lightsout.state.measured import (
     uses_inspected,
 )
 from lightsout.state.parse import as_list, as_str, dig, parse_time
+from lightsout.state.status import node_status
 from lightsout.state.types import MIRROR_POD
 
 #: The label the operator puts on its own action Jobs and health-check CronJobs (the values of
@@ -241,10 +241,12 @@ def node_spec_as_measured(node: Mapping[str, Any]) -> dict[str, Any]:
             power[key] = value
     if power:
         spec["power"] = power
-    inspected = dig(node, "status", "inspected")
+    inspected = node_status(node).inspected
     declared = spec.get("resources")
-    if inspected_resources(inspected) and (
-        declared_resources(declared) is None or uses_inspected(declared)
+    if (
+        inspected is not None
+        and inspected_resources(inspected)
+        and (declared_resources(declared) is None or uses_inspected(declared))
     ):
         resources = (
             dict(declared) if isinstance(declared, Mapping) and declared_resources(declared) else {}
@@ -263,7 +265,7 @@ def learned_durations(node: Mapping[str, Any]) -> Durations | None:
     The learned boot time runs from the power-on Job's start to Ready, so it is written as the
     boot with a power-on Job of 0 s (the replay's power-on to Ready is the same); what is not
     learned keeps the format's default."""
-    learned = learned_from_status(dig(node, "status", "learned"))
+    learned = node_status(node).learned
     boot, shutdown = learned.boot_seconds, learned.shutdown_seconds
     if boot is None and shutdown is None:
         return None
@@ -281,13 +283,13 @@ def recorded_truth(node: Mapping[str, Any]) -> Durations | None:
     (learned, else declared: `state.measured.expected_watts`), and what its controller reported
     it is (`status.inspected`). None when nothing was measured."""
     durations = learned_durations(node)
-    learned = learned_from_status(dig(node, "status", "learned"))
+    learned = node_status(node).learned
     watts = expected_watts(node)
     metered = any(
         w is not None for w in (learned.off_watts, learned.idle_watts, learned.busy_watts)
     )
     draw = (watts.on, watts.idle, watts.off)
-    inspected = dig(node, "status", "inspected")
+    inspected = node_status(node).inspected
     reported = (
         {k: v for k, v in inspected.items() if k in ("cpu", "memory", "architecture", "gpus")}
         if isinstance(inspected, Mapping)
