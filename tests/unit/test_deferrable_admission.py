@@ -1,4 +1,4 @@
-"""The deferrable-Jobs admission webhook: which Job CREATEs are held (`execution.deferral`), the
+"""The deferrable-Jobs admission webhook: which Job CREATEs are held (`state.admission`), the
 webhook the operator writes for them (`execution.registration.jobs_webhook`, the second of the
 MutatingWebhookConfiguration) and the chart's same webhook, and the kopf glue
 (`handlers.admission.deferrable_job_admitted`, its id as the URL path)."""
@@ -14,8 +14,8 @@ import pytest
 
 from lightsout.config import OperatorConfig
 from lightsout.execution import registration
-from lightsout.execution.deferral import held_patch
 from lightsout.handlers import admission
+from lightsout.state.admission import held_patch
 from lightsout.state.types import DEFERRED, FINISH_BY, KUEUE_QUEUE, MAX_DELAY
 from tests.unit.test_chart import granted, of_kind, render
 

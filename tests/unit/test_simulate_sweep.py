@@ -115,8 +115,8 @@ BAD = [
     ("deferralMargin=1.5", "deferralMargin=1.5: not a whole number of seconds: '1.5'"),
     (
         "deferralMargin",
-        "deferralMargin: trace t has no deferrable CronJob (lightsout.dev/finish-by or "
-        "lightsout.dev/max-delay on its Job template)",
+        "deferralMargin: trace t has no deferrable Job (lightsout.dev/finish-by or "
+        "lightsout.dev/max-delay on a CronJob's Job template or in a pod line's jobAnnotations)",
     ),
 ]
 

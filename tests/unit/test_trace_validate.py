@@ -214,7 +214,7 @@ def test_pods_with_a_bad_quantity_a_misspelt_key_and_bad_json_name_their_lines(
         f"{path}:1: Pod default/a: spec.containers[0].resources.requests.cpu: "
         "not a quantity (e.g. 4, 500m, 16Gi): '24 cores'",
         f"{path}:2: Pod default/b: runSecond: unknown field "
-        "(known: at, runSeconds, namespace, name, owner, spec)",
+        "(known: at, runSeconds, namespace, name, owner, jobAnnotations, jobLabels, spec)",
         f"{path}:2: Pod default/b: runSeconds: must be a non-negative number of seconds (missing)",
         f"{path}:3: not JSON (Expecting property name enclosed in double quotes: "
         "line 1 column 2 (char 1))",

@@ -1,7 +1,8 @@
 """`lightsout trace record`: watch a live cluster's pods and write what happened as a trace.
 
 For each namespace (or all of them) two watches run, one of pods and one of Jobs (to tell a
-CronJob's runs from other Jobs' pods), each a list then a Kubernetes watch from the list's
+CronJob's runs from other Jobs' pods, and to keep a deferrable Job's annotations for its pods'
+lines), each a list then a Kubernetes watch from the list's
 resourceVersion, resumed from the last resourceVersion seen when the server ends it, and
 listed again when that resourceVersion has expired (410 Gone; a pod that went missing in
 between is taken as gone then). The machines (Lights-Out Groups and Nodes, with what the
@@ -22,7 +23,13 @@ from typing import Any
 
 from lightsout.k8s import people
 from lightsout.k8s.api import Api, error_message
-from lightsout.simulate.traces.record import Observed, Seen, job_cronjob
+from lightsout.simulate.traces.record import (
+    DeferrableJob,
+    Observed,
+    Seen,
+    deferrable_job,
+    job_cronjob,
+)
 from lightsout.state.parse import as_str, dig
 
 Obj = dict[str, Any]
@@ -56,6 +63,8 @@ class Recorder:
         self.lock = threading.Lock()
         self.pods: dict[str, Seen] = {}
         self.jobs: dict[tuple[str, str], str | None] = {}
+        #: The Jobs that may wait for cheap hours: what a trace line keeps of them.
+        self.deferrable: dict[tuple[str, str], DeferrableJob] = {}
         self.restarts = 0
         #: The last failure said per kind (an outage is reported once, not at every retry).
         self.said: dict[str, str] = {}
@@ -78,6 +87,9 @@ class Recorder:
         with self.lock:
             # Kept after the Job is deleted: its pods' records still need to know.
             self.jobs[key] = job_cronjob(job)
+            deferral = deferrable_job(job)
+            if deferral is not None:
+                self.deferrable[key] = deferral
 
     def _relisted(self, kind: str, namespace: str | None, items: list[Obj]) -> None:
         """After a fresh list: a pod we knew that is not there any more went in between."""
@@ -156,6 +168,7 @@ class Recorder:
         with self.lock:
             pods = tuple(self.pods.values())
             jobs = dict(self.jobs)
+            deferrable = dict(self.deferrable)
         try:
             self.inventory = self._inventory()
         except Exception as exc:  # the cluster went away: what was seen is still worth writing
@@ -171,6 +184,7 @@ class Recorder:
             cronjobs=cronjobs,
             pods=pods,
             cronjobs_of_jobs=jobs,
+            deferrable_jobs=deferrable,
         )
 
 

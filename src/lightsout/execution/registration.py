@@ -16,7 +16,7 @@ node lifecycle controller and the startup taint to the operator, so neither is c
 
 The admission configurations the operator writes (or the Helm chart, with the same fields) are
 built here too: the mutating one sends Node CREATEs and, in the watched namespaces, people's Job
-CREATEs (the deferrable-Jobs webhook, `execution.deferral`); the validating one Group changes.
+CREATEs (the deferrable-Jobs webhook, `state.admission`); the validating one Group changes.
 """
 
 from __future__ import annotations

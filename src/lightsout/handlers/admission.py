@@ -18,7 +18,7 @@ namespaces).
 The deferrable-Jobs one (`@kopf.on.mutate`, `deferrable_job_admitted`): a Job that may wait
 for cheap hours (`lightsout.dev/finish-by` or `/max-delay`, no Kueue queue) is created suspended
 and marked `lightsout.dev/deferred`, as Kueue admits its Jobs, until the planner releases it;
-what it does is `execution.deferral.held_patch`. The API server calls it for Job CREATEs in the
+what it does is `state.admission.held_patch`. The API server calls it for Job CREATEs in the
 watched namespaces without a managed-by label, those the planner watches, so never the
 operator's own (the second webhook of the same MutatingWebhookConfiguration,
 `registration.jobs_webhook`: failurePolicy Ignore, so a down operator lets a Job run at once and
@@ -46,9 +46,10 @@ from pydantic import ValidationError
 from lightsout.actuation import inputs
 from lightsout.actuation.nodeops import has_startup_taint
 from lightsout.config import OperatorConfig
-from lightsout.execution import actuator, deferral, registration
+from lightsout.execution import actuator, registration
 from lightsout.handlers.lifecycle import shared_api
 from lightsout.models.group import GroupSpec
+from lightsout.state.admission import held_patch
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,7 @@ async def deferrable_job_admitted(
     body: kopf.Body, dryrun: bool, patch: kopf.Patch, **_: Any
 ) -> None:
     """Create a deferrable Job suspended and marked deferred (the planner releases it)."""
-    held = deferral.held_patch(body)
+    held = held_patch(body)
     if held is not None:
         patch.update(held)
         if dryrun:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from lightsout.models.enums import SelectionPolicy
 from lightsout.state.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Resources
-from lightsout.state.types import Group, Machine
+from lightsout.state.types import Group, Machine, ObjectKey
 
 #: Assumed draw of a machine without a power profile when no machine declares one.
 DEFAULT_WATTS = 100.0
@@ -118,6 +118,21 @@ def best(fills: list[Fill]) -> Fill:
     policies = {fill.group.selection_policy for fill in fills}
     policy = policies.pop() if len(policies) == 1 else SelectionPolicy.LOWEST_ENERGY
     return min(fills, key=lambda f: (rank(policy, f), f.machine.key))
+
+
+def select[T](candidates: Iterable[tuple[T, Fill, ObjectKey]]) -> T:
+    """What the scale-up powers on among `candidates` (each a thing, its fill and the name its
+    ties fall to): each Group's best under its own policy, then `best` among those. The
+    deferral of a Job (`planning.autoscaler.deferral`) prices the machine this picks for its
+    pods, so the machine a Job is held for is the one powered on when it is released."""
+    per_group: dict[ObjectKey, tuple[tuple[tuple[float, ...], ObjectKey], T, Fill]] = {}
+    for thing, fill, name in candidates:
+        key = (rank(fill.group.selection_policy, fill), name)
+        held = per_group.get(fill.group.key)
+        if held is None or key < held[0]:
+            per_group[fill.group.key] = (key, thing, fill)
+    winner = best([fill for _, _, fill in per_group.values()])
+    return per_group[winner.group.key][1]
 
 
 def idle_rank(

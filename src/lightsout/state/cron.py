@@ -72,6 +72,8 @@ class CronSpec:
     #: The Job template's annotations, which every Job it creates carries (a deferrable
     #: one's `lightsout.dev/max-delay`).
     job_annotations: Mapping[str, str] = field(default_factory=dict)
+    #: The Job template's labels (Kueue's queue label makes a run Kueue's, never held).
+    job_labels: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -98,6 +100,7 @@ def read(cronjob: Mapping[str, Any]) -> CronSpec:
         pod_spec=template if isinstance(template, Mapping) else {},
         scheduling=scheduling_requirements(template),
         job_annotations=str_map(dig(spec, "jobTemplate", "metadata", "annotations")),
+        job_labels=str_map(dig(spec, "jobTemplate", "metadata", "labels")),
     )
 
 
@@ -162,7 +165,8 @@ def job_name(cron: CronSpec, scheduled: datetime) -> str:
 def job_of(cron: CronSpec, scheduled: datetime, created: datetime, *, suspend: bool) -> Obj:
     """The Job the controller creates for the run scheduled at `scheduled` (at `created`), as
     the API holds it: named by `job_name`, owned by the CronJob, with the template's
-    annotations; `suspend` as the admission webhook leaves a deferrable one."""
+    annotations and labels; `suspend` as the admission webhook leaves a deferrable one
+    (`state.admission`)."""
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -171,6 +175,7 @@ def job_of(cron: CronSpec, scheduled: datetime, created: datetime, *, suspend: b
             "name": job_name(cron, scheduled),
             "creationTimestamp": format_time(created),
             "annotations": dict(cron.job_annotations),
+            "labels": dict(cron.job_labels),
             "ownerReferences": [
                 {"apiVersion": "batch/v1", "kind": "CronJob", "name": cron.name, "controller": True}
             ],

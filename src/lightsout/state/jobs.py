@@ -3,7 +3,8 @@ when each must be done and how long it runs.
 
 A Job counts when it carries `lightsout.dev/finish-by` or `lightsout.dev/max-delay` (and no
 Kueue queue label: `types.deferrable`) and is suspended and unfinished. Its deadline is the
-finish-by time, else its creation plus the max delay. Its duration is its
+finish-by time, else its creation plus the max delay. Its width is how many of its pods run
+at once (`spec.parallelism`, at most `spec.completions`). Its duration is its
 `lightsout.dev/expected-duration`, else the median run (start to completion) of the finished
 Jobs of the same CronJob in the same list: a CronJob's runs teach the next one. An annotation
 that does not read never holds a Job back: it becomes the Job's `problem`, and the planner
@@ -113,7 +114,18 @@ def _deferred(job: Mapping[str, Any], learned: Mapping[str, list[float]]) -> Def
         duration_source=source,
         start_mark=annotations.get(START_AT),
         problem=problem,
+        width=_width(dig(job, "spec", "parallelism"), dig(job, "spec", "completions")),
     )
+
+
+def _width(parallelism: object, completions: object) -> int:
+    """How many pods the Job runs at once, as the Job controller counts them: `parallelism`
+    (1 when unset), and no more than `completions` when set (unset: a work queue, whose pods
+    all run at once). At least 1: a Job paused by `parallelism: 0` is priced as one pod."""
+    width = parallelism if isinstance(parallelism, int) and not isinstance(parallelism, bool) else 1
+    if isinstance(completions, int) and not isinstance(completions, bool):
+        width = min(width, completions)
+    return max(width, 1)
 
 
 def _deadline(

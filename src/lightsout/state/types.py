@@ -371,6 +371,10 @@ class DeferredJob:
     start_mark: str | None = None
     #: An annotation that does not read: the Job is released at once and this says why.
     problem: str | None = None
+    #: How many of its pods run at once: `spec.parallelism` (1 when unset), no more than
+    #: `spec.completions` when that is set (the Job controller never runs more pods than
+    #: completions remain).
+    width: int = 1
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ In order:
 4. Unneeded Ready machines are found and, past their timers (`auto`: one break-even time), powered
    off unless a wear limit or announced demand soon enough keeps them on (`scaledown`).
 5. Suspended deferrable Jobs are released now, or told when they will be, at the start that
-   costs least by their machines' tariffs (`planning.autoscaler.deferral`); released, their
-   pods are pending pods of a later plan.
+   costs least by their machines' tariffs (`planning.autoscaler.deferral`), their machines
+   being those step 2's selection would power on for their pods; released, their pods are
+   pending pods of a later plan.
 6. Groups whose UPS runs on battery, or whose machines are off for an outage that is over,
    get what `planning.autoscaler.battery` decides: no power-on, tiers powered off, restores.
 

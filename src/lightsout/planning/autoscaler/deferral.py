@@ -4,15 +4,26 @@ A Job with `lightsout.dev/finish-by` or `lightsout.dev/max-delay` is admitted su
 (`handlers.admission`); `defer(snapshot, now)` decides, each plan, whether to release it now
 (`spec.suspend: false`, then its pods are pending like any) or when it will.
 
-The cost of starting at `s` is the electricity the cheapest machine that could run it draws
-(`watts_on`) from `s` for its boot and then the longer of the Job's duration and the machine's
-minimum on-time, each stretch at the price its Group sets then: its price series where it has
-one, else its tariff (`planning.energy.tariff.cost`); or, with `objective: Carbon`, the grams
-of CO2 by its carbon series. The start chosen is the cheapest among `now`, the latest start
-that still finishes the margin before the deadline, and every moment a price changes in between
-(or that long before one, so the run ends as a dearer rate begins): with prices constant
-between changes, one of them is the cheapest. Only starts a forecast covers count (a series
-ends somewhere). Ties go to the earliest, so a Job with nothing to gain runs at once.
+The Job runs on the machines the scale-up would power on for its pods (`_crew`): its
+`width` pods (`spec.parallelism`, at most `spec.completions`), as many side by side on a
+machine as its room holds, on the machine the Groups' selectionPolicy picks (`policy.select`,
+the very function `scaleup.choose` calls), then again for the rest among the machines left, no
+Group beyond its maxNodes. So the machine a Job is held for is the one powered on when it is
+released and its pods are pending, the cluster then being as it is now (a machine already on
+by then takes them instead, at no boot: priced as if powered on for them). When those machines
+cannot hold all its pods at once, the run takes `ceil(width / at once)` waves of its duration.
+
+The cost of starting at `s` is the electricity those machines draw (`watts_on`) from `s` for
+their boot and then the longer of the run and the machine's minimum on-time, each stretch at
+the price its Group sets then: its price series where it has one, else its tariff
+(`planning.energy.tariff.cost`); or, with `objective: Carbon`, the grams of CO2 by its carbon
+series. A Job of one pod may also start with a run planned before it on its machine, if it
+fits there beside it: it then pays no boot, only its draw above idle (`_Planned`). The start
+chosen is the cheapest among `now`, the latest start that still finishes the margin before the
+deadline, and every moment a price changes in between (or that long before one, so the run ends
+as a dearer rate begins): with prices constant between changes, one of them is the cheapest.
+Only starts a forecast covers count (a series ends somewhere). Ties go to the earliest, so a
+Job with nothing to gain runs at once.
 
 With a solar surplus (`spec.electricity.solarSurplus`) a start is weighed by what the run adds
 to the draw the Group pays for, the surplus read now held to the end of the current price
@@ -22,28 +33,33 @@ machine, now costs nothing.
 A Job is released at once when waiting cannot be priced or could miss its deadline: its
 annotations do not read, its duration is unknown (no `lightsout.dev/expected-duration` and no
 earlier run of its CronJob), no machine could run it, a series its machines' Groups name is
-missing or unreadable, they have one price at every hour, no forecast covers a start in time,
-or the latest start has come. It never waits for lack of a forecast.
+missing or unreadable, the Groups of the machines it would run on have one price at every
+hour, no forecast covers a start in time, or the latest start has come. It never waits for
+lack of a forecast.
 
 The margin is the Group's `spec.electricity.deferralMarginSeconds` (`MARGIN`, 10 min, when
 unset), read from the Groups of the machines that could run the Job: when those are in several
 Groups, the largest of their margins, so no Group's room against a slow boot or a long run is
-given up for another's cheaper hours.
+given up for another's cheaper hours. The latest start is the slowest of them all (boot and
+run, waves included), whichever the scale-up would pick.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from lightsout.models.enums import DeferralObjective
 from lightsout.models.group import DEFAULT_DEFERRAL_MARGIN_SECONDS, Electricity
+from lightsout.planning.autoscaler.cluster import count_fit
 from lightsout.planning.autoscaler.decisions import Release, Wait
 from lightsout.planning.autoscaler.scheduling import fits, view_of_machine
 from lightsout.planning.energy import tariff
 from lightsout.planning.energy.account import Draw, is_powered
 from lightsout.planning.energy.weight import Weight
+from lightsout.planning.policy import EnergyModel, Fill, fill_of, select
 from lightsout.state.parse import format_time
 from lightsout.state.resources import Resources
 from lightsout.state.series import Series
@@ -86,19 +102,48 @@ class _Option:
 
     machine: Machine
     group: Group
-    #: From the release to the end of the machine's on-time: boot, then the run or the
-    #: minimum on-time.
-    span: timedelta
-    #: From the release to the run's end.
-    to_finish: timedelta
+    #: How long the run takes once the machine is up: the Job's duration, times its waves
+    #: when its pods cannot all run at once (`_Crew.waves`).
+    run: timedelta
     objective: DeferralObjective
-    #: Its room when empty (allocatable less its DaemonSets' pods).
+    #: Its room when empty (allocatable less its DaemonSets' pods), and its allocatable.
     room: Resources
+    allocatable: Resources
     #: Its Group's solar surplus read now, held to the end of the current price interval
     #: (`tariff.persisting`: no forecast), and what the Group's machines draw now: a run is
     #: weighed by what it adds to the draw the Group pays for (`tariff.added_watts`).
     surplus: Series | None = None
     drawn: float = 0.0
+
+    @property
+    def span(self) -> timedelta:
+        """From the release to the end of the machine's on-time: boot, then the run or the
+        minimum on-time."""
+        return self.boot + max(self.run, timedelta(seconds=self.machine.minimum_on_seconds or 0))
+
+    @property
+    def to_finish(self) -> timedelta:
+        """From the release to the run's end."""
+        return self.boot + self.run
+
+    def holds(self, requests: Resources) -> int:
+        """How many of the Job's pods fit on it side by side."""
+        demand = ((name, amount) for name, amount in requests if amount > 0)
+        return count_fit(demand, self.room.as_dict())
+
+    def filled(self, count: int, requests: Resources, energy: EnergyModel) -> Fill:
+        """The machine with `count` of the Job's pods on it, as the scale-up's selection
+        policies compare it (a pod's weight is one: the Job's pods are one class, and its
+        weight scales every machine's figures alike)."""
+        free = {name: amount - count * requests.get(name) for name, amount in self.room}
+        return fill_of(
+            machine=self.machine,
+            group=self.group,
+            energy=energy,
+            allocatable=self.allocatable.as_dict(),
+            free_after=free,
+            value=float(count),
+        )
 
     @property
     def _electricity(self) -> Electricity:
@@ -170,14 +215,75 @@ class _Option:
             return self.group.carbon is not None
         return bool(self._electricity.rates) or self.group.prices is not None
 
+    @property
+    def unit(self) -> str:
+        return self._weight.unit
+
+
+@dataclass(frozen=True)
+class _Crew:
+    """The machines the scale-up would power on for the Job's pods were they pending now
+    (`_crew`), how many of them each runs, and how many pods the Job runs at once."""
+
+    members: tuple[tuple[_Option, int], ...]
+    width: int
+
+    @property
+    def at_once(self) -> int:
+        return sum(count for _, count in self.members)
+
+    @property
+    def waves(self) -> int:
+        """How many times over its pods run when the machines cannot hold them all at once."""
+        return -(-self.width // self.at_once)
+
+    @property
+    def alone(self) -> _Option | None:
+        """Its machine when the Job runs one pod: only such a run is packed beside another."""
+        return self.members[0][0] if self.width == 1 else None
+
+    def lasting(self, run: timedelta) -> _Crew:
+        return replace(self, members=tuple((replace(o, run=run), n) for o, n in self.members))
+
+    def weight(self, start: datetime, beside: _Planned | None = None) -> float:
+        """What the run costs (or its grams of CO2) if released at `start`: its machines'
+        together, or beside a run planned on its one machine what it adds there."""
+        if beside is not None:
+            assert self.alone is not None
+            return self.alone.weight(start, beside)
+        return sum(option.weight(start) for option, _ in self.members)
+
+    def known(self, start: datetime) -> bool:
+        return all(option.known(start) for option, _ in self.members)
+
+    @property
+    def forecast(self) -> bool:
+        return any(option.forecast for option, _ in self.members)
+
+    def starts(self, now: datetime, latest: datetime) -> Sequence[datetime]:
+        found = {start for option, _ in self.members for start in _starts(option, now, latest)}
+        return sorted(found)
+
     def describe(self, start: datetime, beside: _Planned | None = None) -> str:
-        unit = self._weight.unit
+        first = self.members[0][0]
+        unit = first.unit
         weight = self.weight(start, beside)
         figure = f"{weight:.0f}" if unit == "gCO2" else f"{weight:.4f}"
         shared = "" if beside is None else f", beside Job {beside.job.name}"
-        spare = tariff.surplus_at(self.surplus, start) if unit != "gCO2" else None
+        spare = tariff.surplus_at(first.surplus, start) if unit != "gCO2" else None
         sun = f", {spare:.0f} W of solar surplus spare now" if spare else ""
-        return f"{figure} {unit} on machine {self.machine.key.name}{shared}{sun}"
+        if self.width == 1:
+            return f"{figure} {unit} on machine {first.machine.key.name}{shared}{sun}"
+        count = len(self.members)
+        machines = f"{count} machine{'s' if count != 1 else ''}"
+        each = ", ".join(f"{n} on {option.machine.key.name}" for option, n in self.members)
+        if self.waves == 1:
+            return f"{figure} {unit} for {self.width} pods at once on {machines} ({each}){sun}"
+        return (
+            f"{figure} {unit} for {self.width} pods, {self.at_once} at once on {machines} "
+            f"({each}) in {self.waves} waves: the machines that could run them, each Group "
+            f"to its maxNodes, hold no more{sun}"
+        )
 
 
 def defer(snapshot: Snapshot, now: datetime) -> Deferral:
@@ -186,15 +292,17 @@ def defer(snapshot: Snapshot, now: datetime) -> Deferral:
     releases: list[Release] = []
     waits: dict[ObjectKey, Wait] = {}
     planned: list[_Planned] = []
+    energy = EnergyModel.of(snapshot.machines, snapshot.groups)
     far = now + timedelta(days=3650)
     for job in sorted(snapshot.deferred, key=lambda j: (j.deadline or far, j.key)):
-        decided, chosen = _decide(job, snapshot, now, planned)
+        decided, chosen = _decide(job, snapshot, now, planned, energy)
         if chosen is not None:
-            option, start = chosen
-            requests = job.scheduling.requests
-            planned.append(
-                _Planned(job.key, option.machine.key, start, start + option.span, requests)
-            )
+            crew, start = chosen
+            for option, count in crew.members:
+                requests = Resources.of({k: v * count for k, v in job.scheduling.requests})
+                planned.append(
+                    _Planned(job.key, option.machine.key, start, start + option.span, requests)
+                )
         if isinstance(decided, Release):
             releases.append(decided)
         else:
@@ -203,47 +311,60 @@ def defer(snapshot: Snapshot, now: datetime) -> Deferral:
 
 
 def _decide(
-    job: DeferredJob, snapshot: Snapshot, now: datetime, planned: Sequence[_Planned]
-) -> tuple[Release | Wait, tuple[_Option, datetime] | None]:
-    """The Job's release or wait and, when a start was priced, the machine and start chosen."""
+    job: DeferredJob,
+    snapshot: Snapshot,
+    now: datetime,
+    planned: Sequence[_Planned],
+    energy: EnergyModel,
+) -> tuple[Release | Wait, tuple[_Crew, datetime] | None]:
+    """The Job's release or wait and, when a start was priced, its machines and start."""
     decided = _unread(job)
     if decided is not None:
         return decided, None
+    assert job.deadline is not None and job.duration is not None
     options = list(_options(job, snapshot, now))
-    decided = _unpriced(job, options, now)
+    crew = _crew(job, options, energy)
+    if crew is None:
+        return Release(job.key, "released at once: no machine could run it"), None
+    run = job.duration * crew.waves
+    options, crew = [replace(o, run=run) for o in options], crew.lasting(run)
+    decided = _unpriced(job, options, crew, now)
     if decided is not None:
         return decided, None
-    assert job.deadline is not None and job.duration is not None
     latest = _latest(job.deadline, options)
-    requests = job.scheduling.requests
-    priced: list[tuple[float, datetime, _Option, _Planned | None]] = [
-        (o.weight(s), s, o, None) for o in options for s in _starts(o, now, latest)
+    priced: list[tuple[float, datetime, _Planned | None]] = [
+        (crew.weight(s), s, None) for s in crew.starts(now, latest)
     ]
-    priced += [
-        (o.weight(p.start, p), p.start, o, p)
-        for o in options
-        for p in planned
-        if now <= p.start <= latest and o.shares(p, requests)
-    ]
-    priced = [found for found in priced if found[2].known(found[1])]
+    alone = crew.alone
+    if alone is not None:
+        requests = job.scheduling.requests
+        priced += [
+            (crew.weight(p.start, p), p.start, p)
+            for p in planned
+            if now <= p.start <= latest and alone.shares(p, requests)
+        ]
+    priced = [found for found in priced if crew.known(found[1])]
     if not priced:
         message = "released at once: no forecast covers a start before its deadline"
         return Release(job.key, message), None
-    _, best_start, best, beside = min(priced, key=lambda found: (found[0], found[1]))
-    carbon = best.objective is DeferralObjective.CARBON
+    _, best_start, beside = min(priced, key=lambda found: (found[0], found[1]))
+    carbon = crew.members[0][0].objective is DeferralObjective.CARBON
     better, best_word = ("cleaner", "cleanest") if carbon else ("cheaper", "cheapest")
-    where = best.describe(best_start, beside)
+    where = crew.describe(best_start, beside)
     if best_start <= now:
         release = Release(job.key, f"released: now is its {best_word} start ({where})")
-        return release, (best, now)
+        return release, (crew, now)
+    runs = _minutes(run)
+    if crew.waves > 1:
+        runs = f"{runs} in {crew.waves} waves of {_minutes(job.duration)}"
     wait = Wait(
         job.key,
         best_start,
         f"held for {better} electricity: starts at {format_time(best_start)} ({where}); "
-        f"runs {_minutes(job.duration)} ({job.duration_source}), "
+        f"runs {runs} ({job.duration_source}), "
         f"done by {format_time(job.deadline)} at the latest",
     )
-    return wait, (best, best_start)
+    return wait, (crew, best_start)
 
 
 def _unread(job: DeferredJob) -> Release | None:
@@ -259,15 +380,15 @@ def _unread(job: DeferredJob) -> Release | None:
     return None
 
 
-def _unpriced(job: DeferredJob, options: Sequence[_Option], now: datetime) -> Release | None:
+def _unpriced(
+    job: DeferredJob, options: Sequence[_Option], crew: _Crew, now: datetime
+) -> Release | None:
     """The Job's release at once when no start can be priced for it, or it must start now."""
     assert job.deadline is not None
-    if not options:
-        return Release(job.key, "released at once: no machine could run it")
     problem = next((o.group.series_problem for o in options if o.group.series_problem), None)
     if problem is not None:
         return Release(job.key, f"released at once: {problem}")
-    if not any(o.forecast for o in options):
+    if not crew.forecast:
         return Release(
             job.key, "released at once: its machines' Groups have one price at every hour"
         )
@@ -308,12 +429,45 @@ def _options(job: DeferredJob, snapshot: Snapshot, now: datetime) -> Iterator[_O
         )
         if view is None or not fits(job.scheduling, view):
             continue
-        boot = timedelta(seconds=machine.boot_estimate)
-        on_time = timedelta(seconds=machine.minimum_on_seconds or 0)
-        span, to_finish = boot + max(job.duration, on_time), boot + job.duration
         surplus = tariff.persisting(group.surplus, now, group.electricity, group.prices)
         drawn = _drawn(snapshot, group.key) if surplus is not None else 0.0
-        yield _Option(machine, group, span, to_finish, agreed, view.free, surplus, drawn)
+        yield _Option(
+            machine, group, job.duration, agreed, view.free, view.allocatable, surplus, drawn
+        )
+
+
+def _crew(job: DeferredJob, options: Sequence[_Option], energy: EnergyModel) -> _Crew | None:
+    """The machines the scale-up would power on for the Job's `width` pods were they pending
+    now: the one its selection (`policy.select`, as `scaleup.choose` calls it) takes, filled
+    with as many of them as fit side by side, then so again for the rest among the machines
+    left, no Group beyond its maxNodes. None when no machine could take a pod. A machine taken
+    after another of its Group counts that one's busy draw as drawn beside it (a surplus
+    covers the two together, not each alone)."""
+    requests = job.scheduling.requests
+    members: list[tuple[_Option, int]] = []
+    spare = list(options)
+    taken: Counter[ObjectKey] = Counter()
+    left = job.width
+    while left > 0:
+        fills = [
+            (o, o.filled(min(left, o.holds(requests)), requests, energy), o.machine.key)
+            for o in spare
+            if taken[o.group.key] < o.group.max_nodes
+        ]
+        if not fills:
+            break
+        chosen = select(fills)
+        count = min(left, chosen.holds(requests))
+        if chosen.surplus is not None:
+            beside = (
+                o.machine.watts_on or 0.0 for o, _ in members if o.group.key == chosen.group.key
+            )
+            chosen = replace(chosen, drawn=chosen.drawn + sum(beside))
+        members.append((chosen, count))
+        spare = [o for o in spare if o.machine.key != chosen.machine.key]
+        taken[chosen.group.key] += 1
+        left -= count
+    return _Crew(tuple(members), job.width) if members else None
 
 
 def _drawn(snapshot: Snapshot, group: ObjectKey) -> float:

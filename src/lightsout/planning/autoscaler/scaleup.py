@@ -6,11 +6,12 @@ Called by `lightsout.planning.autoscaler.autoscale.plan` in three steps:
    pending pods first.
 2. `choose`: the rest are bin-packed onto a *set* of powered-off machines. Greedy: at each step
    every distinct candidate (identical machines collapse into one offer) is filled first-fit
-   decreasing with the remaining pods; each Group's selection policy picks its best offer,
-   `policy.best` picks among Groups; identical machines that would be filled identically are
-   taken in one step. Each Group's room (maxNodes, and scaleUp.maxConcurrentOperations less the
-   power-on operations in flight, booting machines apart) bounds it. Then machines whose pods
-   fit on the others are dropped. The candidates are the machines `startable.not_startable`
+   decreasing with the remaining pods; each Group's selection policy picks its best offer and
+   `policy.best` picks among Groups (`policy.select`, which a deferrable Job's price follows);
+   identical machines that would be filled identically are taken in one step. Each Group's
+   room (maxNodes, and scaleUp.maxConcurrentOperations less the power-on operations in
+   flight, booting machines apart) bounds it. Then machines whose pods fit on the others are
+   dropped. The candidates are the machines `startable.not_startable`
    allows; a Group in a quiet window is offered a class only when no other Group has a machine
    `startable.could_power_on` accepts for it (`eligible_classes`), and when strict never.
 3. `top_up`: Groups below minNodes get their cheapest machines powered on.
@@ -38,7 +39,7 @@ from lightsout.planning.autoscaler.cluster import (
 )
 from lightsout.planning.autoscaler.packing import drop_redundant
 from lightsout.planning.autoscaler.startable import alternatives, not_startable, quiet_wake
-from lightsout.planning.policy import EnergyModel, Fill, best, fill_of, idle_rank, rank
+from lightsout.planning.policy import EnergyModel, Fill, fill_of, idle_rank, select
 from lightsout.state.types import Group, ObjectKey, Pod
 
 
@@ -77,7 +78,6 @@ class _Simulated:
     #: The machine's free room once they are.
     free: Mapping[str, int]
     fill: Fill
-    rank: tuple[float, ...]
 
     def stale(self) -> bool:
         """Whether filling again could differ. A class that was capped by room gives the same
@@ -210,7 +210,7 @@ def choose(
     users: dict[int, set[Offer]] = {}  # class id -> offers whose cached fill uses it
     picked: list[tuple[Bin, Fill]] = []
     while any(left.remaining for left in waiting):
-        per_group: dict[ObjectKey, tuple[tuple[tuple[float, ...], ObjectKey], Offer]] = {}
+        candidates: list[tuple[Offer, Fill, ObjectKey]] = []
         for offer in offers:
             group = offer.group
             if offer.spent or not offer.left or room_left.get(group.key, 0) <= 0:
@@ -224,13 +224,10 @@ def choose(
                     users.setdefault(left.cls.id, set()).add(offer)
             offer.dirty = False
             assert offer.cached is not None
-            key = (offer.cached.rank, offer.first.key)
-            if group.key not in per_group or key < per_group[group.key][0]:
-                per_group[group.key] = (key, offer)
-        if not per_group:
+            candidates.append((offer, offer.cached.fill, offer.first.key))
+        if not candidates:
             break
-        winner = best([o.cached.fill for _, o in per_group.values() if o.cached is not None])
-        offer = per_group[winner.group.key][1]
+        offer = select(candidates)
         assert offer.cached is not None
         placed = [(left, count) for left, count, _ in offer.cached.placed]
         # Identical machines filled identically: take as many as the pods and limits allow.
@@ -299,7 +296,7 @@ def _simulate(
         free_after=free,
         value=value,
     )
-    return _Simulated(placed, free, fill, rank(group.selection_policy, fill))
+    return _Simulated(placed, free, fill)
 
 
 @dataclass(frozen=True)

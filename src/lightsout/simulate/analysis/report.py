@@ -255,15 +255,18 @@ def _electricity(result: Result) -> dict[str, Any]:
 
 
 def _deferred(result: Result) -> dict[str, Any] | None:
-    """The deferrable CronJob runs: how many, their delay from creation to release, and the
-    deadlines missed (finished late, or not finished by a deadline within the trace)."""
+    """The held Jobs (CronJob runs and bare Jobs): how many, their delay from creation to
+    release, and the deadlines missed (finished late, or not finished by a deadline within the
+    trace; a run its CronJob's Replace deleted has none left to meet)."""
     runs = result.deferred
     if not runs:
         return None
     end = result.trace.start + timedelta(seconds=result.trace.duration_seconds)
     delays = sorted(r.released - r.created for r in runs if r.released is not None)
     unfinished = [
-        r for r in runs if r.finished is None and r.deadline is not None and r.deadline < end
+        r
+        for r in runs
+        if r.finished is None and r.deleted is None and r.deadline is not None and r.deadline < end
     ]
     return {
         "runs": len(runs),

@@ -270,16 +270,26 @@ def prepare(trace: Trace, sweep: Sweep, base: Options) -> Sweep:
     return checked
 
 
+def has_deferrable(trace: Trace) -> bool:
+    """Whether the replay holds any of the trace's Jobs: a CronJob's runs or a pod line's Job
+    that the admission webhook would leave suspended."""
+    crons = (cron.read(c) for c in trace.cronjobs)
+    return any(deferrable(c.job_annotations, c.job_labels) for c in crons) or any(
+        p.owner_kind == "Job" and deferrable(p.job_annotations, p.job_labels) for p in trace.pods
+    )
+
+
 def _deferral(trace: Trace, groups: Sequence[Group], sweep: Sweep) -> Sweep:
     """`sweep`, its axes by the Groups' objective when its knob moves only deferrable Jobs;
     `SweepError` when the trace has none, or they would run at once whatever the setting."""
     if not sweep.knob.deferral:
         return sweep
     name = sweep.knob.name
-    if not any(deferrable(cron.read(c).job_annotations, {}) for c in trace.cronjobs):
+    if not has_deferrable(trace):
         raise SweepError(
-            f"{name}: trace {trace.name} has no deferrable CronJob (lightsout.dev/finish-by or "
-            "lightsout.dev/max-delay on its Job template): every margin would replay the same"
+            f"{name}: trace {trace.name} has no deferrable Job (lightsout.dev/finish-by or "
+            "lightsout.dev/max-delay on a CronJob's Job template or in a pod line's "
+            "jobAnnotations): every margin would replay the same"
         )
     problem = next((g.series_problem for g in groups if g.series_problem), None)
     if problem is not None:

@@ -29,14 +29,14 @@ from lightsout.planning.energy import mains
 from lightsout.planning.energy.account import is_powered
 from lightsout.planning.machine.passes import pass_decision
 from lightsout.simulate.replay.clock import Clock, Kind
-from lightsout.simulate.replay.deferred import DeferredRun, HeldJobs
+from lightsout.simulate.replay.deferred import DeferredRun, HeldJobs, job_of_pod
 from lightsout.simulate.replay.machines import SimMachine, SimPod, SimScale, read_machines
 from lightsout.simulate.replay.scheduler import Scheduler, Scoring
 from lightsout.simulate.replay.ups import SOURCE, SimUps
 from lightsout.simulate.traces.trace import Trace, TracePod
 from lightsout.state import cron
 from lightsout.state.parse import scheduling_requirements
-from lightsout.state.types import ExpectedPod, Group, ObjectKey, Pod, Snapshot, deferrable
+from lightsout.state.types import ExpectedPod, Group, ObjectKey, Pod, Snapshot
 
 #: cluster-autoscaler's defaults, for the reactive baseline.
 CA_SCAN_SECONDS = 10.0
@@ -64,8 +64,9 @@ class Options:
     overrides: tuple[str, ...] = ()
     #: Tell the planner about CronJobs' next runs (`Snapshot.expected`) so it pre-warms.
     prewarm: bool = True
-    #: Hold deferrable CronJob runs for cheap hours (`planning.autoscaler.deferral`); False
-    #: runs them at once, as without the admission webhook: the baseline they are measured by.
+    #: Hold deferrable Jobs (CronJob runs, and a trace's bare Jobs whose lines give their
+    #: annotations) for cheap hours (`planning.autoscaler.deferral`); False runs them at once,
+    #: as without the admission webhook: the baseline they are measured by.
     defer: bool = True
 
 
@@ -88,7 +89,7 @@ class Result:
     replaced_cron_runs: int = 0
     #: The trace's UPS and its outages (None: the trace has none).
     ups: SimUps | None = None
-    #: Each deferrable CronJob run: created, released, done, its deadline.
+    #: Each held Job (CronJob run or bare Job): created, released, done, its deadline.
     deferred: list[DeferredRun] = field(default_factory=list)
 
 
@@ -134,7 +135,7 @@ class Simulator:
         self.scale = SimScale(
             machines=self.machines, groups={g.key: g for g in groups}, on_release=self._release
         )
-        #: Deferrable CronJob runs, their Jobs as the API would hold them.
+        #: Deferrable Jobs, as the API would hold them.
         self.held = HeldJobs()
         fed = {g.key for g in groups if g.battery is not None}
         self.fed = [m for m in machines if m.template.group_key in fed]
@@ -170,7 +171,7 @@ class Simulator:
             Kind.NODE_READY: SimMachine.booted,
             Kind.POD_DONE: self._pod_done,
             Kind.CRON: self._cron_fire,
-            Kind.ARRIVAL: self._new_pod,
+            Kind.ARRIVAL: self._arrive,
             Kind.RECONCILE: lambda key: self._reconcile(self.machines[key]),
             Kind.SCHEDULE: self._schedule,
             Kind.PLAN: self._plan,
@@ -183,11 +184,23 @@ class Simulator:
         clock.now = self.end
         fired = sum(bisect.bisect_left(t, self.end) for t in self.cron_times.values())
         self.result.skipped_cron_runs = fired - self.cron_started
+        self.result.deferred = list(self.held.runs.values())
         for machine in self.machines.values():
             machine.count_energy()
         return self.result
 
     # ------------------------------------------------------------------ pods
+    def _arrive(self, new: TracePod) -> None:
+        """A trace pod arrives. One whose line gives its Job's annotations comes with its Job,
+        created now and admitted as the webhook would: a deferrable one is held (no pod until
+        the planner releases it, `_release`)."""
+        clock = self.clock
+        job = new.owner_kind == "Job" and self.options.defer and bool(new.job_annotations)
+        if job and self.held.admit(job_of_pod(new, clock.time()), new, clock.now):
+            self.want_plan()
+            return
+        self._new_pod(new)
+
     def _new_pod(self, new: TracePod, cronjob: str | None = None) -> None:
         """`new` is created now (a trace pod as it arrives, or a CronJob's run)."""
         key = ObjectKey(new.namespace, new.name)
@@ -213,13 +226,18 @@ class Simulator:
         spec, moment = payload
         if self.cron_last.get(spec.key) == self.clock.seconds(moment):
             return  # already started, late, the instant a Forbid run ended
-        active = self._cron_running(spec)
-        if active and spec.concurrency_policy == cron.FORBID:
+        # A held run is an active Job to the controller (unfinished: no Complete or Failed
+        # condition), so Forbid waits for it and Replace deletes it.
+        active, held = self._cron_running(spec), self.held.waiting(spec.key)
+        if (active or held) and spec.concurrency_policy == cron.FORBID:
             return  # not now; maybe when the active run ends (`_cron_run_ended`)
-        if active and spec.concurrency_policy == cron.REPLACE:
+        if (active or held) and spec.concurrency_policy == cron.REPLACE:
             for pod in active:
+                self.held.delete(pod.key, self.clock.now)
                 self._finish(pod)
-            self.result.replaced_cron_runs += len(active)
+            for job in held:
+                self.held.delete(job, self.clock.now)
+            self.result.replaced_cron_runs += len(active) + len(held)
         self._cron_start(spec, moment)
 
     def _cron_running(self, spec: cron.CronSpec) -> list[SimPod]:
@@ -231,23 +249,23 @@ class Simulator:
         self.cron_last[spec.key] = self.clock.seconds(moment)
         self.cron_started += 1
         run = self.trace.cron_run_seconds.get(spec.key, 60.0)
-        if self.options.defer and deferrable(spec.job_annotations, {}):
-            # Admitted suspended: no pod until the planner releases its Job (`_release`).
-            clock = self.clock
-            self.held.hold(spec, moment, clock.time(), clock.now, run)
-            self.result.deferred.append(
-                self.held.runs[ObjectKey(spec.namespace, cron.job_name(spec, moment))]
-            )
-            self.want_plan()
-            return
+        clock = self.clock
         name = cron.job_name(spec, moment)
-        run_pod = TracePod(self.clock.now, run, spec.namespace, name, spec.pod_spec, "Job", name)
+        run_pod = TracePod(clock.now, run, spec.namespace, name, spec.pod_spec, "Job", name)
+        if self.options.defer:
+            job = cron.job_of(spec, moment, clock.time(), suspend=False)
+            if self.held.admit(job, run_pod, clock.now, spec.key):
+                # Admitted suspended: no pod until the planner releases its Job (`_release`).
+                self.want_plan()
+                return
         self._new_pod(run_pod, cronjob=spec.key)
 
     def _cron_run_ended(self, spec: cron.CronSpec) -> None:
         """A run ended: the controller, re-queued by its Job's update, starts the most recent
         scheduled time missed meanwhile (Forbid), if `startingDeadlineSeconds` allows."""
         if spec.concurrency_policy != cron.FORBID or self._cron_running(spec):
+            return
+        if self.held.waiting(spec.key):  # a held run is active too
             return
         times = self.cron_times[spec.key]
         i = bisect.bisect_right(times, self.clock.now) - 1
@@ -260,20 +278,19 @@ class Simulator:
         self._cron_start(spec, self.clock.time(times[i]))
 
     def _release(self, job: ObjectKey) -> bool:
-        """The planner released a held Job: its pod is created now."""
-        clock = self.clock
-        found = self.held.release(job, clock.now)
+        """The planner released a held Job: its pods are created now."""
+        found = self.held.release(job, self.clock.now)
         if found is None:
             return False
-        spec, run = found
-        pod = TracePod(clock.now, run, job.namespace, job.name, spec.pod_spec, "Job", job.name)
-        self._new_pod(pod, cronjob=spec.key)
+        pods, cronjob = found
+        for pod in pods:
+            self._new_pod(pod, cronjob=cronjob)
         return True
 
     def _pod_done(self, payload: tuple[SimPod, int]) -> None:
         pod, run = payload
         if run == pod.run and not pod.done:
-            self.held.done(pod.key, self.clock.time(), self.clock.now)
+            self.held.pod_done(pod.key, self.clock.time(), self.clock.now)
             self._finish(pod)
             if pod.cronjob is not None:
                 self._cron_run_ended(self.cron_spec[pod.cronjob])
@@ -457,12 +474,14 @@ class Simulator:
         return self.clock.time(times[i]) if i < len(times) else None
 
     def _cron_ends(self, spec: cron.CronSpec) -> list[datetime | None]:
-        """When its running runs will end: a pending one runs its whole length from now."""
+        """When its active runs will end: a pending one runs its whole length from now; a
+        held one, unknown (None: as live, where `status.active` lists it)."""
         now = self.clock.now
-        return [
+        ends: list[datetime | None] = [
             self.clock.time((now if p.started is None else p.started) + p.run_seconds)
             for p in self._cron_running(spec)
         ]
+        return ends + [None] * len(self.held.waiting(spec.key))
 
     def _apply(self, result: Plan, now: datetime) -> None:
         pending = self.scheduler.pending

@@ -13,7 +13,11 @@ in the one documented format (docs/simulator.md, "Recording a live cluster"):
 - the `batch/v1` CronJobs as they are in the cluster, their pod template reduced to what
   scheduling reads, and each one's run time from the runs seen (pods of a Job owned by it);
 - every other pod as a trace line: arrival from `creationTimestamp`, run time from its first
-  container's start to its end as observed, the scheduling part of its spec, its origin.
+  container's start to its end as observed, the scheduling part of its spec, its origin; a
+  pod of a deferrable Job (`lightsout.dev/finish-by` or `/max-delay`) also its Job's deferral
+  annotations and Kueue queue label (`jobAnnotations`, `jobLabels`), arriving when its Job was
+  created, so the replay holds the Job as the webhook did (a CronJob's Job template keeps the
+  same annotations and label).
 
 Only scheduling fields are kept of any pod spec (containers' names and resources,
 nodeSelector, tolerations, affinity, overhead), so no image, command, env value or volume of
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -36,9 +40,15 @@ from lightsout.state.measured import (
     inspected_resources,
     uses_inspected,
 )
-from lightsout.state.parse import as_list, as_str, dig, parse_time
+from lightsout.state.parse import as_list, as_str, dig, parse_time, str_map
 from lightsout.state.status import node_status
-from lightsout.state.types import MIRROR_POD
+from lightsout.state.types import (
+    EXPECTED_DURATION,
+    FINISH_BY,
+    KUEUE_QUEUE,
+    MAX_DELAY,
+    MIRROR_POD,
+)
 
 #: The label the operator puts on its own action Jobs and health-check CronJobs (the values of
 #: `execution.jobs.LABEL_MANAGED_BY` / `MANAGED_BY`, which this pure package may not import; a
@@ -53,6 +63,10 @@ TEMPLATE_HASH = "pod-template-hash"
 _SPEC_KEYS = ("nodeSelector", "tolerations", "affinity", "overhead")
 _CONTAINER_KEYS = ("name", "resources", "restartPolicy")
 _RESOURCE_KEYS = ("requests", "limits")
+#: What is kept of a Job's (or a Job template's) metadata: what the deferrable-Jobs webhook and
+#: the planner read (`state.admission`, `state.jobs`), nothing else of the cluster's.
+_JOB_ANNOTATIONS = (FINISH_BY, MAX_DELAY, EXPECTED_DURATION)
+_JOB_LABELS = (KUEUE_QUEUE,)
 
 
 def scheduling_spec(spec: object) -> dict[str, Any]:
@@ -90,6 +104,36 @@ def controller(metadata: object) -> tuple[str, str] | None:
     chosen = next((o for o in owners if o.get("controller") is True), owners[0] if owners else {})
     kind, name = as_str(chosen.get("kind")), as_str(chosen.get("name"))
     return (kind, name) if kind else None
+
+
+def admission_metadata(metadata: object) -> tuple[dict[str, str], dict[str, str]]:
+    """(annotations, labels) of a Job's metadata that admission and the planner read."""
+    annotations = str_map(dig(metadata, "annotations"))
+    labels = str_map(dig(metadata, "labels"))
+    return (
+        {k: annotations[k] for k in _JOB_ANNOTATIONS if k in annotations},
+        {k: labels[k] for k in _JOB_LABELS if k in labels},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DeferrableJob:
+    """A Job that carries `lightsout.dev/finish-by` or `/max-delay`, as a trace line keeps it:
+    what admission reads of it and when it was created (the replay holds it from then)."""
+
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    created: datetime | None = None
+
+
+def deferrable_job(job: object) -> DeferrableJob | None:
+    """The Job's deferral, None when it carries neither deadline annotation (a Kueue-labelled
+    one is kept: the replay decides, as the webhook does, that it is not held)."""
+    metadata = dig(job, "metadata")
+    annotations, labels = admission_metadata(metadata)
+    if FINISH_BY not in annotations and MAX_DELAY not in annotations:
+        return None
+    return DeferrableJob(annotations, labels, parse_time(dig(metadata, "creationTimestamp")))
 
 
 def job_cronjob(job: object) -> str | None:
@@ -181,20 +225,29 @@ def run_window(seen: Seen, start: datetime, end: datetime) -> tuple[float, float
     return (arrival, max(0.0, (ran_to - ran_from).total_seconds()))
 
 
-def trace_pod(seen: Seen, owner: Origin, start: datetime, end: datetime) -> TracePod | None:
-    """The pod's trace line; None when its run ended before the recording started."""
+def trace_pod(
+    seen: Seen, owner: Origin, start: datetime, end: datetime, job: DeferrableJob | None = None
+) -> TracePod | None:
+    """The pod's trace line; None when its run ended before the recording started. The pod
+    of a deferrable Job `job` arrives when the Job was created (0 when before the start),
+    not when it was released: the replay holds it from there."""
     window = run_window(seen, start, end)
     if window is None:
         return None
     metadata = seen.pod.get("metadata")
+    at = window[0]
+    if job is not None and job.created is not None:
+        at = min(at, max(0.0, (job.created - start).total_seconds()))
     return TracePod(
-        at=window[0],
+        at=at,
         run_seconds=window[1],
         namespace=as_str(dig(metadata, "namespace"), "default") or "default",
         name=as_str(dig(metadata, "name")),
         spec=scheduling_spec(seen.pod.get("spec")),
         owner_kind=owner.kind,
         owner_name=owner.name,
+        job_annotations=dict(job.annotations) if job is not None else {},
+        job_labels=dict(job.labels) if job is not None else {},
     )
 
 
@@ -307,7 +360,9 @@ def recorded_truth(node: Mapping[str, Any]) -> Durations | None:
 
 def cronjob_manifest(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The CronJob as in the cluster (schedule, timeZone, suspend, concurrencyPolicy, …) with
-    its pod template reduced to `scheduling_spec` and no status or server-set metadata."""
+    its pod template reduced to `scheduling_spec`, of its Job template's metadata only what
+    `admission_metadata` keeps (a deferrable one's annotations), and no status or server-set
+    metadata."""
     manifest = machine_manifest(obj)
     spec = dict(manifest["spec"])
     job = dict(dig(spec, "jobTemplate") or {})
@@ -317,7 +372,10 @@ def cronjob_manifest(obj: Mapping[str, Any]) -> dict[str, Any]:
     template.pop("metadata", None)
     job_spec["template"] = template
     job["spec"] = job_spec
-    job.pop("metadata", None)
+    annotations, labels = admission_metadata(job.pop("metadata", None))
+    kept = {"annotations": annotations, "labels": labels}
+    if annotations or labels:
+        job = {"metadata": {k: v for k, v in kept.items() if v}, **job}
     spec["jobTemplate"] = job
     return {**manifest, "apiVersion": "batch/v1", "kind": "CronJob", "spec": spec}
 
@@ -339,6 +397,8 @@ class Observed:
     pods: tuple[Seen, ...]
     #: (namespace, Job name) → the CronJob that owns the Job, or None.
     cronjobs_of_jobs: Mapping[tuple[str, str], str | None]
+    #: (namespace, Job name) → its deferral, for the Jobs that carry one.
+    deferrable_jobs: Mapping[tuple[str, str], DeferrableJob] = field(default_factory=dict)
 
 
 def build(name: str, observed: Observed, description: str = "") -> Trace:
@@ -356,7 +416,13 @@ def build(name: str, observed: Observed, description: str = "") -> Trace:
                 key = f"{as_str(dig(seen.pod, 'metadata', 'namespace'))}/{owner.cronjob}"
                 runs.setdefault(key, []).append((finished - started).total_seconds())
             continue
-        line = trace_pod(seen, owner, start, end)
+        namespace = as_str(dig(seen.pod, "metadata", "namespace"), "default")
+        job = (
+            observed.deferrable_jobs.get((namespace, owner.name or ""))
+            if owner.kind == "Job"
+            else None
+        )
+        line = trace_pod(seen, owner, start, end, job)
         if line is not None:
             pods.append(line)
     cronjobs = [cronjob_manifest(c) for c in observed.cronjobs if not is_operators(c)]

@@ -12,7 +12,10 @@ A trace is a directory (the format is documented in docs/simulator.md):
   carbon series the Groups' `spec.electricity` names (`state.series`);
 - `pods.jsonl`: every other pod, one JSON object a line: `at` (seconds after the start),
   `runSeconds`, `namespace`, `name`, `owner` (`{kind, name}`, absent for a bare pod) and `spec`
-  (a pod spec: containers' requests, nodeSelector, tolerations, affinity).
+  (a pod spec: containers' requests, nodeSelector, tolerations, affinity); for a Job's pod,
+  optionally `jobAnnotations` and `jobLabels`, its Job's (a deferrable Job's
+  `lightsout.dev/max-delay`, Kueue's queue label): the replay then creates the Job at `at` and
+  admits it as the webhook would, so a deferrable one is held.
 
 `load` reads one (the simulator calls it), `write` writes one (the generator and the recorder
 call it). Pod specs are parsed by the production `lightsout.state.parse`, so a pod means to
@@ -34,13 +37,15 @@ from pydantic import Field, ValidationError
 
 from lightsout.models.base import ApiModel
 from lightsout.simulate.traces import yamlfile
-from lightsout.state.parse import as_str, dig, format_time, parse_time
+from lightsout.state.parse import as_str, dig, format_time, parse_time, str_map
 
 TRACE_FILE = "trace.yaml"
 MACHINES_FILE = "machines.yaml"
 CRONJOBS_FILE = "cronjobs.yaml"
 SERIES_FILE = "configmaps.yaml"
 PODS_FILE = "pods.jsonl"
+#: A pod line's keys for its owner Job's annotations and labels.
+JOB_ANNOTATIONS, JOB_LABELS = "jobAnnotations", "jobLabels"
 
 
 class TraceError(ValueError):
@@ -76,6 +81,10 @@ class TracePod:
     spec: Mapping[str, Any]
     owner_kind: str | None = None
     owner_name: str | None = None
+    #: Its owner Job's annotations and labels, as far as admission reads them (empty: the
+    #: trace does not say; the pod is created at `at`, as before).
+    job_annotations: Mapping[str, str] = field(default_factory=dict)
+    job_labels: Mapping[str, str] = field(default_factory=dict)
 
 
 class MainsOutage(ApiModel):
@@ -196,6 +205,8 @@ def _pod(line: str, where: str) -> TracePod:
         spec=spec if isinstance(spec, Mapping) else {},
         owner_kind=as_str(dig(owner, "kind")) or None,
         owner_name=as_str(dig(owner, "name")) or None,
+        job_annotations=str_map(obj.get(JOB_ANNOTATIONS)),
+        job_labels=str_map(obj.get(JOB_LABELS)),
     )
 
 
@@ -262,6 +273,10 @@ def _pod_line(pod: TracePod) -> str:
     }
     if pod.owner_kind:
         obj["owner"] = {"kind": pod.owner_kind, "name": pod.owner_name or ""}
+    if pod.job_annotations:
+        obj[JOB_ANNOTATIONS] = dict(pod.job_annotations)
+    if pod.job_labels:
+        obj[JOB_LABELS] = dict(pod.job_labels)
     obj["spec"] = pod.spec
     return json.dumps(obj, separators=(",", ":"), sort_keys=False)
 

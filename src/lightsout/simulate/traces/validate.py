@@ -35,6 +35,8 @@ from lightsout.simulate.traces import yamlfile
 from lightsout.simulate.traces.overrides import apply_overrides
 from lightsout.simulate.traces.trace import (
     CRONJOBS_FILE,
+    JOB_ANNOTATIONS,
+    JOB_LABELS,
     MACHINES_FILE,
     PODS_FILE,
     SERIES_FILE,
@@ -46,7 +48,15 @@ from lightsout.state import cron
 from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, SERIES_KEY, snapshot_from
 from lightsout.state.jobs import deferred_jobs
 from lightsout.state.measured import inspected_resources
-from lightsout.state.parse import NODE_OPERATORS, TAINT_EFFECTS, as_list, dig, parse_time
+from lightsout.state.parse import (
+    NODE_OPERATORS,
+    TAINT_EFFECTS,
+    as_list,
+    dig,
+    format_time,
+    parse_time,
+    str_map,
+)
 from lightsout.state.resources import parse_amount
 from lightsout.state.types import deferrable
 
@@ -67,7 +77,7 @@ DURATION_KEYS = ("powerOnSeconds", "bootSeconds", "shutdownSeconds")
 MACHINE_KEYS = (*DURATION_KEYS, *WATTS_KEYS, "inspected")
 INSPECTED_KEYS = ("cpu", "memory", "architecture", "gpus")
 CRON_RUN_KEYS = ("runSeconds",)
-POD_KEYS = ("at", "runSeconds", "namespace", "name", "owner", "spec")
+POD_KEYS = ("at", "runSeconds", "namespace", "name", "owner", JOB_ANNOTATIONS, JOB_LABELS, "spec")
 OWNER_KEYS = ("kind", "name")
 OBJECT_KEYS = ("apiVersion", "kind", "metadata", "spec", "status")
 CONFIGMAP_KEYS = ("apiVersion", "kind", "metadata", "data")
@@ -511,13 +521,20 @@ def _cronjobs(found: _Found, path: Path) -> dict[str, int]:
 
 def _deferrable(found: _Found, obj: str, spec: cron.CronSpec) -> None:
     """A deferrable CronJob's annotations, read as the planner reads its Jobs'."""
-    if not deferrable(spec.job_annotations, {}):
+    _held_job(found, obj, "spec.jobTemplate.metadata.annotations", spec.job_annotations)
+
+
+def _held_job(found: _Found, obj: str, where: str, annotations: Mapping[str, str]) -> None:
+    """Annotations `where` that make a deferrable Job, read as the planner reads its Jobs'
+    (labels play no part: a Kueue-labelled Job is not held, but its annotations still read)."""
+    if not deferrable(annotations, {}):
         return
-    moment = datetime(2000, 1, 1, tzinfo=UTC)
-    (job,) = deferred_jobs([cron.job_of(spec, moment, moment, suspend=True)])
+    moment = format_time(datetime(2000, 1, 1, tzinfo=UTC))
+    meta = {"name": "j", "creationTimestamp": moment, "annotations": dict(annotations)}
+    (job,) = deferred_jobs([{"metadata": meta, "spec": {"suspend": True}}])
     if job.problem is not None:
         name, _, message = job.problem.partition(": ")
-        found.add(obj, f"spec.jobTemplate.metadata.annotations.{name}", message)
+        found.add(obj, f"{where}.{name}", message)
 
 
 # ------------------------------------------------------------------------------- pods.jsonl
@@ -559,6 +576,7 @@ def _pods(file: str, out: list[Problem], path: Path) -> int:
                 for key in OWNER_KEYS:
                     if not isinstance(owner.get(key), str) or not owner.get(key):
                         found.add(obj, f"owner.{key}", "required: a string")
+        _job_metadata(found, obj, pod)
         spec = pod.get("spec")
         if spec is not None and not isinstance(spec, Mapping):
             found.add(obj, "spec", "must be a pod spec (an object)")
@@ -566,6 +584,28 @@ def _pods(file: str, out: list[Problem], path: Path) -> int:
             for field, message in pod_spec_problems(spec):
                 found.add(obj, f"spec.{field}", message)
     return count
+
+
+def _job_metadata(found: _Found, obj: str, pod: Mapping[str, Any]) -> None:
+    """A pod line's `jobAnnotations` and `jobLabels`: string maps, on a Job's pod only, and
+    deferral annotations that read (`lightsout.dev/max-delay: later` would be released at
+    once, saying why)."""
+    given = [key for key in (JOB_ANNOTATIONS, JOB_LABELS) if pod.get(key) is not None]
+    if not given:
+        return
+    if dig(pod, "owner", "kind") != "Job":
+        for key in given:
+            found.add(obj, key, "only for a Job's pod (owner.kind Job): its Job's")
+        return
+    for key in given:
+        value = pod[key]
+        if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            found.add(obj, key, f"must be an object of strings, as metadata.{key[3:].lower()}")
+    annotations = pod.get(JOB_ANNOTATIONS)
+    if isinstance(annotations, Mapping):
+        _held_job(found, obj, JOB_ANNOTATIONS, str_map(annotations))
 
 
 def pod_spec_problems(spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]:

@@ -1,15 +1,16 @@
 """The time-indexed model: pods start anywhere in their windows, machines up by whole slots.
 
 `solver.solve` builds it (`windows_problem`) where pods contend (no zero-wait schedule) or
-CronJob runs may be deferred, and `solver.solve_priced` for a cost or carbon objective; HiGHS
+deferrable Jobs may be held, and `solver.solve_priced` for a cost or carbon objective; HiGHS
 solves it as a mixed-integer program under a time limit and reports its own gap. Stated here
 with the proof that its optimum is a lower bound (docs/simulator.md repeats it):
 
 The trace [0, T] is cut into K = floor(T / D) slots of D seconds (D divides an hour; the
 stretch [K D, T], if any, is counted as nothing). Each pod run p has a window: it arrives at
 `earliest` and starts (last, if evicted) by `latest` = arrival + W for an ordinary pod (W the
-longest wait of the schedules compared), and for a deferrable CronJob run (`lightsout.dev/
-max-delay` or `finish-by`, held by the admission webhook) max(deadline - run, arrival + W):
+longest wait of the schedules compared), and for a deferrable Job's run, a CronJob's or a bare
+Job's (`lightsout.dev/max-delay` or `finish-by`, held by the admission webhook) max(deadline -
+run, arrival + W):
 the bound covers the schedules in which every ordinary pod starts within W and every deferrable
 run either meets its deadline or starts within W. A run is required (it runs) when `latest` < T
 and, for a CronJob under Forbid or Replace, no earlier run can still be active at its schedule
@@ -81,21 +82,23 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lightsout.planning.autoscaler.scheduling import NodeView, placement_reasons, shortfalls
 from lightsout.planning.energy import tariff
 from lightsout.planning.energy.account import Draw
 from lightsout.simulate.analysis.optimum.model import Problem, node_views
 from lightsout.simulate.analysis.optimum.realise import ScheduleEnergy
-from lightsout.simulate.traces.trace import Trace
+from lightsout.simulate.replay.deferred import job_of_pod
+from lightsout.simulate.traces.trace import Trace, TracePod
 from lightsout.state import cron
+from lightsout.state.admission import admitted
 from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, SERIES_KEY, snapshot_from
 from lightsout.state.jobs import deferred_jobs
-from lightsout.state.parse import scheduling_requirements
+from lightsout.state.parse import dig, scheduling_requirements
 from lightsout.state.resources import CPU
 from lightsout.state.types import Group, Machine, SchedulingRequirements, deferrable
 
@@ -128,32 +131,22 @@ class Window:
     requests: SchedulingRequirements
     #: It runs in every schedule of the class (else at most once).
     required: bool
-    #: A deferrable CronJob run held for cheap hours.
+    #: A deferrable Job held for cheap hours (a CronJob run, or a bare Job of the trace's pods).
     deferred: bool = False
 
 
 def windows(trace: Trace, max_wait: float, *, defer: bool = True) -> list[Window]:
     """Every pod run of the trace with its window (module docstring); `defer`: deferrable
-    CronJob runs are held (the replay's `Options.defer`), else released at once."""
+    Jobs, CronJob runs and bare ones, are held (the replay's `Options.defer`), else released
+    at once."""
     end = trace.duration_seconds
-    found = [
-        Window(
-            (p.namespace, p.name),
-            p.at,
-            p.at + max_wait,
-            p.run_seconds,
-            scheduling_requirements(p.spec),
-            p.at + max_wait < end,
-        )
-        for p in trace.pods
-        if p.at < end
-    ]
+    found = [_pod_window(trace, p, max_wait, defer) for p in trace.pods if p.at < end]
     stop = trace.start + timedelta(seconds=end)
     for cronjob in trace.cronjobs:
         spec = cron.read(cronjob)
         req = scheduling_requirements(spec.pod_spec)
         run = trace.cron_run_seconds.get(spec.key, 60.0)
-        held = defer and deferrable(spec.job_annotations, {})
+        held = defer and deferrable(spec.job_annotations, spec.job_labels)
         fires = cron.fire_times(spec, trace.start, stop)
         at = [(m - trace.start).total_seconds() for m in fires]
         latest = [a + max_wait for a in at]
@@ -177,10 +170,34 @@ def windows(trace: Trace, max_wait: float, *, defer: bool = True) -> list[Window
     return sorted(found, key=lambda w: (w.earliest, w.key))
 
 
+def _pod_window(trace: Trace, p: TracePod, max_wait: float, defer: bool) -> Window:
+    """A trace pod's window: within `max_wait` of its arrival, or, the pod of a Job the
+    replay holds (`replay.deferred.job_of_pod`, admitted as the webhook would), as a held
+    CronJob run's: up to its deadline less its run."""
+    latest, held = p.at + max_wait, False
+    if defer and p.owner_kind == "Job" and p.job_annotations:
+        job = admitted(job_of_pod(p, trace.start + timedelta(seconds=p.at)))
+        held = dig(job, "spec", "suspend") is True
+        if held:
+            deadline = _job_deadline(job)
+            latest = (
+                math.inf
+                if deadline is None
+                else max(latest, (deadline - trace.start).total_seconds() - p.run_seconds)
+            )
+    required = latest < trace.duration_seconds
+    requests = scheduling_requirements(p.spec)
+    return Window((p.namespace, p.name), p.at, latest, p.run_seconds, requests, required, held)
+
+
 def _deadline(spec: cron.CronSpec, scheduled: datetime) -> datetime | None:
-    """The deadline the replay gives the run's held Job (`replay.deferred.HeldJobs.hold`);
+    """The deadline the replay gives the run's held Job (`replay.deferred.HeldJobs.admit`);
     None when its annotations do not give one (it is then released at once)."""
-    (seen,) = deferred_jobs([cron.job_of(spec, scheduled, scheduled, suspend=True)]) or (None,)
+    return _job_deadline(cron.job_of(spec, scheduled, scheduled, suspend=True))
+
+
+def _job_deadline(job: Mapping[str, Any]) -> datetime | None:
+    (seen,) = deferred_jobs([job]) or (None,)
     if seen is None or seen.problem is not None:
         return None
     return seen.deadline

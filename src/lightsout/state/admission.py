@@ -6,6 +6,8 @@ until the planner (`planning.autoscaler.deferral`) releases it with `spec.suspen
 (`k8s.api.Api.release_job`). A Job its author created suspended already is only marked: the
 planner governs it the same way. The webhook (`lightsout.handlers.admission`) hands kopf the
 patch returned here; a Job the operator is down for is admitted as it is and runs at once.
+The replay (`simulate.replay.deferred`) admits the Jobs it creates, CronJob runs and a trace's
+bare Jobs alike, through `admitted`: the same decision.
 """
 
 from __future__ import annotations
@@ -30,3 +32,17 @@ def held_patch(job: Mapping[str, Any]) -> dict[str, Any] | None:
     if (job.get("spec") or {}).get("suspend") is not True:
         patch["spec"] = {"suspend": True}
     return patch
+
+
+def admitted(job: Mapping[str, Any]) -> dict[str, Any]:
+    """The Job as the API server stores it after the webhook: `held_patch` merged in (a copy;
+    `job` unchanged when it is not held)."""
+    out = dict(job)
+    patch = held_patch(job)
+    if patch is None:
+        return out
+    meta = dict(out.get("metadata") or {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), **patch["metadata"]["annotations"]}
+    out["metadata"] = meta
+    out["spec"] = {**(out.get("spec") or {}), **patch.get("spec", {})}
+    return out
