@@ -212,13 +212,15 @@ class Caches:
             job["metadata"]["name"]: self._all(JOB_PODS, (namespace, job["metadata"]["name"]))
             for job in jobs
         }
+        surplus = series.surplus(electricity, namespace, maps, group_status(group).solar_surplus)
         return MachineView(
             node=node,
             spec=spec,
             group_spec=group_spec,
             prices=series.resolve(electricity, namespace, maps, group=spec.group).prices,
-            surplus=series.surplus(electricity, namespace, maps, group_status(group).solar_surplus),
-            beside=self.beside(namespace, name, spec.group) if electricity else 0.0,
+            surplus=surplus,
+            # The other machines' draw matters only to share a surplus (and walks the Group).
+            beside=self.beside(namespace, name, spec.group) if surplus is not None else 0.0,
             jobs=jobs,
             job_pods=job_pods,
             job_events={

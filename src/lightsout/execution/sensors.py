@@ -57,6 +57,10 @@ class GroupSensors[R: HomeAssistantReader]:
     #: The component events are posted as.
     component = "lightsout"
 
+    #: The key of `spec.electricity` that names this task's sensor: Groups without it are not
+    #: validated every round.
+    block = ""
+
     def sensor_of(self, electricity: Electricity) -> tuple[str, float] | None:
         """What identifies the Group's sensor block of this task's kind, and its poll period in
         seconds (None: it names none)."""
@@ -100,7 +104,11 @@ class GroupSensors[R: HomeAssistantReader]:
         for group in self.groups():
             meta = group.get("metadata") or {}
             raw = (group.get("spec") or {}).get("electricity")
-            if not raw or meta.get("deletionTimestamp"):
+            if (
+                not isinstance(raw, Mapping)
+                or not raw.get(self.block)
+                or meta.get("deletionTimestamp")
+            ):
                 continue
             try:
                 electricity = Electricity.model_validate(raw)

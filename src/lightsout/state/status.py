@@ -1,11 +1,12 @@
 """A Node's and a Group's `.status` as stored, read in one place: `node_status`, `group_status`.
 
-Every reader of our own resources' status (the Node reconciler and its status writer, the
-health checks, the energy recount, the UPS and solar surplus sensors, the autoscaler's port,
-the planner's snapshot, the state machine's inputs, the trace recorder) takes its fields from
-these views, never from the raw object. Each field is decoded on first use, once, and is
-tolerant as status must be: a field missing or malformed (a person's edit, an older version's
-leftovers) reads as absent, never raises. The parts with a record of their own are decoded by
+The Node reconciler and its status writer, the health checks, the energy recount, the UPS and
+solar surplus sensors, the autoscaler's port, the planner's snapshot, the state machine's
+inputs and the trace recorder take their fields from these views, not from the raw object (the
+Group handler's counts and the metrics' phase watch still read a field or two raw). A view
+decodes each field on first use, once per view, and is tolerant as status must be: a field
+missing or malformed (a person's edit, an older version's leftovers) reads as absent, never
+raises. The parts with a record of their own are decoded by
 it: `status.learned` by `state.learned.learned_from_status` (here only), `status.battery` and
 `status.solarSurplus` by the API models (the latter in `state.series`, which a Group's
 surplus series is made of). Two parts are handed on as the mappings they are,

@@ -4,7 +4,7 @@
 runs the zero-wait MIP (`model`), pooled first and then one machine per column from the
 schedule `realise` makes, and, when that model has no schedule and `max_wait` is given, the
 with-waits LP and the time-indexed MIP with start windows (`windows`), the larger bound counting
-(the MIP alone when CronJob runs are held for cheap hours). `solve_windows` solves that MIP for
+(the MIP alone when deferrable runs are held for cheap hours). `solve_windows` solves that MIP for
 energy, cost or carbon (`WindowsBound`). It reads back the proven bound (the larger of the
 MIP's dual bound and the LP relaxation), the best schedule and the gap between them, and
 returns them as a `Bound`. Why each figure bounds what it claims is in `model`'s and
@@ -33,6 +33,7 @@ from lightsout.simulate.analysis.optimum.model import (
 )
 from lightsout.simulate.analysis.optimum.realise import ScheduleEnergy, realise, schedule_energy
 from lightsout.simulate.analysis.optimum.windows import (
+    CARBON,
     COST,
     ENERGY,
     OBJECTIVES,
@@ -295,9 +296,9 @@ def solve(
     limit) and `max_wait` is given, the time-indexed MIP with start windows (`windows`: slots of
     `slot` seconds, started from the first of `replayed` that fits) for the rest of the time
     and the with-waits LP, the larger proven bound counting; else no bound (`kwh` None,
-    `note`). When CronJob runs are held for cheap hours (`defer`, as the replay's option), no
-    zero-wait schedule is one the replay runs: the time-indexed MIP alone (each pod within
-    `max_wait`, 0 if not given)."""
+    `note`). When deferrable runs (CronJob runs, bare Jobs) are held for cheap hours (`defer`,
+    as the replay's option), no zero-wait schedule is one the replay runs: the time-indexed MIP
+    alone (each pod within `max_wait`, 0 if not given)."""
     highspy, np = _highspy()
     started = time.monotonic()
     runs = zero_wait_runs(trace)
@@ -437,7 +438,7 @@ def _timed_bound(
 
 
 #: The unit of each objective's figures (cost: the Groups' currency).
-UNITS = {ENERGY: "Wh", COST: "currency", "carbon": "g CO2"}
+UNITS = {ENERGY: "Wh", COST: "currency", CARBON: "g CO2"}
 
 
 @dataclass(frozen=True)
@@ -592,8 +593,8 @@ def _start(problem: SlotProblem, replayed: Sequence[Result]) -> tuple[list[float
 
 
 def has_deferred(trace: Trace, defer: bool = True) -> bool:
-    """Whether some CronJob run of the trace is held for cheap hours (then no zero-wait
-    schedule is one the replay could run)."""
+    """Whether some deferrable run of the trace (a CronJob run or a bare Job) is held for cheap
+    hours (then no zero-wait schedule is one the replay could run)."""
     return defer and any(w.deferred for w in windows(trace, 0.0))
 
 
