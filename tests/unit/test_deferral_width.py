@@ -14,7 +14,16 @@ from typing import Any
 import pytest
 
 from lightsout.planning.autoscaler.deferral import MARGIN
-from tests.unit.test_autoscale_objects import at, group, machine, ons, pod, snap, ts
+from tests.unit.test_autoscale_objects import (
+    at,
+    group,
+    machine,
+    ons,
+    pod,
+    ready_machine,
+    snap,
+    ts,
+)
 from tests.unit.test_deferral import AFTERNOON, CHEAP_AT, KEY, job, planned, released
 
 pytestmark = pytest.mark.unit
@@ -117,3 +126,51 @@ def test_a_finish_by_job_of_width_two_reads_its_deadline_and_width_together() ->
     due = {"lightsout.dev/finish-by": ts(at(6 * 3600)), "lightsout.dev/expected-duration": "30m"}
     (held,) = snap(*nucs(), wide(2, 2, annotations=due)).deferred
     assert (held.width, held.deadline) == (2, at(6 * 3600))
+
+
+def test_a_machine_already_on_counts_against_max_nodes_and_lends_only_its_free_room() -> None:
+    # maxNodes 2 and nuc-1 is on, its 4 cpu taken: one more machine may be powered on, and
+    # nuc-1 holds none of the Job's pods. Two of the four 2-cpu pods run at once on the one
+    # machine left: two waves (60 min), the latest start a wave earlier.
+    roomy = {"lightsout.dev/max-delay": "3h", "lightsout.dev/expected-duration": "30m"}
+    objects = [
+        group(electricity=AFTERNOON, maxNodes=2),
+        ready_machine("nuc-1", watts=(50, 10, 2), learned={"bootSeconds": 120}),
+        pod("busy", "4", None, node="nuc-1"),
+        machine("nuc-2", watts=(50, 10, 2), learned={"bootSeconds": 120}),
+        machine("nuc-3", watts=(50, 10, 2), learned={"bootSeconds": 120}),
+    ]
+    wait = planned(*objects, wide(4, cpu="2", annotations=roomy)).waits[KEY]
+    assert "for 4 pods, 2 at once on 1 machine (2 on nuc-2) in 2 waves" in wait.reason
+    assert "runs 60 min in 2 waves of 30 min" in wait.reason
+    assert wait.start == at(3 * 3600) - MARGIN - timedelta(seconds=120 + 60 * 60)
+
+
+def test_a_machine_already_on_holds_only_what_its_running_pods_leave() -> None:
+    # nuc-1 is on with 2 of its 4 cpu taken: one 2-cpu pod fits beside them. maxNodes 2 with
+    # nuc-1 counted lets one more machine on: three of the four pods at once, two waves.
+    objects = [
+        group(electricity=AFTERNOON, maxNodes=2),
+        ready_machine("nuc-1", watts=(50, 10, 2), learned={"bootSeconds": 120}),
+        pod("busy", "2", None, node="nuc-1"),
+        machine("nuc-2", watts=(50, 10, 2), learned={"bootSeconds": 120}),
+        machine("nuc-3", watts=(50, 10, 2), learned={"bootSeconds": 120}),
+    ]
+    wait = planned(*objects, wide(4, cpu="2")).waits[KEY]
+    assert "for 4 pods, 3 at once on 2 machines (2 on nuc-2, 1 on nuc-1) in 2 waves" in wait.reason
+
+
+def test_a_job_no_machine_has_room_for_now_is_released_at_once() -> None:
+    # maxNodes 1, and the one machine on is full: nothing could take a pod now, so there is
+    # no machine to price and the Job is released (it pends as any pod would).
+    objects = [
+        group(electricity=AFTERNOON, maxNodes=1),
+        ready_machine("nuc-1", watts=(50, 10, 2), learned={"bootSeconds": 120}),
+        pod("busy", "4", None, node="nuc-1"),
+        machine("nuc-2", watts=(50, 10, 2), learned={"bootSeconds": 120}),
+    ]
+    reason = released(planned(*objects, wide(2, cpu="2")))["backup"]
+    assert reason == (
+        "released at once: no machine could run it now (those that could are full, "
+        "or their Groups at maxNodes)"
+    )

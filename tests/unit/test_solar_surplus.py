@@ -19,13 +19,14 @@ from lightsout.execution.surplus import (
 )
 from lightsout.models.enums import ConditionStatus
 from lightsout.models.group import Electricity, GroupSpec
+from lightsout.planning.autoscaler import deferral
 from lightsout.planning.energy import tariff
 from lightsout.planning.energy.account import Draw
 from lightsout.planning.energy.status import rate
 from lightsout.state import series
 from lightsout.state.series import Series
 from lightsout.state.types import ObjectKey
-from tests.unit.test_autoscale_objects import APPS, at, ts
+from tests.unit.test_autoscale_objects import APPS, at, machine, ts
 from tests.unit.test_deferral import AFTERNOON, fleet, job, planned, released
 
 pytestmark = pytest.mark.unit
@@ -190,3 +191,74 @@ def test_a_small_or_stale_surplus_leaves_it_waiting_for_the_cheap_hours() -> Non
     assert planned(*_sunny(5), job()).waits[key].start == at(2 * 3600)
     # Read at 12:00, three minutes later it is stale: the afternoon rate wins again.
     assert planned(*_sunny(2000), job(), now=600).waits[key].start == at(2 * 3600)
+
+
+def _sunny_nucs(watts: float, count: int) -> list[Any]:
+    """`count` NUCs (50 W busy, 2 W off, 4 cpu), off, in one Group with a surplus of `watts`."""
+    lab, _ = _sunny(watts)
+    return [
+        lab,
+        *(
+            machine(f"nuc-{i}", watts=(50, 10, 2), learned={"bootSeconds": 120})
+            for i in range(1, count + 1)
+        ),
+    ]
+
+
+def test_a_run_is_not_charged_for_its_own_standby_twice() -> None:
+    # 50 W of surplus for a 50 W run: the run's draw replaces the machine's 2 W of standby
+    # (not added on top of it), so the surplus covers it all.
+    reason = released(planned(*_sunny(50), job()))["backup"]
+    assert "now is its cheapest start (0.0000 EUR on machine nuc" in reason
+
+
+def test_a_crew_counts_each_machine_once_against_the_surplus() -> None:
+    # 100 W covers two 50 W runs: the second machine sees the first at 50 W, not its 2 W of
+    # standby and 50 W besides.
+    both = job(cpu="4")
+    both["spec"]["parallelism"] = 2
+    reason = released(planned(*_sunny_nucs(100, 2), both))["backup"]
+    assert "now is its cheapest start (0.0000 EUR for 2 pods at once on 2 machines" in reason
+
+
+def test_two_jobs_are_not_both_told_the_same_surplus_makes_them_free() -> None:
+    # 52 W covers one 50 W run beside the other NUC's 2 W of standby: the Job due first takes
+    # it now; the other, weighed beside that run, would pay full price while it is on, so it
+    # waits for the surplus left once the first is done (held to 14:00: its start that ends
+    # then, 14:00 less 2 min of boot and 30 of run).
+    first = job(
+        "first",
+        cpu="4",
+        annotations={
+            "lightsout.dev/finish-by": ts(at(5 * 3600)),
+            "lightsout.dev/expected-duration": "30m",
+        },
+    )
+    result = planned(*_sunny_nucs(52, 2), first, job("second", cpu="4"))
+    assert "0.0000 EUR" in released(result)["first"]
+    assert "second" not in released(result)
+    wait = result.waits[ObjectKey(APPS, "second")]
+    assert wait.start == at(2 * 3600 - 120 - 1800)
+    assert "(0.0000 EUR on machine nuc-1" in wait.reason
+
+
+def test_the_surplus_is_read_once_a_plan_and_not_at_all_for_carbon(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[datetime] = []
+    real = tariff.persisting
+
+    def counted(*args: Any, **kwargs: Any) -> Series | None:
+        calls.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(deferral.tariff, "persisting", counted)
+    jobs = [job(f"job-{i}") for i in range(3)]
+    planned(*_sunny_nucs(2000, 4), *jobs)
+    assert len(calls) == 1  # one Group, once: not per machine and Job
+    calls.clear()
+    carbon = {"pricePerKWh": 0.3, "objective": "Carbon"}
+    lab, nuc = fleet({**carbon, "solarSurplus": {"homeAssistant": HOME_ASSISTANT}})
+    lab["status"] = {"solarSurplus": {"entity": SENSOR, "watts": 2000, "readAt": ts(at(0))}}
+    planned(lab, nuc, *jobs)
+    assert calls == []

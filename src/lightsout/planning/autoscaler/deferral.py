@@ -8,10 +8,12 @@ The Job runs on the machines the scale-up would power on for its pods (`_crew`):
 `width` pods (`spec.parallelism`, at most `spec.completions`), as many side by side on a
 machine as its room holds, on the machine the Groups' selectionPolicy picks (`policy.select`,
 the very function `scaleup.choose` calls), then again for the rest among the machines left, no
-Group beyond its maxNodes. So the machine a Job is held for is the one powered on when it is
-released and its pods are pending, the cluster then being as it is now (a machine already on
-by then takes them instead, at no boot: priced as if powered on for them). When those machines
-cannot hold all its pods at once, the run takes `ceil(width / at once)` waves of its duration.
+Group beyond its maxNodes, the machines already on or coming counted in (`scaleup.room_of`).
+So the machine a Job is held for is the one powered on when it is released and its pods are
+pending, the cluster then being as it is now (a machine already on takes them instead, as
+many as its free room holds beside the pods it runs now, at no boot: priced as if powered on
+for them). When those machines cannot hold all its pods at once, the run takes
+`ceil(width / at once)` waves of its duration.
 
 The cost of starting at `s` is the electricity those machines draw (`watts_on`) from `s` for
 their boot and then the longer of the run and the machine's minimum on-time, each stretch at
@@ -28,11 +30,15 @@ Job with nothing to gain runs at once.
 With a solar surplus (`spec.electricity.solarSurplus`) a start is weighed by what the run adds
 to the draw the Group pays for, the surplus read now held to the end of the current price
 interval and no further (`tariff.persisting`: it has no forecast): while it covers the
-machine, now costs nothing.
+machine, now costs nothing. The Group's draw beside the run is what its machines draw now
+(idle while powered, standby while off) less the run's own machines (their busy draw
+replaces it), with the runs this plan chose before it that are on at its start: two Jobs are
+not both told that the same watts make them free.
 
 A Job is released at once when waiting cannot be priced or could miss its deadline: its
 annotations do not read, its duration is unknown (no `lightsout.dev/expected-duration` and no
-earlier run of its CronJob), no machine could run it, a series its machines' Groups name is
+earlier run of its CronJob), no machine could run it (or none has room for it now: those
+that could are full, their Groups at maxNodes), a series its machines' Groups name is
 missing or unreadable, the Groups of the machines it would run on have one price at every
 hour, no forecast covers a start in time, or the latest start has come. It never waits for
 lack of a forecast.
@@ -53,9 +59,9 @@ from datetime import datetime, timedelta
 
 from lightsout.models.enums import DeferralObjective
 from lightsout.models.group import DEFAULT_DEFERRAL_MARGIN_SECONDS, Electricity
-from lightsout.planning.autoscaler.cluster import count_fit
+from lightsout.planning.autoscaler.cluster import Availability, build_cluster, count_fit
 from lightsout.planning.autoscaler.decisions import Release, Wait
-from lightsout.planning.autoscaler.scheduling import fits, view_of_machine
+from lightsout.planning.autoscaler.scheduling import NodeView, fits
 from lightsout.planning.energy import tariff
 from lightsout.planning.energy.account import Draw, is_powered
 from lightsout.planning.energy.weight import Weight
@@ -94,6 +100,47 @@ class _Planned:
     #: When the machine's on-time for it ends (boot, then run or minimum on-time).
     end: datetime
     requests: Resources
+    #: The machine's Group, its busy and idle draw, and what it draws now: a run is weighed
+    #: beside the ones planned before it on its Group's surplus.
+    group: ObjectKey
+    on: float
+    idle: float
+    current: float
+
+    def on_at(self, moment: datetime) -> bool:
+        return self.start <= moment < self.end
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A machine a Job could run on, as every Job of one `defer` pass sees it."""
+
+    machine: Machine
+    group: Group
+    #: The node it would be empty (allocatable less its DaemonSets' pods): what the Job's
+    #: placement is checked against.
+    view: NodeView
+    #: Its free room now: the empty view's while it is off; on or coming up, what the pods
+    #: bound to it leave (as the scale-up's `absorb` sees it).
+    room: Resources
+    #: On or coming: its Group's maxNodes already counts it (`scaleup.room_of`).
+    active: bool
+    #: What it draws now (idle while powered, standby while off).
+    current: float
+
+
+@dataclass(frozen=True)
+class _Fleet:
+    """What a `defer` pass reads of the snapshot for every Job, gathered once."""
+
+    candidates: tuple[_Candidate, ...]
+    objective: DeferralObjective
+    #: Machines on or coming per Group (`cluster.Cluster.active`).
+    active: Mapping[ObjectKey, int]
+    #: Per Group with a surplus (objective Cost only: `_Option._weigh` ignores it otherwise):
+    #: the surplus held to the end of the current price interval, and what its machines draw
+    #: now.
+    sunny: Mapping[ObjectKey, tuple[Series, float]]
 
 
 @dataclass(frozen=True)
@@ -106,14 +153,22 @@ class _Option:
     #: when its pods cannot all run at once (`_Crew.waves`).
     run: timedelta
     objective: DeferralObjective
-    #: Its room when empty (allocatable less its DaemonSets' pods), and its allocatable.
+    #: Its free room now (`_Candidate.room`), and its allocatable.
     room: Resources
     allocatable: Resources
     #: Its Group's solar surplus read now, held to the end of the current price interval
-    #: (`tariff.persisting`: no forecast), and what the Group's machines draw now: a run is
-    #: weighed by what it adds to the draw the Group pays for (`tariff.added_watts`).
+    #: (`tariff.persisting`: no forecast), and what the Group's other machines draw now (its
+    #: own draw now left out: the run's replaces it), with the busy draw of the machines taken
+    #: before it for the same Job: a run is weighed by what it adds to the draw the Group pays
+    #: for (`tariff.added_watts`).
     surplus: Series | None = None
     drawn: float = 0.0
+    #: The runs planned before it on its Group's machines (only with a surplus): those on at
+    #: a start are drawn beside it (`_planned_at`).
+    planned: tuple[_Planned, ...] = ()
+    #: What it draws now, and whether its Group's maxNodes already counts it (on or coming).
+    current: float = 0.0
+    active: bool = False
 
     @property
     def span(self) -> timedelta:
@@ -179,10 +234,26 @@ class _Option:
                 end,
                 self.group.prices,
                 surplus=self.surplus,
-                beside=self.drawn,
+                beside=self.drawn + self._planned_at(start),
                 marginal=True,
             )
         return self._weight.integral(watts, start, end)
+
+    def _planned_at(self, moment: datetime) -> float:
+        """What the runs planned before it that are on at `moment` add to the Group's draw
+        now: a machine's busy draw in place of its draw now (of nothing on this one, whose
+        draw now `drawn` leaves out), and a run beside another on one machine its busy draw
+        above idle (as `weight` prices it)."""
+        added, seen = 0.0, set[ObjectKey]()
+        for run in self.planned:
+            if not run.on_at(moment):
+                continue
+            if run.machine in seen:
+                added += max(run.on - run.idle, 0.0)
+                continue
+            seen.add(run.machine)
+            added += run.on - (0.0 if run.machine == self.machine.key else run.current)
+        return added
 
     @property
     def margin(self) -> timedelta:
@@ -292,16 +363,31 @@ def defer(snapshot: Snapshot, now: datetime) -> Deferral:
     releases: list[Release] = []
     waits: dict[ObjectKey, Wait] = {}
     planned: list[_Planned] = []
+    if not snapshot.deferred:
+        return Deferral()
     energy = EnergyModel.of(snapshot.machines, snapshot.groups)
+    fleet = _fleet(snapshot, now)
     far = now + timedelta(days=3650)
     for job in sorted(snapshot.deferred, key=lambda j: (j.deadline or far, j.key)):
-        decided, chosen = _decide(job, snapshot, now, planned, energy)
+        decided, chosen = _decide(job, fleet, now, planned, energy)
         if chosen is not None:
             crew, start = chosen
             for option, count in crew.members:
                 requests = Resources.of({k: v * count for k, v in job.scheduling.requests})
+                machine = option.machine
+                on = machine.watts_on or 0.0
                 planned.append(
-                    _Planned(job.key, option.machine.key, start, start + option.span, requests)
+                    _Planned(
+                        job.key,
+                        machine.key,
+                        start,
+                        start + option.span,
+                        requests,
+                        group=option.group.key,
+                        on=on,
+                        idle=machine.watts_idle if machine.watts_idle is not None else on,
+                        current=option.current,
+                    )
                 )
         if isinstance(decided, Release):
             releases.append(decided)
@@ -312,7 +398,7 @@ def defer(snapshot: Snapshot, now: datetime) -> Deferral:
 
 def _decide(
     job: DeferredJob,
-    snapshot: Snapshot,
+    fleet: _Fleet,
     now: datetime,
     planned: Sequence[_Planned],
     energy: EnergyModel,
@@ -322,9 +408,15 @@ def _decide(
     if decided is not None:
         return decided, None
     assert job.deadline is not None and job.duration is not None
-    options = list(_options(job, snapshot, now))
-    crew = _crew(job, options, energy)
+    options = list(_options(job, fleet, planned))
+    crew = _crew(job, options, energy, fleet.active)
     if crew is None:
+        if options:
+            message = (
+                "released at once: no machine could run it now (those that could are full, "
+                "or their Groups at maxNodes)"
+            )
+            return Release(job.key, message), None
         return Release(job.key, "released at once: no machine could run it"), None
     run = job.duration * crew.waves
     options, crew = [replace(o, run=run) for o in options], crew.lasting(run)
@@ -412,47 +504,104 @@ def _latest(deadline: datetime, options: Sequence[_Option]) -> datetime:
     return deadline - _margin(options) - max(o.to_finish for o in options)
 
 
-def _options(job: DeferredJob, snapshot: Snapshot, now: datetime) -> Iterator[_Option]:
-    """The machines that could run the Job; each weighs a start by its Group's objective,
-    unless the Groups disagree: cost and grams do not compare, so then cost for all."""
-    groups = {group.key: group for group in snapshot.groups}
+def _fleet(snapshot: Snapshot, now: datetime) -> _Fleet:
+    """The machines any Job could run on, with their room and draw now, and each Group's
+    surplus: read once a pass, not for every Job and machine."""
+    cluster = build_cluster(snapshot, now)
     objectives = {g.electricity.objective for g in snapshot.groups if g.electricity is not None}
     agreed = objectives.pop() if len(objectives) == 1 else DeferralObjective.COST
-    nodes = {node.name: node for node in snapshot.nodes}
+    # On or coming up, a machine has the room its bound pods leave (as `absorb` sees it).
+    busy: dict[ObjectKey, Resources] = {}
+    for target in (*cluster.ready_bins, *cluster.coming_bins):
+        if target.info is not None:
+            busy[target.info.key] = Resources.of(target.free)
+    drawn: dict[ObjectKey, float] = {}
+    candidates: list[_Candidate] = []
+    infos = {info.key: info for info in cluster.infos}
+    for machine in snapshot.machines:  # in the snapshot's order: ties fall as they did
+        info = infos[machine.key]
+        current = Draw.declared(machine.watts_on, machine.watts_idle, machine.watts_off).watts(
+            is_powered(machine.phase)
+        )
+        drawn[machine.group_key] = drawn.get(machine.group_key, 0.0) + current
+        group, view = info.group, info.view
+        if group is None or group.electricity is None or view is None:
+            continue
+        if info.availability in (Availability.READY, Availability.COMING):
+            room = busy.get(info.key, Resources())
+        else:
+            room = view.free
+        candidates.append(_Candidate(machine, group, view, room, info.active, current))
+    sunny: dict[ObjectKey, tuple[Series, float]] = {}
+    if agreed is DeferralObjective.COST:
+        for group in snapshot.groups:
+            if group.surplus is None or group.electricity is None:
+                continue
+            held = tariff.persisting(group.surplus, now, group.electricity, group.prices)
+            if held is not None:
+                sunny[group.key] = (held, drawn.get(group.key, 0.0))
+    return _Fleet(tuple(candidates), agreed, cluster.active, sunny)
+
+
+def _options(
+    job: DeferredJob, fleet: _Fleet, planned: Sequence[_Planned] = ()
+) -> Iterator[_Option]:
+    """The machines that could run the Job; each weighs a start by its Group's objective,
+    unless the Groups disagree: cost and grams do not compare, so then cost for all."""
     assert job.duration is not None
-    for machine in snapshot.machines:
-        group = groups.get(machine.group_key)
-        if group is None or group.electricity is None:
+    runs: dict[ObjectKey, tuple[_Planned, ...]] = {}
+    for key in fleet.sunny:
+        runs[key] = tuple(p for p in planned if p.group == key)
+    for found in fleet.candidates:
+        if not fits(job.scheduling, found.view):
             continue
-        view = view_of_machine(
-            machine, snapshot.daemonsets, nodes.get(machine.kubernetes_node_name)
+        machine, group = found.machine, found.group
+        option = _Option(
+            machine,
+            group,
+            job.duration,
+            fleet.objective,
+            found.room,
+            found.view.allocatable,
+            current=found.current,
+            active=found.active,
         )
-        if view is None or not fits(job.scheduling, view):
-            continue
-        surplus = tariff.persisting(group.surplus, now, group.electricity, group.prices)
-        drawn = _drawn(snapshot, group.key) if surplus is not None else 0.0
-        yield _Option(
-            machine, group, job.duration, agreed, view.free, view.allocatable, surplus, drawn
-        )
+        sun = fleet.sunny.get(group.key)
+        if sun is not None:
+            surplus, drawn = sun
+            option = replace(
+                option,
+                surplus=surplus,
+                drawn=drawn - found.current,
+                planned=runs[group.key],
+            )
+        yield option
 
 
-def _crew(job: DeferredJob, options: Sequence[_Option], energy: EnergyModel) -> _Crew | None:
+def _crew(
+    job: DeferredJob,
+    options: Sequence[_Option],
+    energy: EnergyModel,
+    active: Mapping[ObjectKey, int],
+) -> _Crew | None:
     """The machines the scale-up would power on for the Job's `width` pods were they pending
     now: the one its selection (`policy.select`, as `scaleup.choose` calls it) takes, filled
-    with as many of them as fit side by side, then so again for the rest among the machines
-    left, no Group beyond its maxNodes. None when no machine could take a pod. A machine taken
-    after another of its Group counts that one's busy draw as drawn beside it (a surplus
-    covers the two together, not each alone)."""
+    with as many of them as fit side by side (on one already on, beside the pods it runs),
+    then so again for the rest among the machines left, no Group beyond its maxNodes counting
+    its machines already on or coming (`active`, as `scaleup.room_of`). None when no machine
+    could take a pod. A machine taken after another of its Group counts that one's busy draw,
+    in place of its draw now, as drawn beside it (a surplus covers the two together, not each
+    alone)."""
     requests = job.scheduling.requests
     members: list[tuple[_Option, int]] = []
-    spare = list(options)
-    taken: Counter[ObjectKey] = Counter()
+    spare = [o for o in options if o.holds(requests) > 0]
+    taken: Counter[ObjectKey] = Counter(active)
     left = job.width
     while left > 0:
         fills = [
             (o, o.filled(min(left, o.holds(requests)), requests, energy), o.machine.key)
             for o in spare
-            if taken[o.group.key] < o.group.max_nodes
+            if o.active or taken[o.group.key] < o.group.max_nodes
         ]
         if not fills:
             break
@@ -460,24 +609,17 @@ def _crew(job: DeferredJob, options: Sequence[_Option], energy: EnergyModel) -> 
         count = min(left, chosen.holds(requests))
         if chosen.surplus is not None:
             beside = (
-                o.machine.watts_on or 0.0 for o, _ in members if o.group.key == chosen.group.key
+                (o.machine.watts_on or 0.0) - o.current
+                for o, _ in members
+                if o.group.key == chosen.group.key
             )
             chosen = replace(chosen, drawn=chosen.drawn + sum(beside))
         members.append((chosen, count))
         spare = [o for o in spare if o.machine.key != chosen.machine.key]
-        taken[chosen.group.key] += 1
+        if not chosen.active:
+            taken[chosen.group.key] += 1
         left -= count
     return _Crew(tuple(members), job.width) if members else None
-
-
-def _drawn(snapshot: Snapshot, group: ObjectKey) -> float:
-    """What the Group's machines draw now by their declared (or learned) watts: idle while
-    powered, standby while off."""
-    return sum(
-        Draw.declared(m.watts_on, m.watts_idle, m.watts_off).watts(is_powered(m.phase))
-        for m in snapshot.machines
-        if m.group_key == group
-    )
 
 
 def _starts(option: _Option, now: datetime, latest: datetime) -> Sequence[datetime]:
