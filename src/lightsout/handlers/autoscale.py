@@ -35,7 +35,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import kopf
 
@@ -288,34 +288,52 @@ async def start_autoscaler(memo: kopf.Memo, **kwargs: Any) -> None:
     planner = Planner(config=config, indexes=indexes, api=shared_api(memo))
     planner.task = asyncio.create_task(planner.run(), name="lightsout-autoscaler")
     memo.autoscaler = planner
-    # The UPSes the Groups name, read by the leader: their readings land in the Groups'
-    # status, which wakes the planner like any other change.
-    sources = PowerSources(
-        planner.api,
-        groups=lambda: list(planner.objects()[build.GROUPS_KEY]),
-        leading=lambda: planner.leading,
-    )
-    memo.power_sources = sources
-    memo.power_sources_task = asyncio.create_task(sources.run(), name="lightsout-ups")
-    # The Home Assistant price sensors the Groups name, read by the leader into ConfigMaps of
-    # prices, which the caches, and so the planner and the machines' passes, read as series.
-    prices = PriceSensors(
-        planner.api,
-        groups=lambda: _cached(indexes, rc.GROUPS),
-        series_maps=lambda: _cached(indexes, rc.SERIES),
-        leading=lambda: planner.leading,
-    )
-    memo.price_sensors = prices
-    memo.price_sensors_task = asyncio.create_task(prices.run(), name="lightsout-prices")
-    # The solar surplus sensors the Groups name, read by the leader into the Groups' status,
-    # which the planner's snapshot and the machines' passes read.
-    surplus = SurplusSensors(
-        planner.api,
-        groups=lambda: _cached(indexes, rc.GROUPS),
-        leading=lambda: planner.leading,
-    )
-    memo.surplus_sensors = surplus
-    memo.surplus_sensors_task = asyncio.create_task(surplus.run(), name="lightsout-surplus")
+
+    def groups() -> list[Obj]:
+        return _cached(indexes, rc.GROUPS)
+
+    def leading() -> bool:
+        return planner.leading
+
+    memo.sensor_tasks = [
+        # The UPSes the Groups name: their readings land in the Groups' status, which wakes the
+        # planner like any other change.
+        _reading(
+            PowerSources(
+                planner.api,
+                groups=lambda: list(planner.objects()[build.GROUPS_KEY]),
+                leading=leading,
+            ),
+            "lightsout-ups",
+        ),
+        # The Home Assistant price sensors: into ConfigMaps of prices, which the caches, and so
+        # the planner and the machines' passes, read as series.
+        _reading(
+            PriceSensors(
+                planner.api,
+                groups=groups,
+                series_maps=lambda: _cached(indexes, rc.SERIES),
+                leading=leading,
+            ),
+            "lightsout-prices",
+        ),
+        # The solar surplus sensors: into the Groups' status, which the planner's snapshot and
+        # the machines' passes read.
+        _reading(SurplusSensors(planner.api, groups=groups, leading=leading), "lightsout-surplus"),
+    ]
+
+
+class _Reader(Protocol):
+    """A leader's reading task (`run` until cancelled; `close` its connections)."""
+
+    async def run(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _reading(reader: _Reader, name: str) -> tuple[_Reader, asyncio.Task[None]]:
+    """The reader and its task, started: every replica runs it, only the leader reads."""
+    return reader, asyncio.create_task(reader.run(), name=name)
 
 
 def _cached(indexes: Mapping[str, Any], index: str) -> list[Obj]:
@@ -328,12 +346,9 @@ async def stop_autoscaler(memo: kopf.Memo, **_: Any) -> None:
     planner: Planner | None = getattr(memo, "autoscaler", None)
     if planner is None or planner.task is None:
         return
-    await stop_task(memo.power_sources_task)
-    memo.power_sources.close()
-    await stop_task(memo.price_sensors_task)
-    memo.price_sensors.close()
-    await stop_task(memo.surplus_sensors_task)
-    memo.surplus_sensors.close()
+    for reader, task in memo.sensor_tasks:
+        await stop_task(task)
+        reader.close()
     await stop_task(planner.task)
     # Hand over at once instead of making the next replica wait for the Lease to expire.
     await asyncio.to_thread(planner.release)
