@@ -68,7 +68,7 @@ crds: setup
 	$(VENV)/bin/lightsout crds --output crds
 	$(VENV)/bin/lightsout crds --output deploy/helm/lightsout/crds
 	$(PY) -m lightsout.models.reference docs/crds.md
-	$(PY) -m lightsout.models.drivers playbooks/vars/drivers.yml
+	$(PY) -m lightsout.models.drivers playbooks/vars/drivers.yml --roles roles
 
 # ipmi_sim, ipmitool and sshd emulate the IPMI server and the Wake-on-LAN mini PC (idempotent;
 # apt-get via sudo when not root, only when something is missing).

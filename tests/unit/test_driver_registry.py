@@ -17,9 +17,11 @@ from lightsout.models.crd import crd_objects
 from lightsout.models.drivers import (
     DRIVER_KINDS,
     DRIVERS,
+    KIND_CHOICES_MARKER,
     REGISTRY,
     NodeDriver,
     playbook_vars,
+    with_kind_choices,
     with_playbook_vars,
 )
 from lightsout.models.enums import Action
@@ -37,6 +39,20 @@ def test_the_playbooks_role_map_is_the_registrys() -> None:
     assert loaded["lightsout_driver_roles"] == {d.kind: d.role for d in DRIVERS}
     assert loaded["lightsout_ephemeral_drivers"] == ["proxmox"]
     assert loaded["lightsout_password_drivers"] == ["redfish", "ipmi"]
+
+
+def test_a_role_serving_several_drivers_offers_the_registrys_kinds() -> None:
+    """plug_power's `plug_power_kind` choices are the registry's plug drivers (`make crds`
+    writes them), so a new vendor is not also a hand-edited list in the role."""
+    specs = ROOT / "roles" / "plug_power" / "meta" / "argument_specs.yml"
+    text = specs.read_text()
+    assert KIND_CHOICES_MARKER in text
+    assert with_kind_choices(text, "plug_power") == text, "run `make crds`"
+    options = yaml.safe_load(text)["argument_specs"]["main"]["options"]
+    assert options["plug_power_kind"]["choices"] == ["shelly", "tasmota", "homeassistant"]
+    # A registry with a fourth vendor rewrites the line; the rest of the file is untouched.
+    renamed = text.replace("choices: [shelly, tasmota, homeassistant]", "choices: [shelly]")
+    assert with_kind_choices(renamed, "plug_power") == text
 
 
 @pytest.mark.parametrize("driver", DRIVERS, ids=lambda d: d.kind)

@@ -739,9 +739,40 @@ def with_playbook_vars(document: str) -> str:
     return f"{head}{BEGIN_GENERATED}\n{body}{END_GENERATED}{tail}"
 
 
+#: In a role's meta/argument_specs.yml, the comment above the `choices:` line of the option that
+#: names which of its drivers a run is for (a role serving several drivers, e.g. plug_power's
+#: `plug_power_kind`): `make crds` rewrites that line from the registry, so a new plug vendor is
+#: an entry in the registry, not also a hand-edited list in the role.
+KIND_CHOICES_MARKER = "# choices generated from lightsout.models.drivers.DRIVERS by `make crds`"
+
+
+def role_kinds(role: str) -> list[str]:
+    """The drivers, by kind, whose runs the role `role` drives, in the registry's order."""
+    return [driver.kind for driver in DRIVERS if driver.role == role]
+
+
+def with_kind_choices(document: str, role: str) -> str:
+    """A role's argument_specs text with the `choices:` line under KIND_CHOICES_MARKER set to
+    the role's drivers (unchanged when the role has no marker)."""
+    lines = document.split("\n")
+    for at, line in enumerate(lines[:-1]):
+        if line.strip() == KIND_CHOICES_MARKER:
+            following = lines[at + 1]
+            indent = following[: len(following) - len(following.lstrip())]
+            if not following.lstrip().startswith("choices:"):
+                raise ValueError(f"the line after {KIND_CHOICES_MARKER!r} must be `choices:`")
+            lines[at + 1] = f"{indent}choices: [{', '.join(role_kinds(role))}]"
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     import sys
     from pathlib import Path
 
+    # drivers.yml's block; with --roles DIR, each role's argument_specs too.
     target = Path(sys.argv[1])
     target.write_text(with_playbook_vars(target.read_text(encoding="utf-8")), encoding="utf-8")
+    if sys.argv[2:3] == ["--roles"]:
+        for specs in sorted(Path(sys.argv[3]).glob("*/meta/argument_specs.yml")):
+            text = specs.read_text(encoding="utf-8")
+            specs.write_text(with_kind_choices(text, specs.parents[1].name), encoding="utf-8")
