@@ -10,16 +10,20 @@ announces nothing; the replay knows when its runs end.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import kopf
 import pytest
 
+from lightsout.handlers import autoscale as autoscale_handlers
 from lightsout.models.enums import Phase
 from lightsout.planning.autoscaler.autoscale import plan
 from lightsout.state import cron
 from lightsout.state.build import CRONJOBS_KEY, GROUPS_KEY, MACHINES_KEY, snapshot_from
+from lightsout.state.types import FINISH_BY, KUEUE_QUEUE, MAX_DELAY
 
 pytestmark = pytest.mark.unit
 
@@ -131,6 +135,51 @@ def test_the_planner_pre_warms_only_for_a_run_the_controller_will_create(
     }
     now = TOP - timedelta(minutes=1)  # inside the lead time of an unlearned boot
     snapshot = snapshot_from(objects, complete=True, now=now)
+    machine = dataclasses.replace(snapshot.machines[0], phase=Phase.OFF)
+    result = plan(dataclasses.replace(snapshot, machines=(machine,)), now)
+    assert len(result.power_on) == power_ons, result.actions
+
+
+def _as_indexed(body: dict[str, Any]) -> dict[str, Any]:
+    """The CronJob as the operator's index keeps it (`handlers.autoscale.autoscaler_cronjobs`)."""
+    kept = asyncio.run(autoscale_handlers.autoscaler_cronjobs(body=kopf.Body(body)))
+    return dict(kept[None])
+
+
+@pytest.mark.parametrize(
+    ("annotations", "labels", "power_ons"),
+    [
+        # Its Jobs may wait 22 h: the webhook holds the run, nothing is pre-warmed for it.
+        ({MAX_DELAY: "22h", "team": "ops"}, {"app": "backup"}, 0),
+        ({FINISH_BY: "2026-11-03T06:00:00Z"}, {}, 0),
+        # Kueue's Jobs are not held, nor a template without the annotations: pre-warmed.
+        ({MAX_DELAY: "22h"}, {KUEUE_QUEUE: "batch"}, 1),
+        ({"team": "ops"}, {}, 1),
+    ],
+)
+def test_the_planner_pre_warms_no_run_the_webhook_will_hold(
+    annotations: dict[str, str], labels: dict[str, str], power_ons: int
+) -> None:
+    body = cronjob()
+    body["spec"]["jobTemplate"]["metadata"] = {"annotations": annotations, "labels": labels}
+    indexed = _as_indexed(body)
+    template = indexed["spec"]["jobTemplate"]["metadata"]
+    assert "team" not in template["annotations"] and "app" not in template["labels"]
+    objects = {
+        GROUPS_KEY: [
+            {
+                "apiVersion": "lightsout.dev/v1alpha1",
+                "kind": "Group",
+                "metadata": {"name": "lab"},
+                "spec": {"maxNodes": 5},
+            }
+        ],
+        MACHINES_KEY: [machine_off()],
+        CRONJOBS_KEY: [indexed],
+    }
+    now = TOP - timedelta(minutes=1)  # inside the lead time of an unlearned boot
+    snapshot = snapshot_from(objects, complete=True, now=now)
+    assert len(snapshot.expected) == power_ons
     machine = dataclasses.replace(snapshot.machines[0], phase=Phase.OFF)
     result = plan(dataclasses.replace(snapshot, machines=(machine,)), now)
     assert len(result.power_on) == power_ons, result.actions

@@ -268,3 +268,21 @@ def test_the_optimum_and_the_sweep_know_a_bare_deferrable_job() -> None:
     (queued,) = windows(priced([kueue]), 60.0)
     assert not at_once.deferred and not queued.deferred and queued.latest == 660
     assert has_deferrable(priced([held])) and not has_deferrable(priced([kueue, job_pod()]))
+
+
+# --- a held CronJob run is not pre-warmed ------------------------------------------------
+
+
+def test_a_deferrable_cronjob_run_is_not_pre_warmed_only_powered_on_for_its_cheap_hour() -> None:
+    """The 01:00 run is held for 03:00: its machine stays off until then and is powered on
+    once, not also a boot before 01:00 (to idle for a pod the webhook holds, then power off)."""
+    body = cronjob("0 1 * * *")
+    body["spec"]["jobTemplate"]["metadata"] = {"annotations": HELD}
+    result = replay(priced([], (body,)))
+    (run,) = result.deferred
+    assert run.released == 3 * 3600
+    (m1,) = result.machines
+    assert m1.power_ons == 1 and m1.power_on_times[0] >= run.released
+    # Without its deferral annotations the same run is pre-warmed: powered on before 01:00.
+    (plain,) = replay(priced([], (cronjob("0 1 * * *"),))).machines
+    assert plain.power_on_times[0] < 3600

@@ -58,7 +58,7 @@ from lightsout.planning.autoscaler.wake import PlanningRound, next_wake
 from lightsout.state import build
 from lightsout.state.parse import dig
 from lightsout.state.references import contents_entry
-from lightsout.state.types import ObjectKey, Snapshot, deferrable
+from lightsout.state.types import FINISH_BY, KUEUE_QUEUE, MAX_DELAY, ObjectKey, Snapshot, deferrable
 
 log = logging.getLogger(__name__)
 
@@ -112,22 +112,34 @@ async def autoscaler_objects(body: kopf.Body, **_: Any) -> IndexValue:
     return {None: slim(body)}
 
 
+#: The Job template annotations that make a CronJob's runs deferrable (`types.deferrable`).
+DEFERRING = (FINISH_BY, MAX_DELAY)
+
+
 @kopf.index("batch", "v1", "cronjobs", labels=NOT_OURS, id="autoscaler_cronjobs")
 async def autoscaler_cronjobs(body: kopf.Body, **_: Any) -> IndexValue:
     # Only what announces the next run (`state.cron.next_created`): the schedule fields, the
-    # Job template's pod spec and how many Jobs `status.active` lists (a Forbid CronJob with
-    # one running starts nothing new); the rest of the status and the template's metadata
-    # are nothing the planner reads.
+    # Job template's pod spec, whether its Jobs are deferrable (held by the webhook, their
+    # runs announce nothing: `state.cron.expected_pods`) and how many Jobs `status.active`
+    # lists (a Forbid CronJob with one running starts nothing new); the rest of the status
+    # and of the template's metadata are nothing the planner reads.
     spec = body.get("spec") or {}
     pod_spec = dig(spec, "jobTemplate", "spec", "template", "spec")
     fields = ("schedule", "timeZone", "suspend", "concurrencyPolicy", "startingDeadlineSeconds")
     kept = {k: spec[k] for k in fields if k in spec}
+    meta = dig(spec, "jobTemplate", "metadata") or {}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k in DEFERRING}
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k == KUEUE_QUEUE}
+    template = {"metadata": {"annotations": annotations, "labels": labels}}
     active = (body.get("status") or {}).get("active") or []
     slim = {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
         "metadata": {"namespace": body.metadata.namespace, "name": body.metadata.name},
-        "spec": {**kept, "jobTemplate": {"spec": {"template": {"spec": pod_spec or {}}}}},
+        "spec": {
+            **kept,
+            "jobTemplate": {**template, "spec": {"template": {"spec": pod_spec or {}}}},
+        },
         "status": {"active": [{"name": (ref or {}).get("name")} for ref in active]},
     }
     return {None: slim}

@@ -42,7 +42,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from lightsout.models import schedule as cron_schedule
 from lightsout.state.parse import as_int, as_str, dig, format_time, scheduling_requirements, str_map
-from lightsout.state.types import ExpectedPod, ObjectKey, SchedulingRequirements
+from lightsout.state.types import ExpectedPod, ObjectKey, SchedulingRequirements, deferrable
 
 Obj = dict[str, Any]
 
@@ -249,9 +249,18 @@ def expected_pods(
     """Each CronJob's next created run (`next_created`) as the pod it will create, soonest
     first (the planner's `Snapshot.expected`). `next_of` finds the next scheduled time and
     `active_of` the active Jobs' ends: live, `next_run` and `status.active`; the simulator
-    passes a lookup in its precomputed `fire_times` and its running runs' ends."""
+    passes a lookup in its precomputed `fire_times` and its running runs' ends.
+
+    A CronJob whose Jobs are deferrable (`types.deferrable`: its Job template says
+    `lightsout.dev/finish-by` or `max-delay`) announces nothing: the admission webhook holds its
+    run, so no pod comes at the scheduled time for a pre-warmed machine to take (it would idle
+    in the evening's dear hours, then power off), and the planner powers its machines on when
+    it releases the run (`planning.autoscaler.deferral`). Without the webhook the run's pod
+    waits a boot, which its author allowed."""
     out: list[ExpectedPod] = []
     for cron in crons:
+        if deferrable(cron.job_annotations, cron.job_labels):
+            continue
         run = next_created(cron, now, active_of(cron), next_of)
         if run is not None:
             key = ObjectKey(cron.namespace, job_name(cron, run.scheduled))

@@ -8,7 +8,9 @@ boot of the slowest machine that could take it (its learned boot time, else its
 bootTimeoutSeconds) plus `MARGIN`; a machine too small for the run (its requests against the
 machine's room when empty, `scheduling.fits`), or that its selector, affinity or taints keep
 it off, never sets it. `next_due` is when the next expected pod enters its lead time, a
-deadline for `wake.next_wake`.
+deadline for `wake.next_wake`. A CronJob whose Jobs are deferrable announces no run
+(`state.cron.expected_pods`): it is held at its scheduled time, and its machines come on at
+its release (`deferral`).
 """
 
 from __future__ import annotations
