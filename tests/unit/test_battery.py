@@ -26,6 +26,7 @@ from lightsout.planning.types import (
     ObservedPowerState,
     Phase,
 )
+from lightsout.state.status import group_status
 from lightsout.state.types import ObjectKey
 from tests.unit.test_autoscale_objects import (
     T0,
@@ -317,10 +318,12 @@ def test_the_outage_is_written_before_the_power_off_and_none_without_it() -> Non
 
 def test_lightsout_status_shows_the_ups_as_read() -> None:
     spec = {"battery": {"source": UPS, "tier": "Shed"}}
-    assert ups_in_force(spec, {}) == f"{SOURCE} not read yet, Shed"
-    status = fed_group("shed", "Shed", "OnBattery", T0, charge=80, runtime=900)["status"]
+    assert ups_in_force(spec, group_status(None)) == f"{SOURCE} not read yet, Shed"
+    status = group_status(fed_group("shed", "Shed", "OnBattery", T0, charge=80, runtime=900))
     assert ups_in_force(spec, status) == f"{SOURCE} OnBattery 80% 900s left, Shed"
     assert ups_in_force({}, status) == "-"
+    unreadable = group_status({"status": {"battery": {"chargePercent": "lots"}}})
+    assert ups_in_force(spec, unreadable) == "invalid status.battery"
 
 
 # ---------------------------------------------------------------- drain deadlines

@@ -59,7 +59,13 @@ def test_a_failure_names_the_task_and_the_bmc_message() -> None:
         7,
         "Off",
         reason="RetriesExhausted",
-        lastOperation={"failedTask": "redfish_power : Power off", "message": "HTTP 400: no"},
+        lastOperation={
+            "action": "shutdown",
+            "started": "2026-11-24T11:59:00Z",
+            "result": "Failed",
+            "failedTask": "redfish_power : Power off",
+            "message": "HTTP 400: no",
+        },
     )
     result = verdict(failed, DesiredPowerState.OFF, generation=7)
     assert result.code is ExitCode.FAILED
@@ -77,6 +83,7 @@ def test_status_rows_count_machines_per_group_and_flag_a_missing_group() -> None
         observedPowerState="On",
         lastOperation={
             "action": "startup",
+            "started": "2026-11-24T11:54:00Z",
             "result": "Succeeded",
             "finished": "2026-11-24T11:54:30Z",
         },

@@ -22,8 +22,14 @@ from lightsout.planning.types import ConditionStatus, LeaseState, ObservedPowerS
 from lightsout.runner import indexed
 from lightsout.runner.config import ConfigError
 from lightsout.state.references import ReferenceReason, Unresolved
+from lightsout.state.status import NodeStatusView, node_status
 
 CONFIG = OperatorConfig(identity="me", runner_image="runner:1", job_tolerations=("runner",))
+
+
+def status(**fields: Any) -> NodeStatusView:
+    """A Node's status holding `fields`, as the codec reads it."""
+    return node_status({"status": fields})
 
 
 def group(**check: Any) -> dict[str, Any]:
@@ -181,7 +187,7 @@ def record(result: dict[str, Any], started: str = "2026-01-01T10:00:00Z") -> dic
 
 
 def test_a_new_result_sets_the_health_fields_and_hands_the_power_to_the_fsm() -> None:
-    seen = healthjudge.assess({"phase": "Off"}, record(OK), LeaseState.FREE)
+    seen = healthjudge.assess(status(phase="Off"), record(OK), LeaseState.FREE)
     assert seen.record is not None and seen.record["reason"] == "Healthy"
     assert seen.condition is not None and seen.condition.status is ConditionStatus.TRUE
     assert (seen.power_state, seen.observed_power_state) == (
@@ -191,14 +197,14 @@ def test_a_new_result_sets_the_health_fields_and_hands_the_power_to_the_fsm() ->
     assert seen.power_state_at is not None
     # The same result again changes nothing, but still tells the FSM what was read.
     again = healthjudge.assess(
-        {"phase": "Off", "lastHealthCheck": seen.record}, record(OK), LeaseState.FREE
+        status(phase="Off", lastHealthCheck=seen.record), record(OK), LeaseState.FREE
     )
     assert again.record is None and again.power_state is ObservedPowerState.ON
 
 
 def test_a_failed_check_is_unhealthy_and_its_power_state_unknown() -> None:
     failed = {"result": "Failed", "message": "HTTP 401: nope", "values": {"node": "a"}}
-    seen = healthjudge.assess({"phase": "Off"}, record(failed), LeaseState.FREE)
+    seen = healthjudge.assess(status(phase="Off"), record(failed), LeaseState.FREE)
     assert seen.condition is not None
     assert (seen.condition.status, seen.condition.reason) == (
         ConditionStatus.FALSE,
@@ -216,7 +222,7 @@ def test_a_failed_check_is_unhealthy_and_its_power_state_unknown() -> None:
     ],
 )
 def test_a_machine_an_action_drives_is_skipped_and_says_so(phase: str, lease: LeaseState) -> None:
-    seen = healthjudge.assess({"phase": phase}, record(OK), lease)
+    seen = healthjudge.assess(status(phase=phase), record(OK), lease)
     assert seen.record is not None
     assert (seen.record["result"], seen.record["reason"]) == ("Skipped", "ActionInProgress")
     assert seen.condition is None and seen.observed_power_state is None
@@ -275,7 +281,7 @@ def test_a_machine_left_out_for_a_missing_configmap_says_so_until_it_exists() ->
     missing = Unresolved(
         ReferenceReason.CONFIGMAP_NOT_FOUND, "playbook overlay ConfigMap lab/site not found"
     )
-    nothing_new = healthjudge.assess({"phase": "Off"}, None, LeaseState.FREE)
+    nothing_new = healthjudge.assess(status(phase="Off"), None, LeaseState.FREE)
     out = healthjudge.not_checked(nothing_new, missing)
     assert out.condition is not None
     assert (out.condition.status, out.condition.reason) == (
@@ -284,8 +290,8 @@ def test_a_machine_left_out_for_a_missing_configmap_says_so_until_it_exists() ->
     )
     assert out.condition.message.startswith("playbook overlay ConfigMap lab/site not found")
     held = {"type": "Healthy", "status": "False", "reason": "ConfigMapNotFound"}
-    back = healthjudge.included_again(nothing_new, {"conditions": [held]})
+    back = healthjudge.included_again(nothing_new, status(conditions=[held]))
     assert back.condition is not None and back.condition.status is ConditionStatus.UNKNOWN
     # Once it is Unknown (or any check's reason), nothing more is written.
     unknown = {**held, "status": "Unknown", "reason": back.condition.reason}
-    assert healthjudge.included_again(nothing_new, {"conditions": [unknown]}).condition is None
+    assert healthjudge.included_again(nothing_new, status(conditions=[unknown])).condition is None

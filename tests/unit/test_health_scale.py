@@ -27,6 +27,7 @@ from lightsout.execution.results import TERMINATION_MESSAGE_LIMIT
 from lightsout.planning.machine import healthjudge
 from lightsout.planning.types import LeaseState
 from lightsout.runner import main as runner_main
+from lightsout.state.status import node_status
 from lightsout.text import MARK
 from tests.unit.test_health import build, redfish
 
@@ -240,7 +241,9 @@ def test_the_worst_result_of_a_pod_fits_its_termination_message_and_lands(
     assert node == LONGEST_NAME
     assert record["result"] in {"Succeeded", "Failed"}
     assert len(record["message"]) > 1 and MARK in record["message"]
-    assessed = healthjudge.assess({"phase": "Off"}, record, LeaseState.FREE)
+    assessed = healthjudge.assess(
+        node_status({"status": {"phase": "Off"}}), record, LeaseState.FREE
+    )
     assert assessed.record is not None and assessed.condition is not None
 
 

@@ -18,6 +18,8 @@ from lightsout.planning.types import (
     Operation,
     OperationResult,
     Phase,
+    operation_from_status,
+    operation_to_status,
 )
 from lightsout.state.types import MIRROR_POD
 
@@ -144,7 +146,7 @@ def test_operation_round_trips_through_status() -> None:
         "message": "HTTP Error 400",
         "values": {"power_state": "On"},
     }
-    op = inputs.operation_from_status(raw)
+    op = operation_from_status(raw)
     assert op is not None
     assert (op.action, op.intent_generation, op.attempt, op.started) == (
         Action.SHUTDOWN,
@@ -153,9 +155,9 @@ def test_operation_round_trips_through_status() -> None:
         started,
     )
     assert op.result is OperationResult.FAILED and op.power_state is ObservedPowerState.ON
-    back = inputs.operation_to_status(op, "lo-big-box-shutdown-g4-a2")
+    back = operation_to_status(op, "lo-big-box-shutdown-g4-a2")
     assert back is not None and back["job"] == "lo-big-box-shutdown-g4-a2"
-    assert inputs.operation_from_status(back) == op
+    assert operation_from_status(back) == op
 
 
 def test_every_reported_value_round_trips_through_status() -> None:
@@ -167,9 +169,9 @@ def test_every_reported_value_round_trips_through_status() -> None:
         "result": "Succeeded",
         "values": {"power_state": "On", "driver": "ipmi", "changed": True, "note": "custom"},
     }
-    op = inputs.operation_from_status(raw)
+    op = operation_from_status(raw)
     assert op is not None and op.values["note"] == "custom"
-    back = inputs.operation_to_status(op, "lo-x-startup-g2-a1")
+    back = operation_to_status(op, "lo-x-startup-g2-a1")
     assert back is not None and back["values"] == raw["values"]
 
 

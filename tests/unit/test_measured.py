@@ -30,6 +30,7 @@ from lightsout.simulate.traces.record import node_spec_as_measured
 from lightsout.state.learned import Learned, learned_from_status, learned_to_status
 from lightsout.state.measured import expected_resources, expected_watts
 from lightsout.state.resources import CPU, MEMORY
+from lightsout.state.status import node_status
 from tests.unit.test_autoscale import ons
 from tests.unit.test_autoscale_objects import group, machine, pod, run
 
@@ -190,7 +191,7 @@ def test_a_check_that_measured_and_inspected_lands_in_status_power_and_inspected
     }
     found = health.pod_record(health_pod(values))
     assert found is not None
-    checked = healthjudge.assess({}, found[1], LeaseState.FREE)
+    checked = healthjudge.assess(node_status(None), found[1], LeaseState.FREE)
     assert checked.measured == {
         "power": {"watts": 137.0, "observedAt": "2026-11-24T08:00:00Z", "source": "redfish"},
         "inspected": {
@@ -204,12 +205,12 @@ def test_a_check_that_measured_and_inspected_lands_in_status_power_and_inspected
     }
     plug = health.pod_record(health_pod({"power_watts": 12.5, "power_source": "shelly"}))
     assert plug is not None
-    assert healthjudge.assess({}, plug[1], LeaseState.FREE).measured == {
+    assert healthjudge.assess(node_status(None), plug[1], LeaseState.FREE).measured == {
         "power": {"watts": 12.5, "observedAt": "2026-11-24T08:00:00Z", "source": "shelly"}
     }
     silent = health.pod_record(health_pod({"power_watts": "lots", "inspected": {"cpu": 0}}))
     assert silent is not None
-    assert healthjudge.assess({}, silent[1], LeaseState.FREE).measured is None
+    assert healthjudge.assess(node_status(None), silent[1], LeaseState.FREE).measured is None
 
 
 def spec_of(raw: dict[str, Any]) -> NodeSpec:
@@ -224,7 +225,7 @@ def test_declared_resources_above_inspected_get_a_condition_and_one_event_naming
             "labels": {"kubernetes.io/arch": "amd64"},
         }
     )
-    judged = inspection.judge(spec_of(raw), {"inspected": inspected})
+    judged = inspection.judge(spec_of(raw), inspected, None)
     assert judged.condition is not None and judged.condition.status is ConditionStatus.TRUE
     assert judged.condition.reason == "InspectedCapacityUsed"
     assert "spec.resources.cpu 16 > inspected 8" in judged.condition.message
@@ -235,15 +236,15 @@ def test_declared_resources_above_inspected_get_a_condition_and_one_event_naming
     assert judged.event is not None and judged.event.type is EventType.WARNING
     # Once the condition holds that message, no second event.
     held = {"type": "InspectionMismatch", "status": "True", "message": judged.condition.message}
-    again = inspection.judge(spec_of(raw), {"inspected": inspected, "conditions": [held]})
+    again = inspection.judge(spec_of(raw), inspected, held)
     assert again.event is None
     # Fixing it is news once.
     fixed = node({"resources": {"cpu": "8", "memory": "32Gi"}})
-    resolved = inspection.judge(spec_of(fixed), {"inspected": inspected, "conditions": [held]})
+    resolved = inspection.judge(spec_of(fixed), inspected, held)
     assert resolved.condition is not None and resolved.condition.status is ConditionStatus.FALSE
     assert resolved.condition.reason == "DeclaredMatchesInspected"
     assert resolved.event is not None and resolved.event.type is EventType.NORMAL
-    assert inspection.judge(spec_of(fixed), {}).condition is None
+    assert inspection.judge(spec_of(fixed), None, None).condition is None
 
 
 def test_declared_resources_below_inspected_are_a_mismatch_too_and_say_which_figure_is_used() -> (
@@ -251,7 +252,7 @@ def test_declared_resources_below_inspected_are_a_mismatch_too_and_say_which_fig
 ):
     inspected = {"cpu": 16, "memory": "64Gi", "gpus": 2}
     less = {"cpu": "12", "memory": "60Gi", "extended": {"nvidia.com/gpu": "1"}}
-    judged = inspection.judge(spec_of(node({"resources": less})), {"inspected": inspected})
+    judged = inspection.judge(spec_of(node({"resources": less})), inspected, None)
     assert judged.condition is not None and judged.condition.status is ConditionStatus.TRUE
     assert judged.condition.reason == "InspectedCapacityUsed"
     message = judged.condition.message
@@ -262,13 +263,13 @@ def test_declared_resources_below_inspected_are_a_mismatch_too_and_say_which_fig
     assert judged.event is not None and judged.event.type is EventType.WARNING
     # Pinned: still a mismatch, the declared figures are planned and the condition says so.
     pinned = spec_of(node({"resources": {**less, "pinned": True}}))
-    kept = inspection.judge(pinned, {"inspected": inspected})
+    kept = inspection.judge(pinned, inspected, None)
     assert kept.condition is not None and kept.condition.status is ConditionStatus.TRUE
     assert kept.condition.reason == "DeclaredCapacityUsed"
     assert "spec.resources.pinned: the planner uses the declared figures" in kept.condition.message
     # GPUs found on a machine that names no GPU resource: flagged, and the count can't be used.
     unnamed = spec_of(node({"resources": {"cpu": "16", "memory": "64Gi"}}))
-    gpus = inspection.judge(unnamed, {"inspected": inspected})
+    gpus = inspection.judge(unnamed, inspected, None)
     assert gpus.condition is not None
     assert "GPUs in spec.resources.extended 0 < inspected 2 (the declared count is planned" in (
         gpus.condition.message
@@ -282,12 +283,10 @@ def test_declared_resources_below_inspected_are_a_mismatch_too_and_say_which_fig
             }
         )
     )
-    arch = inspection.judge(
-        label, {"inspected": {"cpu": 16, "memory": "64Gi", "architecture": "amd64"}}
-    )
+    arch = inspection.judge(label, {"cpu": 16, "memory": "64Gi", "architecture": "amd64"}, None)
     assert arch.condition is not None and arch.condition.reason == "ArchitectureLabelDiffers"
     # No spec.resources: nothing to disagree with, and the condition says the inspected is used.
-    bare = inspection.judge(spec_of(node()), {"inspected": inspected})
+    bare = inspection.judge(spec_of(node()), inspected, None)
     assert bare.condition is not None and bare.condition.status is ConditionStatus.FALSE
     assert "the planner uses the inspected figures" in bare.condition.message
 

@@ -23,10 +23,12 @@ def node(phase: str, desired: str, op: dict[str, Any] | None = None) -> dict[str
     }
 
 
-def startup(result: str, job: str = "lo-box-startup-g2-a1") -> dict[str, Any]:
+def startup(result: str, attempt: int = 1) -> dict[str, Any]:
     return {
         "action": "startup",
-        "job": job,
+        "intent": 2,
+        "attempt": attempt,
+        "job": f"lo-box-startup-g2-a{attempt}",
         "result": result,
         "started": "2026-11-24T12:00:01Z",
         "finished": "2026-11-24T12:00:13Z" if result != "Running" else None,
@@ -75,7 +77,7 @@ def test_history_found_at_first_sight_is_not_counted_again() -> None:
         == before
     )
     # The retry's Job is a new one, and counts.
-    tracker.observe(node("Failed", "On", startup("Failed", job="lo-box-startup-g2-a2")), T0)
+    tracker.observe(node("Failed", "On", startup("Failed", attempt=2)), T0)
     after = sample("lightsout_actions_total", driver="ipmi", action="startup", result="failed")
     assert after == before + 1
 

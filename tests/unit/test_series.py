@@ -24,6 +24,7 @@ from lightsout.planning.machine.healthjudge import Assessment
 from lightsout.planning.machine.passes import Readings, with_energy
 from lightsout.planning.types import ObservedPowerState, Phase
 from lightsout.state.series import SeriesError, parse, resolve
+from lightsout.state.status import node_status
 from lightsout.state.types import ObjectKey
 from tests.unit.test_autoscale_objects import at, group, machine, snap, ts
 from tests.unit.test_deferral import KEY, job
@@ -233,7 +234,7 @@ def test_a_machines_pass_counts_its_energy_at_the_series_price() -> None:
     readings = Readings(
         health=Assessment(None, None, ObservedPowerState.UNKNOWN, None, None),
         spec=node_spec(node("nuc")),
-        status={"energy": opened},
+        status=node_status({"status": {"energy": opened}}),
         utilisation=0.0,
         draw=draw,
         group=spec,

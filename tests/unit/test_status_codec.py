@@ -15,7 +15,7 @@ from lightsout.planning.energy.account import Account, Rate
 from lightsout.planning.energy.status import account_from_status, account_to_status
 from lightsout.state.learned import Learned, learned_to_status
 from lightsout.state.parse import format_time
-from lightsout.state.status import group_status, node_status
+from lightsout.state.status import group_status, machine_status, node_status
 
 T0 = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.UTC)
 STAMP = format_time(T0)
@@ -235,3 +235,41 @@ def test_what_the_sensors_write_of_a_group_reads_back() -> None:
     status = group_status({"status": written})
     assert status.solar_surplus == surplus
     assert status.battery == battery
+
+
+@pytest.mark.unit
+def test_what_a_pass_writes_of_a_machines_place_reads_back() -> None:
+    learned = Learned(boot_samples=(40,), idle_watts=30.0)
+    written = machine_status(
+        Phase.BOOTING,
+        T0,
+        (ObservedPowerState.ON, 4),
+        reason="WaitingForNode",
+        message="x" * 5000,
+        learned=learned,
+    )
+    status = node_status(_node(written))
+    assert (status.phase, status.phase_since, status.reason) == (
+        Phase.BOOTING,
+        T0,
+        "WaitingForNode",
+    )
+    assert (status.intent_desired, status.intent_generation) == ("On", 4)
+    assert status.learned == learned
+    assert len(status.message.encode()) <= 1024 and status.message.startswith("x")
+    # Without a learned record or a time (the replay's first look), those are left out.
+    bare = machine_status(Phase.OFF, None, ("Off", 1), reason=None, message="")
+    assert "learned" not in bare and node_status(_node(bare)).phase_since is None
+
+
+@pytest.mark.unit
+def test_conditions_currency_power_and_target_size_read_typed() -> None:
+    power = {"watts": 42.5, "observedAt": STAMP, "source": "redfish"}
+    node = node_status(_node({**FULL_NODE, "power": power, "energy": {"currency": "EUR"}}))
+    assert node.condition("Healthy") == CONDITION and node.condition("Drifted") is None
+    assert node.currency == "EUR"
+    assert node.power is not None and (node.power.watts, node.power.source) == (42.5, "redfish")
+    assert node_status(_node({"power": {"watts": "lots"}})).power is None
+    group = group_status({"status": {"targetSize": 3, "energy": {"currency": 7}}})
+    assert (group.target_size, group.currency) == (3, None)
+    assert group_status({"status": {"targetSize": "3"}}).target_size is None

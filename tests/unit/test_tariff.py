@@ -23,6 +23,7 @@ from lightsout.planning.machine.passes import Readings, with_energy
 from lightsout.planning.types import ObservedPowerState, Phase
 from lightsout.simulate.replay.engine import Options, Policy, Simulator
 from lightsout.simulate.traces.trace import Durations, Trace
+from lightsout.state.status import node_status
 from lightsout.state.types import ObjectKey
 from tests.unit.test_simulate import node
 
@@ -144,7 +145,7 @@ def _readings(group: GroupSpec, energy: dict[str, Any]) -> Readings:
     return Readings(
         health=Assessment(None, None, ObservedPowerState.UNKNOWN, None, None),
         spec=node_spec(manifest),
-        status={"energy": energy},
+        status=node_status({"status": {"energy": energy}}),
         utilisation=0.0,
         draw=DRAW,
         group=group,

@@ -49,9 +49,9 @@ from lightsout.planning.types import (
     Operation,
     OperationResult,
     Phase,
+    operation_from_status,
 )
 from lightsout.state.corenode import core_node_metadata, taint_object, taints_of_models
-from lightsout.state.learned import learned_to_status
 from lightsout.state.parse import dig, format_time, parse_time, str_map
 from lightsout.state.references import Unresolved
 from lightsout.state.status import node_status
@@ -60,9 +60,6 @@ from lightsout.text import clip_middle
 
 Obj = Mapping[str, Any]
 GENERATION_LABEL = "lightsout.dev/generation"
-#: `status.lastOperation.message` keeps the runner's whole message (at most 2048 bytes) and
-#: what the state machine says around it; `status.message` and conditions keep 1024.
-OPERATION_MESSAGE_LIMIT = 4096
 ATTEMPT_LABEL = "lightsout.dev/attempt"
 ACTION_LABEL = "lightsout.dev/action"
 
@@ -94,64 +91,6 @@ def node_spec(node: Obj) -> NodeSpec:
 def group_spec(group: Obj) -> GroupSpec:
     """The Group's spec as the Group model reads it; raises `InvalidSpecError`."""
     return _parse(GroupSpec, group)
-
-
-def _enum[E](kind: type[E], value: Any, default: E) -> E:
-    try:
-        return kind(value)  # type: ignore[call-arg]
-    except (ValueError, TypeError):
-        return default
-
-
-def operation_from_status(raw: Any) -> Operation | None:
-    if not isinstance(raw, Mapping):
-        return None
-    action = _enum(Action, raw.get("action"), None)
-    started = parse_time(raw.get("started"))
-    if action is None or started is None:
-        return None
-    try:
-        generation = int(raw.get("intent", 0))
-        attempt = int(raw.get("attempt", 1))
-    except (TypeError, ValueError):
-        return None
-    raw_values = raw.get("values")
-    values: Mapping[str, Any] = raw_values if isinstance(raw_values, Mapping) else {}
-    power = values.get("power_state")
-    return Operation(
-        action=action,
-        intent_generation=generation,
-        attempt=attempt,
-        started=started,
-        result=_enum(OperationResult, raw.get("result"), OperationResult.RUNNING),
-        finished=parse_time(raw.get("finished")),
-        failed_task=raw.get("failedTask") or None,
-        message=str(raw.get("message") or ""),
-        power_state=_enum(ObservedPowerState, power, None) if power else None,
-        values=dict(values),
-    )
-
-
-def operation_to_status(op: Operation | None, job_name: str | None) -> dict[str, Any] | None:
-    if op is None:
-        return None
-    out: dict[str, Any] = {
-        "action": str(op.action),
-        "intent": op.intent_generation,
-        "attempt": op.attempt,
-        "started": format_time(op.started),
-        "finished": op.finished and format_time(op.finished),
-        "result": str(op.result),
-        "failedTask": op.failed_task,
-        "message": clip_middle(op.message, OPERATION_MESSAGE_LIMIT),
-        "job": job_name,
-    }
-    values = dict(op.values)
-    if op.power_state is not None:
-        values["power_state"] = str(op.power_state)
-    if values:
-        out["values"] = values
-    return out
 
 
 def status_patch(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, Any]:
@@ -237,16 +176,14 @@ def merged_conditions(
 
 def checked_status(decision: Decision) -> dict[str, Any]:
     """What a pass's readings add to status (`planning.machine.passes`): the new `lastHealthCheck`,
-    the `learned` record, the `power` / `inspected` a check reported and the checkpointed
-    `energy`; empty when nothing new. The operator's status writer and the in-memory port both
-    store exactly this."""
+    the `power` / `inspected` a check reported and the checkpointed `energy`; empty when nothing
+    new. The operator's status writer and the in-memory port both store exactly this (the
+    `learned` record the readings taught is the machine's: `state.status.machine_status`)."""
     new: dict[str, Any] = {}
     if decision.energy is not None:
         new["energy"] = dict(decision.energy)
     if decision.health_check is not None:
         new["lastHealthCheck"] = dict(decision.health_check)
-    if decision.learned is not None:
-        new["learned"] = learned_to_status(decision.learned)
     if decision.measured is not None:
         new.update(decision.measured)
     return new

@@ -94,7 +94,7 @@ class MemoryMachine:
     #: What the port was asked, in order (None: not recorded, as in a replay).
     calls: list[str] | None = None
     #: The status a pass's readings wrote (`inputs.checked_status`: the last health check,
-    #: learned figures, measured power and inspection) and its conditions
+    #: measured power and inspection, the energy) and its conditions
     #: (`inputs.merge_conditions`), as the next pass reads them back.
     status: dict[str, Any] = field(default_factory=dict)
 

@@ -13,6 +13,8 @@ from enum import IntEnum
 from typing import Any
 
 from lightsout.models.enums import DesiredPowerState, Phase
+from lightsout.planning.types import operation_from_status
+from lightsout.state.status import node_status
 
 Obj = dict[str, Any]
 
@@ -54,21 +56,15 @@ class Verdict:
 
 
 def progress_of(node: Obj) -> Progress:
-    status = node.get("status") or {}
-    return Progress(
-        phase=str(status.get("phase") or "Unknown"),
-        reason=str(status.get("reason") or ""),
-        message=str(status.get("message") or ""),
-    )
+    status = node_status(node)
+    return Progress(str(status.phase or Phase.UNKNOWN), status.reason or "", status.message)
 
 
 def verdict(node: Obj, desired: DesiredPowerState, generation: int) -> Verdict:
     """Whether the machine reached `desired` for the intent of `generation` (or later)."""
-    status = node.get("status") or {}
-    progress = progress_of(node)
-    intent = status.get("intent") or {}
-    current = (status.get("observedGeneration") or 0) >= generation and (
-        intent.get("desired") == desired.value
+    status, progress = node_status(node), progress_of(node)
+    current = (status.observed_generation or 0) >= generation and (
+        status.intent_desired == desired.value
     )
     if not current:
         return Verdict(None, progress)
@@ -81,9 +77,9 @@ def verdict(node: Obj, desired: DesiredPowerState, generation: int) -> Verdict:
 
 def failure(node: Obj) -> Progress:
     """The Failed progress with the cause a person needs: the action's message and the task."""
-    status = node.get("status") or {}
-    op = status.get("lastOperation") or {}
-    message = str(op.get("message") or status.get("message") or "")
-    if op.get("failedTask"):
-        message = f"task {op['failedTask']!r}: {message}"
-    return Progress(Phase.FAILED.value, str(status.get("reason") or "Failed"), message)
+    status = node_status(node)
+    op = operation_from_status(status.last_operation)
+    message = (op and op.message) or status.message
+    if op and op.failed_task:
+        message = f"task {op.failed_task!r}: {message}"
+    return Progress(Phase.FAILED.value, status.reason or "Failed", message)

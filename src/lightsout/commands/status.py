@@ -19,36 +19,29 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from lightsout.models.battery import BatteryPolicy, BatteryStatus
+from lightsout.models.enums import Phase
 from lightsout.models.group import Electricity, ScheduleWindow
 from lightsout.planning.autoscaler.battery import source_name
 from lightsout.planning.energy import mains, tariff
 from lightsout.planning.energy.account import Amounts
 from lightsout.planning.energy.status import account_from_status
+from lightsout.planning.types import operation_from_status
 from lightsout.state import series
+from lightsout.state.parse import format_time
+from lightsout.state.status import GroupStatusView, NodeStatusView, group_status, node_status
 
 Obj = dict[str, Any]
 _MESSAGE_WIDTH = 60
 
 
-def _age(since: str | None, now: dt.datetime) -> str:
-    if not since:
+def _age(since: dt.datetime | None, now: dt.datetime) -> str:
+    if since is None:
         return "-"
-    try:
-        then = dt.datetime.fromisoformat(since.replace("Z", "+00:00"))
-    except ValueError:
-        return "-"
-    seconds = max(int((now - then).total_seconds()), 0)
+    seconds = max(int((now - since).total_seconds()), 0)
     for unit, size in (("d", 86_400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
-
-
-def _condition(status: Obj, kind: str) -> str:
-    for condition in status.get("conditions") or ():
-        if condition.get("type") == kind:
-            return str(condition.get("status") or "Unknown")
-    return "-"
 
 
 def _amounts(amounts: Amounts) -> Obj:
@@ -60,20 +53,19 @@ def _amounts(amounts: Amounts) -> Obj:
     }
 
 
-def energy_figures(status: Obj, now: dt.datetime) -> Obj | None:
+def energy_figures(status: NodeStatusView | GroupStatusView, now: dt.datetime) -> Obj | None:
     """Energy today and this month (and since accounting began), counted on to `now`."""
-    raw = status.get("energy")
-    account = account_from_status(raw)
-    if account is None or not isinstance(raw, dict):
+    account = account_from_status(status.energy)
+    if account is None:
         return None
     current = account.at(now)
     return {
         "today": _amounts(current.today.amounts),
         "month": _amounts(current.month.amounts),
         "total": _amounts(current.total),
-        "since": raw.get("since"),
+        "since": format_time(account.since),
         "watts": current.rate.watts,
-        "currency": raw.get("currency"),
+        "currency": status.currency,
     }
 
 
@@ -103,22 +95,21 @@ def _money(amount: float) -> str:
 
 
 def machine_row(node: Obj, now: dt.datetime) -> Obj:
-    meta, spec, status = (node.get(k) or {} for k in ("metadata", "spec", "status"))
-    op = status.get("lastOperation") or {}
-    last = f"{op['action']} {op.get('result', '')}".strip() if op.get("action") else "-"
+    meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node_status(node)
+    op, healthy = operation_from_status(status.last_operation), status.condition("Healthy")
     return {
         "namespace": meta.get("namespace", ""),
         "name": meta.get("name", ""),
         "group": spec.get("group", ""),
         "desired": spec.get("desiredPowerState", "Off"),
-        "phase": status.get("phase") or "Unknown",
-        "age": _age(status.get("phaseSince"), now),
-        "power": status.get("observedPowerState") or "Unknown",
-        "lastAction": last,
-        "lastActionAge": _age(op.get("finished") or op.get("started"), now),
-        "healthy": _condition(status, "Healthy"),
+        "phase": str(status.phase or Phase.UNKNOWN),
+        "age": _age(status.phase_since, now),
+        "power": str(status.observed_power_state or "Unknown"),
+        "lastAction": f"{op.action} {op.result}" if op else "-",
+        "lastActionAge": _age(op.finished or op.started if op else None, now),
+        "healthy": "-" if healthy is None else str(healthy.get("status") or "Unknown"),
         "energy": energy_figures(status, now),
-        "message": status.get("message") or "",
+        "message": status.message,
     }
 
 
@@ -163,16 +154,18 @@ def price_in_force(
     return f"{said} until {change.astimezone(zone):%H:%M} {electricity.time_zone}"
 
 
-def ups_in_force(spec: Obj, status: Obj) -> str:
+def ups_in_force(spec: Obj, status: GroupStatusView) -> str:
     """The Group's UPS as last read ("lab@10.0.0.5:3493 OnBattery 80% 900s left, Shed"),
     "-" without one."""
     if not spec.get("battery"):
         return "-"
     try:
         policy = BatteryPolicy.model_validate(spec["battery"])
-        read = BatteryStatus.model_validate(status.get("battery") or {})
     except ValueError:
-        return "invalid spec.battery or status.battery"
+        return "invalid spec.battery"
+    if status.battery_problem is not None:
+        return "invalid status.battery"
+    read = status.battery or BatteryStatus()
     said = mains.describe(read) if read.observed_at or read.error else "not read yet"
     outage = ", machines off for an outage" if read.outage else ""
     return f"{source_name(policy)} {said}, {policy.tier}{outage}"
@@ -181,7 +174,7 @@ def ups_in_force(spec: Obj, status: Obj) -> str:
 def group_row(
     group: Obj, machines: list[Obj], now: dt.datetime, maps: series.ConfigMaps | None = None
 ) -> Obj:
-    meta, spec, status = (group.get(k) or {} for k in ("metadata", "spec", "status"))
+    meta, spec, status = group.get("metadata") or {}, group.get("spec") or {}, group_status(group)
     members = [m for m in machines if m["group"] == meta.get("name")]
     if meta.get("namespace"):
         members = [m for m in members if m["namespace"] == meta["namespace"]]
@@ -199,7 +192,7 @@ def group_row(
         "on": sum(1 for m in members if m["phase"] == "Ready"),
         "total": len(members),
         "failed": sum(1 for m in members if m["phase"] == "Failed"),
-        "target": status.get("targetSize", "-"),
+        "target": "-" if status.target_size is None else status.target_size,
         "energy": energy_figures(status, now),
     }
 

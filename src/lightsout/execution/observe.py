@@ -163,8 +163,7 @@ def observe(
             blocked_message=last_drain.blocked_message if last_drain and left else "",
         )
     lease = leases.lease_state(reads.lease, identity, now)
-    # The planner's health judge and readings take status as stored (`state.status`).
-    status = node_status(node).stored
+    status = node_status(node)
     checked = healthjudge.assess(status, health.newest(view.health, spec.group), lease)
     if view.health_problem is not None:
         checked = healthjudge.not_checked(checked, view.health_problem)

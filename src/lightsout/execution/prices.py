@@ -109,7 +109,6 @@ class PriceSensors(GroupSensors[HomeAssistantPriceReader]):
     task = "the Groups' price sensors"
     retry = RETRY_SECONDS
     component = COMPONENT
-    block = "series"
 
     def sensor_of(self, electricity: Electricity) -> tuple[str, float] | None:
         series = electricity.series

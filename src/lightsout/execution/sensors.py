@@ -4,7 +4,7 @@ share.
 
 A task runs while this replica holds the autoscaler's Lease (so one operator reads and writes).
 Each round it takes the Groups from the watch cache, keeps those whose electricity block names
-its kind of sensor (`sensor_of`; a block that does not validate is left to the planner's
+its kind of sensor (`sensor_of`; a spec that does not validate is left to the planner's
 snapshot, which says what is wrong with it), reads each that is due (`poll`, the task's own),
 and reads it again `pollSeconds` later, or `retry` seconds at most after a failed poll. A Group
 is known by namespace, name and uid, and by its sensor block as JSON, so a changed block is
@@ -21,8 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
+from lightsout.actuation.inputs import InvalidSpecError, group_spec
 from lightsout.execution.homeassistant import HomeAssistantReader
 from lightsout.k8s.api import Api
 from lightsout.models.group import Electricity
@@ -56,10 +55,6 @@ class GroupSensors[R: HomeAssistantReader]:
     retry = 60.0
     #: The component events are posted as.
     component = "lightsout"
-
-    #: The key of `spec.electricity` that names this task's sensor: Groups without it are not
-    #: validated every round.
-    block = ""
 
     def sensor_of(self, electricity: Electricity) -> tuple[str, float] | None:
         """What identifies the Group's sensor block of this task's kind, and its poll period in
@@ -103,21 +98,16 @@ class GroupSensors[R: HomeAssistantReader]:
         out: dict[SensorKey, tuple[Obj, Electricity, float]] = {}
         for group in self.groups():
             meta = group.get("metadata") or {}
-            raw = (group.get("spec") or {}).get("electricity")
-            if (
-                not isinstance(raw, Mapping)
-                or not raw.get(self.block)
-                or meta.get("deletionTimestamp")
-            ):
+            if meta.get("deletionTimestamp"):
                 continue
             try:
-                electricity = Electricity.model_validate(raw)
-            except ValidationError:
+                electricity = group_spec(group).electricity
+            except InvalidSpecError:
                 continue  # the planner's snapshot says what is wrong with it
-            found = self.sensor_of(electricity)
-            if found is not None:
-                key = (str(meta.get("namespace") or ""), str(meta["name"]), str(meta.get("uid")))
-                out[(key, found[0])] = (group, electricity, found[1])
+            if electricity is None or (found := self.sensor_of(electricity)) is None:
+                continue
+            key = (str(meta.get("namespace") or ""), str(meta["name"]), str(meta.get("uid")))
+            out[(key, found[0])] = (group, electricity, found[1])
         return out
 
     async def post(self, group: Obj, kind: str, reason: str, message: str) -> None:

@@ -1,9 +1,8 @@
 """A machine's status after one pass's decision: what the port (`execution.actuator`) patches.
 
-Every field the pass decided (phase, reason, the operation, the conditions merged with those
-already there, what the readings added through `actuation.inputs.checked_status`), with the
-messages clipped in the middle so that the end, which says what to do, always survives. The
-in-memory port keeps the same readings (`actuation.memory`).
+Every field the pass decided: its place in the state machine (`state.status.machine_status`,
+as the replay writes it), the operation, the conditions merged with those already there and
+what the readings added (`actuation.inputs.checked_status`, as the in-memory port keeps it).
 """
 
 from __future__ import annotations
@@ -17,10 +16,9 @@ from lightsout.execution import providerid
 from lightsout.execution.jobs import job_name
 from lightsout.models.node import NodeSpec
 from lightsout.planning.machine.effects import Decision
-from lightsout.planning.types import ObservedPowerState
+from lightsout.planning.types import ObservedPowerState, operation_to_status
 from lightsout.state.parse import format_time
-from lightsout.state.status import node_status
-from lightsout.text import clip_middle
+from lightsout.state.status import machine_status, node_status
 
 Obj = Mapping[str, Any]
 
@@ -32,8 +30,7 @@ def wanted_status(
     now: dt.datetime,
     intent: tuple[ObservedPowerState, int],
 ) -> dict[str, Any]:
-    """The machine's status after `decision`, as `write_status` patches it (messages clipped
-    in the middle, so the end, which says what to do, always survives)."""
+    """The machine's status after `decision`, as `write_status` patches it."""
     status = node_status(node)
     meta = node["metadata"]
     generation = int(meta.get("generation") or 1)
@@ -43,15 +40,18 @@ def wanted_status(
         if op
         else None
     )
-    new: dict[str, Any] = {
-        "phase": str(decision.phase),
-        "phaseSince": format_time(decision.phase_since or now),
-        "reason": decision.reason,
-        "message": clip_middle(decision.message),
+    new = machine_status(
+        decision.phase,
+        decision.phase_since or now,
+        intent,
+        reason=decision.reason,
+        message=decision.message,
+        learned=decision.learned,
+    )
+    new |= {
         "observedGeneration": generation,
-        "intent": {"desired": str(intent[0]), "generation": intent[1]},
         "attempts": decision.attempts,
-        "lastOperation": inputs.operation_to_status(op, job),
+        "lastOperation": operation_to_status(op, job),
         "providerID": providerid.wanted(node, spec),
         "conditions": inputs.merge_conditions(status.conditions, decision, generation, now),
         # None removes it (merge patch): the clone is gone.

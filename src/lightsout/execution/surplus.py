@@ -155,7 +155,6 @@ class SurplusSensors(GroupSensors[SurplusReader]):
 
     task = "the Groups' solar surplus sensors"
     component = COMPONENT
-    block = "solarSurplus"
 
     def sensor_of(self, electricity: Electricity) -> tuple[str, float] | None:
         found = electricity.solar_surplus

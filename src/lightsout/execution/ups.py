@@ -24,9 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aionut import AIONUTClient, NUTError
-from pydantic import ValidationError
 
-from lightsout.actuation.inputs import merged_conditions
+from lightsout.actuation.inputs import InvalidSpecError, group_spec, merged_conditions
 from lightsout.execution.ups_homeassistant import HomeAssistantUps
 from lightsout.k8s.api import Api
 from lightsout.models.battery import BatteryPolicy, BatteryStatus
@@ -128,14 +127,12 @@ class PowerSources:
         """Source → the Groups it feeds, with their (valid) battery policies."""
         out: dict[str, list[tuple[Obj, BatteryPolicy]]] = {}
         for obj in self.groups():
-            raw = (obj.get("spec") or {}).get("battery")
-            if raw is None:
-                continue
             try:
-                policy = BatteryPolicy.model_validate(raw)
-            except ValidationError:
+                policy = group_spec(obj).battery
+            except InvalidSpecError:
                 continue  # the planner's snapshot says what is wrong with it
-            out.setdefault(source_name(policy), []).append((obj, policy))
+            if policy is not None:
+                out.setdefault(source_name(policy), []).append((obj, policy))
         return out
 
     def _reader(self, key: Hashable, obj: Obj, policy: BatteryPolicy) -> Reader:
@@ -155,18 +152,16 @@ class PowerSources:
     def _write(self, obj: Obj, source: str, reading: mains.Reading, now: dt.datetime) -> None:
         meta = obj["metadata"]
         key = ObjectKey(str(meta.get("namespace") or ""), str(meta["name"]))
-        old = self.written.get((key, str(meta.get("uid"))))
-        if old is None:
-            old = group_status(obj).battery
+        status = group_status(obj)
+        old = self.written.get((key, str(meta.get("uid")))) or status.battery
         new = mains.observe(old, source, reading, now)
         if not mains.worth_writing(old, new):
             return
-        current = group_status(obj).conditions
         patch = {
             # Nulls clear what the reading no longer has (an error gone); the outage record is
             # the plan applier's and is left alone.
             "battery": new.model_dump(mode="json", by_alias=True, exclude={"outage"}),
-            "conditions": merged_conditions(current, mains.conditions(new), None, now),
+            "conditions": merged_conditions(status.conditions, mains.conditions(new), None, now),
         }
         self.api.patch_status(key.namespace, "groups", key.name, patch)
         self.written[(key, str(meta.get("uid")))] = new

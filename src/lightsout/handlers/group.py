@@ -12,39 +12,34 @@ no longer follows from what the Group holds.
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from lightsout.actuation.inputs import status_patch
 from lightsout.execution.energy import group_energy
 from lightsout.k8s.api import Api
-from lightsout.models.enums import Phase
 from lightsout.models.group import GroupSpec
+from lightsout.planning.types import TRANSITIONING, Phase
+from lightsout.state.parse import dig
+from lightsout.state.status import group_status, node_status
 
 #: The `status.nodes` count each phase adds to (Unknown: none but the total).
-_COUNTED: dict[str | None, str] = {
+_COUNTED: dict[Phase | None, str] = {
     Phase.READY: "on",
     Phase.OFF: "off",
     Phase.FAILED: "failed",
-    Phase.POWERING_ON: "transitioning",
-    Phase.BOOTING: "transitioning",
-    Phase.DRAINING: "transitioning",
-    Phase.POWERING_OFF: "transitioning",
-    Phase.PROVISIONING: "transitioning",
-    Phase.DEPROVISIONING: "transitioning",
+    **dict.fromkeys(TRANSITIONING, "transitioning"),
 }
 
 
 def group_counts(machines: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """`status.nodes` and `status.targetSize` of a Group from its machines (pure)."""
-    counts = {"total": 0, "on": 0, "off": 0, "transitioning": 0, "failed": 0}
-    target = 0
-    for machine in machines:
-        counts["total"] += 1
-        if counted := _COUNTED.get((machine.get("status") or {}).get("phase")):
-            counts[counted] += 1
-        if (machine.get("spec") or {}).get("desiredPowerState") == "On":
-            target += 1
-    return {"nodes": counts, "targetSize": target}
+    machines = list(machines)
+    counted = Counter(_COUNTED.get(node_status(m).phase) for m in machines)
+    counts = {k: counted[k] for k in ("on", "off", "transitioning", "failed")}
+    target = sum(dig(m, "spec", "desiredPowerState") == "On" for m in machines)
+    return {"nodes": {"total": len(machines), **counts}, "targetSize": target}
 
 
 def recount(
@@ -54,8 +49,7 @@ def recount(
     meta = group["metadata"]
     machines = list(machines)
     status = {**group_counts(machines), "observedGeneration": meta.get("generation")}
-    old = group.get("status") or {}
-    changed = {key: value for key, value in status.items() if old.get(key) != value}
+    changed = status_patch(group_status(group).stored, status)
     energy = group_energy(group, spec, machines, dt.datetime.now(dt.UTC))
     if energy is not None:
         changed["energy"] = energy

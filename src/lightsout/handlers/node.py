@@ -52,6 +52,7 @@ from lightsout.k8s.api import Api, key_names
 from lightsout.models.group import SERIES_LABEL
 from lightsout.planning.types import Phase
 from lightsout.state.parse import dig
+from lightsout.state.status import node_status
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str, str]
@@ -336,7 +337,7 @@ async def pod_changed(
     if labels.get(LABEL_COMPONENT) == health.COMPONENT and (found := health.pod_record(body)):
         r.machine(namespace or "", found[0])  # a health check of this machine ended
     for ns, machine in r.caches.machines_on(str(spec.get("nodeName") or "")):
-        if dig(r.caches.machine(ns, machine), "status", "phase") != Phase.OFF:
+        if node_status(r.caches.machine(ns, machine)).phase is not Phase.OFF:
             # A pod left a draining machine, or the cpu requested of a running one (its energy
             # draw) may have changed; a pass that finds nothing new writes nothing.
             r.machine(ns, machine)

@@ -27,12 +27,15 @@ from prometheus_client.registry import Collector
 
 from lightsout.metrics.families import ACTION_DURATION, ACTIONS, TRANSITION_DURATION
 from lightsout.models.drivers import DRIVER_KINDS
-from lightsout.models.enums import Action, Phase, ProxmoxMode
+from lightsout.models.enums import Action, OperationResult, Phase, ProxmoxMode
+from lightsout.models.node import MeasuredPower
 from lightsout.planning.energy.account import Account
 from lightsout.planning.energy.status import account_from_status
-from lightsout.state.parse import dig, parse_time
+from lightsout.planning.types import Operation, operation_from_status
+from lightsout.state.parse import dig
+from lightsout.state.status import node_status
 
-_FINISHED = {"Succeeded": "succeeded", "Failed": "failed"}
+_FINISHED = {OperationResult.SUCCEEDED: "succeeded", OperationResult.FAILED: "failed"}
 _POWER_ACTIONS = (Action.STARTUP, Action.SHUTDOWN)
 _GOAL = {"On": Phase.READY.value, "Off": Phase.OFF.value}
 
@@ -42,8 +45,9 @@ class _Seen:
     namespace: str
     group: str
     phase: str
-    #: The last finished action Job already counted (or found finished at first sight).
-    last_job: str | None
+    #: The last finished action (its Job: action, intent, attempt) already counted (or found
+    #: finished at first sight).
+    last_job: tuple[Action, int, int] | None
     desired: str
     #: When this process saw `desired` set; None when it was already set at first sight.
     desired_since: datetime | None
@@ -51,16 +55,7 @@ class _Seen:
     energy: Account | None = None
     currency: str = ""
     #: status.power: the draw last measured (watts) and who measured it.
-    measured: tuple[float, str] | None = None
-
-
-def _measured(power: Any) -> tuple[float, str] | None:
-    if not isinstance(power, Mapping):
-        return None
-    watts = power.get("watts")
-    if isinstance(watts, bool) or not isinstance(watts, int | float):
-        return None
-    return float(watts), str(power.get("source") or "")
+    measured: MeasuredPower | None = None
 
 
 def _driver(spec: Mapping[str, Any]) -> str:
@@ -88,27 +83,25 @@ class MachineTracker:
 
     def observe(self, node: Mapping[str, Any], now: datetime) -> None:
         meta = node.get("metadata") or {}
-        spec = node.get("spec") or {}
-        status = node.get("status") or {}
+        spec, status = node.get("spec") or {}, node_status(node)
         key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
-        phase = str(status.get("phase") or Phase.UNKNOWN.value)
+        phase = str(status.phase or Phase.UNKNOWN)
         desired = str(spec.get("desiredPowerState") or "Off")
-        op = status.get("lastOperation") or {}
-        finished_job = op.get("job") if op.get("result") in _FINISHED else None
-        energy = status.get("energy") or {}
-        account, currency = account_from_status(energy), str(energy.get("currency") or "")
-        measured = _measured(status.get("power"))
+        op = operation_from_status(status.last_operation)
+        done = op if op is not None and op.result in _FINISHED else None
+        done_job = None if done is None else (done.action, done.intent_generation, done.attempt)
+        account, currency = account_from_status(status.energy), status.currency or ""
         with self._lock:
             seen = self._seen.get(key)
             if seen is None:
                 # First sight: its finished Job and desired state are history, counted as seen.
                 _zero_actions(spec)
-                seen = self._seen[key] = _Seen(key[0], "", phase, finished_job, desired, None)
+                seen = self._seen[key] = _Seen(key[0], "", phase, done_job, desired, None)
             seen.group, seen.phase = str(spec.get("group") or ""), phase
-            seen.energy, seen.currency, seen.measured = account, currency, measured
-            if finished_job and finished_job != seen.last_job:
-                seen.last_job = finished_job
-                self._count_action(spec, op)
+            seen.energy, seen.currency, seen.measured = account, currency, status.power
+            if done is not None and done_job != seen.last_job:
+                seen.last_job = done_job
+                self._count_action(spec, done)
             if desired != seen.desired:
                 seen.desired, seen.desired_since = desired, now
             elif seen.desired_since is not None and phase == _GOAL.get(desired):
@@ -118,13 +111,12 @@ class MachineTracker:
                 seen.desired_since = None
 
     @staticmethod
-    def _count_action(spec: Mapping[str, Any], op: Mapping[str, Any]) -> None:
-        driver, action = _driver(spec), str(op.get("action") or "unknown")
-        ACTIONS.labels(driver=driver, action=action, result=_FINISHED[op["result"]]).inc()
-        started, finished = parse_time(op.get("started")), parse_time(op.get("finished"))
-        if started and finished:
+    def _count_action(spec: Mapping[str, Any], op: Operation) -> None:
+        driver, action = _driver(spec), str(op.action)
+        ACTIONS.labels(driver=driver, action=action, result=_FINISHED[op.result]).inc()
+        if op.finished:
             ACTION_DURATION.labels(driver=driver, action=action).observe(
-                max((finished - started).total_seconds(), 0.0)
+                max((op.finished - op.started).total_seconds(), 0.0)
             )
 
     def forget(self, namespace: str, name: str) -> None:
@@ -143,7 +135,7 @@ class MachineTracker:
         """(namespace, name, Group, watts, source) of every machine with a measured draw."""
         with self._lock:
             return [
-                (ns, name, s.group, *s.measured)
+                (ns, name, s.group, s.measured.watts, s.measured.source)
                 for (ns, name), s in sorted(self._seen.items())
                 if s.measured is not None
             ]

@@ -35,7 +35,9 @@ from lightsout.models.node import (
 )
 from lightsout.state.corenode import GROUP_LABEL, NODE_LABEL
 from lightsout.state.learned import Learned
+from lightsout.state.parse import format_time, parse_time
 from lightsout.state.references import Unresolved
+from lightsout.text import clip_middle
 
 __all__ = [
     "ACTION_PHASE",
@@ -43,6 +45,7 @@ __all__ = [
     "NODE_LABEL",
     "PHASE_ACTION",
     "STARTUP_TAINT_KEY",
+    "TRANSITIONING",
     "Action",
     "ConditionStatus",
     "ConditionType",
@@ -59,6 +62,8 @@ __all__ = [
     "Operation",
     "OperationResult",
     "Phase",
+    "operation_from_status",
+    "operation_to_status",
 ]
 
 
@@ -75,6 +80,9 @@ ACTION_PHASE: Mapping[Action, Phase] = {
 }
 #: Inverse of ACTION_PHASE: the action a transitional phase belongs to.
 PHASE_ACTION: Mapping[Phase, Action] = {phase: action for action, phase in ACTION_PHASE.items()}
+#: The phases on the way between Off and Ready, either way: an action Job (and the boot or the
+#: drain around it) drives the machine.
+TRANSITIONING = frozenset(Phase) - {Phase.OFF, Phase.READY, Phase.FAILED, Phase.UNKNOWN}
 
 
 class JobPhase(StrEnum):
@@ -169,6 +177,71 @@ class Operation:
             power_state=power_state,
             values=self.values if values is None else dict(values),
         )
+
+
+#: `status.lastOperation.message` keeps the runner's whole message (at most 2048 bytes) and
+#: what the state machine says around it; `status.message` and conditions keep 1024.
+OPERATION_MESSAGE_LIMIT = 4096
+
+
+def _enum[E](kind: type[E], value: Any, default: E) -> E:
+    try:
+        return kind(value)  # type: ignore[call-arg]
+    except (ValueError, TypeError):
+        return default
+
+
+def operation_from_status(raw: Any) -> Operation | None:
+    """`status.lastOperation` as an `Operation`; None when absent or unreadable."""
+    if not isinstance(raw, Mapping):
+        return None
+    action = _enum(Action, raw.get("action"), None)
+    started = parse_time(raw.get("started"))
+    if action is None or started is None:
+        return None
+    try:
+        generation = int(raw.get("intent", 0))
+        attempt = int(raw.get("attempt", 1))
+    except (TypeError, ValueError):
+        return None
+    raw_values = raw.get("values")
+    values: Mapping[str, Any] = raw_values if isinstance(raw_values, Mapping) else {}
+    power = values.get("power_state")
+    return Operation(
+        action=action,
+        intent_generation=generation,
+        attempt=attempt,
+        started=started,
+        result=_enum(OperationResult, raw.get("result"), OperationResult.RUNNING),
+        finished=parse_time(raw.get("finished")),
+        failed_task=raw.get("failedTask") or None,
+        message=str(raw.get("message") or ""),
+        power_state=_enum(ObservedPowerState, power, None) if power else None,
+        values=dict(values),
+    )
+
+
+def operation_to_status(op: Operation | None, job_name: str | None) -> dict[str, Any] | None:
+    """`status.lastOperation` of `op`, run by the Job `job_name` (None: no operation)."""
+    if op is None:
+        return None
+    out: dict[str, Any] = {
+        "action": str(op.action),
+        "intent": op.intent_generation,
+        "attempt": op.attempt,
+        "started": format_time(op.started),
+        "finished": op.finished and format_time(op.finished),
+        "result": str(op.result),
+        "failedTask": op.failed_task,
+        "message": clip_middle(op.message, OPERATION_MESSAGE_LIMIT),
+        "job": job_name,
+    }
+    values = dict(op.values)
+    if op.power_state is not None:
+        values["power_state"] = str(op.power_state)
+    if values:
+        out["values"] = values
+    return out
 
 
 @dataclass(frozen=True)

@@ -1,27 +1,20 @@
-"""A Node's and a Group's `.status` as stored, read in one place: `node_status`, `group_status`.
+"""A Node's and a Group's `.status`: read in one place (`node_status`, `group_status`), and a
+machine's place in its state machine written in one place (`machine_status`).
 
-The Node reconciler and its status writer, the health checks, the energy recount, the UPS and
-solar surplus sensors, the autoscaler's port, the planner's snapshot, the state machine's
-inputs and the trace recorder take their fields from these views, not from the raw object (the
-Group handler's counts and the metrics' phase watch still read a field or two raw). A view
-decodes each field on first use, once per view, and is tolerant as status must be: a field
-missing or malformed (a person's edit, an older version's leftovers) reads as absent, never
-raises. The parts with a record of their own are decoded by
-it: `status.learned` by `state.learned.learned_from_status` (here only), `status.battery` and
-`status.solarSurplus` by the API models (the latter in `state.series`, which a Group's
-surplus series is made of). Two parts are handed on as the mappings they are,
-because the records they decode into live above `state`: `energy` (an `Account`:
-`planning.energy.status.account_from_status`) and `last_operation` (an `Operation`:
-`actuation.inputs.operation_from_status`). `stored` is the whole status, for the merge patch
-that compares what is wanted with what is stored (`actuation.inputs.status_patch`) and for the
-planner's readings of a pass (`planning.machine.passes.Readings.status`).
+Every reader of our Nodes' and Groups' status (the operator, the planner, the replay, the
+metrics, the `lightsout` commands) takes its fields from these views. A view decodes each field
+on first use, once, and is tolerant as status must be: a field missing or malformed (a person's
+edit, an older version's leftovers) reads as absent, never raises. `learned` is decoded by
+`state.learned` (here only), `battery`, `power` and `solarSurplus` by the API models; `energy`,
+`last_operation` and `last_health_check` are handed on as mappings to the codecs of their
+records, which live above `state` (`planning.energy.status`, `planning.types`,
+`planning.machine.healthjudge`). `stored` is the whole status, for the merge patch
+(`actuation.inputs.status_patch`).
 
-The write side: a pass's readings (`learned`, `energy`, `lastHealthCheck`, `power`,
-`inspected`) are encoded by `actuation.inputs.checked_status`, which the operator's status
-writer (`execution.statuswriter`) and the replay's in-memory port (`actuation.memory`) share;
-`status.learned` by `state.learned.learned_to_status`, `status.energy` by
-`planning.energy.status.account_to_status`, `status.battery` and `status.solarSurplus` by
-their API models.
+Written: `machine_status` by the operator's status writer (`execution.statuswriter`) and the
+replay's Nodes alike; what a pass's readings add (`energy`, `lastHealthCheck`, `power`,
+`inspected`) by `actuation.inputs.checked_status`; `energy` by
+`planning.energy.status.account_to_status`, `battery` and `solarSurplus` by their API models.
 """
 
 from __future__ import annotations
@@ -36,9 +29,11 @@ from pydantic import BaseModel, ValidationError
 from lightsout.models.battery import BatteryStatus
 from lightsout.models.enums import ObservedPowerState, Phase
 from lightsout.models.group import SolarSurplusStatus
-from lightsout.state.learned import Learned, learned_from_status
-from lightsout.state.parse import as_str, dig, parse_time
+from lightsout.models.node import MeasuredPower
+from lightsout.state.learned import Learned, learned_from_status, learned_to_status
+from lightsout.state.parse import as_str, dig, format_time, parse_time
 from lightsout.state.series import solar_surplus_of
+from lightsout.text import clip_middle
 
 Obj = Mapping[str, Any]
 
@@ -67,18 +62,6 @@ def _model[M: BaseModel](model: type[M], raw: object) -> tuple[M | None, str | N
         return None, str(error)
 
 
-class _View:
-    """The status of one object (`stored`: `{}` when it has none, or none that reads)."""
-
-    def __init__(self, obj: Obj | None) -> None:
-        self.stored: Mapping[str, Any] = _mapping(dig(obj, "status")) or {}
-
-    @cached_property
-    def conditions(self) -> tuple[Mapping[str, Any], ...]:
-        """`status.conditions`, each as stored (entries that are no object dropped)."""
-        return _conditions(self.stored.get("conditions"))
-
-
 class _Part:
     """A part of status handed on as the object it is (None: absent, or no object)."""
 
@@ -89,14 +72,37 @@ class _Part:
         return _mapping(view.stored.get(self.key))
 
 
-class NodeStatusView(_View):
-    """A Node's status, field by field (see the module's docstring)."""
+class _View:
+    """The status of one object (`stored`: `{}` when it has none, or none that reads)."""
 
     energy = _Part("energy")
     """`status.energy`, for `planning.energy.status.account_from_status`."""
+
+    def __init__(self, obj: Obj | None) -> None:
+        self.stored: Mapping[str, Any] = _mapping(dig(obj, "status")) or {}
+
+    @cached_property
+    def conditions(self) -> tuple[Mapping[str, Any], ...]:
+        """`status.conditions`, each as stored (entries that are no object dropped)."""
+        return _conditions(self.stored.get("conditions"))
+
+    def condition(self, kind: str) -> Mapping[str, Any] | None:
+        """The condition of type `kind`, as stored (None: not set)."""
+        return next((c for c in self.conditions if c.get("type") == kind), None)
+
+    @cached_property
+    def currency(self) -> str | None:
+        """`status.energy.currency`: what the energy's costs are counted in."""
+        return as_str(dig(self.stored, "energy", "currency")) or None
+
+
+class NodeStatusView(_View):
+    """A Node's status, field by field (see the module's docstring)."""
+
     last_operation = _Part("lastOperation")
-    """`status.lastOperation`, for `actuation.inputs.operation_from_status`."""
+    """`status.lastOperation`, for `planning.types.operation_from_status`."""
     last_health_check = _Part("lastHealthCheck")
+    """`status.lastHealthCheck`, for `planning.machine.healthjudge`."""
     inspected = _Part("inspected")
     clone = _Part("clone")
 
@@ -158,12 +164,14 @@ class NodeStatusView(_View):
         """`status.learned` (`state.learned`: its one reader)."""
         return learned_from_status(self.stored.get("learned"))
 
+    @cached_property
+    def power(self) -> MeasuredPower | None:
+        """`status.power`: the draw a health check last measured (None: none, or unreadable)."""
+        return _model(MeasuredPower, self.stored.get("power"))[0]
+
 
 class GroupStatusView(_View):
     """A Group's status, field by field (see the module's docstring)."""
-
-    energy = _Part("energy")
-    """`status.energy`, for `planning.energy.status.account_from_status`."""
 
     @cached_property
     def _battery(self) -> tuple[BatteryStatus | None, str | None]:
@@ -185,6 +193,11 @@ class GroupStatusView(_View):
         return solar_surplus_of(self.stored.get("solarSurplus"))
 
     @cached_property
+    def target_size(self) -> int | None:
+        """`status.targetSize`: how many of its machines should be on."""
+        return _int(self.stored.get("targetSize"))
+
+    @cached_property
     def last_scale_up(self) -> datetime | None:
         return parse_time(dig(self.stored, "lastScaleUp", "time"))
 
@@ -203,9 +216,34 @@ def group_status(obj: Obj | None) -> GroupStatusView:
     return GroupStatusView(obj)
 
 
+def machine_status(
+    phase: Phase,
+    since: datetime | None,
+    intent: tuple[str, int],
+    *,
+    reason: str | None,
+    message: str,
+    learned: Learned | None = None,
+) -> dict[str, Any]:
+    """A machine's place in its state machine as status holds it: the phase and since when,
+    why (`message` clipped in the middle: its end says what to do), the intent (the desired
+    power state and the generation it is carried out for) and, when given, `learned`."""
+    out: dict[str, Any] = {
+        "phase": str(phase),
+        "phaseSince": since and format_time(since),
+        "reason": reason,
+        "message": clip_middle(message),
+        "intent": {"desired": str(intent[0]), "generation": intent[1]},
+    }
+    if learned is not None:
+        out["learned"] = learned_to_status(learned)
+    return out
+
+
 __all__ = [
     "GroupStatusView",
     "NodeStatusView",
     "group_status",
+    "machine_status",
     "node_status",
 ]

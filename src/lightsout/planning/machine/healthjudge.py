@@ -18,15 +18,16 @@ from typing import Any
 from lightsout.planning.machine import inspection
 from lightsout.planning.machine.effects import SetCondition
 from lightsout.planning.types import (
+    TRANSITIONING,
     ConditionStatus,
     ConditionType,
     LeaseState,
     ObservedPowerState,
     OperationResult,
-    Phase,
 )
-from lightsout.state.parse import condition, format_time, parse_power_state, parse_time
+from lightsout.state.parse import format_time, parse_power_state, parse_time
 from lightsout.state.references import ReferenceReason, Unresolved
+from lightsout.state.status import NodeStatusView
 from lightsout.text import clip_middle
 
 # Reasons of the Healthy condition and of lastHealthCheck.
@@ -100,18 +101,6 @@ class Assessment:
     measured: Mapping[str, Any] | None = None
 
 
-_ACTION_PHASES = frozenset(
-    {
-        Phase.POWERING_ON,
-        Phase.POWERING_OFF,
-        Phase.PROVISIONING,
-        Phase.DEPROVISIONING,
-        Phase.BOOTING,
-        Phase.DRAINING,
-    }
-)
-
-
 def not_checked(assessment: Assessment, problem: Unresolved) -> Assessment:
     """A machine left out of its Group's check by a missing reference: `Healthy=False` with the
     reference's reason (SecretNotFound, ConfigMapNotFound, ...) naming the object."""
@@ -122,12 +111,12 @@ def not_checked(assessment: Assessment, problem: Unresolved) -> Assessment:
     return replace(assessment, condition=condition)
 
 
-def included_again(assessment: Assessment, status: Mapping[str, Any]) -> Assessment:
+def included_again(assessment: Assessment, status: NodeStatusView) -> Assessment:
     """A machine `not_checked` until now whose references resolve again: `Healthy=Unknown`
     until the next check says (a new check's own condition wins)."""
     if assessment.condition is not None:
         return assessment
-    current = condition(status, ConditionType.HEALTHY) or {}
+    current = status.condition(ConditionType.HEALTHY) or {}
     if current.get("reason") not in set(ReferenceReason):
         return assessment
     unknown = SetCondition(
@@ -140,11 +129,10 @@ def included_again(assessment: Assessment, status: Mapping[str, Any]) -> Assessm
 
 
 def assess(
-    status: Mapping[str, Any], record: Mapping[str, Any] | None, lease: LeaseState
+    status: NodeStatusView, record: Mapping[str, Any] | None, lease: LeaseState
 ) -> Assessment:
     """Turn the newest check into status, unless status already has it or an action is on."""
-    last = status.get("lastHealthCheck")
-    last = last if isinstance(last, Mapping) else {}
+    last = status.last_health_check or {}
     unchanged = Assessment(None, None, *_usable(last), None)
     if record is None:
         return unchanged
@@ -155,8 +143,8 @@ def assess(
     ):
         return unchanged
     base = {"time": format_time(started), "job": record.get("job")}
-    phase = status.get("phase")
-    if lease in (LeaseState.HELD_BY_ME, LeaseState.HELD_BY_OTHER) or phase in _ACTION_PHASES:
+    phase = status.phase
+    if lease in (LeaseState.HELD_BY_ME, LeaseState.HELD_BY_OTHER) or phase in TRANSITIONING:
         message = (
             f"not used: the machine was {phase or 'busy'} and an action Job holds its Lease; "
             "a health check never drives a machine an action is driving"

@@ -24,7 +24,6 @@ from lightsout.models.types import parse_quantity
 from lightsout.planning.machine.effects import Event, SetCondition
 from lightsout.planning.types import ConditionStatus, ConditionType, EventType
 from lightsout.state.measured import gpu_names, inspected_resources
-from lightsout.state.parse import condition
 
 Obj = Mapping[str, Any]
 #: The arch label a person may set in spec.labels, compared with the inspected architecture.
@@ -185,17 +184,16 @@ class Judgement:
     event: Event | None
 
 
-def judge(spec: NodeSpec, status: Obj) -> Judgement:
+def judge(spec: NodeSpec, inspected: Obj | None, current: Obj | None) -> Judgement:
     """InspectionMismatch for the declared spec against `status.inspected` (nothing before a
     first inspection), saying which figure the planner uses; an event naming both values when
-    the disagreement is new or changed."""
-    inspected = status.get("inspected")
-    if not isinstance(inspected, Mapping):
+    the disagreement is new or changed from the `current` condition."""
+    if inspected is None:
         return Judgement(None, None)
     found = disagreements(spec, inspected)
     state, reason, message = _verdict(spec, found, inspected_resources(inspected) is not None)
     verdict = SetCondition(ConditionType.INSPECTION_MISMATCH, state, reason, message)
-    current = condition(status, ConditionType.INSPECTION_MISMATCH) or {}
+    current = current or {}
     news = current.get("message") != message and (found or current.get("status") == "True")
     event = Event(EventType.WARNING if found else EventType.NORMAL, reason, message)
     return Judgement(verdict, event if news else None)

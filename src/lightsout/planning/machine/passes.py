@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import NodeSpec
@@ -37,6 +36,7 @@ from lightsout.planning.types import (
     ObservedPowerState,
 )
 from lightsout.state.series import Series
+from lightsout.state.status import NodeStatusView
 
 
 @dataclass(frozen=True)
@@ -52,9 +52,9 @@ class Readings:
     """What a pass read besides the state machine's `Observations`."""
 
     health: Assessment
-    #: The machine's spec and status as stored, which inspection is judged against.
+    #: The machine's spec and status, which inspection is judged against.
     spec: NodeSpec
-    status: Mapping[str, Any]
+    status: NodeStatusView
     #: Share of the machine's CPU its pods request, 0 to 1 (what a busy reading is worth).
     utilisation: float
     #: Its draw as the planner reads it (learned, else declared) and its Group (the price).
@@ -86,7 +86,7 @@ def with_energy(decision: Decision, readings: Readings, now: dt.datetime) -> Dec
     its price next, or its solar surplus changes or goes stale (so that each stretch is counted
     at its own price)."""
     account = checkpoint(
-        account_from_status(readings.status.get("energy")),
+        account_from_status(readings.status.energy),
         readings.draw,
         readings.group,
         decision.phase,
@@ -132,10 +132,11 @@ def provider_id_reported(decision: Decision, ids: ProviderIDs | None) -> Decisio
     return replace(decision, effects=(*decision.effects, condition))
 
 
-def with_inspection(decision: Decision, spec: NodeSpec, status: Mapping[str, Any]) -> Decision:
+def with_inspection(decision: Decision, spec: NodeSpec, status: NodeStatusView) -> Decision:
     """The decision plus the InspectionMismatch verdict on the declared spec against what the
     controller reported (the new check's report when this pass brings one)."""
-    judged = inspection.judge(spec, {**status, **(decision.measured or {})})
+    inspected = (decision.measured or {}).get("inspected") or status.inspected
+    judged = inspection.judge(spec, inspected, status.condition(ConditionType.INSPECTION_MISMATCH))
     effects = tuple(e for e in (judged.condition, judged.event) if e is not None)
     return replace(decision, effects=(*decision.effects, *effects)) if effects else decision
 
