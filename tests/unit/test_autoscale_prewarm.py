@@ -24,9 +24,13 @@ from tests.unit.test_autoscale_objects import (
     core_node,
     group,
     machine,
+    machine_note,
+    mkey,
+    offs,
     ons,
     pod,
     pod_note,
+    ready_machine,
     snap,
     ts,
 )
@@ -194,3 +198,34 @@ def test_the_lead_time_names_an_unlearned_boot_timeout_when_it_is_what_counts() 
     assert "lead time 435s: boot timeout 420s (boot not learned yet) of machine server" in (
         action.reason
     ), action.reason
+
+
+# --- a pre-warmed machine stays on until its run --------------------------------------------
+
+
+def pre_warmed(powered_on: float) -> Plan:
+    """The NUC, idle and Ready since its first power-on `powered_on` seconds before T0 (its
+    60 s boot learned on the way), unneeded for 240 s, past its 120 s break-even and its
+    Group's 300 s stabilisation window; the run is due in 315 s: its lead is 75 s now."""
+    nuc = ready_machine(
+        "nuc", "4", "16Gi", learned={"bootSeconds": 60, "powerOns": [ts(at(-powered_on))]}
+    )
+    objects = [group(last_scale_up=at(-powered_on)), *nuc]
+    snapshot = dataclasses.replace(
+        snap(*objects, unneeded_since={mkey("nuc"): at(-240)}), expected=(backup(315),)
+    )
+    return plan(snapshot, at(0))
+
+
+def test_a_machine_pre_warmed_on_a_boot_timeout_stays_on_until_its_run() -> None:
+    # Powered on 615 s before the run (its 600 s boot timeout + 15 s margin: its boot was not
+    # learned yet), the NUC was Ready 555 s early. Its learned boot made the lead 75 s: the run
+    # is no longer due, but the NUC was warmed for it and must not power off and on again.
+    held = pre_warmed(powered_on=300)
+    assert offs(held) == [] and ons(held) == []
+    assert "pre-warmed for apps/backup-1, due in 315s: powered on 615s before it" in (
+        machine_note(held, "nuc")
+    ), machine_note(held, "nuc")
+    # Powered on longer ago than any lead of the run (for something else, long done), it is
+    # unneeded like any idle machine, the run 315 s away: a power cycle pays.
+    assert offs(pre_warmed(powered_on=301)) == ["nuc"]

@@ -582,6 +582,24 @@ def test_prewarming_powers_one_machine_on_per_run_just_in_time() -> None:
     ] * 5
 
 
+def test_a_machine_pre_warmed_before_its_boot_is_learned_is_powered_on_once_for_the_run() -> None:
+    # The 01:00 run is pre-warmed 615 s ahead (600 s boot timeout + 15 s margin: m1 never
+    # booted); m1 is Ready at 00:50:45 and learns its 60 s boot, which cuts the run's lead to
+    # 75 s. It stays on for the run: not drained at 00:54:45 (its unneeded time and the
+    # stabilisation window over) to come on again at 00:58:45.
+    t = trace([], machines=[node("m1")], cronjobs=(cronjob("0 1 * * *"),), cron_run=600)
+    result = replay(t)
+    (m1,) = result.machines
+    assert m1.power_on_times == [2985.0]
+    assert [(moment, phase) for moment, phase in m1.timeline if moment < 4200] == [
+        (0.0, "Off"),
+        (2985.0, "PoweringOn"),
+        (2995.0, "Booting"),
+        (3045.0, "Ready"),
+    ]
+    assert summarise(result)["waits"]["cronjob"]["maxSeconds"] == 0.0
+
+
 def test_a_pod_waiting_past_its_machines_boot_is_counted() -> None:
     result = replay(trace([pod(60, 600, "a")]))
     # 60.1 s for a power-on: power-on + boot (+ the planner's debounce)

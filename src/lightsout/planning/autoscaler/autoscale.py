@@ -90,7 +90,9 @@ def plan(snapshot: Snapshot, now: datetime) -> Plan:
         limited = tuple(effective(g, snapshot.machines, now) for g in snapshot.groups)
         snapshot = replace(snapshot, groups=limited)
     leads = lead_times(snapshot)
-    upcoming = [Upcoming(e, leads[e.key].seconds) for e in snapshot.expected]
+    upcoming = [
+        Upcoming(e, leads[e.key].seconds, leads[e.key].longest_seconds) for e in snapshot.expected
+    ]
     expected = due(snapshot, now, leads)
     if expected:
         # CronJob runs about to start count as pending pods (see `planning.autoscaler.prewarm`).

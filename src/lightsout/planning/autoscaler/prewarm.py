@@ -11,6 +11,14 @@ it off, never sets it. `next_due` is when the next expected pod enters its lead 
 deadline for `wake.next_wake`. A CronJob whose Jobs are deferrable announces no run
 (`state.cron.expected_pods`): it is held at its scheduled time, and its machines come on at
 its release (`deferral`).
+
+The lead shrinks once a boot is learned: a run pre-warmed at 600 s + `MARGIN` (a boot timeout)
+finds its machine Ready 9 minutes early, and from then on due only 75 s ahead (the 60 s boot
+just learned), it no longer keeps the machine on as a pending pod. `Lead.longest`, the lead
+with every fitting machine's boot taken at the longer of its timeout and its learned boot, is
+how early pre-warming may have acted for the run: a machine powered on since then is kept on
+for it by scale-down (`scaledown._announced`), so a pre-warmed machine is up when its run
+comes, powered on once.
 """
 
 from __future__ import annotations
@@ -33,10 +41,17 @@ class Lead:
     time: timedelta
     #: The slowest machine that can hold the pod (None: no machine can).
     machine: Machine | None = None
+    #: The lead were no boot learned: each machine that can hold the pod at the longer of its
+    #: bootTimeoutSeconds and its learned boot, + `MARGIN`. Pre-warming never acted earlier.
+    longest: timedelta = MARGIN
 
     @property
     def seconds(self) -> float:
         return self.time.total_seconds()
+
+    @property
+    def longest_seconds(self) -> float:
+        return self.longest.total_seconds()
 
     def describe(self) -> str:
         """The lead time and where it comes from, for a person: "lead time 75s: learned boot
@@ -61,6 +76,7 @@ def lead_time(snapshot: Snapshot, expected: ExpectedPod) -> Lead:
     (placement and capacity, on the machine with nothing but its DaemonSet pods)."""
     nodes = {node.name: node for node in snapshot.nodes}
     slowest: Machine | None = None
+    longest = 0.0
     for machine in snapshot.machines:
         view = view_of_machine(
             machine, snapshot.daemonsets, nodes.get(machine.kubernetes_node_name)
@@ -69,8 +85,9 @@ def lead_time(snapshot: Snapshot, expected: ExpectedPod) -> Lead:
             continue
         if slowest is None or machine.boot_estimate > slowest.boot_estimate:
             slowest = machine
+        longest = max(longest, float(machine.boot_seconds), machine.boot_estimate)
     boot = slowest.boot_estimate if slowest is not None else 0.0
-    return Lead(timedelta(seconds=boot) + MARGIN, slowest)
+    return Lead(timedelta(seconds=boot) + MARGIN, slowest, timedelta(seconds=longest) + MARGIN)
 
 
 def lead_times(snapshot: Snapshot) -> dict[ObjectKey, Lead]:

@@ -28,6 +28,12 @@ demand it would serve (a CronJob's next run no needed Ready machine can take) co
 powering it off and on again would pay: its shutdown time plus the run's pre-warming lead time,
 which is one break-even time plus the lead's margin. That gap is known, so the price does not
 enter: a cycle draws in the same hours staying on would, and saves only the time in between.
+A machine pre-warmed for such a run stays on until the run comes, however long that is: one
+powered on no earlier than the run's longest lead before it (`prewarm.Lead.longest`, its
+lead were no boot learned), which its lead may have been when it came on. Its boot, learned
+on the way, shortens the lead (a 600 s boot timeout to a 60 s boot), and the run, no longer
+due, would otherwise leave it idle past its unneeded time, powered off minutes before the run
+and on again for it: two boots for one run, and the run at risk of waiting for the second.
 
 Beside each machine's note (words), `ScaleDown.holds` says as a `Hold` why a Ready machine it
 could power off stays on: the replay's energy breakdown (`simulate.replay.charges`) charges a Ready
@@ -67,6 +73,8 @@ class Upcoming:
 
     pod: ExpectedPod
     lead_seconds: float
+    #: How early pre-warming may have acted for it (`prewarm.Lead.longest`); None: the lead.
+    longest_seconds: float | None = None
 
 
 @dataclass
@@ -345,14 +353,25 @@ def _announced(
     removed: Set[str],
     free: Mapping[str, Mapping[str, int]],
 ) -> tuple[Hold, str] | None:
-    """An announced pod this machine would serve, due before a power cycle would pay."""
+    """An announced pod this machine would serve, due before a power cycle would pay or
+    pre-warmed for (powered on within the pod's longest lead of it)."""
     view = info.view
     if view is None:
         return None
     shutdown = info.machine.learned_shutdown_seconds or 0.0
+    power_ons = info.machine.power_ons
+    powered_on = power_ons[-1] if power_ons else None
     for item in upcoming:
         until = (item.pod.at - cluster.now).total_seconds()
-        if until <= 0 or until > shutdown + item.lead_seconds:
+        if until <= 0:
+            continue
+        longest = item.lead_seconds if item.longest_seconds is None else item.longest_seconds
+        warmed = (
+            powered_on is not None
+            and powered_on <= cluster.now
+            and (item.pod.at - powered_on).total_seconds() <= longest
+        )
+        if until > shutdown + item.lead_seconds and not warmed:
             continue
         req = item.pod.scheduling
         if not fits(req, view):
@@ -367,8 +386,16 @@ def _announced(
             for b in cluster.ready_bins
         ):
             continue
+        if until <= shutdown + item.lead_seconds:
+            return Hold.ANNOUNCED, (
+                f"{item.pod.key} is due in {until:.0f}s, sooner than a power cycle pays "
+                f"(shutdown {shutdown:.0f}s + pre-warming lead {item.lead_seconds:.0f}s)"
+            )
+        assert powered_on is not None
+        ahead = (item.pod.at - powered_on).total_seconds()
         return Hold.ANNOUNCED, (
-            f"{item.pod.key} is due in {until:.0f}s, sooner than a power cycle pays "
-            f"(shutdown {shutdown:.0f}s + pre-warming lead {item.lead_seconds:.0f}s)"
+            f"pre-warmed for {item.pod.key}, due in {until:.0f}s: powered on {ahead:.0f}s "
+            f"before it, within its lead with no boot learned ({longest:.0f}s); kept on until "
+            f"it comes, not powered off and on again"
         )
     return None
