@@ -182,3 +182,79 @@ def test_a_traces_truth_of_draw_and_capacity_is_what_the_replayed_checks_read(
     assert a.status["inspected"]["cpu"] == 16
     # Its standby draw, read while it was off: the truth's 8 W, not the 5 W it declares.
     assert a.state.learned.off_watts == 8.0
+
+
+def test_a_check_in_an_unreachable_window_fails_and_teaches_nothing(tmp_path: Path) -> None:
+    """`trace.yaml` says `a`'s controller did not answer the first check (`unreachable`): the
+    replayed check fails as a refused connection is judged live (Healthy=False,
+    BMCUnreachable, the power state unknown), so neither its standby draw nor its capacity is
+    read; the next check, outside the window, reads both."""
+    truth = Durations(
+        10,
+        50,
+        20,
+        watts=(120.0, 40.0, 8.0),
+        inspected={"cpu": 16, "memory": "64Gi"},
+        unreachable=((0.0, 60.0),),
+    )
+    trace = Trace(
+        name="unreachable",
+        start=START,
+        duration_seconds=2 * HOUR,
+        machines=(group({"schedule": "0 * * * *"}), node("a"), node("b")),
+        durations={"a": truth, "b": Durations(10, 50, 20)},
+    )
+    read = load(write(trace, tmp_path / "unreachable"))
+    assert read.durations["a"] == truth
+
+    def a_at(seconds: float) -> Any:
+        sim = Simulator(read, Options())
+        sim.end = seconds
+        sim.run()
+        return sim.machines[ObjectKey("", "a")]
+
+    first = a_at(HOUR - 1)
+    assert first.checks == 2  # the first check and the schedule's at 00:00, both in the window
+    last = first.status["lastHealthCheck"]
+    assert (last["result"], last["reason"]) == ("Unhealthy", "BMCUnreachable"), last
+    healthy = [c for c in first.status["conditions"] if c["type"] == "Healthy"]
+    assert [(c["status"], c["reason"]) for c in healthy] == [("False", "BMCUnreachable")]
+    assert "inspected" not in first.status
+    assert first.state.learned.off_watts is None
+    assert first.as_machine().resources is not None
+    assert first.as_machine().resources.get("cpu") == 4_000  # as declared
+
+    second = a_at(HOUR + 1)
+    assert second.checks == 3
+    assert second.status["lastHealthCheck"]["result"] == "Healthy"
+    assert second.status["inspected"]["cpu"] == 16
+    assert second.state.learned.off_watts == 8.0
+
+
+def test_a_machine_coming_up_is_planned_as_declared_until_its_kubelet_registers() -> None:
+    """The core Node the operator makes before the first power-on carries no allocatable (a
+    kubelet fills it in when it registers), so live the planner counts pods on a machine coming
+    up by what it declares. `a` declares 4 cpus and has 2 (a Wake-on-LAN machine: no check
+    inspects it): `late` (1.5 cpus) is counted on it beside `first` (2 cpus) while it boots,
+    and `b` is powered on only once `a`'s kubelet has said 2."""
+    trace = Trace(
+        name="declared",
+        start=START,
+        duration_seconds=HOUR,
+        machines=(group({"enabled": False}), simulate_node("a"), simulate_node("b")),
+        pods=(job_of(10, 600, "first", "2"), job_of(20, 600, "late", "1500m")),
+        durations={
+            "a": Durations(10, 50, 20, inspected={"cpu": 2, "memory": "16Gi"}),
+            "b": Durations(10, 50, 20),
+        },
+    )
+    result = Simulator(trace, Options()).run()
+    a, b = (m for m in result.machines)
+    a_ready = next(t for t, phase in a.timeline if phase == "Ready")
+    b_on = next(t for t, phase in b.timeline if phase == "PoweringOn")
+    assert b_on >= a_ready, (a.timeline, b.timeline)
+    assert {p.key.name: p.first_host for p in result.pods} == {"first": "a", "late": "b"}
+
+
+def job_of(at: float, run: float, name: str, cpu: str) -> TracePod:
+    return TracePod(at, run, "default", name, pod_spec(cpu), "Job", name)

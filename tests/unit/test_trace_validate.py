@@ -141,12 +141,36 @@ def test_durations_under_a_misspelt_machine_name_and_key(
     assert (
         f"{meta}: machines.m1: bootSecond: unknown field "
         "(known: powerOnSeconds, bootSeconds, shutdownSeconds, onWatts, idleWatts, offWatts, "
-        "inspected)"
+        "inspected, unreachable)"
     ) in lines
     assert any(
         line.startswith(f"{meta}: machines.m3: no Node 'm3' in machines.yaml (Nodes: m1, m2)")
         for line in lines
     )
+
+
+def test_unreachable_windows_that_do_not_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = valid(tmp_path)
+
+    def change(meta: dict[str, Any]) -> None:
+        meta["machines"]["m1"]["unreachable"] = [{"atSeconds": -5, "second": 60}]
+        meta["machines"]["m2"]["unreachable"] = {"atSeconds": 0, "seconds": 60}
+
+    edit_meta(directory, change)
+    lines = refused(directory, capsys)
+    meta = directory / TRACE_FILE
+    assert f"{meta}: machines.m1: unreachable[0].second: unknown field" in " ".join(lines)
+    assert any(
+        line.startswith(f"{meta}: machines.m1: unreachable[0].atSeconds: must be a non-negative")
+        for line in lines
+    )
+    assert any(
+        line.startswith(f"{meta}: machines.m1: unreachable[0].seconds: must be a non-negative")
+        for line in lines
+    )
+    assert f"{meta}: machines.m2: unreachable: must be a list of {{atSeconds, seconds}}" in lines
 
 
 def test_run_seconds_for_a_cronjob_the_trace_does_not_have(

@@ -43,10 +43,10 @@ from lightsout.simulate.replay.clock import Clock, Kind
 from lightsout.simulate.traces.overrides import apply_overrides
 from lightsout.simulate.traces.trace import Durations, Trace
 from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, SERIES_KEY, machine_of, snapshot_from
-from lightsout.state.learned import learned_to_status
 from lightsout.state.measured import expected_resources
 from lightsout.state.parse import format_time
 from lightsout.state.resources import CPU, Resources
+from lightsout.state.status import machine_status, node_status
 from lightsout.state.types import CoreNode, Group, Machine, ObjectKey, Pod
 
 
@@ -270,28 +270,35 @@ class SimMachine(MemoryMachine):
 
     def node_object(self) -> dict[str, Any]:
         """Its Node as the API would hold it now: the trace's manifest, the desired state set
-        and the status written (the phase, the learned record and what checks reported)."""
+        and the status written (its place in the state machine, written as the operator writes
+        it, and what checks reported)."""
         state = self.state
-        status: dict[str, Any] = {
+        status = {
             **self.manifest.get("status", {}),
             **self.status,
-            "phase": str(state.phase),
-            "learned": learned_to_status(state.learned),
+            **machine_status(
+                state.phase,
+                state.phase_since,
+                (state.desired, state.intent_generation),
+                reason=state.reason,
+                message=state.message,
+                learned=state.learned,
+            ),
         }
-        if state.phase_since is not None:
-            status["phaseSince"] = format_time(state.phase_since)
         spec = {**self.manifest.get("spec", {}), "desiredPowerState": str(state.desired)}
         return {**self.manifest, "spec": spec, "status": status}
 
     def as_core_node(self) -> CoreNode:
-        """Its core Node as the planner reads it (built again only on a change)."""
-        key = (self.cordoned, self.node_ready, self.node_ready_since)
+        """Its core Node as the planner reads it (built again only on a change). The one the
+        operator makes before the first power-on carries no allocatable until a kubelet
+        registers it, as live (the planner then reads the machine's expected figures)."""
+        key = (self.cordoned, self.node_ready, self.node_ready_since, self.registered)
         if self.core_node is None or self.core_node[0] != key:
             node = CoreNode(
                 name=self.name,
                 labels=self.labels,
                 taints=self.template.taints,
-                allocatable=self.allocatable,
+                allocatable=self.allocatable if self.registered else Resources(),
                 unschedulable=self.cordoned,
                 ready=self.node_ready,
                 ready_since=self.node_ready_since,
@@ -302,32 +309,44 @@ class SimMachine(MemoryMachine):
     def health_check(self, job: str) -> None:
         """Its Group's check reads its controller now: the true power state and, where the
         driver has a meter, the true draw, filed as the operator files a check pod's result;
-        its next pass judges it (`planning.machine.healthjudge`, `planning.machine.passes`)."""
+        its next pass judges it (`planning.machine.healthjudge`, `planning.machine.passes`).
+        Within a window the trace says its controller does not answer (`unreachable`), the
+        check fails as a driver role words a refused connection."""
         now = self.sim.clock.time()
         powered = self.power is ObservedPowerState.ON
         driver = self.spec.driver
         metered = driver.entry.metered(driver.config)
-        self.last_check = {
+        record: dict[str, Any] = {
             "job": job,
             "group": self.template.group,
             "started": format_time(now),
             "finished": format_time(now),
-            "result": str(OperationResult.SUCCEEDED),
-            "message": "",
-            "powerState": str(self.power),
             "driver": driver.kind,
-            "powerWatts": self.draw.watts(powered, self.utilisation()) if metered else None,
-            "inspected": dict(self.inspected)
-            if self.inspected is not None and driver.entry.inspects
-            else None,
         }
+        if self.truth.answers(self.sim.clock.now):
+            record |= {
+                "result": str(OperationResult.SUCCEEDED),
+                "message": "",
+                "powerState": str(self.power),
+                "powerWatts": self.draw.watts(powered, self.utilisation()) if metered else None,
+                "inspected": dict(self.inspected)
+                if self.inspected is not None and driver.entry.inspects
+                else None,
+            }
+        else:
+            record |= {
+                "result": str(OperationResult.FAILED),
+                "message": f"reading the power state of {self.name} failed: connection refused "
+                "(its controller does not answer: the trace's unreachable window)",
+            }
+        self.last_check = record
         self.checks += 1
         self.reconcile_soon()
 
     def readings(self) -> Readings:
         """What its pass reads beside the state machine's observations: the newest check,
         judged as the operator judges it."""
-        status = {**self.status, "phase": str(self.state.phase)}
+        status = node_status({"status": {**self.status, "phase": str(self.state.phase)}})
         lease = LeaseState.HELD_BY_OTHER if self.held_elsewhere else LeaseState.FREE
         seen = self.as_machine()  # its draw as the planner reads it, as the operator's pass does
         group = self.groups.get(self.template.group_key)

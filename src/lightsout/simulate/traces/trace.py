@@ -60,14 +60,22 @@ WATTS_KEYS = ("onWatts", "idleWatts", "offWatts")
 class Durations:
     """A machine's truth, what the API objects do not carry: what its power-on Job, its boot
     and its shutdown Job take, and, when the trace knows them, what it really draws (busy,
-    idle, off; else what it declares) and what its controller reports it is (`inspected`: cpu,
-    memory, architecture, gpus, as a health check's inspection reports them)."""
+    idle, off; else what it declares), what its controller reports it is (`inspected`: cpu,
+    memory, architecture, gpus, as a health check's inspection reports them) and when its
+    controller does not answer a health check (`unreachable`)."""
 
     power_on_seconds: float = 10.0
     boot_seconds: float = 120.0
     shutdown_seconds: float = 30.0
     watts: tuple[float, float, float] | None = None
     inspected: Mapping[str, Any] | None = None
+    #: (atSeconds, seconds) windows in which a health check finds its controller not answering
+    #: (the check fails: BMCUnreachable); its power actions are not made to fail.
+    unreachable: tuple[tuple[float, float], ...] = ()
+
+    def answers(self, seconds: float) -> bool:
+        """Whether its controller answers a health check `seconds` after the trace's start."""
+        return not any(at <= seconds < at + length for at, length in self.unreachable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +180,22 @@ def _truth(entry: Mapping[str, Any], where: str) -> Durations:
         shutdown_seconds=_number(entry.get("shutdownSeconds", 30), f"{where}.shutdownSeconds"),
         watts=watts,
         inspected=dict(inspected) if inspected is not None else None,
+        unreachable=_windows(entry.get("unreachable"), f"{where}.unreachable"),
+    )
+
+
+def _windows(value: object, where: str) -> tuple[tuple[float, float], ...]:
+    """A machine's `unreachable`: a list of `{atSeconds, seconds}`."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(w, Mapping) for w in value):
+        raise TraceError(f"{where}: must be a list of {{atSeconds, seconds}}")
+    return tuple(
+        (
+            _number(w.get("atSeconds"), f"{where}[{n}].atSeconds"),
+            _number(w.get("seconds"), f"{where}[{n}].seconds"),
+        )
+        for n, w in enumerate(value)
     )
 
 
@@ -185,6 +209,8 @@ def _truth_entry(d: Durations) -> dict[str, Any]:
         out.update(zip(WATTS_KEYS, d.watts, strict=True))
     if d.inspected is not None:
         out["inspected"] = dict(d.inspected)
+    if d.unreachable:
+        out["unreachable"] = [{"atSeconds": at, "seconds": s} for at, s in d.unreachable]
     return out
 
 

@@ -74,8 +74,9 @@ TRACE_KEYS = (
 )
 DURATION_KEYS = ("powerOnSeconds", "bootSeconds", "shutdownSeconds")
 #: A machine's entry: its true durations, draw and what its controller reports it is.
-MACHINE_KEYS = (*DURATION_KEYS, *WATTS_KEYS, "inspected")
+MACHINE_KEYS = (*DURATION_KEYS, *WATTS_KEYS, "inspected", "unreachable")
 INSPECTED_KEYS = ("cpu", "memory", "architecture", "gpus")
+WINDOW_KEYS = ("atSeconds", "seconds")
 CRON_RUN_KEYS = ("runSeconds",)
 POD_KEYS = ("at", "runSeconds", "namespace", "name", "owner", JOB_ANNOTATIONS, JOB_LABELS, "spec")
 OWNER_KEYS = ("kind", "name")
@@ -204,14 +205,16 @@ def _number(
 
 
 def _machine_truth(found: _Found, obj: str, value: Mapping[str, Any]) -> None:
-    """A machine's entry beyond its durations: its true draw (all three figures or none) and
-    what its controller reports it is (read as a health check's `inspected`)."""
+    """A machine's entry beyond its durations: its true draw (all three figures or none), what
+    its controller reports it is (read as a health check's `inspected`) and when it does not
+    answer a check (`unreachable`)."""
     given = [key for key in WATTS_KEYS if key in value]
     if given and len(given) < len(WATTS_KEYS):
         missing = ", ".join(k for k in WATTS_KEYS if k not in given)
         found.add(obj, missing, f"{', '.join(given)} given: give all of {', '.join(WATTS_KEYS)}")
     for key in given:
         _number(found, obj, key, value.get(key), unit="watts")
+    _windows(found, obj, value.get("unreachable"))
     inspected = value.get("inspected")
     if inspected is None:
         return
@@ -221,6 +224,20 @@ def _machine_truth(found: _Found, obj: str, value: Mapping[str, Any]) -> None:
     _unknown(found, obj, "inspected.", inspected, INSPECTED_KEYS)
     if inspected_resources(inspected) is None:
         found.add(obj, "inspected", "must report at least cpu (an integer) and memory (e.g. 64Gi)")
+
+
+def _windows(found: _Found, obj: str, windows: object) -> None:
+    """`unreachable`: a list of `{atSeconds, seconds}`."""
+    if windows is None:
+        return
+    if not isinstance(windows, list) or not all(isinstance(w, Mapping) for w in windows):
+        found.add(obj, "unreachable", "must be a list of {atSeconds, seconds}")
+        return
+    for n, window in enumerate(windows):
+        where = f"unreachable[{n}]"
+        _unknown(found, obj, f"{where}.", window, WINDOW_KEYS)
+        for key in WINDOW_KEYS:
+            _number(found, obj, f"{where}.{key}", window.get(key))
 
 
 # ------------------------------------------------------------------------------- trace.yaml
