@@ -21,9 +21,10 @@ import pytest
 from lightsout.handlers import autoscale as autoscale_handlers
 from lightsout.models.enums import Phase
 from lightsout.planning.autoscaler.autoscale import plan
+from lightsout.planning.autoscaler.decisions import Plan
 from lightsout.state import cron
 from lightsout.state.build import CRONJOBS_KEY, GROUPS_KEY, MACHINES_KEY, snapshot_from
-from lightsout.state.types import FINISH_BY, KUEUE_QUEUE, MAX_DELAY
+from lightsout.state.types import FINISH_BY, KUEUE_QUEUE, MAX_DELAY, Snapshot
 
 pytestmark = pytest.mark.unit
 
@@ -121,6 +122,13 @@ def machine_off() -> dict[str, Any]:
 def test_the_planner_pre_warms_only_for_a_run_the_controller_will_create(
     policy: str, power_ons: int
 ) -> None:
+    _, result = _plan_one_minute_before(cronjob(policy, active=1))
+    assert len(result.power_on) == power_ons, result.actions
+
+
+def _plan_one_minute_before(cron: dict[str, Any]) -> tuple[Snapshot, Plan]:
+    """The snapshot and the plan, one minute before the CronJob's run (inside the lead time of
+    an unlearned boot), of a Group whose one machine is Off."""
     objects = {
         GROUPS_KEY: [
             {
@@ -131,13 +139,12 @@ def test_the_planner_pre_warms_only_for_a_run_the_controller_will_create(
             }
         ],
         MACHINES_KEY: [machine_off()],
-        CRONJOBS_KEY: [cronjob(policy, active=1)],
+        CRONJOBS_KEY: [cron],
     }
-    now = TOP - timedelta(minutes=1)  # inside the lead time of an unlearned boot
+    now = TOP - timedelta(minutes=1)
     snapshot = snapshot_from(objects, complete=True, now=now)
     machine = dataclasses.replace(snapshot.machines[0], phase=Phase.OFF)
-    result = plan(dataclasses.replace(snapshot, machines=(machine,)), now)
-    assert len(result.power_on) == power_ons, result.actions
+    return snapshot, plan(dataclasses.replace(snapshot, machines=(machine,)), now)
 
 
 def _as_indexed(body: dict[str, Any]) -> dict[str, Any]:
@@ -165,21 +172,6 @@ def test_the_planner_pre_warms_no_run_the_webhook_will_hold(
     indexed = _as_indexed(body)
     template = indexed["spec"]["jobTemplate"]["metadata"]
     assert "team" not in template["annotations"] and "app" not in template["labels"]
-    objects = {
-        GROUPS_KEY: [
-            {
-                "apiVersion": "lightsout.dev/v1alpha1",
-                "kind": "Group",
-                "metadata": {"name": "lab"},
-                "spec": {"maxNodes": 5},
-            }
-        ],
-        MACHINES_KEY: [machine_off()],
-        CRONJOBS_KEY: [indexed],
-    }
-    now = TOP - timedelta(minutes=1)  # inside the lead time of an unlearned boot
-    snapshot = snapshot_from(objects, complete=True, now=now)
+    snapshot, result = _plan_one_minute_before(indexed)
     assert len(snapshot.expected) == power_ons
-    machine = dataclasses.replace(snapshot.machines[0], phase=Phase.OFF)
-    result = plan(dataclasses.replace(snapshot, machines=(machine,)), now)
     assert len(result.power_on) == power_ons, result.actions
