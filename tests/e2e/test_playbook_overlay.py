@@ -24,14 +24,13 @@ from tests.harness import fleet
 from tests.harness.cycle import patch_and_wait, report, wait_phase
 
 #: A site playbook: keeps the extravars contract and the result channel of the shipped
-#: startup.yml (its tasks/ and vars/ are in the project next to it), and adds a PXE boot.
+#: startup.yml (its tasks/ are in the project next to it, the driver mapping reaches it through
+#: group_vars/), and adds a PXE boot.
 SITE_STARTUP = """---
 - name: Site startup - network-boot the machine, then power it on
   hosts: localhost
   connection: local
   gather_facts: false
-  vars_files:
-    - vars/drivers.yml
   vars:
     ansible_python_interpreter: "{{ ansible_playbook_python }}"
     lightsout_power_state: "on"
@@ -39,7 +38,7 @@ SITE_STARTUP = """---
     - name: Check the extravars
       ansible.builtin.import_tasks: tasks/contract.yml
 
-    - name: Always reinstall from the network at power-on (set_fact beats vars_files)
+    - name: Always reinstall from the network at power-on (set_fact beats the mapping)
       ansible.builtin.set_fact:
         ipmi_power_boot_override: pxe
 

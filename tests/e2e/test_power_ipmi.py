@@ -28,15 +28,13 @@ from tests.harness.wait import events_for, events_with_reason, get_json
 
 #: Seconds the site shutdown playbook gives the OS that ignores the soft-off.
 GRACEFUL_SECONDS = 3
-#: The shipped shutdown.yml with the soft-off time set (set_fact beats its vars_files): what a
+#: The shipped shutdown.yml with the soft-off time set (set_fact beats the driver mapping): what a
 #: site writes to give IPMI machines another gracefulShutdownSeconds than 120.
 SITE_SHUTDOWN = f"""---
 - name: Site shutdown - a shorter soft-off, then the shipped shutdown
   hosts: localhost
   connection: local
   gather_facts: false
-  vars_files:
-    - vars/drivers.yml
   vars:
     ansible_python_interpreter: "{{{{ ansible_playbook_python }}}}"
     lightsout_power_state: "off"
