@@ -78,11 +78,11 @@ def status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
 
 
 def wait_phase(cluster: Cluster, namespace: str, name: str, phase: str) -> dict[str, Any]:
-    return wait_for(
-        lambda: (s := status(cluster, namespace, name)).get("phase") == phase and s,
-        PATIENCE,
-        f"{name} to reach phase {phase}",
-    )
+    def probe() -> dict[str, Any] | None:
+        current = status(cluster, namespace, name)
+        return current if current.get("phase") == phase else None
+
+    return wait_for(probe, PATIENCE, f"{name} to reach phase {phase}")
 
 
 def patch_desired(cluster: Cluster, namespace: str, name: str, desired: str) -> None:

@@ -8,9 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 from lightsout_lab import Cluster
+from tests.harness.kube import UNHANDLED, kube_for
 
 #: A wait without an interval of its own probes after 0.5 s, then each time 1.5 times later,
-#: up to every 3 s: most probes are a `kubectl` run (a process and an API request), and three
+#: up to every 3 s: a probe is an API request (once a `kubectl` run, see `get_json`), and three
 #: labs waiting minutes at 2 probes a second would spend a core on asking.
 FIRST_INTERVAL = 0.5
 INTERVAL_GROWTH = 1.5
@@ -53,7 +54,15 @@ def holds[T](probe: Callable[[], T | None], until: float, what: str, interval: f
 
 
 def get_json(cluster: Cluster, *args: str) -> Any:
-    """`kubectl get ARGS -o json` parsed; None when the object does not exist."""
+    """`kubectl get ARGS -o json` parsed; None when the object does not exist.
+
+    Answered in-process by the cluster's cached API client (tests/harness/kube.py) in the same
+    shape; by kubectl itself for the arguments that client does not map."""
+    kube = kube_for(cluster)
+    if kube is not None:
+        found = kube.get(args)
+        if found is not UNHANDLED:
+            return found
     proc = cluster.kubectl("get", *args, "-o", "json", check=False)
     if proc.returncode != 0:
         if "NotFound" in proc.stderr or "not found" in proc.stderr:
