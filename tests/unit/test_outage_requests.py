@@ -30,13 +30,13 @@ LOCAL = frozenset(
         "ansible.builtin.stat",
     }
 )
-#: Conditions a power-on never meets: another state's steps, and the systems listing a BMC
-#: that resolves the system id directly (the bound's premise) never reaches.
+#: Conditions a power-on never meets: another state's steps, and the systems listing
+#: (resolve_search.yml) a BMC that resolves the system id directly (the bound's premise) never
+#: reaches.
 NOT_ON = (
     "redfish_power_state == 'off'",
     "redfish_power_state == 'status'",
-    "__redfish_power_direct.status == 404",
-    "__redfish_power_collection is not skipped",
+    "__redfish_power_direct.status != 200",
 )
 PXE = "redfish_power_boot_override == 'pxe'"
 
@@ -94,7 +94,9 @@ class PowerOnWalk:
                 )
                 assert loop or "loop" not in task, f"{task['name']}: a loop the walk cannot count"
                 times = self.render("{{ " + loop.group(1) + " }}", context) if loop else 1
-                return times * self.file(task[include], {**context, **inner_vars})
+                # A file named after a setting (power_{{ redfish_power_state }}.yml).
+                name = self.jinja.from_string(task[include]).render(context)
+                return times * self.file(name, {**context, **inner_vars})
         if "ansible.builtin.uri" not in task:
             unknown = {key for key in task if "." in key} - LOCAL  # modules are dotted
             assert not unknown, f"{task['name']}: {unknown} may send requests the walk ignores"

@@ -111,9 +111,10 @@ def redfish_power_on_requests(*, pxe: bool = False) -> int:
     iDRAC; a BMC that answers 404 adds its systems listing): the session login (session.yml),
     the system read (resolve.yml), the wait for a power-off in progress (wait.yml), with `pxe`
     the boot override (boot.yml: on the system, then on its settings object, each an ETag read
-    and up to 3 PATCHes), `REDFISH_POWER_ON_ATTEMPTS` power-on attempts (power_on_attempt.yml:
-    the order, the wait for On or PoweringOn, the wait for On or a fall back to Off), and the
-    logout (logout.yml, run even after a failure). A wait reads PowerState at most
+    and up to 3 PATCHes), `REDFISH_POWER_ON_ATTEMPTS` power-on attempts (power_on_order.yml:
+    the order, the wait for On or PoweringOn, the wait for On or a fall back to Off in
+    power_on_pending.yml), and the logout (logout_session.yml, run even after a failure). A
+    wait reads PowerState at most
     ceil(timeout / interval) + 1 times; an order or PATCH is sent at most
     1 + `REDFISH_BUSY_RETRIES` times (Ansible's `retries` counts resends)."""
     polls = math.ceil(REDFISH_TRANSITION_TIMEOUT_SECONDS / REDFISH_POLL_INTERVAL_SECONDS) + 1
