@@ -39,7 +39,7 @@ from tests.e2e.autoscaling import lightsout
 from tests.e2e.conftest import PATIENCE
 from tests.harness import fleet
 from tests.harness.cycle import report, status, wait_phase
-from tests.harness.wait import events_for, wait_for
+from tests.harness.wait import events_until, events_with_reason, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -269,12 +269,17 @@ def test_an_os_ignoring_shutdown_keeps_its_power_and_a_wrong_token_sends_nothing
         secret = f"Secret {namespace}/{locked_out.name}-creds, key 'token'"
         assert "HTTP 401" in message and "(authentication failed: " in message, message
         assert f"refused the credentials from {secret}" in message, message
-        events = events_for(crds, namespace, locked_out.name)
-        assert any(
-            (e["type"], e["reason"]) == ("Warning", "AuthenticationFailed")
-            and secret in e["message"]
-            for e in events
-        ), events
+        events = events_until(
+            crds,
+            namespace,
+            locked_out.name,
+            lambda events: any(
+                (e["type"], e["reason"]) == ("Warning", "AuthenticationFailed")
+                and secret in e["message"]
+                for e in events
+            ),
+            f"a Warning AuthenticationFailed naming {secret}",
+        )
         assert locked_out.plug.orders() == [] and not locked_out.plug.relay_on
         seen = message + str(events) + operator.text()
         assert "not-the-token" not in seen
@@ -294,8 +299,14 @@ def test_an_os_ignoring_shutdown_keeps_its_power_and_a_wrong_token_sends_nothing
         assert [o.on for o in kept.plug.orders()] == [True]  # no order off
         assert kept.plug.relay_on and kept.box.reachable()
         assert kept.box.shutdown_requests() == 1
-        warnings = [e for e in events_for(crds, namespace, kept.name) if e["type"] == "Warning"]
-        assert warnings, "a Warning event says why the power-off failed"
+        # A Warning event says why the power-off failed.
+        events_until(
+            crds,
+            namespace,
+            kept.name,
+            lambda events: any(e["type"] == "Warning" for e in events),
+            "a Warning event",
+        )
 
         # force true: the power is cut, but only once the timeout has passed, with a Warning.
         off = wait_phase(crds, namespace, forced.name, "Off")
@@ -306,10 +317,7 @@ def test_an_os_ignoring_shutdown_keeps_its_power_and_a_wrong_token_sends_nothing
         assert (cut.on, cut.machine_state, cut.shutdown_requests) == (False, "running", 1)
         requested_at = forced.box.requests_path.stat().st_mtime  # the shutdown command's write
         assert cut.time - requested_at >= timeout
-        reasons = [
-            e["reason"] for e in events_for(crds, namespace, forced.name) if e["type"] == "Warning"
-        ]
-        assert "ForcedPowerOff" in reasons
+        assert "Warning" in dict(events_with_reason(crds, namespace, forced.name, "ForcedPowerOff"))
 
 
 @contextlib.contextmanager
@@ -416,10 +424,17 @@ def test_no_power_is_cut_without_evidence_that_the_os_went_down(
             assert [o.on for o in unreachable.plug.orders()] == [True]  # no order off
             assert unreachable.plug.relay_on and unreachable.box.reachable()
             assert unreachable.box.shutdown_requests() == 0
-            warned = [
-                e for e in events_for(crds, namespace, unreachable.name) if e["type"] == "Warning"
-            ]
-            assert any("no shutdown command could be delivered" in e["message"] for e in warned)
+            events_until(
+                crds,
+                namespace,
+                unreachable.name,
+                lambda events: any(
+                    e["type"] == "Warning"
+                    and "no shutdown command could be delivered" in e["message"]
+                    for e in events
+                ),
+                "a Warning saying no shutdown command could be delivered",
+            )
 
             # With a meter reading the running OS's draw: the same refusal, naming the draw.
             message = wait_failed(crds, namespace, metered)["lastOperation"]["message"]
@@ -437,13 +452,21 @@ def test_no_power_is_cut_without_evidence_that_the_os_went_down(
             assert f"the kubelet of core Node {beating.name} last renewed its Lease" in message
             assert "the OS is running" in message and "the power stays on" in message
             assert [o.on for o in beating.plug.orders()] == [True] and beating.box.reachable()
-            reasons = {e["reason"] for e in events_for(crds, namespace, beating.name)}
-            assert {"WaitingForHeartbeat", "OSStillRunning"} <= reasons
+            events_until(
+                crds,
+                namespace,
+                beating.name,
+                lambda events: (
+                    {"WaitingForHeartbeat", "OSStillRunning"} <= {e["reason"] for e in events}
+                ),
+                "WaitingForHeartbeat and OSStillRunning",
+            )
 
             # Delivered, the probe silent, then the kubelet's heartbeat stopped: one order off.
             off = wait_phase(crds, namespace, clean.name, "Off")
-            events = events_for(crds, namespace, clean.name)
-            confirmed = [e["message"] for e in events if e["reason"] == "OSDownConfirmed"]
+            confirmed = [
+                m for _, m in events_with_reason(crds, namespace, clean.name, "OSDownConfirmed")
+            ]
             report("homeassistant", "no meter, SSH reachable", confirmed=confirmed)
             assert off["lastOperation"]["attempt"] == 2  # the cut, after the Job that shut it down
             assert "forced_after_seconds" not in off["lastOperation"]["values"]
@@ -468,8 +491,9 @@ def test_no_power_is_cut_without_evidence_that_the_os_went_down(
             switched_on, cut = forced.plug.orders()
             assert switched_on.on and (cut.on, cut.machine_state) == (False, "running")
             assert forced.box.shutdown_requests() == 0
-            warned = [e for e in events_for(crds, namespace, forced.name) if e["type"] == "Warning"]
-            assert "ForcedPowerOff" in {e["reason"] for e in warned}
+            assert "Warning" in dict(
+                events_with_reason(crds, namespace, forced.name, "ForcedPowerOff")
+            )
 
 
 def test_a_machine_without_ac_restore_wakes_on_its_packet_and_a_live_plug_is_never_cycled(

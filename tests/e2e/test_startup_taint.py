@@ -38,7 +38,7 @@ from tests.e2e.conftest import (
     webhook_operator_process,
 )
 from tests.harness import fleet
-from tests.harness.wait import events_for, get_json, wait_for
+from tests.harness.wait import events_until, get_json, wait_for
 from tests.harness.watching import Recorder
 
 pytestmark = pytest.mark.e2e
@@ -270,15 +270,20 @@ def test_node_is_never_schedulable_before_its_labels_and_taints(
     kubelet_seen = [o for o in seen if _labels(o).get(KUBELET_LABEL[0])]
     assert kubelet_seen and all(GROUP_TAINT in _taints(o) for o in kubelet_seen)
 
-    events = events_for(crds, namespace, machine.name)
-    reasons = [e["reason"] for e in events]
-    for expected in (
+    expected = {
         "CoreNodeCreated",
         "PowerOnRequested",
         "KubeletMetadataMerged",
         "StartupTaintRemoved",
-    ):
-        assert expected in reasons, reasons
+    }
+    events = events_until(
+        crds,
+        namespace,
+        machine.name,
+        lambda events: expected <= {e["reason"] for e in events},
+        f"events {sorted(expected)}",
+    )
+    reasons = [e["reason"] for e in events]
     # The operator's own CREATE of the Node passes through its webhook too: not acted on.
     assert "CoreNodeRegistering" not in reasons, reasons
     for event in events:
@@ -372,10 +377,15 @@ def test_a_refused_core_node_leaves_the_machine_failed_and_off(
     jobs = get_json(crds, "jobs", "-n", namespace, "-l", "lightsout.dev/attempt")["items"]
     assert jobs == []
     assert get_json(crds, "node", machine.name) is None
-    warnings = {
-        e["reason"]: e["message"]
-        for e in events_for(crds, namespace, machine.name)
-        if e["type"] == "Warning"
-    }
-    assert refuse_node in warnings.get("CoreNodeFailed", ""), warnings
+    events_until(
+        crds,
+        namespace,
+        machine.name,
+        lambda events: any(
+            (e["type"], e["reason"]) == ("Warning", "CoreNodeFailed")
+            and refuse_node in e["message"]
+            for e in events
+        ),
+        f"a Warning CoreNodeFailed naming {refuse_node!r}",
+    )
     assert status(crds, namespace, machine.name)["phase"] == "Failed"

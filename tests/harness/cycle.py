@@ -29,26 +29,43 @@ def wait_phase(
     cluster: Cluster, namespace: str, name: str, phase: str, timeout: float = PATIENCE
 ) -> dict[str, Any]:
     """The Node's status once its phase is `phase`; a clear failure naming the last one."""
+    last: dict[str, Any] = {}
 
     def probe() -> dict[str, Any] | None:
         current = status(cluster, namespace, name)
+        last.clear()
+        last.update(current)
         if current.get("phase") == phase:
             return current
         if current.get("phase") == "Failed":
             raise AssertionError(f"{name} Failed while waiting for {phase}: {current}")
         return None
 
-    return wait_for(probe, timeout, f"{name} to reach phase {phase}")
+    return wait_for(probe, timeout, f"{name} to reach phase {phase}", seen=lambda: summary(last))
+
+
+#: The status fields a timed-out wait shows: where the machine stood and what it last did.
+SUMMARY_FIELDS = ("phase", "reason", "message", "attempts", "lastOperation", "conditions")
+
+
+def summary(current: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a Node's status that says why it is where it is."""
+    return {k: current[k] for k in SUMMARY_FIELDS if k in current}
 
 
 def patch_and_wait(
-    cluster: Cluster, namespace: str, name: str, desired: str, phase: str
+    cluster: Cluster,
+    namespace: str,
+    name: str,
+    desired: str,
+    phase: str,
+    timeout: float = PATIENCE,
 ) -> tuple[dict[str, Any], float]:
     """Patch spec.desiredPowerState, wait for `phase`; (status, seconds since the patch)."""
     body = json.dumps({"spec": {"desiredPowerState": desired}})
     started = time.monotonic()
     cluster.kubectl("patch", "lsn", name, "-n", namespace, "--type", "merge", "-p", body)
-    reached = wait_phase(cluster, namespace, name, phase)
+    reached = wait_phase(cluster, namespace, name, phase, timeout)
     return reached, time.monotonic() - started
 
 

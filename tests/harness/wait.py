@@ -19,10 +19,16 @@ MAX_INTERVAL = 3.0
 
 
 def wait_for[T](
-    probe: Callable[[], T | None], timeout: float, what: str, interval: float | None = None
+    probe: Callable[[], T | None],
+    timeout: float,
+    what: str,
+    interval: float | None = None,
+    seen: Callable[[], Any] | None = None,
 ) -> T:
     """Call probe until it returns something truthy; fail naming `what` and the last value.
-    `interval`: seconds between probes (default: backing off from 0.5 s to 3 s)."""
+    `interval`: seconds between probes (default: backing off from 0.5 s to 3 s). `seen`: what
+    the failure shows instead of the probe's last (falsy) answer, e.g. the statuses waited on,
+    so that a timeout in CI says where things stood."""
     end = time.monotonic() + timeout
     last: T | None = None
     pause = FIRST_INTERVAL if interval is None else interval
@@ -31,7 +37,8 @@ def wait_for[T](
         if last:
             return last
         if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+            shown = last if seen is None else seen()
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {shown!r}")
         time.sleep(pause)
         if interval is None:
             pause = min(pause * INTERVAL_GROWTH, MAX_INTERVAL)
@@ -86,6 +93,25 @@ def events_with_reason(
         f"a {reason} event on {name}",
     )
     return found
+
+
+def events_until(
+    cluster: Cluster,
+    namespace: str,
+    name: str,
+    ok: Callable[[list[dict[str, Any]]], bool],
+    what: str,
+    timeout: float = 30,
+) -> list[dict[str, Any]]:
+    """The object's events, oldest first, once `ok` holds for them. The operator posts an event
+    right after the status write that says the same, so a test that has just seen the status
+    must wait for the event rather than read the events once."""
+
+    def probe() -> list[dict[str, Any]] | None:
+        events = events_for(cluster, namespace, name)
+        return events if ok(events) else None
+
+    return wait_for(probe, timeout, f"{what} (events of {name})")
 
 
 def events_for(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
