@@ -46,7 +46,7 @@ from tests.e2e.autoscaling import Fleet, diagnosed, pod, running
 from tests.e2e.conftest import PATIENCE, wait_phase
 from tests.harness import fleet
 from tests.harness.phases import PhaseWatch
-from tests.harness.wait import events_for, events_until, get_json, holds, wait_for
+from tests.harness.wait import events_for, get_json, holds, wait_for, warned
 from tests.harness.workload import web_pdb
 
 TIERS = ("shed", "hold", "last")
@@ -410,16 +410,7 @@ def test_a_ups_read_through_home_assistant_sheds_and_a_refused_token_changes_not
                 "PowerSourceReachable False",
             )
             refused = f"refused the token in Secret {namespace}/ha-ups key token"
-            events_until(
-                crds,
-                namespace,
-                "shed",
-                lambda events: any(
-                    e.get("reason") == "PowerSourceUnreachable" and refused in e["message"]
-                    for e in events
-                ),
-                f"a PowerSourceUnreachable event saying it {refused}",
-            )
+            warned(crds, namespace, "shed", refused, "PowerSourceUnreachable")
             # The entities say the mains are back, but nothing is restored on a guess.
             ha.set_ups(status="OL CHRG", charge=100)
             holds(

@@ -39,7 +39,7 @@ from tests.e2e.autoscaling import lightsout
 from tests.e2e.conftest import PATIENCE
 from tests.harness import fleet
 from tests.harness.cycle import report, status, wait_phase
-from tests.harness.wait import events_until, events_with_reason, wait_for
+from tests.harness.wait import events_until, events_with_reason, wait_for, warned
 
 pytestmark = pytest.mark.e2e
 
@@ -269,17 +269,7 @@ def test_an_os_ignoring_shutdown_keeps_its_power_and_a_wrong_token_sends_nothing
         secret = f"Secret {namespace}/{locked_out.name}-creds, key 'token'"
         assert "HTTP 401" in message and "(authentication failed: " in message, message
         assert f"refused the credentials from {secret}" in message, message
-        events = events_until(
-            crds,
-            namespace,
-            locked_out.name,
-            lambda events: any(
-                (e["type"], e["reason"]) == ("Warning", "AuthenticationFailed")
-                and secret in e["message"]
-                for e in events
-            ),
-            f"a Warning AuthenticationFailed naming {secret}",
-        )
+        events = warned(crds, namespace, locked_out.name, secret, "AuthenticationFailed")
         assert locked_out.plug.orders() == [] and not locked_out.plug.relay_on
         seen = message + str(events) + operator.text()
         assert "not-the-token" not in seen
@@ -299,14 +289,7 @@ def test_an_os_ignoring_shutdown_keeps_its_power_and_a_wrong_token_sends_nothing
         assert [o.on for o in kept.plug.orders()] == [True]  # no order off
         assert kept.plug.relay_on and kept.box.reachable()
         assert kept.box.shutdown_requests() == 1
-        # A Warning event says why the power-off failed.
-        events_until(
-            crds,
-            namespace,
-            kept.name,
-            lambda events: any(e["type"] == "Warning" for e in events),
-            "a Warning event",
-        )
+        warned(crds, namespace, kept.name)  # a Warning event says why the power-off failed
 
         # force true: the power is cut, but only once the timeout has passed, with a Warning.
         off = wait_phase(crds, namespace, forced.name, "Off")
@@ -424,17 +407,7 @@ def test_no_power_is_cut_without_evidence_that_the_os_went_down(
             assert [o.on for o in unreachable.plug.orders()] == [True]  # no order off
             assert unreachable.plug.relay_on and unreachable.box.reachable()
             assert unreachable.box.shutdown_requests() == 0
-            events_until(
-                crds,
-                namespace,
-                unreachable.name,
-                lambda events: any(
-                    e["type"] == "Warning"
-                    and "no shutdown command could be delivered" in e["message"]
-                    for e in events
-                ),
-                "a Warning saying no shutdown command could be delivered",
-            )
+            warned(crds, namespace, unreachable.name, "no shutdown command could be delivered")
 
             # With a meter reading the running OS's draw: the same refusal, naming the draw.
             message = wait_failed(crds, namespace, metered)["lastOperation"]["message"]

@@ -38,7 +38,7 @@ from tests.e2e.conftest import (
     webhook_operator_process,
 )
 from tests.harness import fleet
-from tests.harness.wait import events_until, get_json, wait_for
+from tests.harness.wait import events_until, get_json, wait_for, warned
 from tests.harness.watching import Recorder
 
 pytestmark = pytest.mark.e2e
@@ -377,15 +377,5 @@ def test_a_refused_core_node_leaves_the_machine_failed_and_off(
     jobs = get_json(crds, "jobs", "-n", namespace, "-l", "lightsout.dev/attempt")["items"]
     assert jobs == []
     assert get_json(crds, "node", machine.name) is None
-    events_until(
-        crds,
-        namespace,
-        machine.name,
-        lambda events: any(
-            (e["type"], e["reason"]) == ("Warning", "CoreNodeFailed")
-            and refuse_node in e["message"]
-            for e in events
-        ),
-        f"a Warning CoreNodeFailed naming {refuse_node!r}",
-    )
+    warned(crds, namespace, machine.name, refuse_node, "CoreNodeFailed")
     assert status(crds, namespace, machine.name)["phase"] == "Failed"

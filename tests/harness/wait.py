@@ -114,6 +114,27 @@ def events_until(
     return wait_for(probe, timeout, f"{what} (events of {name})")
 
 
+def warned(
+    cluster: Cluster,
+    namespace: str,
+    name: str,
+    saying: str = "",
+    reason: str | None = None,
+    timeout: float = 30,
+) -> list[dict[str, Any]]:
+    """The object's events once one is a Warning (with `reason`, when given) whose message
+    contains `saying`."""
+
+    def found(events: list[dict[str, Any]]) -> bool:
+        return any(
+            e["type"] == "Warning" and reason in (None, e["reason"]) and saying in e["message"]
+            for e in events
+        )
+
+    what = f"a Warning{f' {reason}' if reason else ''} saying {saying!r}"
+    return events_until(cluster, namespace, name, found, what, timeout)
+
+
 def events_for(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
     """Events whose involved object has this name, oldest first."""
     data = get_json(

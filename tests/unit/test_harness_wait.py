@@ -64,3 +64,29 @@ def test_events_until_waits_for_the_event_posted_after_the_status(
         timeout=5,
     )
     assert events == [warned] and reads == []
+
+
+def test_warned_waits_for_a_warning_with_the_reason_and_the_words(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    normal = {"type": "Normal", "reason": "AuthenticationFailed", "message": "Secret t-1/x"}
+    other = {"type": "Warning", "reason": "RetriesExhausted", "message": "Secret t-1/x"}
+    vague = {"type": "Warning", "reason": "AuthenticationFailed", "message": "refused"}
+    right = {"type": "Warning", "reason": "AuthenticationFailed", "message": "Secret t-1/x: 401"}
+    reads = [[normal], [normal, other], [normal, other, vague], [normal, other, vague, right]]
+    monkeypatch.setattr(wait, "events_for", lambda *_: reads.pop(0))
+    monkeypatch.setattr(wait, "FIRST_INTERVAL", 0.0)
+    events = wait.warned(Any, "t-1", "x", "Secret t-1/x", "AuthenticationFailed", timeout=5)  # type: ignore[arg-type]
+    assert events[-1] is right and reads == []
+
+
+def test_warned_without_a_reason_takes_any_warning_and_names_what_it_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(wait, "events_for", lambda *_: [])
+    with pytest.raises(AssertionError, match=r"a Warning saying 'no shutdown' \(events of x\)"):
+        wait.warned(Any, "t-1", "x", "no shutdown", timeout=0)  # type: ignore[arg-type]
+    monkeypatch.setattr(
+        wait, "events_for", lambda *_: [{"type": "Warning", "reason": "R", "message": "m"}]
+    )
+    assert wait.warned(Any, "t-1", "x", timeout=0)  # type: ignore[arg-type]
