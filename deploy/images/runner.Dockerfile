@@ -18,8 +18,7 @@ COPY pyproject.toml README.md ./
 COPY src ./src
 # The [ansible] extra brings the full `ansible` package (community.general: redfish_*,
 # ipmi_*, wakeonlan; community.proxmox: proxmox_kvm — collections come from PyPI, not Galaxy),
-# proxmoxer (proxmox_vm), pyghmi (ipmi_power), requests and mitogen (the Ansible strategy the
-# runner uses, LIGHTSOUT_ANSIBLE_STRATEGY). Of its ~440 MB of collections only
+# proxmoxer (proxmox_vm), pyghmi (ipmi_power) and requests. Of its ~440 MB of collections only
 # the two the roles use are kept. The build fails here if a module is missing, rather than the
 # first action Job of that driver.
 # The optional build secret `cacert` is a CA bundle for a TLS-intercepting proxy in front of
@@ -36,7 +35,6 @@ RUN --mount=type=secret,id=cacert \
  && /opt/venv/bin/pip uninstall -y pip \
  && /opt/venv/bin/python -m compileall -q -j 0 /opt/venv/lib \
  && /opt/venv/bin/python -c "import pyghmi.ipmi.command, proxmoxer, requests, ansible_runner" \
- && /opt/venv/bin/python -c "import ansible_mitogen.plugins.strategy.mitogen_linear" \
  && /opt/venv/bin/ansible-doc -t module community.proxmox.proxmox_kvm community.general.ipmi_power \
       community.general.wakeonlan community.general.redfish_command >/dev/null
 

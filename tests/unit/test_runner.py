@@ -8,17 +8,14 @@ from typing import Any
 
 import pytest
 
-from lightsout.runner import project
 from lightsout.runner.config import ConfigError, RunnerConfig
 from lightsout.runner.project import (
     MAX_TMPDIR,
-    STRATEGY_ENV,
     ProjectError,
     ansible_env,
     load_extravars,
     prepare_private_data_dir,
     resolve_playbook,
-    strategy_env,
 )
 from lightsout.runner.redact import MASK, Redactor, read_secret_dir, secret_variants
 from lightsout.runner.result import (
@@ -220,27 +217,6 @@ def test_ansible_env_keeps_socket_paths_short(tmp_path: Path) -> None:
     env = ansible_env(deep, roles_path=[], base_env={"HOME": str(tmp_path), "TMPDIR": "/tmp"})
     assert len(env["TMPDIR"]) <= MAX_TMPDIR
     assert "HOME" not in env  # a writable HOME is kept
-
-
-def test_runs_use_mitogens_linear_strategy_from_its_installed_plugins() -> None:
-    env, fallback = strategy_env({})
-    assert (env["ANSIBLE_STRATEGY"], fallback) == ("mitogen_linear", None)
-    assert (Path(env["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()
-
-
-def test_ansibles_own_strategy_on_request_and_a_bad_name_refused() -> None:
-    assert strategy_env({STRATEGY_ENV: "linear"}) == ({"ANSIBLE_STRATEGY": "linear"}, None)
-    with pytest.raises(ProjectError, match=f"{STRATEGY_ENV}='linear; rm' is not a strategy name"):
-        strategy_env({STRATEGY_ENV: "linear; rm"})
-
-
-def test_without_mitogen_a_run_falls_back_to_linear_and_says_so(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(project.importlib.util, "find_spec", lambda _: None)
-    env, fallback = strategy_env({})
-    assert env == {"ANSIBLE_STRATEGY": "linear"}
-    assert fallback is not None and "needs Mitogen (ansible_mitogen), not installed" in fallback
 
 
 # ------------------------------------------------------------------------------- events/result

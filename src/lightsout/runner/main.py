@@ -26,7 +26,6 @@ from lightsout.runner.project import (
     make_dirs,
     prepare_private_data_dir,
     resolve_playbook,
-    strategy_env,
 )
 from lightsout.runner.redact import Redactor, read_secret_dir
 from lightsout.runner.result import EventCollector, RunResult, build_result, render_result
@@ -61,10 +60,6 @@ def run_action(config: RunnerConfig, logger: JsonLogger, scratch: Path) -> RunRe
     envvars = ansible_env(
         scratch, roles_path=[project / "roles", config.roles_dir], base_env=os.environ
     )
-    strategy, fallback = strategy_env(os.environ)
-    envvars.update(strategy)
-    if fallback:
-        logger.log("strategy", level="warning", note=fallback)
     # ansible-runner spawns ansible-playbook by name: make sure this interpreter's one is found.
     envvars["PATH"] = os.pathsep.join(
         [str(Path(sys.executable).parent), os.environ.get("PATH", "")]
@@ -77,7 +72,6 @@ def run_action(config: RunnerConfig, logger: JsonLogger, scratch: Path) -> RunRe
         source=choice.source,
         driver=extravars.get("lightsout_driver"),
         node=extravars.get("lightsout_node"),
-        strategy=envvars["ANSIBLE_STRATEGY"],
     )
     collector = EventCollector(on_event=logger.ansible_event)
     runner = ansible_runner.run(

@@ -10,7 +10,6 @@ overlay) comes before the shipped roles in ANSIBLE_ROLES_PATH.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -160,32 +159,6 @@ def ansible_env(
     if not _writable(home):
         env["HOME"] = str(scratch / "home")
     return env
-
-
-#: Where a run's Ansible strategy comes from, and the default: Mitogen's linear strategy runs
-#: the modules of a run in one long-lived Python instead of packing each into a fresh one (a
-#: Redfish power-on: 8.9 CPU-s instead of 14.8, a shutdown 13.3 instead of 21.3; an action Job
-#: on a small control-plane node is mostly this). `linear` is Ansible's own, for an overlay
-#: that needs it.
-STRATEGY_ENV = "LIGHTSOUT_ANSIBLE_STRATEGY"
-DEFAULT_STRATEGY = "mitogen_linear"
-STRATEGY_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-
-
-def strategy_env(base_env: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
-    """The ANSIBLE_STRATEGY* variables for this run, and a note when the strategy asked for
-    cannot be used (Mitogen not installed: Ansible's linear strategy instead)."""
-    wanted = base_env.get(STRATEGY_ENV) or DEFAULT_STRATEGY
-    if not STRATEGY_NAME.match(wanted):
-        raise ProjectError(f"{STRATEGY_ENV}={wanted!r} is not a strategy name (e.g. linear)")
-    if not wanted.startswith("mitogen_"):
-        return {"ANSIBLE_STRATEGY": wanted}, None
-    spec = importlib.util.find_spec("ansible_mitogen")
-    if spec is None or not spec.submodule_search_locations:
-        note = f"{STRATEGY_ENV}={wanted} needs Mitogen (ansible_mitogen), not installed: linear"
-        return {"ANSIBLE_STRATEGY": "linear"}, note
-    plugins = Path(next(iter(spec.submodule_search_locations))) / "plugins" / "strategy"
-    return {"ANSIBLE_STRATEGY_PLUGINS": str(plugins), "ANSIBLE_STRATEGY": wanted}, None
 
 
 #: Ansible's controller listens on an AF_UNIX socket under TMPDIR (`pymp-*/listener-*`, ~35
