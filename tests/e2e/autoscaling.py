@@ -17,7 +17,7 @@ from kubernetes import client
 
 from lightsout_lab import Cluster
 from lightsout_lab.machines import MachineSimulator, SimMachine
-from lightsout_lab.sushy import FakeSystem, SushyEmulator
+from lightsout_lab.sushy import FakeSystem, PowerState, SushyEmulator
 from tests.e2e.conftest import PATIENCE, wait_phase
 from tests.harness import fleet
 from tests.harness.wait import events_for, get_json
@@ -38,8 +38,11 @@ class Fleet:
     def name(self, short: str) -> str:
         return f"{short}-{self.namespace}"
 
-    def systems(self) -> list[FakeSystem]:
-        return [FakeSystem(uuid=self.uuids[s], name=self.name(s)) for s in self.sizes]
+    def systems(self, power_state: PowerState = "Off") -> list[FakeSystem]:
+        return [
+            FakeSystem(uuid=self.uuids[s], name=self.name(s), power_state=power_state)
+            for s in self.sizes
+        ]
 
     def nodes(
         self, bmc: SushyEmulator, group: str = "autoscaled", **spec: Any
@@ -188,10 +191,16 @@ def plan_text(crds: Cluster, namespace: str) -> str:
 
 @contextlib.contextmanager
 def running(
-    api: client.ApiClient, cluster: Cluster, machines: Fleet, *, provider_ids: bool = True
+    api: client.ApiClient,
+    cluster: Cluster,
+    machines: Fleet,
+    *,
+    provider_ids: bool = True,
+    power_state: PowerState = "Off",
 ) -> Iterator[tuple[SushyEmulator, MachineSimulator]]:
-    """The fleet's BMC and simulator; its core Nodes are removed afterwards."""
-    with SushyEmulator(machines.systems()) as bmc:
+    """The fleet's BMC and simulator; its core Nodes are removed afterwards. `power_state="On"`:
+    every machine runs from the start, its core Node registered by the simulator."""
+    with SushyEmulator(machines.systems(power_state)) as bmc:
         simulator = machines.simulator(api, bmc, provider_ids=provider_ids)
         try:
             yield bmc, simulator

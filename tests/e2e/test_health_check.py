@@ -88,14 +88,13 @@ def wol_and_proxmox(
     ]
 
 
-def run_check(cluster: Cluster, namespace: str) -> str:
-    """Start one run of the Group's health check now; returns its Job's name.
+def after_last_phase_change(cluster: Cluster, namespace: str) -> None:
+    """Return in a later second than every machine's status.phaseSince.
 
     A check only counts against a machine's phase if it started after the phase did, and both
     times are whole seconds (a container's startedAt, status.phaseSince): a check started in
-    the second a machine went Off waits for the next run, as it would in a user's cluster. The
-    run is started in a later second than every machine's phase, so the run the test waits for
-    is the one that is judged."""
+    the second a machine went Off waits for the next run, as it would in a user's cluster. A
+    check started after this is the one that is judged."""
     latest = max(
         (
             dt.datetime.fromisoformat(since)
@@ -111,6 +110,12 @@ def run_check(cluster: Cluster, namespace: str) -> str:
             f"a second later than the last phase change ({latest:%H:%M:%S})",
             interval=0.1,
         )
+
+
+def run_check(cluster: Cluster, namespace: str) -> str:
+    """Start one run of the Group's health check now, in a later second than every machine's
+    phase (`after_last_phase_change`); returns its Job's name."""
+    after_last_phase_change(cluster, namespace)
     job = f"check-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "job", job, f"--from=cronjob/{CRONJOB}", "-n", namespace)
     return job
@@ -232,7 +237,10 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
         assert secrets == ["bmc", "bmc-ca", "ipmi", "pve", "pve-ca", "ssh"]
         assert pod["hostNetwork"] is True  # a Wake-on-LAN machine is reached from the host
 
-        # --- each new machine's first check: the operator's own, before any run of the schedule
+        # --- each new machine's first check: the operator's own, before any run of the schedule;
+        # every machine healthy, in the power state its emulator reports (the checks of the runs
+        # below, each a pod per machine, only add what changed: the BMC gone, wrong passwords,
+        # the fifth machine)
         firsts = wait_checked(crds, namespace, names, None)
         scheduled = (get_json(crds, "cronjob", CRONJOB, "-n", namespace) or {}).get("status") or {}
         assert "lastScheduleTime" not in scheduled  # no run of the schedule made them
@@ -241,16 +249,43 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
         for name in names:
             assert health(firsts[name]) == ("True", "Healthy", found[name])
 
-        # --- every machine checked: healthy, in the power state its emulator reports
+        # --- the Redfish BMC stops answering (checked with the CLI, as a person debugging does)
+        bmc.halt()
+        cli = lightsout(crds, "healthcheck", box.name, "-n", namespace)
+        print(f"$ lightsout healthcheck {box.name} (exit {cli.returncode})\n{cli.stdout}")
+        assert cli.returncode == ExitCode.FAILED, cli.stderr
+        assert f"{box.name}: Unhealthy, BMCUnreachable: " in cli.stdout
+        checked = wait_checked(crds, namespace, names, cli_job(cli.stdout))
+        print(f"BMC stopped: {json.dumps(checked[box.name]['lastHealthCheck'])}")
+        assert health(checked[box.name]) == ("False", "BMCUnreachable", "Unknown")
+        for name in names[1:]:
+            assert health(checked[name]) == ("True", "Healthy", found[name])
+        bmc.resume()
+
+        # --- a run of the CronJob (as `kubectl create job --from`), with wrong passwords in
+        # both BMC Secrets: every machine is checked by it, after and apart from its first check
+        fleet.apply(crds, namespace, fleet.bmc_secrets(bmc, password="not-the-password"))
+        fleet.apply(
+            crds,
+            namespace,
+            [fleet.secret("ipmi", {"username": ipmi.username, "password": "wrong-pw"})],
+        )
         job = run_check(crds, namespace)
         checked = wait_checked(crds, namespace, names, job)
         for name, machine in checked.items():
             print(f"{name}: lastHealthCheck {json.dumps(machine['lastHealthCheck'])}")
-            assert health(machine) == ("True", "Healthy", found[name])
-            # The first check came from another Job, and earlier than the first run.
+            # The first check came from another Job, and earlier than this run.
             assert first_jobs[name] != job
             first = dt.datetime.fromisoformat(firsts[name]["lastHealthCheck"]["time"])
             assert first < dt.datetime.fromisoformat(machine["lastHealthCheck"]["time"])
+        for name in (box.name, ipmi.name):
+            machine = checked[name]
+            print(f"{name} wrong password: {json.dumps(machine['lastHealthCheck'])}")
+            assert health(machine)[:2] == ("False", "AuthenticationFailed")
+            assert "not-the-password" not in json.dumps(machine)
+            assert "wrong-pw" not in json.dumps(machine)
+        for name in (mini.name, vm):  # their own credentials are untouched
+            assert health(checked[name]) == ("True", "Healthy", found[name])
         # The running VM is drift (phase Off); driftPolicy Report: it is only reported. The
         # result lands first, the state machine's next pass finds the drift in it.
         wait_for(
@@ -266,36 +301,6 @@ def test_group_health_check_follows_the_bmcs_and_the_group(
         assert "lastHealthCheck" not in status(crds, namespace, lost.name)
         assert (mini.power_ons, mini.shutdown_requests(), lan.packets()) == (0, 0, [])
         assert (pve.count(START), pve.count(SHUTDOWN), pve.status(VMID)) == (0, 0, "running")
-
-        # --- the Redfish BMC stops answering (checked with the CLI, as a person debugging does)
-        bmc.halt()
-        cli = lightsout(crds, "healthcheck", box.name, "-n", namespace)
-        print(f"$ lightsout healthcheck {box.name} (exit {cli.returncode})\n{cli.stdout}")
-        assert cli.returncode == ExitCode.FAILED, cli.stderr
-        assert f"{box.name}: Unhealthy, BMCUnreachable: " in cli.stdout
-        checked = wait_checked(crds, namespace, names, cli_job(cli.stdout))
-        print(f"BMC stopped: {json.dumps(checked[box.name]['lastHealthCheck'])}")
-        assert health(checked[box.name]) == ("False", "BMCUnreachable", "Unknown")
-        for name in names[1:]:
-            assert health(checked[name]) == ("True", "Healthy", found[name])
-        bmc.resume()
-
-        # --- wrong passwords in both Secrets
-        fleet.apply(crds, namespace, fleet.bmc_secrets(bmc, password="not-the-password"))
-        fleet.apply(
-            crds,
-            namespace,
-            [fleet.secret("ipmi", {"username": ipmi.username, "password": "wrong-pw"})],
-        )
-        checked = wait_checked(crds, namespace, names, run_check(crds, namespace))
-        for name in (box.name, ipmi.name):
-            machine = checked[name]
-            print(f"{name} wrong password: {json.dumps(machine['lastHealthCheck'])}")
-            assert health(machine)[:2] == ("False", "AuthenticationFailed")
-            assert "not-the-password" not in json.dumps(machine)
-            assert "wrong-pw" not in json.dumps(machine)
-        for name in (mini.name, vm):  # their own credentials are untouched
-            assert health(checked[name]) == ("True", "Healthy", found[name])
 
         # --- restored, and the third machine's Secret created: it is checked from now on
         fleet.apply(crds, namespace, [*fleet.bmc_secrets(bmc), *fleet.bmc_secrets(bmc, "gone")])
