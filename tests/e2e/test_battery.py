@@ -47,6 +47,7 @@ from lightsout_lab.sushy import POWER_OFF, POWER_ON, SushyEmulator
 from tests.e2e.autoscaling import Fleet, diagnosed, pod, running
 from tests.e2e.conftest import PATIENCE, wait_phase
 from tests.harness import fleet
+from tests.harness.cycle import core_node_ready
 from tests.harness.phases import PhaseWatch
 from tests.harness.wait import events_for, get_json, holds, wait_for, warned
 from tests.harness.workload import web_pdb
@@ -105,14 +106,8 @@ def core_nodes_ready(crds: Cluster, machines: Fleet) -> None:
     """Wait until every machine of the fleet (powered on in the BMC from the start) has its
     core Node Ready: its Lights-Out Node, made desired On after this, is then taken as running
     (Booting, then Ready) without a startup Job."""
-
-    def ready(name: str) -> bool:
-        node = get_json(crds, "node", name) or {}
-        conditions = (node.get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
     wait_for(
-        lambda: all(ready(machines.name(short)) for short in machines.sizes),
+        lambda: all(core_node_ready(crds, machines.name(short)) for short in machines.sizes),
         PATIENCE,
         "the running machines' core Nodes Ready",
     )

@@ -43,8 +43,8 @@ from lightsout_lab.wol import WolListener
 from tests.e2e.autoscaling import lightsout
 from tests.e2e.conftest import PATIENCE
 from tests.harness import fleet
-from tests.harness.cycle import report, status, wait_phase
-from tests.harness.wait import events_until, events_with_reason, get_json, wait_for, warned
+from tests.harness.cycle import core_node_ready, report, status, wait_phase
+from tests.harness.wait import events_until, events_with_reason, wait_for, warned
 
 pytestmark = pytest.mark.e2e
 
@@ -142,12 +142,6 @@ def lab(namespace: str) -> Iterator[Callable[..., Plugged]]:
             return Plugged(name, kind, box, machine, api, node, secret)
 
         yield make
-
-
-def core_node_ready(crds: Cluster, name: str) -> bool:
-    node = get_json(crds, "node", name) or {}
-    conditions = (node.get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 @contextlib.contextmanager

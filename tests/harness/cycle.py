@@ -80,3 +80,11 @@ def _show(value: Any) -> str:
     if isinstance(value, Mapping | list):
         return json.dumps(value, sort_keys=True, default=str)
     return str(value)
+
+
+def core_node_ready(cluster: Cluster, name: str) -> bool:
+    """Whether the core (Kubernetes) Node `name` says Ready: a machine found running, applied
+    after this, is taken as running (Ready without a startup Job)."""
+    node = get_json(cluster, "node", name) or {}
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
