@@ -54,9 +54,8 @@ from tests.harness.workload import web_pdb
 
 TIERS = ("shed", "hold", "last")
 SIZES = {tier: {"cpu": "2", "memory": "4Gi", "watts": 30} for tier in TIERS}
-#: The mains' hysteresis before a restore: mains flapping every 5 s are never back that long.
-#: The delay before a Shed power-off is the default `onBatterySeconds` (10 s): mains flapping
-#: every 5 s never last that long on battery.
+#: The mains' hysteresis before a restore. Mains flapping every 5 s are never back that long,
+#: nor on battery as long as the default `onBatterySeconds` (10 s) before a Shed power-off.
 STABLE_SECONDS = 10
 #: How late a wrong power order would be seen: a UPS poll (2 s), a status write, the planner's
 #: pass and its patch, on a busy host.
