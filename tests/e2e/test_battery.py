@@ -47,7 +47,7 @@ from lightsout_lab.sushy import POWER_OFF, POWER_ON, SushyEmulator
 from tests.e2e.autoscaling import Fleet, diagnosed, pod, running
 from tests.e2e.conftest import PATIENCE, wait_phase
 from tests.harness import fleet
-from tests.harness.cycle import core_node_ready
+from tests.harness.cycle import wait_found_running
 from tests.harness.phases import PhaseWatch
 from tests.harness.wait import events_for, get_json, holds, wait_for, warned
 from tests.harness.workload import web_pdb
@@ -101,17 +101,6 @@ def battery_group(tier: str, ups: NutServer, **policy: Any) -> dict[str, Any]:
     )
 
 
-def core_nodes_ready(crds: Cluster, machines: Fleet) -> None:
-    """Wait until every machine of the fleet (powered on in the BMC from the start) has its
-    core Node Ready: its Lights-Out Node, made desired On after this, is then taken as running
-    (Booting, then Ready) without a startup Job."""
-    wait_for(
-        lambda: all(core_node_ready(crds, machines.name(short)) for short in machines.sizes),
-        PATIENCE,
-        "the running machines' core Nodes Ready",
-    )
-
-
 def battery(crds: Cluster, namespace: str, group: str) -> dict[str, Any]:
     found = get_json(crds, "lsg", group, "-n", namespace) or {}
     return dict((found.get("status") or {}).get("battery") or {})
@@ -148,7 +137,7 @@ def test_on_battery_tiers_shutdown_restore_flapping_and_an_unreachable_ups(
         battery_group("last", ups),
     ]
     # Each machine in its own Group (minNodes 1), running already: Ready without a Job.
-    core_nodes_ready(crds, tiers)
+    wait_found_running(crds, [tiers.name(short) for short in tiers.sizes])
     nodes = tiers.nodes(tier_bmc, desired="On")
     for tier, node in zip(TIERS, nodes, strict=True):
         node["spec"]["group"] = tier
@@ -393,7 +382,8 @@ def test_a_ups_read_through_home_assistant_sheds_and_a_refused_token_changes_not
                 "restore": {"stableSeconds": STABLE_SECONDS, "chargePercent": 50},
             },
         )
-        core_nodes_ready(crds, shed_only)  # running already: Ready without a Job
+        # Running already: Ready without a Job.
+        wait_found_running(crds, [shed_only.name(short) for short in shed_only.sizes])
         (node,) = shed_only.nodes(shed_bmc, group="shed", desired="On")
         token = fleet.secret("ha-ups", {"token": HA_TOKEN})
         fleet.apply(crds, namespace, [*fleet.bmc_secrets(shed_bmc), token, group, node])

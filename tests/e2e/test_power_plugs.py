@@ -21,7 +21,6 @@ plug on, its OS up, its core Node Ready) instead of being powered on by a startu
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import json
 import socket
@@ -43,7 +42,7 @@ from lightsout_lab.wol import WolListener
 from tests.e2e.autoscaling import lightsout
 from tests.e2e.conftest import PATIENCE
 from tests.harness import fleet
-from tests.harness.cycle import core_node_ready, report, status, wait_phase
+from tests.harness.cycle import report, status, wait_found_running, wait_phase
 from tests.harness.wait import events_until, events_with_reason, wait_for, warned
 
 pytestmark = pytest.mark.e2e
@@ -162,10 +161,7 @@ def running(
     sims = [fleet.sim_machine(m.name, namespace, m.plug.power_state, 1.0) for m in machines]
     sim = MachineSimulator(kube_api, sims).start()
     try:
-        for m in machines:
-            if m.plug.power_state() == "On":
-                ready = functools.partial(core_node_ready, crds, m.name)
-                wait_for(ready, PATIENCE, f"the core Node of {m.name}, found running, to be Ready")
+        wait_found_running(crds, [m.name for m in machines if m.plug.power_state() == "On"])
         group = (
             fleet.group(healthCheck={"schedule": "0 0 1 1 *"}) if health_check else fleet.group()
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lightsout_lab import Cluster
@@ -83,8 +83,18 @@ def _show(value: Any) -> str:
 
 
 def core_node_ready(cluster: Cluster, name: str) -> bool:
-    """Whether the core (Kubernetes) Node `name` says Ready: a machine found running, applied
-    after this, is taken as running (Ready without a startup Job)."""
+    """Whether the core (Kubernetes) Node `name` says Ready."""
     node = get_json(cluster, "node", name) or {}
     conditions = (node.get("status") or {}).get("conditions") or []
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def wait_found_running(cluster: Cluster, names: Sequence[str]) -> None:
+    """Wait until the core Nodes of machines running from the start (their simulated kubelets
+    registered) say Ready: their Lights-Out Nodes, applied after this with desired On, are taken
+    as running (Ready without a startup Job)."""
+    wait_for(
+        lambda: all(core_node_ready(cluster, name) for name in names),
+        PATIENCE,
+        f"the core Nodes of {', '.join(names)}, found running, to be Ready",
+    )
