@@ -42,7 +42,7 @@ from tests.e2e.autoscaling import (
 )
 from tests.e2e.conftest import PATIENCE, wait_phase
 from tests.harness import fleet
-from tests.harness.wait import get_json, holds, wait_for
+from tests.harness.wait import get_json, holds, says_ready, wait_for
 from tests.harness.workload import batch_job, web_deployment, web_pdb
 
 PAIR = {
@@ -235,8 +235,7 @@ def _schedulable(crds: Cluster, name: str) -> bool:
     node = get_json(crds, "node", name)
     if not node:
         return False
-    conditions = node.get("status", {}).get("conditions") or []
-    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    ready = says_ready(node)
     blocking = [
         t
         for t in node["spec"].get("taints") or []

@@ -38,7 +38,7 @@ from lightsout_lab.sushy import POWER_OFF, POWER_ON, FakeSystem, SushyEmulator
 from tests.conftest import CRD_NAMES, ROOT
 from tests.e2e.conftest import PATIENCE, patch_desired, running_job, status, wait_phase
 from tests.harness import fleet
-from tests.harness.wait import events_for, get_json, holds, wait_for
+from tests.harness.wait import events_for, get_json, holds, says_ready, wait_for
 
 #: One pytest-xdist worker runs them all (`--dist loadgroup`): they share the module's lab,
 #: which other workers would otherwise each start again.
@@ -269,9 +269,7 @@ def heartbeat(lab: FaultLab, role: str) -> tuple[float, bool]:
     last renewal (epoch seconds, 0 without one) and whether its Node says Ready."""
     lease = get_json(lab.cluster, "lease", role, "-n", "kube-node-lease") or {}
     renewed = (lease.get("spec") or {}).get("renewTime")
-    node = get_json(lab.cluster, "node", role) or {}
-    conditions = (node.get("status") or {}).get("conditions") or []
-    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    ready = says_ready(get_json(lab.cluster, "node", role))
     return (micro(renewed).timestamp() if renewed else 0.0), ready
 
 

@@ -61,7 +61,7 @@ from tests.harness.previous_release import (
     lost,
     schema_fields,
 )
-from tests.harness.wait import events_for, get_json, wait_for
+from tests.harness.wait import events_for, get_json, says_ready, wait_for
 from tests.harness.workload import web_deployment, web_pdb
 
 pytestmark = pytest.mark.e2e
@@ -187,15 +187,10 @@ def operator_pods(cluster: Cluster) -> list[dict[str, Any]]:
     return pods
 
 
-def ready(pod: dict[str, Any]) -> bool:
-    conditions = pod.get("status", {}).get("conditions", [])
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-
 def replaced(cluster: Cluster, old: set[str]) -> list[dict[str, Any]] | None:
     """The operator's pods once there are two again, both new and Ready."""
     pods = operator_pods(cluster)
-    fresh = [p for p in pods if ready(p) and p["metadata"]["name"] not in old]
+    fresh = [p for p in pods if says_ready(p) and p["metadata"]["name"] not in old]
     return pods if len(pods) == len(fresh) == 2 else None
 
 
@@ -204,7 +199,7 @@ def check_operator_pod(pod: dict[str, Any], node: RealNode, image: str) -> None:
     chart's ServiceAccount token (no kubeconfig; the only Secret its webhook's serving
     certificate)."""
     spec = pod["spec"]
-    assert ready(pod), pod["status"]
+    assert says_ready(pod), pod["status"]
     assert spec["nodeName"] == node.node_name
     assert spec["serviceAccountName"] == RELEASE
     assert not spec.get("hostNetwork")

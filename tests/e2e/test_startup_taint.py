@@ -38,7 +38,7 @@ from tests.e2e.conftest import (
     webhook_operator_process,
 )
 from tests.harness import fleet
-from tests.harness.wait import events_until, get_json, wait_for, warned
+from tests.harness.wait import events_until, get_json, says_ready, wait_for, warned
 from tests.harness.watching import Recorder
 
 pytestmark = pytest.mark.e2e
@@ -65,11 +65,6 @@ def _taints(node: dict[str, Any]) -> list[dict[str, str]]:
         {k: t[k] for k in ("key", "value", "effect") if k in t}
         for t in node.get("spec", {}).get("taints") or []
     ]
-
-
-def _ready(node: dict[str, Any]) -> bool:
-    conditions = node.get("status", {}).get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 def _pod(name: str, host: str, tolerations: list[dict[str, str]]) -> dict[str, Any]:
@@ -234,14 +229,14 @@ def test_node_is_never_schedulable_before_its_labels_and_taints(
         assert _labels(obj).get(MACHINE_LABEL[0]) == MACHINE_LABEL[1], _labels(obj)
         assert GROUP_TAINT in _taints(obj), _taints(obj)
     assert {"key": STARTUP_TAINT_KEY, "effect": "NoSchedule"} in _taints(first)
-    assert not _ready(first) and not first.get("status", {}).get("nodeInfo", {}).get(
+    assert not says_ready(first) and not first.get("status", {}).get("nodeInfo", {}).get(
         "kubeletVersion"
     ), "the first Node seen must be the operator's, before the kubelet registered"
     # The startup taint stayed until the Node was Ready (the kubelet registered in between).
     registered = [o for o in seen if o.get("status", {}).get("nodeInfo", {}).get("kubeletVersion")]
     assert registered, "the kubelet never registered"
     untainted = [o for o in seen if not any(t["key"] == STARTUP_TAINT_KEY for t in _taints(o))]
-    assert untainted and all(_ready(o) for o in untainted)
+    assert untainted and all(says_ready(o) for o in untainted)
 
     # --- now: the Group's taint remains, the startup taint is gone, the tolerating pod runs
     assert GROUP_TAINT in _taints(node)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lightsout_lab import Cluster
-from tests.harness.wait import get_json, wait_for
+from tests.harness.wait import get_json, says_ready, wait_for
 
 #: Seconds to wait for a phase: Ansible starts in ~5 s on a loaded 2-core machine, a Job pod
 #: needs the scheduler and the stand-in kubelet first.
@@ -84,9 +84,7 @@ def _show(value: Any) -> str:
 
 def core_node_ready(cluster: Cluster, name: str) -> bool:
     """Whether the core (Kubernetes) Node `name` says Ready."""
-    node = get_json(cluster, "node", name) or {}
-    conditions = (node.get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    return says_ready(get_json(cluster, "node", name))
 
 
 def wait_found_running(cluster: Cluster, names: Sequence[str]) -> None:

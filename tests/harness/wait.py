@@ -78,6 +78,12 @@ def get_json(cluster: Cluster, *args: str) -> Any:
     return json.loads(proc.stdout)
 
 
+def says_ready(obj: Any) -> bool:
+    """Whether a pod or Node object (as `get_json` returns it) has the condition Ready=True."""
+    conditions = ((obj or {}).get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
 def events_with_reason(
     cluster: Cluster, namespace: str, name: str, reason: str, timeout: float = 30
 ) -> list[tuple[str, str]]:
