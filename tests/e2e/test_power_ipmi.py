@@ -53,6 +53,7 @@ SITE_SHUTDOWN = f"""---
       ansible.builtin.include_tasks: tasks/power.yml
       vars:
         lightsout_power_state: status
+      when: lightsout_driver not in lightsout_off_confirming_drivers
 
     - name: Report
       ansible.builtin.import_tasks: tasks/report.yml

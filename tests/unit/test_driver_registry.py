@@ -40,6 +40,7 @@ def test_the_playbooks_role_map_is_the_registrys() -> None:
     assert loaded["lightsout_driver_roles"] == {d.kind: d.role for d in DRIVERS}
     assert loaded["lightsout_ephemeral_drivers"] == ["proxmox"]
     assert loaded["lightsout_password_drivers"] == ["redfish", "ipmi"]
+    assert loaded["lightsout_off_confirming_drivers"] == ["redfish", "ipmi"]
 
 
 def test_a_role_serving_several_drivers_offers_the_registrys_kinds() -> None:

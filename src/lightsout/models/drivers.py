@@ -519,6 +519,9 @@ class Driver:
     the role sets `<role>_inspected`), which `status.inspected` keeps and the planner uses."""
     password_files: bool = False
     """Whether the role reads `username` and `password` files from the credentials Secret."""
+    confirms_off: bool = False
+    """Whether its power-off ends on a reading of the power state (the controller polled until
+    it says Off, else the run fails): the shutdown playbook then reads nothing back after it."""
 
     @property
     def ephemeral(self) -> bool:
@@ -542,6 +545,7 @@ DRIVERS: tuple[Driver, ...] = (
         metered=_always,
         inspects=True,
         password_files=True,
+        confirms_off=True,
     ),
     Driver(
         "ipmi",
@@ -550,6 +554,7 @@ DRIVERS: tuple[Driver, ...] = (
         "ipmi_power",
         credentials_secret,
         password_files=True,
+        confirms_off=True,
     ),
     Driver("wol", WoLDriver, "Wake-on-LAN to power on, SSH to power off.", "wol", ssh_secret),
     Driver(
@@ -710,11 +715,13 @@ __all__ = [
 def playbook_vars() -> dict[str, Any]:
     """What the playbooks know of the drivers, from the registry (`playbooks/vars/registry.yml`,
     written by `make crds`): the role of each driver, the ones whose role reads username and
-    password files, the ones that make and destroy machines."""
+    password files, the ones that make and destroy machines, the ones whose power-off ends on a
+    reading of the power state."""
     return {
         "lightsout_driver_roles": {driver.kind: driver.role for driver in DRIVERS},
         "lightsout_password_drivers": [d.kind for d in DRIVERS if d.password_files],
         "lightsout_ephemeral_drivers": [d.kind for d in DRIVERS if d.ephemeral],
+        "lightsout_off_confirming_drivers": [d.kind for d in DRIVERS if d.confirms_off],
     }
 
 
