@@ -142,7 +142,7 @@ class Api:
     def delete_job(self, namespace: str, name: str) -> None:
         # Foreground: the Job stays visible (and counts as active) until its pods are gone,
         # so no new power Job can start while a cancelled one's pod might still run.
-        _delete(
+        _gone_is_fine(
             self.batch().delete_namespaced_job, name, namespace, propagation_policy="Foreground"
         )
 
@@ -162,11 +162,8 @@ class Api:
         # A merge patch, not the client's default strategic one for a dict: the same for these
         # fields, and what the callers are told.
         call = self.batch().patch_namespaced_job
-        try:
-            _raw(call, name, namespace, dict(patch), _content_type="application/merge-patch+json")
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        merge = "application/merge-patch+json"
+        _gone_is_fine(_raw, call, name, namespace, dict(patch), _content_type=merge)
 
     def job_pods(self, namespace: str, job_name: str) -> list[Obj]:
         call = self.core().list_namespaced_pod
@@ -183,7 +180,7 @@ class Api:
         return _get(self.core().read_namespaced_config_map, name, namespace)
 
     def delete_configmap(self, namespace: str, name: str) -> None:
-        _delete(self.core().delete_namespaced_config_map, name, namespace)
+        _gone_is_fine(self.core().delete_namespaced_config_map, name, namespace)
 
     # ------------------------------------------------------------ CronJobs
     def get_cronjob(self, namespace: str, name: str) -> Obj | None:
@@ -199,7 +196,7 @@ class Api:
     def delete_cronjob(self, namespace: str, name: str) -> None:
         # Background: its Jobs and their pods go with it (they are owned by it).
         call = self.batch().delete_namespaced_cron_job
-        _delete(call, name, namespace, propagation_policy="Background")
+        _gone_is_fine(call, name, namespace, propagation_policy="Background")
 
     # ------------------------------------------------------------ Leases
     def coordination(self) -> client.CoordinationV1Api:
@@ -314,11 +311,7 @@ class Api:
 
     def delete_pod(self, namespace: str, name: str) -> None:
         """Delete a pod with its own grace period (a drain past its deadline); gone is fine."""
-        try:
-            self.core().delete_namespaced_pod(name, namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        _gone_is_fine(self.core().delete_namespaced_pod, name, namespace)
 
     # ------------------------------------------------------------ Events
     def post_event(
@@ -372,10 +365,8 @@ class Api:
         return _items(self.custom().list_cluster_custom_object, *_OURS, plural)
 
     def list_pods(self, namespace: str | None = None) -> list[Obj]:
-        if namespace:
-            data = _raw(self.core().list_namespaced_pod, namespace)
-        else:
-            data = _raw(self.core().list_pod_for_all_namespaces)
+        core = self.core()
+        data = _listed(core.list_namespaced_pod, core.list_pod_for_all_namespaces, namespace)
         return _typed_items(data, "v1", "Pod")
 
     def list_core_nodes(self) -> list[Obj]:
@@ -383,18 +374,18 @@ class Api:
 
     def list_pdbs(self, namespace: str | None = None) -> list[Obj]:
         policy = client.PolicyV1Api(self.client)
-        if namespace:
-            data = _raw(policy.list_namespaced_pod_disruption_budget, namespace)
-        else:
-            data = _raw(policy.list_pod_disruption_budget_for_all_namespaces)
+        data = _listed(
+            policy.list_namespaced_pod_disruption_budget,
+            policy.list_pod_disruption_budget_for_all_namespaces,
+            namespace,
+        )
         return _typed_items(data, "policy/v1", "PodDisruptionBudget")
 
     def list_daemonsets(self, namespace: str | None = None) -> list[Obj]:
         apps = client.AppsV1Api(self.client)
-        if namespace:
-            data = _raw(apps.list_namespaced_daemon_set, namespace)
-        else:
-            data = _raw(apps.list_daemon_set_for_all_namespaces)
+        data = _listed(
+            apps.list_namespaced_daemon_set, apps.list_daemon_set_for_all_namespaces, namespace
+        )
         return _typed_items(data, "apps/v1", "DaemonSet")
 
     def list_cronjobs(self, namespace: str | None = None) -> list[Obj]:
@@ -422,7 +413,7 @@ class Api:
                 core.list_config_map_for_all_namespaces,
             ),
         }[kind]
-        data = _raw(namespaced, namespace) if namespace else _raw(everywhere)
+        data = _listed(namespaced, everywhere, namespace)
         return [
             (
                 str(item["metadata"].get("namespace") or ""),
@@ -507,9 +498,10 @@ def _listed(
     namespaced: Callable[..., Any],
     everywhere: Callable[..., Any],
     namespace: str | None,
-    selector: str,
+    selector: str | None = None,
 ) -> Obj:
-    """One list call with a label selector: in `namespace`, or in every namespace."""
+    """One list call (with a label selector, if one is given): in `namespace`, or in every
+    namespace. The client sends no selector for None."""
     if namespace:
         return _raw(namespaced, namespace, label_selector=selector)
     return _raw(everywhere, label_selector=selector)
@@ -528,8 +520,8 @@ def _items(call: Any, *args: Any, **kwargs: Any) -> list[Obj]:
     return cast(list[Obj], _raw(call, *args, **kwargs).get("items", []))
 
 
-def _delete(call: Any, *args: Any, **kwargs: Any) -> None:
-    """Delete; an object already gone is fine."""
+def _gone_is_fine(call: Any, *args: Any, **kwargs: Any) -> None:
+    """Make the call (a delete, a patch); an object already gone (404) is fine."""
     try:
         call(*args, **kwargs)
     except ApiException as exc:
