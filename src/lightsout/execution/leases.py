@@ -23,7 +23,7 @@ from lightsout.execution.jobs import LABEL_MANAGED_BY, LABEL_NODE, MANAGED_BY
 from lightsout.execution.naming import label_value, stable_hash
 from lightsout.k8s.api import Api, ConflictError
 from lightsout.planning.types import KubeletHeartbeat, LeaseState
-from lightsout.state.parse import dig
+from lightsout.state.parse import as_int, dig
 
 LEASE_PREFIX = "lightsout"
 LABEL_NAMESPACE = "lightsout.dev/node-namespace"
@@ -63,7 +63,6 @@ def build_lease(
     duration_seconds: int,
     now: datetime,
     *,
-    transitions: int = 0,
     machine: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """A new Lease held by `holder` from `now`; `machine` is (namespace, name) for labels."""
@@ -87,7 +86,7 @@ def build_lease(
             "leaseDurationSeconds": duration_seconds,
             "acquireTime": stamp,
             "renewTime": stamp,
-            "leaseTransitions": transitions,
+            "leaseTransitions": 0,
         },
     }
 
@@ -150,10 +149,10 @@ def acquire(
     previous = spec.get("holderIdentity")
     if previous != holder:
         spec["acquireTime"] = format_micro_time(now)
-        spec["leaseTransitions"] = _int(spec.get("leaseTransitions")) + 1
+        spec["leaseTransitions"] = (as_int(spec.get("leaseTransitions")) or 0) + 1
     else:
         spec.setdefault("acquireTime", format_micro_time(now))
-        spec["leaseTransitions"] = _int(spec.get("leaseTransitions"))
+        spec["leaseTransitions"] = as_int(spec.get("leaseTransitions")) or 0
     spec["holderIdentity"] = holder
     spec["leaseDurationSeconds"] = duration_seconds
     spec["renewTime"] = format_micro_time(now)
@@ -230,7 +229,3 @@ def _for_replace(lease: Mapping[str, Any]) -> dict[str, Any]:
 def _spec(lease: Mapping[str, Any]) -> Mapping[str, Any]:
     spec = dig(lease, "spec")
     return spec if isinstance(spec, Mapping) else {}
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -20,7 +20,7 @@ from typing import Any
 from lightsout.actuation.inputs import job_identity
 from lightsout.execution.jobs import CONTAINER_NAME
 from lightsout.planning.types import JobPhase, ObservedJob, ObservedPowerState, OperationResult
-from lightsout.state.parse import parse_power_state, parse_time
+from lightsout.state.parse import as_int, parse_power_state, parse_time
 from lightsout.text import clip_middle
 
 #: Kubernetes keeps at most this many bytes of a container's termination message.
@@ -302,11 +302,11 @@ def _terminated(pod: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 def _started(status: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bool:
     """Whether any container of the Job may have run; when in doubt, yes."""
-    if any(_int(status.get(k)) for k in ("succeeded", "failed", "ready")):
+    if any(as_int(status.get(k)) for k in ("succeeded", "failed", "ready")):
         return True
     if not pods:
         # No pod visible yet: started only if the Job counts an active pod we cannot see.
-        return _int(status.get("active")) > 0
+        return (as_int(status.get("active")) or 0) > 0
     for pod in pods:
         if _mapping(pod.get("status")).get("phase") in _STARTED_POD_PHASES:
             return True
@@ -385,7 +385,3 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 def _sequence(value: Any) -> Sequence[Any]:
     return value if isinstance(value, list | tuple) else ()
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0

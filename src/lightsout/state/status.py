@@ -31,7 +31,7 @@ from lightsout.models.enums import ObservedPowerState, Phase
 from lightsout.models.group import SolarSurplusStatus
 from lightsout.models.node import MeasuredPower
 from lightsout.state.learned import Learned, learned_from_status, learned_to_status
-from lightsout.state.parse import as_str, dig, format_time, parse_time
+from lightsout.state.parse import as_int, as_str, dig, format_time, parse_time
 from lightsout.state.series import solar_surplus_of
 from lightsout.text import clip_middle
 
@@ -46,10 +46,6 @@ def _conditions(value: object) -> tuple[Mapping[str, Any], ...]:
     if not isinstance(value, list | tuple):
         return ()
     return tuple(c for c in value if isinstance(c, Mapping))
-
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _model[M: BaseModel](model: type[M], raw: object) -> tuple[M | None, str | None]:
@@ -135,7 +131,7 @@ class NodeStatusView(_View):
 
     @cached_property
     def observed_generation(self) -> int | None:
-        return _int(self.stored.get("observedGeneration"))
+        return as_int(self.stored.get("observedGeneration"))
 
     @cached_property
     def observed_power_state(self) -> ObservedPowerState | None:
@@ -151,7 +147,7 @@ class NodeStatusView(_View):
 
     @cached_property
     def intent_generation(self) -> int | None:
-        return _int(dig(self.stored, "intent", "generation"))
+        return as_int(dig(self.stored, "intent", "generation"))
 
     @cached_property
     def drift_corrections(self) -> tuple[datetime, ...]:
@@ -195,7 +191,7 @@ class GroupStatusView(_View):
     @cached_property
     def target_size(self) -> int | None:
         """`status.targetSize`: how many of its machines should be on."""
-        return _int(self.stored.get("targetSize"))
+        return as_int(self.stored.get("targetSize"))
 
     @cached_property
     def last_scale_up(self) -> datetime | None:
