@@ -191,10 +191,7 @@ class Planner:
 
     def objects(self) -> dict[str, list[Obj]]:
         """Copies of the caches' lists (their dicts are replaced on change, never mutated)."""
-        objects = {
-            key: [obj for found in self.indexes[index].values() for obj in found]
-            for key, index in INDEXES.items()
-        }
+        objects = {key: _cached(self.indexes, index) for key, index in INDEXES.items()}
         # The Node reconciler's caches of key names (by namespace and name), shared.
         return {**objects, **key_name_entries(self.indexes)}
 
@@ -310,14 +307,7 @@ async def start_autoscaler(memo: kopf.Memo, **kwargs: Any) -> None:
     memo.sensor_tasks = [
         # The UPSes the Groups name: their readings land in the Groups' status, which wakes the
         # planner like any other change.
-        _reading(
-            PowerSources(
-                planner.api,
-                groups=lambda: list(planner.objects()[build.GROUPS_KEY]),
-                leading=leading,
-            ),
-            "lightsout-ups",
-        ),
+        _reading(PowerSources(planner.api, groups=groups, leading=leading), "lightsout-ups"),
         # The Home Assistant price sensors: into ConfigMaps of prices, which the caches, and so
         # the planner and the machines' passes, read as series.
         _reading(
