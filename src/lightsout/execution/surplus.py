@@ -115,18 +115,13 @@ def worth_writing(
 
 def condition(status: SolarSurplusStatus) -> Condition:
     """The Group's `SolarSurplusReady` condition."""
-    if status.error is not None:
-        return Condition(
-            ConditionType.SOLAR_SURPLUS_READY,
-            ConditionStatus.FALSE,
-            "Unreadable",
-            f"{status.entity}: {status.error}",
-        )
+    read = status.error is None
+    said = f"{status.watts or 0:.0f} W" if read else status.error
     return Condition(
         ConditionType.SOLAR_SURPLUS_READY,
-        ConditionStatus.TRUE,
-        "Read",
-        f"{status.entity}: {status.watts or 0:.0f} W",
+        ConditionStatus.TRUE if read else ConditionStatus.FALSE,
+        "Read" if read else "Unreadable",
+        f"{status.entity}: {said}",
     )
 
 
