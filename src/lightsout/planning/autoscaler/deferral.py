@@ -85,10 +85,6 @@ class Deferral:
     releases: tuple[Release, ...] = ()
     waits: Mapping[ObjectKey, Wait] = field(default_factory=dict)
 
-    @property
-    def next_release(self) -> datetime | None:
-        return min((w.start for w in self.waits.values()), default=None)
-
 
 @dataclass(frozen=True)
 class _Planned:

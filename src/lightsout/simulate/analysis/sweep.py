@@ -349,11 +349,6 @@ class Point:
     def kwh(self) -> float:
         return ENERGY_WAIT.x_of(self.summary)
 
-    @property
-    def p95(self) -> float:
-        """Other pods' p95 wait, seconds (0 when no pod started)."""
-        return ENERGY_WAIT.y_of(self.summary)
-
     def on(self, axes: Axes) -> tuple[float, float]:
         """Its two figures on `axes`."""
         return axes.x_of(self.summary), axes.y_of(self.summary)
@@ -516,9 +511,9 @@ def render_text(document: Mapping[str, Any]) -> str:
         row = [
             label,
             f"{entry['usedKWh']:.2f}",
-            _seconds(entry["otherWaitP50Seconds"]),
-            _seconds(entry["otherWaitP95Seconds"]),
-            _seconds(entry["cronjobWaitP95Seconds"]),
+            _figure(entry["otherWaitP50Seconds"], 1, 0),
+            _figure(entry["otherWaitP95Seconds"], 1, 0),
+            _figure(entry["cronjobWaitP95Seconds"], 1, 0),
             str(entry["latePowerOns"]),
             str(entry["powerOns"]),
         ]
@@ -553,10 +548,6 @@ def render_text(document: Mapping[str, Any]) -> str:
             "runs finished after their deadline, or not finished by one within the trace"
         )
     return "\n".join(lines) + "\n"
-
-
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0f}"
 
 
 def _figure(value: float | None, per: float, digits: int) -> str:
