@@ -532,13 +532,8 @@ def _cronjobs(found: _Found, path: Path) -> dict[str, int]:
             continue
         for field, message in pod_spec_problems(template):
             found.add(obj, f"{POD_TEMPLATE}.{field}", message)
-        _deferrable(found, obj, read)
+        _held_job(found, obj, "spec.jobTemplate.metadata.annotations", read.job_annotations)
     return keys
-
-
-def _deferrable(found: _Found, obj: str, spec: cron.CronSpec) -> None:
-    """A deferrable CronJob's annotations, read as the planner reads its Jobs'."""
-    _held_job(found, obj, "spec.jobTemplate.metadata.annotations", spec.job_annotations)
 
 
 def _held_job(found: _Found, obj: str, where: str, annotations: Mapping[str, str]) -> None:
