@@ -147,6 +147,33 @@ def highs(highspy: Any, np: Any, problem: Problem, upper: list[float], time_limi
     return h
 
 
+def _run_mip(
+    highspy: Any, np: Any, h: Any, integer: Sequence[int], start: Sequence[float] | None
+) -> tuple[float, list[float] | None]:
+    """Solve `h` again with the `integer` columns integer (at a 1e-4 gap), from the `start`
+    schedule when given: its proven dual bound (-inf without one) and the best schedule's
+    column values (None when it found none)."""
+    h.changeColsIntegrality(
+        len(integer),
+        np.asarray(integer, dtype=np.int32),
+        np.full(len(integer), highspy.HighsVarType.kInteger),
+    )
+    h.setOptionValue("mip_rel_gap", 1e-4)
+    # Without this the MIP takes the LP's fractional solution for a start and spends up to the
+    # whole time limit in a sub-MIP trying to complete it, before its own search begins.
+    h.clearSolver()
+    if start is not None:
+        given = highspy.HighsSolution()
+        given.col_value = list(start)
+        given.value_valid = True
+        h.setSolution(given)
+    h.run()
+    info = h.getInfo()
+    dual = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else -math.inf
+    found = info.primal_solution_status == 2  # a feasible schedule was found
+    return dual, list(h.getSolution().col_value) if found else None
+
+
 @dataclass(frozen=True, slots=True)
 class _Outcome:
     columns: int
@@ -205,33 +232,14 @@ def _zero_wait(
     lp = h.getInfo().objective_function_value + problem.constant if start is None else -math.inf
     lp = lp if lp_status == optimal else -math.inf
     integer = np.concatenate([np.arange(0, starts), np.arange(problem.pod_base, n_cols)])
-    h.changeColsIntegrality(
-        len(integer),
-        integer.astype(np.int32),
-        np.full(len(integer), highspy.HighsVarType.kInteger),
-    )
-    h.setOptionValue("mip_rel_gap", 1e-4)
-    # Without this the MIP takes the LP's fractional solution for a start and spends up to the
-    # whole time limit in a sub-MIP trying to complete it, before its own search begins.
-    h.clearSolver()
-    if start is not None:
-        given = highspy.HighsSolution()
-        given.col_value = list(start)
-        given.value_valid = True
-        h.setSolution(given)
-    h.run()
-    info = h.getInfo()
-    dual = (
-        info.mip_dual_bound + problem.constant if math.isfinite(info.mip_dual_bound) else -math.inf
-    )
-    found = info.primal_solution_status == 2  # a feasible schedule was found
-    values = list(h.getSolution().col_value) if found else None
+    dual, values = _run_mip(highspy, np, h, integer, start)
+    found = values is not None
     return _Outcome(
         columns=n_cols,
         status=h.modelStatusToString(h.getModelStatus()),
         lp=lp,
-        dual=dual,
-        incumbent=info.objective_function_value + problem.constant if found else None,
+        dual=dual + problem.constant,
+        incumbent=h.getInfo().objective_function_value + problem.constant if found else None,
         closed=h.getModelStatus() == optimal,
         infeasible=h.getModelStatus() == infeasible,
         schedule=schedule_energy(problem, values) if values is not None else (),
@@ -524,24 +532,9 @@ def solve_windows(
     optimal = highspy.HighsModelStatus.kOptimal
     lp = h.getInfo().objective_function_value if h.getModelStatus() == optimal else -math.inf
     start, said = _start(problem, replayed)
-    integer = np.array(problem.integer, dtype=np.int32)
-    h.changeColsIntegrality(
-        len(integer), integer, np.full(len(integer), highspy.HighsVarType.kInteger)
-    )
-    h.setOptionValue("mip_rel_gap", 1e-4)
     h.setOptionValue("time_limit", max(1.0, time_limit - (time.monotonic() - started)))
-    h.clearSolver()
-    if start is not None:
-        given = highspy.HighsSolution()
-        given.col_value = list(start)
-        given.value_valid = True
-        h.setSolution(given)
-    h.run()
-    info = h.getInfo()
+    dual, values = _run_mip(highspy, np, h, problem.integer, start)
     status = h.modelStatusToString(h.getModelStatus())
-    dual = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else -math.inf
-    found = info.primal_solution_status == 2
-    values = list(h.getSolution().col_value) if found else None
     closed = h.getModelStatus() == optimal
     best = max(dual, lp)
     seconds = time.monotonic() - started
