@@ -140,17 +140,18 @@ def _cronjob(
     }
 
 
-def _local(day: int, hour: float) -> float:
-    """Seconds since START of `hour` o'clock local time on day `day` (0 = Monday)."""
-    base = (START + timedelta(days=day)).astimezone(ZoneInfo(ZONE))
+def _local(day: int, hour: float, start: datetime = START) -> float:
+    """Seconds since `start` of `hour` o'clock local time on day `day` (0 = `start`'s day)."""
+    base = (start + timedelta(days=day)).astimezone(ZoneInfo(ZONE))
     midnight = base.replace(hour=0, minute=0, second=0, microsecond=0)
     moment = midnight + timedelta(hours=hour)
-    return (moment.astimezone(UTC) - START).total_seconds()
+    return (moment.astimezone(UTC) - start).total_seconds()
 
 
 @dataclass
 class _Week:
-    """A generated week starting at `START`, as it is made: what every generated trace shares."""
+    """A generated trace as it is made (a week from `START`, unless said otherwise): what every
+    generated trace shares."""
 
     machines: list[dict[str, Any]]
     durations: dict[str, Durations]
@@ -158,6 +159,9 @@ class _Week:
     #: Each CronJob's run time, by `namespace/name`.
     runs: dict[str, float] = field(default_factory=dict)
     pods: list[TracePod] = field(default_factory=list)
+    start: datetime = START
+    seconds: float = WEEK
+    configmaps: list[dict[str, Any]] = field(default_factory=list)
 
     def add(
         self,
@@ -186,10 +190,11 @@ class _Week:
         return Trace(
             name=name,
             description=description,
-            start=START,
-            duration_seconds=WEEK,
+            start=self.start,
+            duration_seconds=self.seconds,
             machines=tuple(self.machines),
             cronjobs=tuple(self.cronjobs),
+            configmaps=tuple(self.configmaps),
             pods=tuple(self.pods),
             durations=self.durations,
             cron_run_seconds=self.runs,
@@ -487,42 +492,30 @@ def household_deferrable(
         ),
     ]
     runs = {"home/backup": 3600.0, "media/photo-index": 7200.0, "storage/scrub": 10800.0}
-    pods: list[TracePod] = []
-    zone = ZoneInfo(ZONE)
-    for day in range(7 * weeks):
-        midnight = (CHEAP_HOURS_START + timedelta(days=day)).astimezone(zone)
-        midnight = midnight.replace(hour=0, minute=0, second=0, microsecond=0)
-        for _ in range(rng.randint(0, 2)):
-            at = midnight + timedelta(hours=rng.uniform(18, 23))
-            pods.append(
-                TracePod(
-                    at=(at.astimezone(UTC) - CHEAP_HOURS_START).total_seconds(),
-                    run_seconds=rng.uniform(600, 3600),
-                    namespace="default",
-                    name=f"evening-{len(pods) + 1:05d}",
-                    spec=_spec(rng.choice(["1", "2"]), rng.choice(["2Gi", "4Gi"])),
-                )
-            )
     configmaps = [
         _series_map("day-ahead", "prices.csv", prices),
         _series_map("grid", "gco2.csv", carbon),
     ]
-    return Trace(
-        name="household-deferrable",
-        description=(
-            "A household on a day-ahead tariff (DE-LU prices and grid carbon, Bundesnetzagentur"
-            " | SMARD.de, CC BY 4.0): nightly and weekly deferrable CronJobs, evening pods."
-        ),
+    week = _Week(
+        machines,
+        durations,
+        cronjobs,
+        runs,
         start=CHEAP_HOURS_START,
-        duration_seconds=7 * weeks * DAY,
-        machines=tuple(machines),
-        cronjobs=tuple(cronjobs),
-        configmaps=tuple(configmaps),
-        pods=tuple(pods),
-        durations=durations,
-        cron_run_seconds=runs,
-        seed=seed,
+        seconds=7 * weeks * DAY,
+        configmaps=configmaps,
     )
+    for day in range(7 * weeks):
+        for _ in range(rng.randint(0, 2)):
+            at = _local(day, rng.uniform(18, 23), CHEAP_HOURS_START)
+            run = rng.uniform(600, 3600)
+            spec = _spec(rng.choice(["1", "2"]), rng.choice(["2Gi", "4Gi"]))
+            week.add(at, run, "default", "evening", spec, owner=None)
+    description = (
+        "A household on a day-ahead tariff (DE-LU prices and grid carbon, Bundesnetzagentur"
+        " | SMARD.de, CC BY 4.0): nightly and weekly deferrable CronJobs, evening pods."
+    )
+    return week.trace("household-deferrable", description, seed)
 
 
 def _deferrable(cronjob: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
