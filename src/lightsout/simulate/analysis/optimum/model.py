@@ -149,7 +149,8 @@ def zero_wait_runs(trace: Trace) -> list[Run]:
     return sorted((r for r in runs if r.end > r.start), key=lambda r: (r.start, r.end))
 
 
-def _allowed(req: SchedulingRequirements, view: NodeView) -> bool:
+def allowed_on(req: SchedulingRequirements, view: NodeView) -> bool:
+    """Whether a pod asking `req` may run on the node `view` (placement, and room when empty)."""
     return not placement_reasons(req, view) and not shortfalls(req.requests, view.free.as_dict())
 
 
@@ -277,7 +278,7 @@ def _pooled(trace: Trace, runs: Sequence[Run], machines: Sequence[Machine]) -> l
             trace.durations_of(m.key.name),
             tuple(sorted(view.free.as_dict().items())),
             tuple(sorted(view.allocatable.as_dict().items())),
-            tuple(_allowed(r.requests, view) for r in runs),
+            tuple(allowed_on(r.requests, view) for r in runs),
         )
         sets.setdefault(signature, []).append(i)
     return list(sets.values())
@@ -309,21 +310,21 @@ def _costs(problem: Problem, trace: Trace, runs: list[Run]) -> None:
     draws = _machine_costs(problem, trace)
     views = node_views(problem.machines)
     for p, run in enumerate(runs):
-        allowed = [i for i, view in enumerate(views) if _allowed(run.requests, view)]
+        allowed = [i for i, view in enumerate(views) if allowed_on(run.requests, view)]
         problem.dropped += not allowed
         for i in allowed:
             problem.pairs.append((p, i))
             problem.owners.append(i)
             problem.costs.append(
-                _load_watts(views[i], draws[i], run) * (run.end - run.start) / _HOUR
+                load_watts(views[i], draws[i], run.requests) * (run.end - run.start) / _HOUR
             )
 
 
-def _load_watts(view: NodeView, draw: Draw, run: Run) -> float:
+def load_watts(view: NodeView, draw: Draw, req: SchedulingRequirements) -> float:
     """What the pod adds to the machine's draw while it runs there (its cpu share of on - idle),
     as `planning.energy.account.Draw.watts` counts it."""
     cpu = view.allocatable.get(CPU)
-    share = min(1.0, run.requests.requests.get(CPU) / cpu) if cpu else 0.0
+    share = min(1.0, req.requests.get(CPU) / cpu) if cpu else 0.0
     return draw.watts(True, share) - draw.watts(True)
 
 
@@ -434,11 +435,11 @@ def waits_problem(trace: Trace, runs: list[Run], max_wait: float) -> tuple[Probl
     upper = [1.0] * (n * m) + [math.inf] * (n * m) + [1.0] * m  # u, s and e
     z: dict[tuple[int, int, int], int] = {}  # (pod, machine, segment) -> column
     for p, (run, (start, stop)) in enumerate(zip(runs, windows, strict=True)):
-        allowed = [i for i, view in enumerate(views) if _allowed(run.requests, view)]
+        allowed = [i for i, view in enumerate(views) if allowed_on(run.requests, view)]
         problem.dropped += not allowed
         inside = [k for k in range(n) if cuts[k] >= start and cuts[k + 1] <= stop]
         for i in allowed:
-            watts = _load_watts(views[i], draws[i], run)
+            watts = load_watts(views[i], draws[i], run.requests)
             for k in inside:
                 z[p, i, k] = problem.pod_base + len(z)
                 problem.owners.append(i)

@@ -87,10 +87,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from lightsout.planning.autoscaler.scheduling import NodeView, placement_reasons, shortfalls
+from lightsout.planning.autoscaler.scheduling import NodeView
 from lightsout.planning.energy import tariff
 from lightsout.planning.energy.account import Draw
-from lightsout.simulate.analysis.optimum.model import Problem, node_views
+from lightsout.simulate.analysis.optimum.model import Problem, allowed_on, load_watts, node_views
 from lightsout.simulate.analysis.optimum.realise import ScheduleEnergy
 from lightsout.simulate.replay.deferred import job_of_pod
 from lightsout.simulate.traces.trace import Trace, TracePod
@@ -99,7 +99,6 @@ from lightsout.state.admission import admitted
 from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, SERIES_KEY, snapshot_from
 from lightsout.state.jobs import deferred_jobs
 from lightsout.state.parse import dig, scheduling_requirements
-from lightsout.state.resources import CPU
 from lightsout.state.types import Group, Machine, SchedulingRequirements, deferrable
 
 if TYPE_CHECKING:
@@ -301,10 +300,6 @@ def default_slot(trace: Trace, machines: int) -> float:
     return SLOTS[-1]
 
 
-def _allowed(req: SchedulingRequirements, view: NodeView) -> bool:
-    return not placement_reasons(req, view) and not shortfalls(req.requests, view.free.as_dict())
-
-
 @dataclass
 class SlotProblem(Problem):
     """The time-indexed MIP in HiGHS' row-wise form. Columns: x[i,k], u[i,k], s[i,k], f[i,k]
@@ -433,13 +428,6 @@ def _machine_columns(
     problem.upper.extend(upper)
 
 
-def _load(view: NodeView, draw: Draw, req: SchedulingRequirements) -> float:
-    """What the pod adds to the machine's draw while it runs there, watts."""
-    cpu = view.allocatable.get(CPU)
-    share = min(1.0, req.requests.get(CPU) / cpu) if cpu else 0.0
-    return draw.watts(True, share) - draw.watts(True)
-
-
 def least_run(w: Weight, lo: float, hi: float, run: float, end: float) -> float:
     """The least integral of w over [a, min(a + run, end)] for a in [lo, hi]: piecewise linear
     in a, breaking where a, a + run or the end cross a change of w, so least at a break or an
@@ -458,12 +446,12 @@ def _pod_columns(
 ) -> None:
     slot = problem.slot
     for p, win in enumerate(problem.windows):
-        allowed = [i for i, view in enumerate(views) if _allowed(win.requests, view)]
+        allowed = [i for i, view in enumerate(views) if allowed_on(win.requests, view)]
         problem.unplaced += not allowed
         first = math.ceil(win.earliest / slot - _EPS)
         last = math.ceil(min(win.latest, problem.end) / slot - _EPS)
         for i in allowed:
-            watts = _load(views[i], draws[i], win.requests)
+            watts = load_watts(views[i], draws[i], win.requests)
             for t in range(first, last + 1):
                 lo, hi = max(win.earliest, (t - 1) * slot), min(win.latest, t * slot)
                 if lo > hi + _EPS:
