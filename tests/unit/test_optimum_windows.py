@@ -16,6 +16,7 @@ import pytest
 
 from lightsout.simulate.analysis import optimum
 from lightsout.simulate.analysis.optimum import solver, windows
+from lightsout.simulate.analysis.optimum.model import violations
 from lightsout.simulate.analysis.report import longest_wait
 from lightsout.simulate.replay.engine import Result, replay
 from lightsout.simulate.traces.trace import Durations, Trace, TracePod
@@ -108,7 +109,7 @@ def test_the_replayed_schedule_maps_onto_the_model_and_the_bound_is_below_it(see
         problem = windows.windows_problem(t, waited, objective=objective, slot=300)
         values, unmapped = windows.mapped(problem, result)
         assert unmapped == []
-        assert windows.violations(problem, values) == []
+        assert violations(problem, values, problem.upper) == []
         assert problem.value(values) <= real * (1 + 1e-9)
         bound = solver.solve_windows(t, 4, waited, objective=objective, slot=300, replayed=[result])
         assert bound.value is not None

@@ -495,3 +495,22 @@ def upper_bounds(problem: Problem) -> list[float]:
     counts = [float(n) for n in problem.counts]
     upper = [n for n in counts for _ in range(problem.segments)]
     return upper + [math.inf] * (problem.y_base - len(upper)) + counts + [1.0] * len(problem.pairs)
+
+
+def violations(
+    problem: Problem, values: Sequence[float], upper: Sequence[float], tolerance: float = 1e-6
+) -> list[str]:
+    """The column bounds (0 to `upper`) and rows that `values` break (empty: a solution of the
+    model)."""
+    found = [
+        f"column {c}: {v} outside [0, {u}]"
+        for c, (v, u) in enumerate(zip(values, upper, strict=True))
+        if v < -tolerance or v > u + tolerance
+    ]
+    ends = [*problem.starts[1:], len(problem.idx)]
+    for r, (start, stop) in enumerate(zip(problem.starts, ends, strict=True)):
+        activity = sum(problem.vals[j] * values[problem.idx[j]] for j in range(start, stop))
+        lo, hi = problem.rows_lo[r], problem.rows_hi[r]
+        if not lo - tolerance <= activity <= hi + tolerance:
+            found.append(f"row {r}: {activity} outside [{lo}, {hi}]")
+    return found

@@ -5,7 +5,7 @@ made into a schedule of real machines.
 `analysis.breakdown` sets Lights-Out's energy against). `realise` turns the pooled MIP's
 solution (`model._pooled`: one count per set of identical machines) into one-per-machine column
 values, placing each pod and keeping each machine up the cheapest way (`_bridge`), and hands
-them back only if they pass every row (`_feasible`): the start the one-per-machine MIP
+them back only if they pass every row (`model.violations`): the start the one-per-machine MIP
 improves on.
 """
 
@@ -15,7 +15,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lightsout.simulate.analysis.optimum.model import Problem, Run, node_views, upper_bounds
+from lightsout.simulate.analysis.optimum.model import (
+    Problem,
+    Run,
+    node_views,
+    upper_bounds,
+    violations,
+)
 
 _HOUR = 3600.0
 
@@ -134,7 +140,7 @@ def realise(
         made[single.y_base + i] = float(up[-1])
     for c, pair in enumerate(single.pairs):
         made[single.pod_base + c] = float(host.get(pair[0]) == pair[1])
-    return made if _feasible(single, made) else None
+    return None if violations(single, made, upper_bounds(single)) else made
 
 
 def _extra(problem: Problem, i: int, segments: range, used: Sequence[dict[str, float]]) -> float:
@@ -164,18 +170,3 @@ def _bridge(problem: Problem, i: int, up: list[bool]) -> None:
         if idle < saved:
             up[k:gap] = [True] * (gap - k)
         k = gap
-
-
-def _feasible(problem: Problem, values: Sequence[float], tolerance: float = 1e-6) -> bool:
-    """Whether the values pass every row and column bound of the zero-wait model."""
-    upper = upper_bounds(problem)
-    if any(v < -tolerance or v > u + tolerance for v, u in zip(values, upper, strict=True)):
-        return False
-    ends = [*problem.starts[1:], len(problem.idx)]
-    for start, end, lo, hi in zip(
-        problem.starts, ends, problem.rows_lo, problem.rows_hi, strict=True
-    ):
-        activity = sum(problem.vals[j] * values[problem.idx[j]] for j in range(start, end))
-        if activity < lo - tolerance or activity > hi + tolerance:
-            return False
-    return True

@@ -603,19 +603,3 @@ def slot_schedule(problem: SlotProblem, values: Sequence[float]) -> tuple[Schedu
         )
         for i, machine in enumerate(problem.machines)
     )
-
-
-def violations(problem: SlotProblem, values: Sequence[float], tolerance: float = 1e-6) -> list[str]:
-    """The column bounds and rows that `values` break (empty: a solution of the model)."""
-    found = [
-        f"column {c}: {v} outside [0, {u}]"
-        for c, (v, u) in enumerate(zip(values, problem.upper, strict=True))
-        if v < -tolerance or v > u + tolerance
-    ]
-    ends = [*problem.starts[1:], len(problem.idx)]
-    for r, (start, stop) in enumerate(zip(problem.starts, ends, strict=True)):
-        activity = sum(problem.vals[j] * values[problem.idx[j]] for j in range(start, stop))
-        lo, hi = problem.rows_lo[r], problem.rows_hi[r]
-        if not lo - tolerance <= activity <= hi + tolerance:
-            found.append(f"row {r}: {activity} outside [{lo}, {hi}]")
-    return found
