@@ -151,7 +151,7 @@ def windows(trace: Trace, max_wait: float, *, defer: bool = True) -> list[Window
         latest = [a + max_wait for a in at]
         if held:
             for n, moment in enumerate(fires):
-                deadline = _deadline(spec, moment)
+                deadline = _job_deadline(cron.job_of(spec, moment, moment, suspend=True))
                 latest[n] = (
                     math.inf
                     if deadline is None
@@ -189,13 +189,9 @@ def _pod_window(trace: Trace, p: TracePod, max_wait: float, defer: bool) -> Wind
     return Window((p.namespace, p.name), p.at, latest, p.run_seconds, requests, required, held)
 
 
-def _deadline(spec: cron.CronSpec, scheduled: datetime) -> datetime | None:
-    """The deadline the replay gives the run's held Job (`replay.deferred.HeldJobs.admit`);
-    None when its annotations do not give one (it is then released at once)."""
-    return _job_deadline(cron.job_of(spec, scheduled, scheduled, suspend=True))
-
-
 def _job_deadline(job: Mapping[str, Any]) -> datetime | None:
+    """The deadline the replay gives a held Job (`replay.deferred.HeldJobs.admit`); None when
+    its annotations do not give one (it is then released at once)."""
     (seen,) = deferred_jobs([job]) or (None,)
     if seen is None or seen.problem is not None:
         return None
