@@ -281,27 +281,23 @@ def _outages(result: Result) -> list[dict[str, Any]]:
     """Each mains failure of the trace's UPS: how the battery fared and the machines came back."""
     if result.ups is None:
         return []
-    out = []
-    for o in result.ups.outages:
-        out.append(
-            {
-                "startSeconds": round(o.started, 1),
-                "seconds": None if o.ended is None else round(o.ended - o.started, 1),
-                "loadWatts": round(o.load_watts, 1),
-                "runtimeSeconds": _round(o.runtime_seconds),
-                "allOffSeconds": None
-                if o.all_off_at is None
-                else round(o.all_off_at - o.started, 1),
-                "batteryLeftShare": None if o.left_share is None else round(o.left_share, 3),
-                "cutByDeadBattery": list(o.cut),
-                "restoredSeconds": (
-                    None
-                    if o.restored_at is None or o.ended is None
-                    else round(o.restored_at - o.ended, 1)
-                ),
-            }
-        )
-    return out
+    return [
+        {
+            "startSeconds": round(o.started, 1),
+            "seconds": None if o.ended is None else round(o.ended - o.started, 1),
+            "loadWatts": round(o.load_watts, 1),
+            "runtimeSeconds": _round(o.runtime_seconds),
+            "allOffSeconds": None if o.all_off_at is None else round(o.all_off_at - o.started, 1),
+            "batteryLeftShare": None if o.left_share is None else round(o.left_share, 3),
+            "cutByDeadBattery": list(o.cut),
+            "restoredSeconds": (
+                None
+                if o.restored_at is None or o.ended is None
+                else round(o.restored_at - o.ended, 1)
+            ),
+        }
+        for o in result.ups.outages
+    ]
 
 
 def _outage_line(o: Mapping[str, Any]) -> str:
