@@ -41,9 +41,14 @@ images-previous:
 # cores (README, "Test time"). The 25 slowest tests are listed at the end.
 TEST_WORKERS ?= 3
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
+# Every operator, CLI and lab process imports the project's own modules: compiled once here, not
+# by each of them where PYTHONDONTWRITEBYTECODE keeps Python from caching its compilations
+# (about 0.5 CPU-s per operator start on this machine).
+PRECOMPILE := $(PY) -m compileall -q src lab/src
 
 test: setup binaries cluster-autoscaler images images-previous
 	@bash tools/ci/system-packages.sh tests node prometheus
+	@$(PRECOMPILE)
 	$(PY) -m pytest $(XDIST) --durations=25 tests
 
 test-unit: setup
@@ -51,6 +56,7 @@ test-unit: setup
 
 test-e2e: setup binaries cluster-autoscaler images images-previous
 	@bash tools/ci/system-packages.sh tests node prometheus
+	@$(PRECOMPILE)
 	$(PY) -m pytest $(XDIST) --durations=25 -m e2e tests
 
 test-molecule: setup
