@@ -37,7 +37,7 @@ images-previous:
 	@bash tools/images/build.sh --previous >/dev/null
 
 # The suite runs in parallel workers (pytest-xdist), each with its own control plane; the tests
-# of the host's one real node go to one worker (tests/conftest.py). Budget: 30 minutes on 2
+# of the host's one real node go to one worker (tests/conftest.py). Budget: 25 minutes on 2
 # cores (README, "Test time"). The 25 slowest tests are listed at the end.
 TEST_WORKERS ?= 3
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
