@@ -38,6 +38,10 @@ class Fleet:
     def name(self, short: str) -> str:
         return f"{short}-{self.namespace}"
 
+    def names(self) -> dict[str, str]:
+        """Every machine's name, by its short name."""
+        return {short: self.name(short) for short in self.sizes}
+
     def systems(self, power_state: PowerState = "Off") -> list[FakeSystem]:
         return [
             FakeSystem(uuid=self.uuids[s], name=self.name(s), power_state=power_state)
@@ -76,7 +80,7 @@ class Fleet:
         for short, node in zip(self.sizes, nodes, strict=True):
             node["spec"]["group"] = group_of[short]
         fleet.apply(crds, self.namespace, [*fleet.bmc_secrets(bmc), *groups, *nodes])
-        names = {short: self.name(short) for short in self.sizes}
+        names = self.names()
         for name in names.values():
             wait_phase(crds, self.namespace, name, "Off")
         return names

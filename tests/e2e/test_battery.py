@@ -137,7 +137,7 @@ def test_on_battery_tiers_shutdown_restore_flapping_and_an_unreachable_ups(
         battery_group("last", ups),
     ]
     # Each machine in its own Group (minNodes 1), running already: Ready without a Job.
-    wait_found_running(crds, [tiers.name(short) for short in tiers.sizes])
+    wait_found_running(crds, list(tiers.names().values()))
     nodes = tiers.nodes(tier_bmc, desired="On")
     for tier, node in zip(TIERS, nodes, strict=True):
         node["spec"]["group"] = tier
@@ -383,7 +383,7 @@ def test_a_ups_read_through_home_assistant_sheds_and_a_refused_token_changes_not
             },
         )
         # Running already: Ready without a Job.
-        wait_found_running(crds, [shed_only.name(short) for short in shed_only.sizes])
+        wait_found_running(crds, list(shed_only.names().values()))
         (node,) = shed_only.nodes(shed_bmc, group="shed", desired="On")
         token = fleet.secret("ha-ups", {"token": HA_TOKEN})
         fleet.apply(crds, namespace, [*fleet.bmc_secrets(shed_bmc), token, group, node])
