@@ -143,11 +143,44 @@ def registration_metadata(
     return labels, taints
 
 
-def _namespace_selector(namespaces: Sequence[str]) -> dict[str, Any]:
+def _webhook(
+    name: str,
+    client_config: Mapping[str, Any],
+    rule: Mapping[str, Any],
+    *,
+    side_effects: str,
+    timeout_seconds: int,
+    namespaces: Sequence[str] = (),
+) -> dict[str, Any]:
+    """One webhook as the operator's configurations have them: `rule` (CREATEs of v1 unless
+    it says otherwise), failurePolicy Ignore, only in the `namespaces` named (all when
+    empty)."""
+    webhook: dict[str, Any] = {
+        "name": name,
+        "clientConfig": dict(client_config),
+        "rules": [{"apiVersions": ["v1"], "operations": ["CREATE"], **rule}],
+        "failurePolicy": "Ignore",
+        "sideEffects": side_effects,
+        "timeoutSeconds": timeout_seconds,
+        "matchPolicy": "Equivalent",
+        "admissionReviewVersions": ["v1"],
+    }
+    if namespaces:
+        names = sorted(namespaces)
+        webhook["namespaceSelector"] = {
+            "matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "In", "values": names}
+            ]
+        }
+    return webhook
+
+
+def _configuration(kind: str, name: str, webhooks: list[dict[str, Any]]) -> dict[str, Any]:
     return {
-        "matchExpressions": [
-            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": sorted(namespaces)}
-        ]
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: "lightsout"}},
+        "webhooks": webhooks,
     }
 
 
@@ -162,31 +195,21 @@ def jobs_webhook(
     the managed-by label, the ones the planner watches (`handlers.autoscale`, with
     `handlers.node.NOT_OURS`): not the operator's own, and none the planner would not see to
     release."""
-    webhook: dict[str, Any] = {
-        "name": "jobs.lightsout.dev",
-        "clientConfig": dict(client_config),
-        "rules": [
-            {
-                "apiGroups": ["batch"],
-                "apiVersions": ["v1"],
-                "operations": ["CREATE"],
-                "resources": ["jobs"],
-                "scope": "Namespaced",
-            }
-        ],
+    rule = {"apiGroups": ["batch"], "resources": ["jobs"], "scope": "Namespaced"}
+    return {
+        **_webhook(
+            "jobs.lightsout.dev",
+            client_config,
+            rule,
+            side_effects="None",
+            timeout_seconds=timeout_seconds,
+            namespaces=namespaces,
+        ),
         "objectSelector": {
             "matchExpressions": [{"key": LABEL_MANAGED_BY, "operator": "DoesNotExist"}]
         },
-        "failurePolicy": "Ignore",
-        "sideEffects": "None",
-        "timeoutSeconds": timeout_seconds,
-        "matchPolicy": "Equivalent",
         "reinvocationPolicy": "Never",
-        "admissionReviewVersions": ["v1"],
     }
-    if namespaces:
-        webhook["namespaceSelector"] = _namespace_selector(namespaces)
-    return webhook
 
 
 def mutating_webhook_configuration(
@@ -204,35 +227,17 @@ def mutating_webhook_configuration(
     failurePolicy Ignore: a webhook that is down or slow never keeps a kubelet from
     registering (it then registers as without the webhook). NoneOnDryRun: the webhook patches
     the existing Node, so it must be told about dry runs, and does nothing for them."""
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "lightsout"}},
-        "webhooks": [
-            {
-                "name": "core-nodes.lightsout.dev",
-                "clientConfig": dict(client_config),
-                "rules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE"],
-                        "resources": ["nodes"],
-                        "scope": "Cluster",
-                    }
-                ],
-                "failurePolicy": "Ignore",
-                "sideEffects": "NoneOnDryRun",
-                "timeoutSeconds": timeout_seconds,
-                "matchPolicy": "Equivalent",
-                "reinvocationPolicy": "Never",
-                "admissionReviewVersions": ["v1"],
-            },
-            jobs_webhook(
-                jobs_client_config, timeout_seconds=timeout_seconds, namespaces=namespaces
-            ),
-        ],
-    }
+    nodes = _webhook(
+        "core-nodes.lightsout.dev",
+        client_config,
+        {"apiGroups": [""], "resources": ["nodes"], "scope": "Cluster"},
+        side_effects="NoneOnDryRun",
+        timeout_seconds=timeout_seconds,
+    )
+    jobs = jobs_webhook(jobs_client_config, timeout_seconds=timeout_seconds, namespaces=namespaces)
+    return _configuration(
+        "MutatingWebhookConfiguration", name, [{**nodes, "reinvocationPolicy": "Never"}, jobs]
+    )
 
 
 def validating_webhook_configuration(
@@ -249,29 +254,19 @@ def validating_webhook_configuration(
     Only the `namespaces` the operator watches (all when empty). failurePolicy Ignore: a down
     operator never blocks editing a Group; it then reads such a Group with its windows ignored
     and says so in the plan, as before the webhook."""
-    webhook: dict[str, Any] = {
-        "name": "groups.lightsout.dev",
-        "clientConfig": dict(client_config),
-        "rules": [
-            {
-                "apiGroups": ["lightsout.dev"],
-                "apiVersions": ["*"],
-                "operations": ["CREATE", "UPDATE"],
-                "resources": ["groups"],
-                "scope": "Namespaced",
-            }
-        ],
-        "failurePolicy": "Ignore",
-        "sideEffects": "None",
-        "timeoutSeconds": timeout_seconds,
-        "matchPolicy": "Equivalent",
-        "admissionReviewVersions": ["v1"],
+    rule = {
+        "apiGroups": ["lightsout.dev"],
+        "apiVersions": ["*"],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": ["groups"],
+        "scope": "Namespaced",
     }
-    if namespaces:
-        webhook["namespaceSelector"] = _namespace_selector(namespaces)
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "lightsout"}},
-        "webhooks": [webhook],
-    }
+    groups = _webhook(
+        "groups.lightsout.dev",
+        client_config,
+        rule,
+        side_effects="None",
+        timeout_seconds=timeout_seconds,
+        namespaces=namespaces,
+    )
+    return _configuration("ValidatingWebhookConfiguration", name, [groups])
