@@ -6,13 +6,14 @@ The local dev cluster and the demo are the lab's (`lightsout-lab`), not the oper
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -231,10 +232,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.plot:
         from lightsout.simulate.analysis.plot import PlotMissingError, plot
 
-        try:
+        with _refusing(PlotMissingError):
             plot(result, Path(args.plot))
-        except PlotMissingError as error:
-            raise _RefusedError(f"lightsout simulate: {error}") from None
     baseline = None
     max_wait = report.longest_wait(result)
     replayed = [result]
@@ -248,7 +247,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.optimum:
         from lightsout.simulate.analysis.optimum import SolverMissingError, solve
 
-        try:
+        with _refusing(SolverMissingError):
             # If no zero-wait schedule exists, the bound lets pods wait as long as the
             # schedules it is compared with did, so it bounds both of them.
             solved = solve(
@@ -259,8 +258,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 defer=options.defer,
                 replayed=replayed,
             )
-        except SolverMissingError as error:
-            raise _RefusedError(f"lightsout simulate: {error}") from None
     _print_simulation(args, result, summary, baseline, solved)
     return 0
 
@@ -299,6 +296,15 @@ class _RefusedError(Exception):
     prints (none when the command printed its problems itself)."""
 
 
+@contextlib.contextmanager
+def _refusing(*errors: type[Exception], what: str = "lightsout simulate: ") -> Iterator[None]:
+    """One of `errors` raised in the block is `_RefusedError`: `what`, then the error's words."""
+    try:
+        yield
+    except errors as error:
+        raise _RefusedError(f"{what}{error}") from None
+
+
 def _trace_of(args: argparse.Namespace) -> Trace:
     """The trace `lightsout simulate` replays; `_RefusedError` saying why it cannot."""
     from lightsout.simulate.traces import generate
@@ -306,7 +312,7 @@ def _trace_of(args: argparse.Namespace) -> Trace:
     from lightsout.simulate.traces.validate import validate
 
     path = Path(args.trace)
-    try:
+    with _refusing(TraceError):
         if path.exists() or args.trace not in generate.GENERATORS:
             # Checked as the API server would check its objects: every problem, no traceback.
             problems = validate(path, tuple(args.set or ()))
@@ -315,18 +321,14 @@ def _trace_of(args: argparse.Namespace) -> Trace:
                 raise _RefusedError
             return load(path)
         return generate.generate(args.trace)  # a shipped trace, by name
-    except TraceError as error:
-        raise _RefusedError(f"lightsout simulate: {error}") from None
 
 
 def _settings_of(args: argparse.Namespace) -> None:
     """Refuse a `--set` that could change nothing, once, before any trace is read."""
     from lightsout.simulate.traces.overrides import apply_overrides
 
-    try:
+    with _refusing(ValueError):
         apply_overrides({"spec": {}}, args.set or ())
-    except ValueError as error:
-        raise _RefusedError(f"lightsout simulate: {error}") from None
 
 
 def _sweep_of(args: argparse.Namespace) -> Sweep | None:
@@ -335,10 +337,8 @@ def _sweep_of(args: argparse.Namespace) -> Sweep | None:
         return None
     from lightsout.simulate.analysis.sweep import SweepError, parse
 
-    try:
+    with _refusing(SweepError, what="lightsout simulate: --sweep "):
         sweep = parse(args.sweep)
-    except SweepError as error:
-        raise _RefusedError(f"lightsout simulate: --sweep {error}") from None
     if args.policy != "lightsout" or args.optimum or args.breakdown:
         raise _RefusedError(
             "lightsout simulate: --sweep replays the lightsout policy beside the reactive "
@@ -351,19 +351,16 @@ def _simulate_sweep(trace: Trace, sweep: Sweep, options: Options, args: argparse
     """`lightsout simulate TRACE --sweep KNOB[=V1,...]`: a replay per value, the table."""
     from lightsout.simulate.analysis import sweep as sweeping
 
-    try:  # before any replay: a knob the trace gives nothing to change is one line
+    # Before any replay: a knob the trace gives nothing to change is one line.
+    with _refusing(sweeping.SweepError, what="lightsout simulate: --sweep "):
         sweep = sweeping.prepare(trace, sweep, options)
-    except sweeping.SweepError as error:
-        raise _RefusedError(f"lightsout simulate: --sweep {error}") from None
     points, baseline = sweeping.run(trace, sweep, options)
     document = sweeping.as_json(sweep, points, baseline)
     if args.plot:
         from lightsout.simulate.analysis.plot import PlotMissingError, plot_sweep
 
-        try:
+        with _refusing(PlotMissingError):
             plot_sweep(document, Path(args.plot))
-        except PlotMissingError as error:
-            raise _RefusedError(f"lightsout simulate: {error}") from None
     if args.output == "json":
         print(json.dumps(document, indent=2, allow_nan=False))
     else:
@@ -411,10 +408,8 @@ def cmd_trace_record(args: argparse.Namespace) -> int:
     from lightsout.simulate.traces.trace import write
     from lightsout.state.parse import parse_duration
 
-    try:
+    with _refusing(ValueError, what="lightsout trace record: "):
         seconds = parse_duration(args.duration)
-    except ValueError as error:
-        raise _RefusedError(f"lightsout trace record: {error}") from None
     namespaces = None if args.all_namespaces else (args.namespace or [current_namespace()])
     where = "all namespaces" if namespaces is None else "namespace(s) " + ", ".join(namespaces)
     print(f"recording {where} for {args.duration} (Ctrl-C to stop early)", flush=True)
