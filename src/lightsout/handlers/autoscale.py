@@ -106,8 +106,16 @@ def key_name_entries(indexes: Mapping[str, Any]) -> dict[str, list[Obj]]:
     }
 
 
+def _deferrable_job(body: kopf.Body, **_: Any) -> bool:
+    meta = body.get("metadata") or {}
+    return deferrable(meta.get("annotations") or {}, meta.get("labels") or {})
+
+
 @kopf.index("policy", "v1", "poddisruptionbudgets", id="autoscaler_pdbs")
 @kopf.index("apps", "v1", "daemonsets", id="autoscaler_daemonsets")
+# Only Jobs that may wait for cheap hours: held ones the planner releases, finished ones that
+# tell how long their CronJob's next run takes (`state.jobs`).
+@kopf.index("batch", "v1", "jobs", labels=NOT_OURS, when=_deferrable_job, id="autoscaler_jobs")
 async def autoscaler_objects(body: kopf.Body, **_: Any) -> IndexValue:
     return {None: slim(body)}
 
@@ -143,18 +151,6 @@ async def autoscaler_cronjobs(body: kopf.Body, **_: Any) -> IndexValue:
         "status": {"active": [{"name": (ref or {}).get("name")} for ref in active]},
     }
     return {None: slim}
-
-
-def _deferrable_job(body: kopf.Body, **_: Any) -> bool:
-    meta = body.get("metadata") or {}
-    return deferrable(meta.get("annotations") or {}, meta.get("labels") or {})
-
-
-@kopf.index("batch", "v1", "jobs", labels=NOT_OURS, when=_deferrable_job, id="autoscaler_jobs")
-async def autoscaler_jobs(body: kopf.Body, **_: Any) -> IndexValue:
-    # Only Jobs that may wait for cheap hours: held ones the planner releases, finished ones
-    # that tell how long their CronJob's next run takes (`state.jobs`).
-    return {None: slim(body)}
 
 
 @dataclass

@@ -77,8 +77,12 @@ def slim(body: kopf.Body) -> dict[str, Any]:
 # ---------------------------------------------------------------- the watch caches
 @kopf.index(API_GROUP, API_VERSION, "nodes", id=rc.MACHINES)
 @kopf.index(API_GROUP, API_VERSION, "groups", id=rc.GROUPS)
+# ConfigMaps labelled `lightsout.dev/series`, whole: the Groups' price and carbon series
+# (`state.series`), read by a machine's pass (its energy priced by the series) and the planner.
+# Only those: no other ConfigMap's data is kept.
+@kopf.index("", "v1", "configmaps", labels={SERIES_LABEL: kopf.PRESENT}, id=rc.SERIES)
 async def by_name(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
-    """Lights-Out Nodes and Groups, each by (namespace, name)."""
+    """Lights-Out Nodes, Groups and series ConfigMaps, each by (namespace, name)."""
     return {(namespace or "", name): slim(body)}
 
 
@@ -119,14 +123,6 @@ async def job_pods(body: kopf.Body, labels: kopf.Labels, namespace: str | None, 
 @kopf.index("", "v1", "configmaps", labels=NOT_OURS, id=rc.CONFIG_MAPS)
 async def key_names_of(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
     return {(namespace or "", name): key_names(body)}
-
-
-# ConfigMaps labelled `lightsout.dev/series`, whole: the Groups' price and carbon series
-# (`state.series`), read by a machine's pass (its energy priced by the series) and the planner.
-# Only those: no other ConfigMap's data is kept.
-@kopf.index("", "v1", "configmaps", labels={SERIES_LABEL: kopf.PRESENT}, id=rc.SERIES)
-async def series_maps(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> Any:
-    return {(namespace or "", name): slim(body)}
 
 
 # A real kubelet keeps a pod whose Secret or ConfigMap volume is missing in ContainerCreating
