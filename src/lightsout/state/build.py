@@ -16,7 +16,6 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from lightsout.models.battery import BatteryStatus
 from lightsout.models.enums import DesiredPowerState, ProxmoxMode
 from lightsout.models.group import GroupSpec
 from lightsout.models.node import AutoscalingSettings, PowerProfile
@@ -95,11 +94,16 @@ def snapshot_from(
     """
     problems: list[str] = []
     maps = series.config_maps(_items(objects, SERIES_KEY))
-    groups = _each(objects, GROUPS_KEY, lambda obj, notes: _group(obj, notes, maps), problems)
+    groups = _each(
+        objects, GROUPS_KEY, lambda key, obj, notes: _group(key, obj, notes, maps), problems
+    )
     by_group = {group.key: group for group in groups}
     check = _reference_check(objects)
     machines = _each(
-        objects, MACHINES_KEY, lambda obj, notes: _machine(obj, notes, by_group, check), problems
+        objects,
+        MACHINES_KEY,
+        lambda key, obj, notes: _machine(key, obj, notes, by_group, check),
+        problems,
     )
     since = {
         key: time
@@ -107,7 +111,7 @@ def snapshot_from(
         if key is not None and time is not None
     }
     since.update(unneeded_since or {})
-    crons = _each(objects, CRONJOBS_KEY, _cronjob, problems)
+    crons = _each(objects, CRONJOBS_KEY, lambda _key, obj, _notes: cron.read(obj), problems)
     expected = _expected(crons, now, problems) if now is not None else ()
     return Snapshot(
         pods=_each(objects, PODS_KEY, _pod, problems),
@@ -132,24 +136,28 @@ def _items(objects: Mapping[str, Sequence[Mapping[str, Any]]], kind: str) -> Seq
 def _each[T](
     objects: Mapping[str, Sequence[Mapping[str, Any]]],
     kind: str,
-    read: Callable[[Mapping[str, Any], list[str]], T | None],
+    read: Callable[[ObjectKey, Mapping[str, Any], list[str]], T | None],
     problems: list[str],
 ) -> tuple[T, ...]:
+    """Each object of `kind` that has a name, as `read` reads it (None: skipped, said in the
+    notes it was given)."""
     out: list[T] = []
     for index, obj in enumerate(_items(objects, kind)):
         if not isinstance(obj, Mapping):
             problems.append(f"{kind}[{index}]: not an object, skipped")
             continue
+        key = _key(obj)
+        if key is None:
+            problems.append(f"{kind} [{index}]: no name, skipped")
+            continue
         notes: list[str] = []
         # Garbage must degrade the snapshot (one object skipped), never stop the planner.
         try:
-            value = read(obj, notes)
+            value = read(key, obj, notes)
         except Exception as error:
             value = None
             notes.append(f"unreadable ({type(error).__name__}: {error}), skipped")
-        if value is None and not notes:
-            notes.append("no name, skipped")
-        problems.extend(f"{kind} {_key(obj) or f'[{index}]'}: {note}" for note in notes)
+        problems.extend(f"{kind} {key}: {note}" for note in notes)
         if value is not None:
             out.append(value)
     return tuple(out)
@@ -176,10 +184,7 @@ def _model[M: BaseModel](model: type[M], value: object, notes: list[str], where:
         data = {k: v for k, v in data.items() if k not in bad}
 
 
-def _pod(obj: Mapping[str, Any], _notes: list[str]) -> Pod | None:
-    key = _key(obj)
-    if key is None:
-        return None
+def _pod(key: ObjectKey, obj: Mapping[str, Any], _notes: list[str]) -> Pod:
     metadata, spec, status = obj.get("metadata"), obj.get("spec"), obj.get("status")
     annotations = str_map(dig(metadata, "annotations"))
     created = parse_time(dig(metadata, "creationTimestamp"))
@@ -214,13 +219,10 @@ def _do_not_disrupt(annotations: Mapping[str, str]) -> str:
     return ""
 
 
-def _core_node(obj: Mapping[str, Any], _notes: list[str]) -> CoreNode | None:
-    name = as_str(dig(obj, "metadata", "name"))
-    if not name:
-        return None
+def _core_node(key: ObjectKey, obj: Mapping[str, Any], _notes: list[str]) -> CoreNode:
     ready = condition(obj.get("status"), "Ready")
     return CoreNode(
-        name=name,
+        name=key.name,
         labels=str_map(dig(obj, "metadata", "labels")),
         taints=parse_taints(dig(obj, "spec", "taints")),
         allocatable=parse_resources(dig(obj, "status", "allocatable")),
@@ -232,14 +234,15 @@ def _core_node(obj: Mapping[str, Any], _notes: list[str]) -> CoreNode | None:
     )
 
 
-def _group(obj: Mapping[str, Any], notes: list[str], maps: series.ConfigMaps) -> Group | None:
-    key = _key(obj)
-    if key is None:
-        return None
+def _group(
+    key: ObjectKey, obj: Mapping[str, Any], notes: list[str], maps: series.ConfigMaps
+) -> Group:
     spec = _model(GroupSpec, obj.get("spec"), notes, "spec")
     status = group_status(obj)
     resolved = series.resolve(spec.electricity, key.namespace, maps, group=key.name)
     up, down = spec.scale_up, spec.scale_down
+    if spec.battery and status.battery_problem is not None:
+        notes.append(f"status.battery unreadable, taken as not read yet: {status.battery_problem}")
     return Group(
         key=key,
         min_nodes=spec.min_nodes,
@@ -274,19 +277,9 @@ def _group(obj: Mapping[str, Any], notes: list[str], maps: series.ConfigMaps) ->
             for window in spec.windows or ()
         ),
         battery=spec.battery,
-        battery_status=battery_status_of(obj, notes) if spec.battery else None,
+        # None: not written yet, or unreadable (noted above).
+        battery_status=status.battery if spec.battery else None,
     )
-
-
-def battery_status_of(
-    obj: Mapping[str, Any], notes: list[str] | None = None
-) -> BatteryStatus | None:
-    """A Group's `status.battery` (None: not written yet, or unreadable, said in `notes`):
-    read by the planner's snapshot and by the UPS reader (`execution.ups`) alike."""
-    status = group_status(obj)
-    if status.battery_problem is not None and notes is not None:
-        notes.append(f"status.battery unreadable, taken as not read yet: {status.battery_problem}")
-    return status.battery
 
 
 def _reference_check(
@@ -331,20 +324,19 @@ def machine_of(
     passes wrote, so the planner's view of a replayed machine (learned figures, inspected
     capacity, measured draw) comes from the same reading as a live one's. `unresolved` is
     what `Machine.unresolved` says (the caller checked the references, or none)."""
-    return _machine(obj, [], groups, lambda _obj: unresolved)
+    key = _key(obj)
+    return None if key is None else _machine(key, obj, [], groups, lambda _obj: unresolved)
 
 
 def _machine(
+    key: ObjectKey,
     obj: Mapping[str, Any],
     notes: list[str],
     groups: Mapping[ObjectKey, Group],
     check: Callable[[Mapping[str, Any]], str | None],
 ) -> Machine | None:
-    key = _key(obj)
     spec = obj.get("spec")
     node_name = as_str(dig(spec, "kubernetesNodeName"))
-    if key is None:
-        return None
     if not node_name:
         notes.append("no spec.kubernetesNodeName, skipped")
         return None
@@ -403,10 +395,7 @@ def _enum[E: StrEnum](kind: type[E], value: str, default: E) -> E:
         return default
 
 
-def _pdb(obj: Mapping[str, Any], _notes: list[str]) -> DisruptionBudget | None:
-    key = _key(obj)
-    if key is None:
-        return None
+def _pdb(key: ObjectKey, obj: Mapping[str, Any], _notes: list[str]) -> DisruptionBudget:
     return DisruptionBudget(
         key=key,
         selector=parse_label_selector(dig(obj, "spec", "selector")),
@@ -415,16 +404,9 @@ def _pdb(obj: Mapping[str, Any], _notes: list[str]) -> DisruptionBudget | None:
     )
 
 
-def _daemonset(obj: Mapping[str, Any], _notes: list[str]) -> DaemonSet | None:
-    key = _key(obj)
-    if key is None:
-        return None
+def _daemonset(key: ObjectKey, obj: Mapping[str, Any], _notes: list[str]) -> DaemonSet:
     template = dig(obj, "spec", "template", "spec")
     return DaemonSet(key=key, scheduling=scheduling_requirements(template))
-
-
-def _cronjob(obj: Mapping[str, Any], _notes: list[str]) -> cron.CronSpec | None:
-    return cron.read(obj) if _key(obj) is not None else None
 
 
 def _expected(
