@@ -23,7 +23,7 @@ from lightsout.execution.jobs import LABEL_MANAGED_BY, LABEL_NODE, MANAGED_BY
 from lightsout.execution.naming import label_value, stable_hash
 from lightsout.k8s.api import Api, ConflictError
 from lightsout.planning.types import KubeletHeartbeat, LeaseState
-from lightsout.state.parse import as_int, dig
+from lightsout.state.parse import as_int, as_mapping, dig
 
 LEASE_PREFIX = "lightsout"
 LABEL_NAMESPACE = "lightsout.dev/node-namespace"
@@ -113,7 +113,7 @@ def kubelet_heartbeat(lease: Mapping[str, Any] | None) -> KubeletHeartbeat | Non
 
 def _held(lease: Mapping[str, Any]) -> tuple[datetime | None, int | None]:
     """When the Lease was last renewed (else acquired), and its duration in seconds."""
-    spec = _spec(lease)
+    spec = as_mapping(dig(lease, "spec"))
     duration = spec.get("leaseDurationSeconds")
     if not isinstance(duration, int) or isinstance(duration, bool):
         duration = None
@@ -125,7 +125,7 @@ def lease_state(lease: Mapping[str, Any] | None, holder: str, now: datetime) -> 
     """Free, held by `holder`, held by someone else, or expired (anyone may take it)."""
     if lease is None:
         return LeaseState.FREE
-    current = _spec(lease).get("holderIdentity")
+    current = dig(lease, "spec", "holderIdentity")
     if not current:
         return LeaseState.FREE
     expiry = lease_expiry(lease)
@@ -165,7 +165,7 @@ def renew(lease: Mapping[str, Any], holder: str, now: datetime) -> dict[str, Any
     An expired Lease that still names `holder` can be renewed: nobody took it in between, and
     if someone does now, the replace fails on its resourceVersion.
     """
-    if _spec(lease).get("holderIdentity") != holder:
+    if dig(lease, "spec", "holderIdentity") != holder:
         return None
     body = _for_replace(lease)
     body["spec"]["renewTime"] = format_micro_time(now)
@@ -174,7 +174,7 @@ def renew(lease: Mapping[str, Any], holder: str, now: datetime) -> dict[str, Any
 
 def release(lease: Mapping[str, Any], holder: str, now: datetime) -> dict[str, Any] | None:
     """Body that frees the Lease; None unless `holder` holds it (never free someone else's)."""
-    if _spec(lease).get("holderIdentity") != holder:
+    if dig(lease, "spec", "holderIdentity") != holder:
         return None
     body = _for_replace(lease)
     spec = body["spec"]
@@ -222,10 +222,5 @@ def _for_replace(lease: Mapping[str, Any]) -> dict[str, Any]:
     metadata = body.setdefault("metadata", {})
     # Server-side bookkeeping; left out, the API server keeps what it has.
     metadata.pop("managedFields", None)
-    body["spec"] = dict(_spec(body))
+    body["spec"] = dict(as_mapping(dig(body, "spec")))
     return body
-
-
-def _spec(lease: Mapping[str, Any]) -> Mapping[str, Any]:
-    spec = dig(lease, "spec")
-    return spec if isinstance(spec, Mapping) else {}

@@ -20,7 +20,7 @@ from typing import Any
 from lightsout.actuation.inputs import job_identity
 from lightsout.execution.jobs import CONTAINER_NAME
 from lightsout.planning.types import JobPhase, ObservedJob, ObservedPowerState, OperationResult
-from lightsout.state.parse import as_int, parse_power_state, parse_time
+from lightsout.state.parse import as_int, as_mapping, dig, parse_power_state, parse_time
 from lightsout.text import clip_middle
 
 #: Kubernetes keeps at most this many bytes of a container's termination message.
@@ -132,7 +132,7 @@ def parse_job_outcome(
     controller has said anything: a one-pod Job whose pod succeeded with its result and no
     other pod alive is complete (the controller lags after an API server outage).
     """
-    status = _mapping(job.get("status"))
+    status = as_mapping(job.get("status"))
     conditions = {
         str(c.get("type")): c
         for c in _sequence(status.get("conditions"))
@@ -188,7 +188,7 @@ def observe_job(
         message=outcome.message,
         power_state=outcome.power_state,
         values=outcome.values,
-        deleting=_mapping(job.get("metadata")).get("deletionTimestamp") is not None,
+        deleting=as_mapping(job.get("metadata")).get("deletionTimestamp") is not None,
     )
 
 
@@ -256,7 +256,7 @@ def _container_failure(pod: Mapping[str, Any] | None, terminated: Mapping[str, A
             f"container exited with code {terminated.get('exitCode')}"
             + (f" ({terminated['reason']})" if terminated.get("reason") else "")
         )
-    pod_status = _mapping((pod or {}).get("status"))
+    pod_status = as_mapping((pod or {}).get("status"))
     if pod_status.get("reason"):
         bits.append(f"pod {pod_status['reason']}: {pod_status.get('message', '')}".rstrip(": "))
     return "; ".join(bits)
@@ -271,9 +271,9 @@ def _done_by_its_pod(
     alone: the result pod Succeeded (exit 0) and every pod of the Job has stopped."""
     if pod is None:
         return False
-    if _mapping(pod.get("status")).get("phase") != "Succeeded" or terminated.get("exitCode") != 0:
+    if as_mapping(pod.get("status")).get("phase") != "Succeeded" or terminated.get("exitCode") != 0:
         return False
-    return all(_mapping(p.get("status")).get("phase") in ("Succeeded", "Failed") for p in pods)
+    return all(as_mapping(p.get("status")).get("phase") in ("Succeeded", "Failed") for p in pods)
 
 
 def _result_pod(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -283,11 +283,11 @@ def _result_pod(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
         return max(finished, key=lambda p: str(_terminated(p).get("finishedAt") or ""))
     if not pods:
         return None
-    return max(pods, key=lambda p: str(_mapping(p.get("metadata")).get("creationTimestamp") or ""))
+    return max(pods, key=lambda p: str(dig(p, "metadata", "creationTimestamp") or ""))
 
 
 def _container_status(pod: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    for item in _sequence(_mapping(_mapping(pod).get("status")).get("containerStatuses")):
+    for item in _sequence(as_mapping(as_mapping(pod).get("status")).get("containerStatuses")):
         if isinstance(item, Mapping) and item.get("name") == CONTAINER_NAME:
             return item
     return {}
@@ -295,8 +295,8 @@ def _container_status(pod: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 def _terminated(pod: Mapping[str, Any] | None) -> Mapping[str, Any]:
     status = _container_status(pod)
-    return _mapping(_mapping(status.get("state")).get("terminated")) or _mapping(
-        _mapping(status.get("lastState")).get("terminated")
+    return as_mapping(as_mapping(status.get("state")).get("terminated")) or as_mapping(
+        as_mapping(status.get("lastState")).get("terminated")
     )
 
 
@@ -308,9 +308,9 @@ def _started(status: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bo
         # No pod visible yet: started only if the Job counts an active pod we cannot see.
         return (as_int(status.get("active")) or 0) > 0
     for pod in pods:
-        if _mapping(pod.get("status")).get("phase") in _STARTED_POD_PHASES:
+        if as_mapping(pod.get("status")).get("phase") in _STARTED_POD_PHASES:
             return True
-        state = _mapping(_container_status(pod).get("state"))
+        state = as_mapping(_container_status(pod).get("state"))
         if state.get("running") or state.get("terminated"):
             return True
     return False
@@ -320,10 +320,10 @@ def _cannot_start(pods: Sequence[Mapping[str, Any]], now: datetime | None) -> st
     """Why a pod of the Job will not start by itself (the kubelet retries, but nothing changes
     until a person acts), or "" while it may still start."""
     for pod in pods:
-        waiting = _mapping(_mapping(_container_status(pod).get("state")).get("waiting"))
+        waiting = as_mapping(as_mapping(_container_status(pod).get("state")).get("waiting"))
         if waiting.get("reason") in NEVER_STARTS:
             return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
-        for cond in _sequence(_mapping(pod.get("status")).get("conditions")):
+        for cond in _sequence(as_mapping(pod.get("status")).get("conditions")):
             if (
                 isinstance(cond, Mapping)
                 and cond.get("type") == "PodScheduled"
@@ -338,10 +338,10 @@ def _cannot_start(pods: Sequence[Mapping[str, Any]], now: datetime | None) -> st
 def _cannot_mount(pods: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]]) -> str:
     """The kubelet's word that a pod of the Job cannot mount a Secret or ConfigMap that does not
     exist, or "" (events of an earlier pod of the same name are told apart by uid)."""
-    uids = {str(_mapping(p.get("metadata")).get("uid") or "") for p in pods}
-    names = {str(_mapping(p.get("metadata")).get("name") or "") for p in pods}
+    uids = {str(as_mapping(p.get("metadata")).get("uid") or "") for p in pods}
+    names = {str(as_mapping(p.get("metadata")).get("name") or "") for p in pods}
     for event in events:
-        about = _mapping(event.get("involvedObject"))
+        about = as_mapping(event.get("involvedObject"))
         message = str(event.get("message") or "")
         if (
             event.get("reason") == MOUNT_FAILED
@@ -361,10 +361,10 @@ def _longer_than(since: Any, now: datetime | None, grace: timedelta) -> bool:
 
 def _waiting_message(pods: Sequence[Mapping[str, Any]]) -> str:
     for pod in pods:
-        waiting = _mapping(_mapping(_container_status(pod).get("state")).get("waiting"))
+        waiting = as_mapping(as_mapping(_container_status(pod).get("state")).get("waiting"))
         if waiting.get("reason"):
             return _clip(f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(": "))
-        for cond in _sequence(_mapping(pod.get("status")).get("conditions")):
+        for cond in _sequence(as_mapping(pod.get("status")).get("conditions")):
             if isinstance(cond, Mapping) and cond.get("status") == "False" and cond.get("reason"):
                 return _clip(f"{cond['reason']}: {cond.get('message', '')}".rstrip(": "))
     return "waiting for its pod to start" if pods else "waiting for its pod to be created"
@@ -377,10 +377,6 @@ def _excerpt(text: str) -> str:
 
 def _clip(text: str) -> str:
     return clip_middle(text, MESSAGE_LIMIT)
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _sequence(value: Any) -> Sequence[Any]:

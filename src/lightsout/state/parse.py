@@ -50,6 +50,10 @@ def as_list(value: object) -> Sequence[Any]:
     return value if isinstance(value, list) else ()
 
 
+def as_mapping(value: object) -> Mapping[str, Any]:
+    return value if is_mapping(value) else {}
+
+
 def as_str(value: object, default: str = "") -> str:
     return value if isinstance(value, str) else default
 

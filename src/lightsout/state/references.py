@@ -20,7 +20,7 @@ from typing import Any
 
 from lightsout.models.drivers import REGISTRY
 from lightsout.models.enums import Action
-from lightsout.state.parse import is_mapping
+from lightsout.state.parse import as_mapping
 
 #: The names of a Secret's or ConfigMap's keys, None when the object does not exist.
 Contents = Callable[[str], frozenset[str] | None]
@@ -47,12 +47,8 @@ class Unresolved:
     message: str
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if is_mapping(value) else {}
-
-
 def _driver(spec: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
-    for kind, block in _mapping(spec.get("driver")).items():
+    for kind, block in as_mapping(spec.get("driver")).items():
         if isinstance(block, Mapping):
             return str(kind), block
     return "", {}
@@ -63,7 +59,7 @@ def _secret_needs(kind: str, block: Mapping[str, Any]) -> list[tuple[str, str, t
     driver's own (the registry says which) and the CA every TLS block may name."""
     driver = REGISTRY.get(kind)
     needs = [(n.what, n.name, n.keys) for n in (driver.secrets(block) if driver else ())]
-    ca = _mapping(_mapping(block.get("tls")).get("caSecretRef"))
+    ca = as_mapping(as_mapping(block.get("tls")).get("caSecretRef"))
     if ca.get("name"):
         needs.append(("CA Secret", str(ca["name"]), (str(ca.get("key", "ca.crt")),)))
     return needs
@@ -80,7 +76,7 @@ def unresolved(
 
     `secrets` None: the caller cannot see Secrets (a cluster-wide operator is given no Secret
     access), so they are not checked here."""
-    meta, spec = _mapping(node.get("metadata")), _mapping(node.get("spec"))
+    meta, spec = as_mapping(node.get("metadata")), as_mapping(node.get("spec"))
     namespace = str(meta.get("namespace") or "")
     group_name = str(spec.get("group") or "")
     if group is None:
@@ -90,8 +86,8 @@ def unresolved(
         )
     kind, block = _driver(spec)
     ephemeral = kind in REGISTRY and REGISTRY[kind].ephemeral
-    join = _mapping(block.get("join")) if ephemeral and action == Action.PROVISION else {}
-    k3s = _mapping(join.get("k3sTokenSecretRef"))
+    join = as_mapping(block.get("join")) if ephemeral and action == Action.PROVISION else {}
+    k3s = as_mapping(join.get("k3sTokenSecretRef"))
     join_needs = (
         [("k3s token Secret", str(k3s["name"]), (str(k3s.get("key", "token")),))]
         if k3s.get("name")
@@ -101,7 +97,7 @@ def unresolved(
     problem = None if secrets is None else _missing_secret(needs, namespace, secrets)
     if problem is not None:
         return problem
-    template = _mapping(join.get("userDataTemplateRef"))
+    template = as_mapping(join.get("userDataTemplateRef"))
     if template.get("name"):
         name, key = str(template["name"]), str(template.get("key", "user-data"))
         held = config_maps(name)
@@ -112,8 +108,8 @@ def unresolved(
                 + ("not found" if held is None else f"has no key {key!r}")
                 + " (spec.driver.proxmox.join.userDataTemplateRef)",
             )
-    playbooks = _mapping(spec.get("playbooks"))
-    group_playbooks = _mapping(_mapping(group.get("spec")).get("playbooks"))
+    playbooks = as_mapping(spec.get("playbooks"))
+    group_playbooks = as_mapping(as_mapping(group.get("spec")).get("playbooks"))
     config_map = playbooks.get("configMapName") or group_playbooks.get("configMapName")
     playbook = playbooks.get(action)
     source = "spec.playbooks" if playbooks.get("configMapName") else f"Group {group_name}"
@@ -166,7 +162,7 @@ def contents_index(
     """(namespace, name) → key names, from `contents_entry` dicts."""
     found: dict[tuple[str, str], frozenset[str]] = {}
     for entry in entries:
-        meta = _mapping(entry.get("metadata"))
+        meta = as_mapping(entry.get("metadata"))
         keys = entry.get("keys") or ()
         found[(str(meta.get("namespace") or ""), str(meta.get("name") or ""))] = frozenset(
             str(k) for k in keys
