@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightsout import API_GROUP, API_VERSION
+from lightsout.actuation.inputs import ACTION_LABEL, ATTEMPT_LABEL, GENERATION_LABEL
 from lightsout.config import OperatorConfig
 from lightsout.execution.naming import dns_label, label_value
 from lightsout.planning.types import Action
@@ -28,9 +29,6 @@ MANAGED_BY = "lightsout"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_NODE = "lightsout.dev/node"
-LABEL_ACTION = "lightsout.dev/action"
-LABEL_GENERATION = "lightsout.dev/generation"
-LABEL_ATTEMPT = "lightsout.dev/attempt"
 ANNOTATION_INTENT = "lightsout.dev/intent"
 ANNOTATION_NODE_NAME = "lightsout.dev/node-name"
 
@@ -158,9 +156,10 @@ def job_labels(node_name: str, action: str, generation: int, attempt: int) -> di
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_COMPONENT: "action",
         LABEL_NODE: label_value(node_name),
-        LABEL_ACTION: str(action),
-        LABEL_GENERATION: str(generation),
-        LABEL_ATTEMPT: str(attempt),
+        # What `inputs.job_identity` reads back.
+        ACTION_LABEL: str(action),
+        GENERATION_LABEL: str(generation),
+        ATTEMPT_LABEL: str(attempt),
     }
 
 
