@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import math
 import re
 import ssl
 import time
@@ -73,6 +74,23 @@ class EntityState:
     state: str
     unit: str | None = None
     attributes: Mapping[str, Any] = field(default_factory=dict)
+
+    def known(self, entity: str, meaning: str) -> str:
+        """The state, stripped; ReadError when Home Assistant has no value for `entity` now
+        (`NOT_READ`), saying `meaning`: what that is to the reader."""
+        said = self.state.strip()
+        if said.lower() in NOT_READ:
+            raise ReadError(f"{entity} is {said} in Home Assistant: {meaning}")
+        return said
+
+
+def number(text: str) -> float | None:
+    """A state that is a finite number, else None."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def fetch_states(

@@ -36,7 +36,6 @@ from itertools import pairwise
 from typing import Any
 
 from lightsout.execution.homeassistant import (
-    NOT_READ,
     EntityState,
     HomeAssistantReader,
     ReadError,
@@ -102,10 +101,7 @@ def sensor_prices(entity: str, state: EntityState, currency: str) -> SensorPrice
     elif _lists_entries(attributes.get(ENTRY_DAYS[0])):
         days = ENTRY_DAYS
     else:
-        if state.state.strip().lower() in NOT_READ:
-            raise ReadError(
-                f"{entity} is {state.state.strip()} in Home Assistant: it has no prices now"
-            )
+        state.known(entity, "it has no prices now")
         raise ReadError(
             f"{entity} has no attribute raw_today (the Nord Pool integration's) nor today as a "
             "list of {startsAt, total} (Tibber's): name a sensor that lists today's prices"

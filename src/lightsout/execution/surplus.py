@@ -26,16 +26,15 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-import math
 from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass, field
 
 from lightsout.actuation.inputs import merged_conditions
 from lightsout.execution.homeassistant import (
-    NOT_READ,
     EntityState,
     HomeAssistantReader,
     ReadError,
+    number,
 )
 from lightsout.execution.sensors import GroupKey, GroupSensors, Obj, SensorKey
 from lightsout.models.enums import ConditionStatus, ConditionType
@@ -62,9 +61,7 @@ UNREADABLE, READ = "SolarSurplusUnreadable", "SolarSurplusRead"
 def sensor_watts(entity: str, state: EntityState) -> float:
     """The surplus in W that `state` says (see the module docstring); ReadError says why
     not."""
-    said = state.state.strip()
-    if said.lower() in NOT_READ:
-        raise ReadError(f"{entity} is {said} in Home Assistant: it has no surplus now")
+    said = state.known(entity, "it has no surplus now")
     factor = WATTS_PER.get((state.unit or "").strip().lower())
     if factor is None:
         unit = "has no unit_of_measurement" if not state.unit else f"is in {state.unit!r}"
@@ -72,11 +69,8 @@ def sensor_watts(entity: str, state: EntityState) -> float:
             f"{entity} {clip_middle(unit, 60)}: only a surplus in W or kW is read (give the "
             "sensor unit_of_measurement W or kW)"
         )
-    try:
-        value = float(said)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value):
+    value = number(said)
+    if value is None:
         raise ReadError(f"{entity} is {clip_middle(said, 40)!r}, not a number of {state.unit}")
     return max(value * factor, 0.0)
 

@@ -23,16 +23,15 @@ poll. A read:
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from lightsout.execution.homeassistant import (
-    NOT_READ,
     EntityState,
     HomeAssistantReader,
     ReadError,
+    number,
 )
 from lightsout.models.battery import HomeAssistantSource
 from lightsout.planning.energy import mains
@@ -47,10 +46,7 @@ SECONDS_PER = {"s": 1.0, "ms": 0.001, "min": 60.0, "h": 3600.0, "d": 86400.0}
 def variables(source: HomeAssistantSource, states: Mapping[str, EntityState]) -> dict[str, str]:
     """NUT's variables from the entities' states (ReadError when the status cannot be told)."""
     for name, state in states.items():
-        if state.state.strip().lower() in NOT_READ:
-            raise ReadError(
-                f"{name} is {state.state.strip()} in Home Assistant: it cannot read the UPS"
-            )
+        state.known(name, "it cannot read the UPS")
     flags = states[source.status_entity].state.strip()
     if not NUT_FLAGS.fullmatch(flags):
         shown = clip_middle(flags, 60)
@@ -73,21 +69,13 @@ def variables(source: HomeAssistantSource, states: Mapping[str, EntityState]) ->
     return out
 
 
-def _number(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
 def _percent(state: EntityState) -> float | None:
-    return _number(state.state) if state.unit in (None, "", "%") else None
+    return number(state.state) if state.unit in (None, "", "%") else None
 
 
 def _seconds(state: EntityState) -> float | None:
     per = SECONDS_PER.get(state.unit or "s")
-    value = _number(state.state)
+    value = number(state.state)
     return None if per is None or value is None else value * per
 
 
