@@ -24,7 +24,7 @@ import datetime as dt
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from lightsout.actuation import inputs, interpreter
 from lightsout.config import OperatorConfig
@@ -113,12 +113,10 @@ class Caches:
         return next(iter(self.indexes[index].get(key, ())), None)
 
     def machine(self, namespace: str, name: str) -> Obj | None:
-        found: Obj | None = self._one(MACHINES, (namespace, name))
-        return found
+        return cast(Obj | None, self._one(MACHINES, (namespace, name)))
 
     def group(self, namespace: str, name: str) -> Obj | None:
-        found: Obj | None = self._one(GROUPS, (namespace, name))
-        return found
+        return cast(Obj | None, self._one(GROUPS, (namespace, name)))
 
     def machines_of_group(self, namespace: str, group: str) -> list[tuple[str, str]]:
         return self._all(MACHINE_REFS, (REF_GROUP, namespace, group))
@@ -164,8 +162,7 @@ class Caches:
 
     def keys(self, index: str, namespace: str, name: str) -> frozenset[str] | None:
         """The key names of a cached Secret or ConfigMap, None when it does not exist."""
-        found: frozenset[str] | None = self._one(index, (namespace, name))
-        return found
+        return cast(frozenset[str] | None, self._one(index, (namespace, name)))
 
     def _check(self, node: Obj, group: Obj | None, action: str) -> Unresolved | None:
         namespace = str(node["metadata"].get("namespace") or "")
