@@ -214,14 +214,6 @@ def rows(
     return {"groups": by_group, "machines": machines}
 
 
-def _table(headers: list[str], lines: list[list[str]]) -> list[str]:
-    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(headers)]
-    return [
-        "   ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
-        for line in [headers, *lines]
-    ]
-
-
 def _short(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= _MESSAGE_WIDTH else text[: _MESSAGE_WIDTH - 1] + "…"
@@ -268,14 +260,19 @@ MACHINE_COLUMNS: list[tuple[str, Callable[[Obj], str]]] = [
 _NAMESPACE: tuple[str, Callable[[Obj], str]] = ("NAMESPACE", lambda r: str(r["namespace"]))
 
 
-def _render(columns: list[tuple[str, Callable[[Obj], str]]], items: list[Obj]) -> list[str]:
-    return _table([h for h, _ in columns], [[cell(i) for _, cell in columns] for i in items])
+def _table(columns: list[tuple[str, Callable[[Obj], str]]], items: list[Obj]) -> list[str]:
+    lines = [[h for h, _ in columns], *([cell(i) for _, cell in columns] for i in items)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(columns))]
+    return [
+        "   ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    ]
 
 
 def render_text(table: Obj, all_namespaces: bool) -> str:
     front = [_NAMESPACE] if all_namespaces else []
     sections = [
-        _render([*front, *columns], items)
+        _table([*front, *columns], items)
         for columns, items in (
             (GROUP_COLUMNS, table["groups"]),
             (MACHINE_COLUMNS, table["machines"]),
