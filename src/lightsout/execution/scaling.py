@@ -79,19 +79,19 @@ class KubeScale:
                 "nodes": sorted({a.machine.name for a in actions}),
             }
         }
-        try:
-            self.api.patch_status(group.namespace, "groups", group.name, body)
-        except Exception:
-            log.exception("recording %s of group %s failed", field_name, group)
+        self._patch_group(group, body, f"recording {field_name} of group {group}")
 
     def record_outage(self, group: ObjectKey, outage: Outage | None) -> bool:
         value = None if outage is None else outage.model_dump(mode="json", by_alias=True)
+        body = {"battery": {"outage": value}}
+        return self._patch_group(group, body, f"recording the outage of group {group}")
+
+    def _patch_group(self, group: ObjectKey, status: Mapping[str, Any], doing: str) -> bool:
+        """Merge `status` into the Group's; False when that failed (logged: `doing` failed)."""
         try:
-            self.api.patch_status(
-                group.namespace, "groups", group.name, {"battery": {"outage": value}}
-            )
+            self.api.patch_status(group.namespace, "groups", group.name, status)
         except Exception:
-            log.exception("recording the outage of group %s failed", group)
+            log.exception("%s failed", doing)
             return False
         return True
 
@@ -118,12 +118,7 @@ class KubeScale:
     def set_group_condition(self, group: ObjectKey, condition: SetCondition, now: datetime) -> bool:
         current = group_status(self.groups.get(group)).conditions
         body = {"conditions": merged_conditions(current, [condition], None, now)}
-        try:
-            self.api.patch_status(group.namespace, "groups", group.name, body)
-        except Exception:
-            log.exception("setting %s on group %s failed", condition.type, group)
-            return False
-        return True
+        return self._patch_group(group, body, f"setting {condition.type} on group {group}")
 
     def release_job(self, job: ObjectKey) -> bool:
         try:
