@@ -52,7 +52,7 @@ from lightsout.planning.types import (
     operation_from_status,
 )
 from lightsout.state.corenode import core_node_metadata, taint_object, taints_of_models
-from lightsout.state.parse import dig, format_time, parse_time, str_map
+from lightsout.state.parse import as_int, dig, format_time, parse_time, str_map
 from lightsout.state.references import Unresolved
 from lightsout.state.status import node_status
 from lightsout.state.types import DRAIN_BY
@@ -200,7 +200,7 @@ def clone_to_status(previous: Any, op: Operation | None) -> dict[str, Any] | Non
     if op is None:
         return kept
     vmid, host = op.values.get("vmid"), op.values.get("host")
-    if op.action is Action.PROVISION and isinstance(vmid, int) and not isinstance(vmid, bool):
+    if op.action is Action.PROVISION and as_int(vmid) is not None:
         record: dict[str, Any] = {"vmid": vmid}
         if isinstance(host, str) and host:
             record["host"] = host

@@ -114,9 +114,7 @@ def kubelet_heartbeat(lease: Mapping[str, Any] | None) -> KubeletHeartbeat | Non
 def _held(lease: Mapping[str, Any]) -> tuple[datetime | None, int | None]:
     """When the Lease was last renewed (else acquired), and its duration in seconds."""
     spec = as_mapping(dig(lease, "spec"))
-    duration = spec.get("leaseDurationSeconds")
-    if not isinstance(duration, int) or isinstance(duration, bool):
-        duration = None
+    duration = as_int(spec.get("leaseDurationSeconds"))
     since = parse_micro_time(spec.get("renewTime")) or parse_micro_time(spec.get("acquireTime"))
     return since, duration
 

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from lightsout.state.parse import (
+    as_int,
     as_str,
     condition,
     controller_kind,
@@ -122,10 +123,9 @@ def _width(parallelism: object, completions: object) -> int:
     """How many pods the Job runs at once, as the Job controller counts them: `parallelism`
     (1 when unset), and no more than `completions` when set (unset: a work queue, whose pods
     all run at once). At least 1: a Job paused by `parallelism: 0` is priced as one pod."""
-    width = parallelism if isinstance(parallelism, int) and not isinstance(parallelism, bool) else 1
-    if isinstance(completions, int) and not isinstance(completions, bool):
-        width = min(width, completions)
-    return max(width, 1)
+    width, limit = as_int(parallelism), as_int(completions)
+    width = 1 if width is None else width
+    return max(width if limit is None else min(width, limit), 1)
 
 
 def _deadline(

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from lightsout.state.parse import format_time, parse_time
+from lightsout.state.parse import as_int, format_time, non_negative, parse_time
 
 
 def median(samples: Sequence[int]) -> int | None:
@@ -57,12 +57,9 @@ def learned_from_status(raw: Any) -> Learned:
     def samples(name: str, figure: str) -> tuple[int, ...]:
         values = raw.get(name)
         if isinstance(values, list):
-            return tuple(v for v in values if _number(v) and isinstance(v, int))
-        published = _figure(raw.get(figure))
+            return tuple(n for v in values if (n := as_int(v)) is not None and n >= 0)
+        published = non_negative(raw.get(figure))
         return () if published is None else (round(published),)
-
-    def watts(name: str) -> float | None:
-        return _figure(raw.get(name))
 
     times = raw.get("powerOns")
     power_ons = tuple(t for t in map(parse_time, times if isinstance(times, list) else []) if t)
@@ -70,19 +67,10 @@ def learned_from_status(raw: Any) -> Learned:
         samples("bootSamples", "bootSeconds"),
         samples("shutdownSamples", "shutdownSeconds"),
         power_ons,
-        off_watts=watts("offWatts"),
-        idle_watts=watts("idleWatts"),
-        busy_watts=watts("busyWatts"),
+        off_watts=non_negative(raw.get("offWatts")),
+        idle_watts=non_negative(raw.get("idleWatts")),
+        busy_watts=non_negative(raw.get("busyWatts")),
     )
-
-
-def _number(value: object) -> bool:
-    """A figure status may hold: a number, not negative (a bool is no number here)."""
-    return not isinstance(value, bool) and isinstance(value, int | float) and value >= 0
-
-
-def _figure(value: object) -> float | None:
-    return float(value) if _number(value) and isinstance(value, int | float) else None
 
 
 def learned_to_status(learned: Learned) -> dict[str, Any]:
