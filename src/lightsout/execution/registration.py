@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lightsout.actuation.nodeops import STARTUP_TAINT, has_startup_taint, node_patch, taints_of
-from lightsout.execution.jobs import LABEL_MANAGED_BY
+from lightsout.execution.jobs import LABEL_MANAGED_BY, MANAGED_BY
 from lightsout.planning.types import STARTUP_TAINT_KEY
 
 Obj = Mapping[str, Any]
@@ -179,7 +179,7 @@ def _configuration(kind: str, name: str, webhooks: list[dict[str, Any]]) -> dict
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": kind,
-        "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: "lightsout"}},
+        "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
         "webhooks": webhooks,
     }
 
