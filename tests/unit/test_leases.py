@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 
+from lightsout.actuation.inputs import node_spec
+from lightsout.config import OperatorConfig
+from lightsout.execution.actuator import KubeMachine
 from lightsout.execution.leases import (
     acquire,
     build_lease,
@@ -186,6 +189,40 @@ def test_lease_expiry() -> None:
 
 
 # --- acquire / renew / release --------------------------------------------------------------
+
+
+class _Leases:
+    """The two Lease calls a machine's first take of its Lease makes."""
+
+    def __init__(self) -> None:
+        self.created: list[tuple[str, dict[str, Any]]] = []
+
+    def get_lease(self, namespace: str, name: str) -> None:
+        assert (namespace, name[:14]) == ("lab", "lightsout.lab.")
+
+    def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.created.append((namespace, body))
+        return body
+
+
+def test_a_machines_lease_names_it_even_when_its_name_is_too_long_to_spell_out() -> None:
+    # The handler of Lease events reads the annotation first: a hashed name cannot be split.
+    node = {
+        "metadata": {"name": "n" * 253, "namespace": "lab", "generation": 1},
+        "spec": {
+            "group": "lab",
+            "kubernetesNodeName": "box",
+            "driver": {"ipmi": {"host": "10.0.0.5", "credentialsSecretRef": {"name": "bmc"}}},
+        },
+    }
+    api = _Leases()
+    machine = KubeMachine(api, node, node_spec(node), None, OperatorConfig(identity=ME))  # type: ignore[arg-type]
+    assert machine.acquire_lease(T0)
+    [(namespace, lease)] = api.created
+    assert namespace == "lab" and lease["spec"]["holderIdentity"] == ME
+    assert lease["metadata"]["name"] == lease_name("lab", "n" * 253) != f"lightsout.lab.{'n' * 253}"
+    assert lease["metadata"]["annotations"] == {"lightsout.dev/machine": f"lab/{'n' * 253}"}
+    assert lease["metadata"]["labels"]["lightsout.dev/node-namespace"] == "lab"
 
 
 def test_acquire_a_released_lease() -> None:

@@ -115,7 +115,13 @@ class KubeMachine:
         """Take or renew the machine's Lease; False when another holder has it (or won a race)."""
         identity, seconds = self.config.identity, self.config.lease_seconds
         taken = leases.take(
-            self.api, self.lease_namespace, self.lease_name, identity, now, duration_seconds=seconds
+            self.api,
+            self.lease_namespace,
+            self.lease_name,
+            identity,
+            now,
+            duration_seconds=seconds,
+            machine=(self.namespace, self.name),
         )
         if taken is not None:
             return True

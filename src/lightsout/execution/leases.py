@@ -183,14 +183,22 @@ def release(lease: Mapping[str, Any], holder: str, now: datetime) -> dict[str, A
 
 
 def take(
-    api: Api, namespace: str, name: str, holder: str, now: datetime, *, duration_seconds: int
+    api: Api,
+    namespace: str,
+    name: str,
+    holder: str,
+    now: datetime,
+    *,
+    duration_seconds: int,
+    machine: tuple[str, str] | None = None,
 ) -> dict[str, Any] | None:
     """Create, take or renew the Lease so `holder` holds it: the Lease written, or None when
-    someone else holds it or wrote it first (409 Conflict on the create or the replace)."""
+    someone else holds it or wrote it first (409 Conflict on the create or the replace).
+    A machine's Lease (`machine` is its namespace and name) is created labelled with it."""
     current = api.get_lease(namespace, name)
     try:
         if current is None:
-            body = build_lease(name, namespace, holder, duration_seconds, now)
+            body = build_lease(name, namespace, holder, duration_seconds, now, machine=machine)
             return api.create_lease(namespace, body)
         update = acquire(current, holder, duration_seconds, now)
         return None if update is None else api.replace_lease(namespace, name, update)
