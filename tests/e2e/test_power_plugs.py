@@ -33,9 +33,10 @@ import pytest
 from kubernetes import client
 
 from lightsout_lab import Cluster
+from lightsout_lab.emulators import EMULATORS
 from lightsout_lab.machines import MachineSimulator
 from lightsout_lab.operator_process import OperatorProcess
-from lightsout_lab.plug_apis import HomeAssistant, ShellyPlug, TasmotaPlug
+from lightsout_lab.plug_apis import HomeAssistant
 from lightsout_lab.plugs import HttpApi, PlugMachine
 from lightsout_lab.sshd import SshMachine
 from lightsout_lab.wol import WolListener
@@ -120,7 +121,7 @@ def lab(namespace: str) -> Iterator[Callable[..., Plugged]]:
                     "tokenSecretRef": {"name": f"{name}-creds", "key": "token"},
                 }
             else:
-                api = ShellyPlug(machine) if kind == "shelly" else TasmotaPlug(machine)
+                api = EMULATORS[kind](machine)  # the lab's emulator of this vendor's API
             stack.enter_context(api)
             node = fleet.plug_node(
                 name,
