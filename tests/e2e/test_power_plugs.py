@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from lightsout.models.drivers import role_kinds
 from lightsout_lab import Cluster
 from lightsout_lab.emulators import EMULATORS
 from lightsout_lab.machines import MachineSimulator
@@ -203,7 +204,8 @@ def test_each_plug_powers_its_machine_on_and_off_never_under_a_running_os(
     kube_api: client.ApiClient,
     lab: Callable[..., Plugged],
 ) -> None:
-    machines = [lab("shelly"), lab("tasmota"), lab("homeassistant")]
+    # Every plug vendor of the registry (a new one is driven here with its emulator).
+    machines = [lab(kind) for kind in role_kinds("plug_power")]
     with running(crds, kube_api, namespace, machines, health_check=True):
         for m in machines:
             wait_phase(crds, namespace, m.name, "Off")

@@ -99,7 +99,9 @@ def test_the_crd_offers_one_block_per_driver_with_its_model() -> None:
 
 
 def test_drivers_declare_their_traits() -> None:
-    assert [d.kind for d in DRIVERS if not d.graceful] == ["shelly", "tasmota", "homeassistant"]
+    # A plug cuts the power: only its OS's shutdown over SSH is graceful, never the plug itself.
+    assert {d.kind for d in DRIVERS if not d.graceful} == set(role_kinds("plug_power"))
+    assert {"shelly", "tasmota", "homeassistant"} <= set(role_kinds("plug_power"))
     assert [d.kind for d in DRIVERS if d.ephemeral] == ["proxmox"]
     assert all({Action.STARTUP, Action.SHUTDOWN, Action.HEALTHCHECK} <= d.actions for d in DRIVERS)
     assert playbook_vars()["lightsout_password_drivers"] == ["redfish", "ipmi"]
