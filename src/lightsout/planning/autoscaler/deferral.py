@@ -278,9 +278,7 @@ class _Option:
     @property
     def forecast(self) -> bool:
         """Whether its Group's price (or carbon) differs from hour to hour at all."""
-        if self.objective is DeferralObjective.CARBON:
-            return self.group.carbon is not None
-        return bool(self._electricity.rates) or self.group.prices is not None
+        return self._weight.varies
 
     @property
     def unit(self) -> str:

@@ -58,7 +58,7 @@ class Weight:
     def varies(self) -> bool:
         """Whether the weight differs from hour to hour at all (a series, or rates)."""
         if self.by_carbon:
-            return True
+            return self.carbon is not None
         return bool(self.electricity.rates) or self.prices is not None
 
     def at(self, moment: datetime) -> float | None:
