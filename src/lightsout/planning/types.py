@@ -35,7 +35,7 @@ from lightsout.models.node import (
 )
 from lightsout.state.corenode import GROUP_LABEL, NODE_LABEL
 from lightsout.state.learned import Learned
-from lightsout.state.parse import format_time, parse_time
+from lightsout.state.parse import as_enum, format_time, parse_time
 from lightsout.state.references import Unresolved
 from lightsout.text import clip_middle
 
@@ -184,18 +184,11 @@ class Operation:
 OPERATION_MESSAGE_LIMIT = 4096
 
 
-def _enum[E](kind: type[E], value: Any, default: E) -> E:
-    try:
-        return kind(value)  # type: ignore[call-arg]
-    except (ValueError, TypeError):
-        return default
-
-
 def operation_from_status(raw: Any) -> Operation | None:
     """`status.lastOperation` as an `Operation`; None when absent or unreadable."""
     if not isinstance(raw, Mapping):
         return None
-    action = _enum(Action, raw.get("action"), None)
+    action = as_enum(Action, raw.get("action"), None)
     started = parse_time(raw.get("started"))
     if action is None or started is None:
         return None
@@ -212,11 +205,11 @@ def operation_from_status(raw: Any) -> Operation | None:
         intent_generation=generation,
         attempt=attempt,
         started=started,
-        result=_enum(OperationResult, raw.get("result"), OperationResult.RUNNING),
+        result=as_enum(OperationResult, raw.get("result"), OperationResult.RUNNING),
         finished=parse_time(raw.get("finished")),
         failed_task=raw.get("failedTask") or None,
         message=str(raw.get("message") or ""),
-        power_state=_enum(ObservedPowerState, power, None) if power else None,
+        power_state=as_enum(ObservedPowerState, power, None) if power else None,
         values=dict(values),
     )
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -24,6 +23,7 @@ from lightsout.state.corenode import core_node_metadata, taints_of_models
 from lightsout.state.jobs import deferred_jobs
 from lightsout.state.measured import declared_resources, expected_resources, expected_watts
 from lightsout.state.parse import (
+    as_enum,
     as_int,
     as_str,
     condition,
@@ -363,7 +363,7 @@ def _machine(
         group=group_name,
         kubernetes_node_name=node_name,
         phase=status.phase,
-        desired=_enum(DesiredPowerState, desired, DesiredPowerState.OFF),
+        desired=as_enum(DesiredPowerState, desired, DesiredPowerState.OFF),
         autoscaling_enabled=autoscaling.enabled,
         priority=autoscaling.priority,
         resources=expected_resources(obj),
@@ -386,13 +386,6 @@ def _machine(
 
 def _float(value: int | None) -> float | None:
     return None if value is None else float(value)
-
-
-def _enum[E: StrEnum](kind: type[E], value: str, default: E) -> E:
-    try:
-        return kind(value)
-    except ValueError:
-        return default
 
 
 def _pdb(key: ObjectKey, obj: Mapping[str, Any], _notes: list[str]) -> DisruptionBudget:

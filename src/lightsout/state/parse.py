@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any, TypeGuard
 
 from lightsout.models.enums import ObservedPowerState
@@ -61,6 +62,14 @@ def as_str(value: object, default: str = "") -> str:
 def as_int(value: object) -> int | None:
     """An integer (never a bool, which JSON keeps apart), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def as_enum[E: Enum, D](kind: type[E], value: object, default: D) -> E | D:
+    """The member of `kind` whose value `value` is, else `default`."""
+    try:
+        return kind(value)
+    except (ValueError, TypeError):
+        return default
 
 
 def non_negative(value: object) -> float | None:

@@ -31,7 +31,7 @@ from lightsout.models.enums import ObservedPowerState, Phase
 from lightsout.models.group import SolarSurplusStatus
 from lightsout.models.node import MeasuredPower
 from lightsout.state.learned import Learned, learned_from_status, learned_to_status
-from lightsout.state.parse import as_int, as_str, dig, format_time, parse_time
+from lightsout.state.parse import as_enum, as_int, as_str, dig, format_time, parse_time
 from lightsout.state.series import solar_surplus_of
 from lightsout.text import clip_middle
 
@@ -106,12 +106,7 @@ class NodeStatusView(_View):
     def phase(self) -> Phase | None:
         """None when not written (or not a word); a word that is no phase reads as Unknown."""
         raw = as_str(self.stored.get("phase"))
-        if not raw:
-            return None
-        try:
-            return Phase(raw)
-        except ValueError:
-            return Phase.UNKNOWN
+        return as_enum(Phase, raw, Phase.UNKNOWN) if raw else None
 
     @cached_property
     def phase_since(self) -> datetime | None:
@@ -135,10 +130,7 @@ class NodeStatusView(_View):
 
     @cached_property
     def observed_power_state(self) -> ObservedPowerState | None:
-        try:
-            return ObservedPowerState(as_str(self.stored.get("observedPowerState")))
-        except ValueError:
-            return None
+        return as_enum(ObservedPowerState, as_str(self.stored.get("observedPowerState")), None)
 
     @cached_property
     def intent_desired(self) -> str | None:

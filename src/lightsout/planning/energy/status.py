@@ -20,7 +20,7 @@ from lightsout.models.group import GroupSpec
 from lightsout.planning.energy import tariff
 from lightsout.planning.energy.account import Account, Amounts, Draw, Period, Rate, is_powered
 from lightsout.planning.types import Phase
-from lightsout.state.parse import format_time, parse_time
+from lightsout.state.parse import as_enum, format_time, parse_time
 from lightsout.state.series import Series
 
 Obj = Mapping[str, Any]
@@ -141,10 +141,7 @@ def rate(
     pay (`tariff.paid_share`, its Group's other machines drawing `beside`): 0 while the surplus
     covers the Group's draw. Its saving is counted at that price too: an hour off while the
     surplus covers the Group saves nothing in money."""
-    try:
-        current = Phase(str(phase)) if phase is not None else None
-    except ValueError:
-        current = None
+    current = as_enum(Phase, str(phase), None) if phase is not None else None
     per_kwh = price(group, now, prices)[0]
     powered = is_powered(current)
     if surplus is not None and per_kwh:
