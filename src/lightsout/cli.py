@@ -431,7 +431,7 @@ def cmd_trace_record(args: argparse.Namespace) -> int:
     description = f"Recorded by lightsout trace record from {where}."
     trace = build(out.resolve().name, observed, description)
     write(trace, out)
-    nodes = sum(1 for m in trace.machines if m.get("kind") == "Node")
+    nodes = len(trace.nodes())
     print(
         f"{trace.name}: {trace.duration_seconds:g}s, {len(trace.pods)} pods, "
         f"{len(trace.cronjobs)} CronJobs, {nodes} machines -> {out}"

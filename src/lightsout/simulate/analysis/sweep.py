@@ -54,12 +54,11 @@ from lightsout.models.group import (
     DEFAULT_DEFERRAL_MARGIN_SECONDS,
     GroupSpec,
 )
+from lightsout.planning.energy.weight import Weight
 from lightsout.simulate.analysis import report
 from lightsout.simulate.replay.engine import Options, Policy, replay
-from lightsout.simulate.traces.overrides import apply_overrides
 from lightsout.simulate.traces.trace import Trace
 from lightsout.state import cron
-from lightsout.state.build import GROUPS_KEY, SERIES_KEY, snapshot_from
 from lightsout.state.types import Group, deferrable
 
 
@@ -263,10 +262,9 @@ def prepare(trace: Trace, sweep: Sweep, base: Options) -> Sweep:
     """`sweep` checked against `trace` before any replay, its axes as the trace's Groups make
     them; `SweepError` when a point's setting leaves a Group unread, or the knob moves only
     deferrable Jobs and the trace holds none or prices no hour differently."""
-    raw = [m for m in trace.machines if m.get("kind") == "Group"]
-    checked = _deferral(trace, _groups(trace, raw, base.overrides, sweep, None), sweep)
+    checked = _deferral(trace, _groups(trace, base.overrides, sweep, None), sweep)
     for value in sweep.values:
-        _groups(trace, raw, (*base.overrides, sweep.setting(value)), sweep, value)
+        _groups(trace, (*base.overrides, sweep.setting(value)), sweep, value)
     return checked
 
 
@@ -297,7 +295,9 @@ def _deferral(trace: Trace, groups: Sequence[Group], sweep: Sweep) -> Sweep:
             f"{name}: trace {trace.name}: {problem}: its deferrable Jobs run at once whatever "
             "the margin"
         )
-    if not any(_priced_by_the_hour(g) for g in groups):
+    # Whether a deferrable Job of a Group could find a cheaper (or cleaner) hour.
+    weights = [Weight.of(g) for g in groups]
+    if not any(w is not None and w.varies for w in weights):
         raise SweepError(
             f"{name}: no Group of trace {trace.name} has an electricity price series or rates "
             "(or, with objective Carbon, a carbon series): its deferrable Jobs run at once "
@@ -309,33 +309,18 @@ def _deferral(trace: Trace, groups: Sequence[Group], sweep: Sweep) -> Sweep:
 
 
 def _groups(
-    trace: Trace,
-    raw: Sequence[Mapping[str, Any]],
-    overrides: Sequence[str],
-    sweep: Sweep,
-    value: str | None,
+    trace: Trace, overrides: Sequence[str], sweep: Sweep, value: str | None
 ) -> tuple[Group, ...]:
     """The trace's Groups with `overrides`, as the replay reads them; `SweepError` naming the
     first that does not read (at `value`, the point's)."""
     try:
-        manifests = [apply_overrides(m, overrides) for m in raw]
+        snapshot = trace.snapshot(overrides)
     except ValueError as error:
         raise SweepError(f"{sweep.knob.name}: {error}") from None
-    snapshot = snapshot_from({GROUPS_KEY: manifests, SERIES_KEY: list(trace.configmaps)})
     if snapshot.problems:
         at = sweep.knob.name if value is None else f"{sweep.knob.name}={value}"
         raise SweepError(f"{at}: trace {trace.name}: {snapshot.problems[0]}")
     return snapshot.groups
-
-
-def _priced_by_the_hour(group: Group) -> bool:
-    """Whether a deferrable Job of the Group could find a cheaper (or cleaner) hour."""
-    electricity = group.electricity
-    if electricity is None:
-        return False
-    if electricity.objective is DeferralObjective.CARBON:
-        return group.carbon is not None
-    return group.prices is not None or bool(electricity.rates)
 
 
 @dataclass(frozen=True)

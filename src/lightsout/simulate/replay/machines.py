@@ -40,9 +40,8 @@ from lightsout.planning.types import (
 )
 from lightsout.simulate.replay.charges import Charges
 from lightsout.simulate.replay.clock import Clock, Kind
-from lightsout.simulate.traces.overrides import apply_overrides
 from lightsout.simulate.traces.trace import Durations, Trace
-from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, SERIES_KEY, machine_of, snapshot_from
+from lightsout.state.build import machine_of
 from lightsout.state.measured import expected_resources
 from lightsout.state.parse import format_time
 from lightsout.state.resources import CPU, Resources
@@ -470,25 +469,27 @@ class SimScale(MemoryScale):
         pass  # nobody reads a replay's plan events
 
 
+def draw_of(trace: Trace, machine: Machine) -> Draw:
+    """What the machine really draws: the trace's truth, else what it declares."""
+    truth = trace.durations_of(machine.key.name).watts
+    return Draw.declared(*(truth or (machine.watts_on, machine.watts_idle, machine.watts_off)))
+
+
 def read_machines(
     trace: Trace, overrides: Sequence[str], all_on: bool, sim: Cluster
 ) -> tuple[tuple[Group, ...], list[SimMachine]]:
     """The trace's Groups (with `overrides`) and its machines, Off at the start; `all_on`
     makes every machine desired On (always-on)."""
-    groups_raw = [apply_overrides(m, overrides) for m in trace.machines if m.get("kind") == "Group"]
-    nodes_raw = [m for m in trace.machines if m.get("kind") == "Node"]
-    snapshot = snapshot_from(
-        {GROUPS_KEY: groups_raw, MACHINES_KEY: nodes_raw, SERIES_KEY: list(trace.configmaps)}
-    )
+    snapshot = trace.snapshot(overrides)
     if snapshot.problems:
         raise ValueError("trace machines: " + "; ".join(snapshot.problems))
-    group_specs = {str(g["metadata"]["name"]): group_spec(g) for g in groups_raw}
+    group_specs = {str(g["metadata"]["name"]): group_spec(g) for g in trace.groups(overrides)}
     pools = {
         name: MemoryPool(name, spec.address_pool)
         for name, spec in group_specs.items()
         if spec.address_pool is not None
     }
-    specs = {str(n["metadata"]["name"]): (n, node_spec(n)) for n in nodes_raw}
+    specs = {str(n["metadata"]["name"]): (n, node_spec(n)) for n in trace.nodes()}
     groups = {group.key: group for group in snapshot.groups}
     out: list[SimMachine] = []
     for template in snapshot.machines:
@@ -505,14 +506,12 @@ def read_machines(
             phase_since=trace.start,
         )
         truth = trace.durations_of(template.key.name)
-        # What it really draws: the trace's truth, else what it declares.
-        watts = truth.watts or (template.watts_on, template.watts_idle, template.watts_off)
         machine = SimMachine(
             sim=sim,
             state=state,
             pool=pools.get(template.group) if pool_of(spec, group) is not None else None,
             template=template,
-            draw=Draw.declared(*watts),
+            draw=draw_of(trace, template),
             truth=truth,
             inspected=truth.inspected,
             energy=Account.opened(trace.start, Rate()),

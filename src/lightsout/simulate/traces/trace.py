@@ -37,7 +37,10 @@ from pydantic import Field, ValidationError
 
 from lightsout.models.base import ApiModel
 from lightsout.simulate.traces import yamlfile
+from lightsout.simulate.traces.overrides import apply_overrides
+from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, SERIES_KEY, snapshot_from
 from lightsout.state.parse import as_str, dig, format_time, parse_time, str_map
+from lightsout.state.types import Snapshot
 
 TRACE_FILE = "trace.yaml"
 MACHINES_FILE = "machines.yaml"
@@ -142,6 +145,26 @@ class Trace:
 
     def durations_of(self, node: str) -> Durations:
         return self.durations.get(node, Durations())
+
+    def nodes(self) -> list[Mapping[str, Any]]:
+        """The Lights-Out Node manifests."""
+        return [m for m in self.machines if m.get("kind") == "Node"]
+
+    def groups(self, overrides: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """The Group manifests with `overrides` (`--set` settings) applied; `ValueError`
+        naming a setting that does not apply."""
+        return [apply_overrides(m, overrides) for m in self.machines if m.get("kind") == "Group"]
+
+    def snapshot(self, overrides: Sequence[str] = ()) -> Snapshot:
+        """The Groups (with `overrides`), their price and carbon series and the Nodes, read as
+        the planner reads them: the one reading the replay and its analyses share."""
+        return snapshot_from(
+            {
+                GROUPS_KEY: self.groups(overrides),
+                MACHINES_KEY: self.nodes(),
+                SERIES_KEY: list(self.configmaps),
+            }
+        )
 
 
 def _documents(path: Path) -> tuple[Mapping[str, Any], ...]:

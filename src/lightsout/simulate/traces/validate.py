@@ -313,8 +313,9 @@ def _identity(
     api_version: str,
     *,
     keys: Sequence[str] = OBJECT_KEYS,
-) -> tuple[str, str, str] | None:
-    """The object's kind, namespace and name, or None (noted) when it has none readable."""
+) -> tuple[str, str, str, str] | None:
+    """The object's kind, namespace and name, and how a problem names it (`_label`); None
+    (noted) when it has none readable."""
     where = f"document {index}"
     kind = doc.get("kind")
     if not isinstance(kind, str) or kind not in kinds:
@@ -331,7 +332,7 @@ def _identity(
     if doc.get("apiVersion") != api_version:
         found.add(obj, "apiVersion", f"must be {api_version}, got {doc.get('apiVersion')!r}")
     _unknown(found, obj, "", doc, keys)
-    return kind, namespace or "", name
+    return kind, namespace or "", name, obj
 
 
 def _label(kind: str, namespace: str, name: str) -> str:
@@ -355,8 +356,7 @@ def _machines(
         identity = _identity(found, index, doc, ("Group", "Node"), API_VERSION)
         if identity is None:
             continue
-        kind, namespace, name = identity
-        obj = _label(kind, namespace, name)
+        kind, namespace, name, obj = identity
         # The replay keys machines, their durations and Groups by name alone.
         if (kind, name) in seen:
             found.add(
@@ -468,14 +468,11 @@ def _configmaps(found: _Found, path: Path) -> list[Mapping[str, Any]]:
     its data strings); returns the readable ones. Whether a series reads is checked with the
     Group that names it (`_machines`)."""
     out: list[Mapping[str, Any]] = []
-    if not path.exists():
-        return out
     for index, doc in _documents(found, path):
         identity = _identity(found, index, doc, ("ConfigMap",), "v1", keys=CONFIGMAP_KEYS)
         if identity is None:
             continue
-        _, namespace, name = identity
-        obj = _label("ConfigMap", namespace, name)
+        *_, obj = identity
         labels = dig(doc, "metadata", "labels")
         if not isinstance(labels, Mapping) or SERIES_LABEL not in labels:
             found.add(obj, "metadata.labels", f"must carry {SERIES_LABEL} (the series label)")
@@ -496,8 +493,7 @@ def _cronjobs(found: _Found, path: Path) -> dict[str, int]:
         identity = _identity(found, index, doc, ("CronJob",), CRONJOB_API_VERSION)
         if identity is None:
             continue
-        _, namespace, name = identity
-        obj = _label("CronJob", namespace, name)
+        _, namespace, name, obj = identity
         key = f"{namespace or 'default'}/{name}"
         if key in keys:
             found.add(obj, "metadata.name", f"CronJob {key!r} is already document {keys[key]}")

@@ -96,12 +96,11 @@ from lightsout.planning.autoscaler.scheduling import (
 from lightsout.planning.energy.account import Draw
 from lightsout.simulate.traces.trace import Trace
 from lightsout.state import cron
-from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, snapshot_from
 from lightsout.state.parse import scheduling_requirements
 from lightsout.state.resources import CPU
-from lightsout.state.types import Group, Machine, SchedulingRequirements, Snapshot
+from lightsout.state.types import Group, Machine, SchedulingRequirements
 
-_HOUR = 3600.0
+HOUR = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,16 +208,12 @@ class Problem:
         self.rows_hi.append(hi)
 
 
-def _machines(trace: Trace) -> tuple[Snapshot, list[Machine]]:
-    """The trace's Groups and Nodes read as the planner reads them, and the machines of known
-    capacity (spec.resources): the only ones a model can place pods on."""
-    snapshot = snapshot_from(
-        {
-            GROUPS_KEY: [m for m in trace.machines if m.get("kind") == "Group"],
-            MACHINES_KEY: [m for m in trace.machines if m.get("kind") == "Node"],
-        }
-    )
-    return snapshot, [m for m in snapshot.machines if m.resources is not None]
+def cluster(trace: Trace) -> tuple[tuple[Group, ...], list[Machine]]:
+    """The trace's Groups (with their price and carbon series) read as the replay reads them,
+    and the machines of known capacity (spec.resources): the only ones a model can place pods
+    on."""
+    snapshot = trace.snapshot()
+    return snapshot.groups, [m for m in snapshot.machines if m.resources is not None]
 
 
 def node_views(machines: Sequence[Machine]) -> list[NodeView]:
@@ -231,7 +226,7 @@ def node_views(machines: Sequence[Machine]) -> list[NodeView]:
 def zero_wait_problem(trace: Trace, runs: list[Run], *, pooled: bool = False) -> Problem:
     """The zero-wait MIP, one x per machine; `pooled`, one integer x per set of identical
     machines (`_pooled`)."""
-    snapshot, machines = _machines(trace)
+    groups, machines = cluster(trace)
     members = [[i] for i in range(len(machines))]
     if pooled:
         members = _pooled(trace, runs, machines)
@@ -242,7 +237,7 @@ def zero_wait_problem(trace: Trace, runs: list[Run], *, pooled: bool = False) ->
     problem = Problem(machines, len(lengths), lengths, counts=counts, members=members, cuts=cuts)
     _costs(problem, trace, runs)
     _rows(problem, runs, {t: k for k, t in enumerate(cuts)})
-    _group_rows(problem, snapshot.groups)
+    _group_rows(problem, groups)
     return problem
 
 
@@ -291,15 +286,15 @@ def _machine_costs(problem: Problem, trace: Trace) -> list[Draw]:
     draws = [Draw.declared(m.watts_on, m.watts_idle, m.watts_off) for m in problem.machines]
     truths = [trace.durations_of(m.key.name) for m in problem.machines]
     for d in draws:
-        problem.costs.extend(length / _HOUR * (d.idle - d.off) for length in problem.lengths)
+        problem.costs.extend(length / HOUR * (d.idle - d.off) for length in problem.lengths)
     for truth, d in zip(truths, draws, strict=True):
         cycle = truth.power_on_seconds + truth.boot_seconds + truth.shutdown_seconds
-        problem.costs.extend([cycle / _HOUR * (d.idle - d.off)] * problem.segments)
+        problem.costs.extend([cycle / HOUR * (d.idle - d.off)] * problem.segments)
     # A machine up in the last segment never pays its shutdown: e[i] <= x[i,last] earns it back.
     for truth, d in zip(truths, draws, strict=True):
-        problem.costs.append(-truth.shutdown_seconds / _HOUR * (d.idle - d.off))
+        problem.costs.append(-truth.shutdown_seconds / HOUR * (d.idle - d.off))
     problem.standby = [
-        n * d.off * trace.duration_seconds / _HOUR
+        n * d.off * trace.duration_seconds / HOUR
         for n, d in zip(problem.counts, draws, strict=True)
     ]
     return draws
@@ -316,7 +311,7 @@ def _costs(problem: Problem, trace: Trace, runs: list[Run]) -> None:
             problem.pairs.append((p, i))
             problem.owners.append(i)
             problem.costs.append(
-                load_watts(views[i], draws[i], run.requests) * (run.end - run.start) / _HOUR
+                load_watts(views[i], draws[i], run.requests) * (run.end - run.start) / HOUR
             )
 
 
@@ -421,7 +416,7 @@ def _cover_rows(
 def waits_problem(trace: Trace, runs: list[Run], max_wait: float) -> tuple[Problem, list[float]]:
     """The with-waits LP (module docstring): columns u[i,k] (at `problem.x`), s[i,k] (at
     `problem.s`), e[i] (from `problem.y_base`), then z[p,i,k]."""
-    snapshot, machines = _machines(trace)
+    groups, machines = cluster(trace)
     end = trace.duration_seconds
     windows = [
         (r.start, min(r.start + max_wait + max(r.length, r.end - r.start), end)) for r in runs
@@ -443,14 +438,14 @@ def waits_problem(trace: Trace, runs: list[Run], max_wait: float) -> tuple[Probl
             for k in inside:
                 z[p, i, k] = problem.pod_base + len(z)
                 problem.owners.append(i)
-                problem.costs.append(watts / _HOUR)
+                problem.costs.append(watts / HOUR)
                 upper.append(lengths[k])
         least = 0.0 if run.exclusive else max(0.0, min(run.length, end - start - max_wait))
         columns = [z[p, i, k] for i in allowed for k in inside]
         if columns and least > 0:
             problem.row([(c, 1.0) for c in columns], least, math.inf)  # it runs long enough
     _waits_rows(problem, runs, z, views)
-    _group_rows(problem, snapshot.groups)
+    _group_rows(problem, groups)
     return problem, upper
 
 

@@ -16,14 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from lightsout.simulate.analysis.optimum.model import (
+    HOUR,
     Problem,
     Run,
     node_views,
     upper_bounds,
     violations,
 )
-
-_HOUR = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +79,7 @@ def schedule_energy(problem: Problem, values: Sequence[float]) -> tuple[Schedule
             load=load[i] / 1000,
             up=wh(problem.x(i, k) for k in range(n)) / 1000,
             cycles=(wh(problem.s(i, k) for k in range(n)) + wh([problem.y_base + i])) / 1000,
-            up_hours=sum(problem.lengths[k] * values[problem.x(i, k)] for k in range(n)) / _HOUR,
+            up_hours=sum(problem.lengths[k] * values[problem.x(i, k)] for k in range(n)) / HOUR,
             starts=sum(values[problem.s(i, k)] for k in range(n)),
         )
         for i, m in enumerate(problem.machines)

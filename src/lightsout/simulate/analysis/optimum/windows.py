@@ -90,21 +90,27 @@ from typing import TYPE_CHECKING, Any
 from lightsout.planning.autoscaler.scheduling import NodeView
 from lightsout.planning.energy import tariff
 from lightsout.planning.energy.account import Draw
-from lightsout.simulate.analysis.optimum.model import Problem, allowed_on, load_watts, node_views
+from lightsout.simulate.analysis.optimum.model import (
+    HOUR,
+    Problem,
+    allowed_on,
+    cluster,
+    load_watts,
+    node_views,
+)
 from lightsout.simulate.analysis.optimum.realise import ScheduleEnergy
 from lightsout.simulate.replay.deferred import job_of_pod
+from lightsout.simulate.replay.machines import draw_of
 from lightsout.simulate.traces.trace import Trace, TracePod
 from lightsout.state import cron
 from lightsout.state.admission import admitted
-from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, SERIES_KEY, snapshot_from
 from lightsout.state.jobs import deferred_jobs
 from lightsout.state.parse import dig, scheduling_requirements
-from lightsout.state.types import Group, Machine, SchedulingRequirements, deferrable
+from lightsout.state.types import Group, SchedulingRequirements, deferrable
 
 if TYPE_CHECKING:
     from lightsout.simulate.replay.engine import Result
 
-_HOUR = 3600.0
 _EPS = 1e-9
 
 ENERGY = "energy"
@@ -151,12 +157,8 @@ def windows(trace: Trace, max_wait: float, *, defer: bool = True) -> list[Window
         latest = [a + max_wait for a in at]
         if held:
             for n, moment in enumerate(fires):
-                deadline = _job_deadline(cron.job_of(spec, moment, moment, suspend=True))
-                latest[n] = (
-                    math.inf
-                    if deadline is None
-                    else max(latest[n], (deadline - trace.start).total_seconds() - run)
-                )
+                job = cron.job_of(spec, moment, moment, suspend=True)
+                latest[n] = _held_latest(trace, job, latest[n], run)
         exclusive = spec.concurrency_policy in (cron.FORBID, cron.REPLACE)
         for n, moment in enumerate(fires):
             required = latest[n] < end
@@ -178,24 +180,20 @@ def _pod_window(trace: Trace, p: TracePod, max_wait: float, defer: bool) -> Wind
         job = admitted(job_of_pod(p, trace.start + timedelta(seconds=p.at)))
         held = dig(job, "spec", "suspend") is True
         if held:
-            deadline = _job_deadline(job)
-            latest = (
-                math.inf
-                if deadline is None
-                else max(latest, (deadline - trace.start).total_seconds() - p.run_seconds)
-            )
+            latest = _held_latest(trace, job, latest, p.run_seconds)
     required = latest < trace.duration_seconds
     requests = scheduling_requirements(p.spec)
     return Window((p.namespace, p.name), p.at, latest, p.run_seconds, requests, required, held)
 
 
-def _job_deadline(job: Mapping[str, Any]) -> datetime | None:
-    """The deadline the replay gives a held Job (`replay.deferred.HeldJobs.admit`); None when
-    its annotations do not give one (it is then released at once)."""
+def _held_latest(trace: Trace, job: Mapping[str, Any], latest: float, run: float) -> float:
+    """The latest start of a held Job's run of `run` seconds: up to the deadline the replay
+    gives it (`replay.deferred.HeldJobs.admit`) less its run, and no earlier than `latest`;
+    unbounded when its annotations give no deadline (it is then released at once)."""
     (seen,) = deferred_jobs([job]) or (None,)
-    if seen is None or seen.problem is not None:
-        return None
-    return seen.deadline
+    if seen is None or seen.problem is not None or seen.deadline is None:
+        return math.inf
+    return max(latest, (seen.deadline - trace.start).total_seconds() - run)
 
 
 @dataclass(frozen=True)
@@ -269,25 +267,6 @@ def weight_of(trace: Trace, group: Group | None, objective: str) -> Weight:
     return Weight.of(starts, values)
 
 
-def cluster(trace: Trace) -> tuple[list[Group], list[Machine]]:
-    """The trace's Groups (with their price and carbon series) and the machines of known
-    capacity, read as the replay reads them."""
-    snapshot = snapshot_from(
-        {
-            GROUPS_KEY: [m for m in trace.machines if m.get("kind") == "Group"],
-            MACHINES_KEY: [m for m in trace.machines if m.get("kind") == "Node"],
-            SERIES_KEY: list(trace.configmaps),
-        }
-    )
-    return list(snapshot.groups), [m for m in snapshot.machines if m.resources is not None]
-
-
-def draw_of(trace: Trace, machine: Machine) -> Draw:
-    """What the machine really draws: the trace's truth, else what it declares (as the replay)."""
-    truth = trace.durations_of(machine.key.name).watts
-    return Draw.declared(*(truth or (machine.watts_on, machine.watts_idle, machine.watts_off)))
-
-
 def default_slot(trace: Trace, machines: int) -> float:
     """The shortest of `SLOTS` giving at most `MACHINE_SLOTS` machine-slots."""
     for slot in SLOTS:
@@ -316,9 +295,6 @@ class SlotProblem(Problem):
     scale: float = 1.0
     #: Why no bound can be given for this objective (a negative price), else "".
     refused: str = ""
-
-    def x(self, i: int, k: int) -> int:
-        return i * self.segments + k
 
     def u(self, i: int, k: int) -> int:
         return (len(self.machines) + i) * self.segments + k
@@ -378,9 +354,9 @@ def windows_problem(
     # Keep the costs near Wh in size: the mean weight maps to 1.
     mean = total / (len(machines) * end) if machines and end > 0 else 0.0
     problem.scale = mean if mean > 0 else 1.0
-    per = 1.0 / (_HOUR * problem.scale)
+    per = 1.0 / (HOUR * problem.scale)
     problem.standby = [
-        d.off * w.integral(0.0, end) / _HOUR for d, w in zip(draws, weights, strict=True)
+        d.off * w.integral(0.0, end) / HOUR for d, w in zip(draws, weights, strict=True)
     ]
     _machine_columns(problem, trace, draws, weights, per)
     views = node_views(machines)
@@ -594,7 +570,7 @@ def slot_schedule(problem: SlotProblem, values: Sequence[float]) -> tuple[Schedu
             load=problem.scale * load[i] / 1000,
             up=wh([c for k in range(n) for c in (problem.x(i, k), problem.u(i, k))]) / 1000,
             cycles=wh([c for k in range(n) for c in (problem.s(i, k), problem.f(i, k))]) / 1000,
-            up_hours=sum(values[problem.u(i, k)] for k in range(n)) * problem.slot / _HOUR,
+            up_hours=sum(values[problem.u(i, k)] for k in range(n)) * problem.slot / HOUR,
             starts=sum(values[problem.s(i, k)] for k in range(n)),
         )
         for i, machine in enumerate(problem.machines)
