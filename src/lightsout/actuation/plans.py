@@ -34,6 +34,7 @@ from lightsout.actuation.port import ScalePort
 from lightsout.models.enums import Autoscaler, ConditionStatus, ConditionType
 from lightsout.planning.autoscaler.battery import HELD
 from lightsout.planning.autoscaler.decisions import Plan, PowerOn, ScaleAction
+from lightsout.planning.machine.common import set_condition
 from lightsout.planning.machine.effects import Event, SetCondition
 from lightsout.planning.types import EventType, ObservedPowerState
 from lightsout.state.parse import format_time, parse_time
@@ -333,17 +334,13 @@ def series_condition(group: Group) -> SetCondition | None:
         message = (
             f"{group.series_problem}: energy is priced by the tariff, deferrable Jobs run at once"
         )
-        return SetCondition(
-            ConditionType.PRICE_SERIES_READY, ConditionStatus.FALSE, "Unreadable", message
-        )
+        return set_condition(ConditionType.PRICE_SERIES_READY, False, "Unreadable", message)
     read = [
         f"{what} from {format_time(found.first)} to {format_time(found.end)}"
         for what, found in (("prices", group.prices), ("carbon", group.carbon))
         if found is not None
     ]
-    return SetCondition(
-        ConditionType.PRICE_SERIES_READY, ConditionStatus.TRUE, "Read", "; ".join(read)
-    )
+    return set_condition(ConditionType.PRICE_SERIES_READY, True, "Read", "; ".join(read))
 
 
 def _sized_here(action: ScaleAction, group: Group) -> bool:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from lightsout.planning.machine import inspection
+from lightsout.planning.machine.common import set_condition
 from lightsout.planning.machine.effects import SetCondition
 from lightsout.planning.types import (
     TRANSITIONING,
@@ -105,9 +106,7 @@ def not_checked(assessment: Assessment, problem: Unresolved) -> Assessment:
     """A machine left out of its Group's check by a missing reference: `Healthy=False` with the
     reference's reason (SecretNotFound, ConfigMapNotFound, ...) naming the object."""
     message = f"{problem.message}; not health-checked until it exists"
-    condition = SetCondition(
-        ConditionType.HEALTHY, ConditionStatus.FALSE, str(problem.reason), message
-    )
+    condition = set_condition(ConditionType.HEALTHY, False, str(problem.reason), message)
     return replace(assessment, condition=condition)
 
 
@@ -162,12 +161,12 @@ def assess(
             "message": text,
             "powerState": str(power),
         }
-        condition = SetCondition(ConditionType.HEALTHY, ConditionStatus.TRUE, HEALTHY, text)
+        condition = set_condition(ConditionType.HEALTHY, True, HEALTHY, text)
         measured = inspection.measured_status(record, str(base["time"])) or None
         return Assessment(new, condition, power, started, power, measured)
     reason = classify(message)
     new = {**base, "result": "Unhealthy", "reason": reason, "message": message}
-    condition = SetCondition(ConditionType.HEALTHY, ConditionStatus.FALSE, reason, message)
+    condition = set_condition(ConditionType.HEALTHY, False, reason, message)
     return Assessment(new, condition, ObservedPowerState.UNKNOWN, None, ObservedPowerState.UNKNOWN)
 
 

@@ -25,10 +25,10 @@ from lightsout.planning.energy.account import Draw
 from lightsout.planning.energy.status import account_from_status, checkpoint
 from lightsout.planning.learning import learn_draw
 from lightsout.planning.machine import fsm, inspection
-from lightsout.planning.machine.effects import Decision, Requeue, SetCondition
+from lightsout.planning.machine.common import set_condition
+from lightsout.planning.machine.effects import Decision, Requeue
 from lightsout.planning.machine.healthjudge import Assessment
 from lightsout.planning.types import (
-    ConditionStatus,
     ConditionType,
     Learned,
     MachineState,
@@ -118,13 +118,11 @@ def provider_id_reported(decision: Decision, ids: ProviderIDs | None) -> Decisio
     if ids is None or not ids.seen:
         return decision
     if ids.seen == ids.wanted:
-        condition = SetCondition(
-            ConditionType.PROVIDER_ID_CONFLICT, ConditionStatus.FALSE, "Matches", ids.seen
-        )
+        condition = set_condition(ConditionType.PROVIDER_ID_CONFLICT, False, "Matches", ids.seen)
     else:
-        condition = SetCondition(
+        condition = set_condition(
             ConditionType.PROVIDER_ID_CONFLICT,
-            ConditionStatus.TRUE,
+            True,
             "DifferentProviderID",
             f"core Node carries providerID {ids.seen!r}, not {ids.wanted!r}; it is left as it "
             f"is (set spec.providerID to {ids.seen!r} to make this the machine's own)",
