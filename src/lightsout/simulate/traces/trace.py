@@ -26,7 +26,7 @@ the simulator exactly what it means to the planner. `load` assumes a valid trace
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -158,13 +158,19 @@ class Trace:
     def snapshot(self, overrides: Sequence[str] = ()) -> Snapshot:
         """The Groups (with `overrides`), their price and carbon series and the Nodes, read as
         the planner reads them: the one reading the replay and its analyses share."""
-        return snapshot_from(
-            {
-                GROUPS_KEY: self.groups(overrides),
-                MACHINES_KEY: self.nodes(),
-                SERIES_KEY: list(self.configmaps),
-            }
-        )
+        return snapshot_of(self.groups(overrides), self.nodes(), self.configmaps)
+
+
+def snapshot_of(
+    groups: Iterable[Mapping[str, Any]],
+    nodes: Iterable[Mapping[str, Any]],
+    configmaps: Iterable[Mapping[str, Any]],
+) -> Snapshot:
+    """Group and Node manifests and the series ConfigMaps, read as the planner reads them
+    (`Trace.snapshot`, and `validate` on a trace's documents before it loads)."""
+    return snapshot_from(
+        {GROUPS_KEY: list(groups), MACHINES_KEY: list(nodes), SERIES_KEY: list(configmaps)}
+    )
 
 
 def _documents(path: Path) -> tuple[Mapping[str, Any], ...]:

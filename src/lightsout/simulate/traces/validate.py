@@ -43,9 +43,9 @@ from lightsout.simulate.traces.trace import (
     TRACE_FILE,
     WATTS_KEYS,
     TraceUps,
+    snapshot_of,
 )
 from lightsout.state import cron
-from lightsout.state.build import GROUPS_KEY, MACHINES_KEY, SERIES_KEY, snapshot_from
 from lightsout.state.jobs import deferred_jobs
 from lightsout.state.measured import inspected_resources
 from lightsout.state.parse import (
@@ -396,13 +396,7 @@ def _machines(
             hosts[host] = name
     if len(found.out) == before:
         # What the replay reads them with (`read_machines`): anything it would still refuse.
-        snapshot = snapshot_from(
-            {
-                GROUPS_KEY: list(groups.values()),
-                MACHINES_KEY: [d for _, d in nodes.values()],
-                SERIES_KEY: list(series_maps),
-            }
-        )
+        snapshot = snapshot_of(groups.values(), (d for _, d in nodes.values()), series_maps)
         for problem in snapshot.problems:
             found.add("", "", problem)
         for read in snapshot.groups:
