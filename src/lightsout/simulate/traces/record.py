@@ -40,7 +40,15 @@ from lightsout.state.measured import (
     inspected_resources,
     uses_inspected,
 )
-from lightsout.state.parse import as_list, as_str, dig, parse_time, str_map
+from lightsout.state.parse import (
+    as_list,
+    as_str,
+    controller_kind,
+    controller_name,
+    dig,
+    parse_time,
+    str_map,
+)
 from lightsout.state.status import node_status
 from lightsout.state.types import (
     EXPECTED_DURATION,
@@ -98,14 +106,6 @@ def is_operators(obj: object) -> bool:
     return bool(dig(obj, "metadata", "labels", OPERATOR_LABEL) == OPERATOR)
 
 
-def controller(metadata: object) -> tuple[str, str] | None:
-    """(kind, name) of the owner marked `controller: true`, else of the first owner."""
-    owners = [o for o in as_list(dig(metadata, "ownerReferences")) if isinstance(o, Mapping)]
-    chosen = next((o for o in owners if o.get("controller") is True), owners[0] if owners else {})
-    kind, name = as_str(chosen.get("kind")), as_str(chosen.get("name"))
-    return (kind, name) if kind else None
-
-
 def admission_metadata(metadata: object) -> tuple[dict[str, str], dict[str, str]]:
     """(annotations, labels) of a Job's metadata that admission and the planner read."""
     annotations = str_map(dig(metadata, "annotations"))
@@ -138,8 +138,8 @@ def deferrable_job(job: object) -> DeferrableJob | None:
 
 def job_cronjob(job: object) -> str | None:
     """The CronJob a Job belongs to (its runs, and `kubectl create job --from=cronjob/…`)."""
-    owner = controller(dig(job, "metadata"))
-    return owner[1] if owner and owner[0] == "CronJob" else None
+    metadata = dig(job, "metadata")
+    return controller_name(metadata) if controller_kind(metadata) == "CronJob" else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,10 +167,10 @@ def origin(
     CronJob), a Deployment's replica (kind ReplicaSet, the Deployment's name, as in the
     generated traces), another controller, or nothing (a bare pod)."""
     metadata = pod.get("metadata")
-    owner = controller(metadata)
-    if owner is None:
+    kind = controller_kind(metadata)
+    if kind is None:
         return Origin()
-    kind, name = owner
+    name = controller_name(metadata) or ""
     if kind == "Job":
         namespace = as_str(dig(metadata, "namespace"), "default")
         cronjob = cronjobs_of_jobs.get((namespace, name))
@@ -254,9 +254,9 @@ def trace_pod(
 def is_workload(pod: Mapping[str, Any]) -> bool:
     """Pods the planner schedules: not a DaemonSet's or a mirror pod (they run on every node
     and are no demand), not the operator's own Jobs' (the simulator runs those itself)."""
-    owner = controller(pod.get("metadata"))
     mirror = MIRROR_POD in (dig(pod, "metadata", "annotations") or {})
-    return not (mirror or is_operators(pod) or (owner is not None and owner[0] == "DaemonSet"))
+    daemonset = controller_kind(pod.get("metadata")) == "DaemonSet"
+    return not (mirror or is_operators(pod) or daemonset)
 
 
 def machine_manifest(obj: Mapping[str, Any]) -> dict[str, Any]:
