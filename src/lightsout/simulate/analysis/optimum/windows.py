@@ -82,14 +82,15 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from lightsout.models.enums import DeferralObjective
 from lightsout.planning.autoscaler.scheduling import NodeView
-from lightsout.planning.energy import tariff
 from lightsout.planning.energy.account import Draw
+from lightsout.planning.energy.weight import Weight as KWhWeight
 from lightsout.simulate.analysis.optimum.model import (
     HOUR,
     Problem,
@@ -237,30 +238,22 @@ class Weight:
 
 def weight_of(trace: Trace, group: Group | None, objective: str) -> Weight:
     """What a Wh weighs at each moment for `objective`, as the replay counts it for a machine of
-    `group` (`SimMachine._price`): energy 1; cost the price per kWh (`tariff.price_at`, the
-    series with its markup, else the tariff) / 1000; carbon the series' gCO2/kWh / 1000 (0
-    outside it). Without a price or a carbon series: 0."""
+    `group` (`SimMachine._price`): energy 1; cost the price per kWh (the series with its markup,
+    else the tariff) / 1000; carbon the series' gCO2/kWh / 1000 (0 outside it), each read as
+    the planner weighs a kWh (`planning.energy.weight`). Without a price or a carbon series: 0."""
     if objective == ENERGY:
         return Weight.of([0.0], [1.0])
-    price: Callable[[datetime], float]
-    change: Callable[[datetime], datetime | None]
-    if objective == COST and group is not None and group.electricity is not None:
-        electricity, prices = group.electricity, group.prices
-        price = lambda at: tariff.price_at(electricity, at, prices)  # noqa: E731
-        change = lambda at: tariff.next_change(electricity, at, prices)  # noqa: E731
-    elif objective == CARBON and group is not None and group.carbon is not None:
-        carbon = group.carbon
-        price = lambda at: carbon.at(at) or 0.0  # noqa: E731
-        change = carbon.next_change
-    else:
+    chosen = {COST: DeferralObjective.COST, CARBON: DeferralObjective.CARBON}.get(objective)
+    weight = None if group is None or chosen is None else KWhWeight.of(group, chosen)
+    if weight is None:
         return Weight.of([0.0], [0.0])
     starts: list[float] = []
     values: list[float] = []
     at, end = trace.start, trace.start + timedelta(seconds=trace.duration_seconds)
     while at < end:
         starts.append((at - trace.start).total_seconds())
-        values.append(price(at) / 1000.0)
-        later = change(at)
+        values.append((weight.at(at) or 0.0) / 1000.0)
+        later = weight.next_change(at)
         if later is None or later <= at:
             break
         at = later
