@@ -11,7 +11,7 @@ energy by machine (`ScheduleEnergy`). `lightsout simulate --optimum` and the ben
 their assumptions.
 """
 
-from lightsout.simulate.analysis.optimum.model import Run, zero_wait_runs
+from lightsout.simulate.analysis.optimum.model import zero_wait_runs
 from lightsout.simulate.analysis.optimum.realise import ScheduleEnergy
 from lightsout.simulate.analysis.optimum.solver import (
     NO_BOUND,
@@ -29,7 +29,6 @@ __all__ = [
     "WITH_WAITS",
     "ZERO_WAIT",
     "Bound",
-    "Run",
     "ScheduleEnergy",
     "SolverMissingError",
     "WindowsBound",

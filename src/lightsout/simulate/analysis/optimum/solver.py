@@ -107,6 +107,12 @@ class Bound:
         }
 
 
+def _left(time_limit: float, started: float) -> float:
+    """What is left of `time_limit` seconds since `started` (`time.monotonic`), a second at
+    least: what each later solve of one `solve` is given."""
+    return max(1.0, time_limit - (time.monotonic() - started))
+
+
 def _finite(value: float | None, digits: int) -> float | None:
     return round(value, digits) if value is not None and math.isfinite(value) else None
 
@@ -267,9 +273,7 @@ def _zero_wait_pooled(
         return replace(outcome, pooled=True)
     single = zero_wait_problem(trace, runs)
     made = None if outcome.values is None else realise(pooled, outcome.values, single, runs)
-    alone = _zero_wait(
-        highspy, np, single, max(1.0, time_limit - (time.monotonic() - started)), made
-    )
+    alone = _zero_wait(highspy, np, single, _left(time_limit, started), made)
     if made is not None and alone.incumbent is None:  # kept the one it was given
         energy = sum(c * v for c, v in zip(single.costs, made, strict=True)) + single.constant
         alone = replace(
@@ -362,17 +366,12 @@ def solve(
             note=f"{why}, and no wait limit was given to relax it with",
         )
     waits, upper = waits_problem(trace, runs, max_wait)
-    h = highs(highspy, np, waits, upper, max(1.0, time_limit - (time.monotonic() - started)))
+    h = highs(highspy, np, waits, upper, _left(time_limit, started))
     h.run()
     solved = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
     relaxed = h.getInfo().objective_function_value + waits.constant if solved else None
     timed = solve_windows(
-        trace,
-        max(1.0, time_limit - (time.monotonic() - started)),
-        max_wait,
-        slot=slot,
-        defer=defer,
-        replayed=replayed,
+        trace, _left(time_limit, started), max_wait, slot=slot, defer=defer, replayed=replayed
     )
     if timed.value is not None and (relaxed is None or timed.value >= relaxed):
         return _timed_bound(timed, relaxed, len(runs), max_wait, started=started, why=why)
@@ -532,7 +531,7 @@ def solve_windows(
     optimal = highspy.HighsModelStatus.kOptimal
     lp = h.getInfo().objective_function_value if h.getModelStatus() == optimal else -math.inf
     start, said = _start(problem, replayed)
-    h.setOptionValue("time_limit", max(1.0, time_limit - (time.monotonic() - started)))
+    h.setOptionValue("time_limit", _left(time_limit, started))
     dual, values = _run_mip(highspy, np, h, problem.integer, start)
     status = h.modelStatusToString(h.getModelStatus())
     closed = h.getModelStatus() == optimal
