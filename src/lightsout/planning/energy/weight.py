@@ -4,7 +4,7 @@ series where it has one, else the time-of-use rates over `pricePerKWh`), or with
 
 One reading of `spec.electricity` for the planner's two uses of it: the cost of a deferrable
 Job's start (`planning.autoscaler.deferral`) and the break-even time of a power cycle
-(`planning.autoscaler.breakeven`).
+(`planning.autoscaler.breakeven`); the simulator's sweep and offline optimum read it too.
 """
 
 from __future__ import annotations
