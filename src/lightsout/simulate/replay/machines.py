@@ -40,7 +40,7 @@ from lightsout.planning.types import (
 )
 from lightsout.simulate.replay.charges import Charges
 from lightsout.simulate.replay.clock import Clock, Kind
-from lightsout.simulate.traces.trace import Durations, Trace
+from lightsout.simulate.traces.trace import Durations, Trace, snapshot_of
 from lightsout.state.build import machine_of
 from lightsout.state.measured import expected_resources
 from lightsout.state.parse import format_time
@@ -480,16 +480,17 @@ def read_machines(
 ) -> tuple[tuple[Group, ...], list[SimMachine]]:
     """The trace's Groups (with `overrides`) and its machines, Off at the start; `all_on`
     makes every machine desired On (always-on)."""
-    snapshot = trace.snapshot(overrides)
+    groups_raw, nodes_raw = trace.groups(overrides), trace.nodes()
+    snapshot = snapshot_of(groups_raw, nodes_raw, trace.configmaps)
     if snapshot.problems:
         raise ValueError("trace machines: " + "; ".join(snapshot.problems))
-    group_specs = {str(g["metadata"]["name"]): group_spec(g) for g in trace.groups(overrides)}
+    group_specs = {str(g["metadata"]["name"]): group_spec(g) for g in groups_raw}
     pools = {
         name: MemoryPool(name, spec.address_pool)
         for name, spec in group_specs.items()
         if spec.address_pool is not None
     }
-    specs = {str(n["metadata"]["name"]): (n, node_spec(n)) for n in trace.nodes()}
+    specs = {str(n["metadata"]["name"]): (n, node_spec(n)) for n in nodes_raw}
     groups = {group.key: group for group in snapshot.groups}
     out: list[SimMachine] = []
     for template in snapshot.machines:
