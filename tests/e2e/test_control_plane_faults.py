@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from kubernetes import client
 
 from lightsout.execution.jobs import JobRequest
 from lightsout.planning.machine.common import retry_backoff
@@ -39,6 +40,7 @@ from tests.conftest import CRD_NAMES, ROOT
 from tests.e2e.conftest import PATIENCE, patch_desired, running_job, status, wait_phase
 from tests.harness import fleet
 from tests.harness.wait import events_for, get_json, holds, says_ready, wait_for
+from tests.harness.watching import Recorder
 
 #: One pytest-xdist worker runs them all (`--dist loadgroup`): they share the module's lab,
 #: which other workers would otherwise each start again.
@@ -456,6 +458,14 @@ def lease_of(lab: FaultLab, role: str) -> dict[str, Any]:
     return found["spec"] if found else {}
 
 
+def held_by(watch: Recorder, holder: str) -> tuple[float, dict[str, Any]] | None:
+    """When the recorded Lease first named `holder`, and its spec then."""
+    for at, _, lease in watch.events:
+        if lease.get("spec", {}).get("holderIdentity") == holder:
+            return at, lease["spec"]
+    return None
+
+
 def micro(value: str) -> dt.datetime:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
@@ -488,22 +498,28 @@ def test_a_partitioned_replica_never_acts_on_its_stale_view(lab: FaultLab, tmp_p
                 ("replica-b", {}),
             )
         )
+        leases = client.CoordinationV1Api(lab.cluster.api_client()).list_namespaced_lease
         try:
             a.start()
             job = start_boot(lab, "split")
             assert lease_of(lab, "split").get("holderIdentity") == "replica-a"
             b.start()
 
-            proxy.cut()
-            cut = time.monotonic()
-            held = lease_of(lab, "split")  # A's last renewal: it can renew no more
-            expiry = micro(held["renewTime"]) + dt.timedelta(seconds=held["leaseDurationSeconds"])
-            taken = wait_for(
-                lambda: (s := lease_of(lab, "split")).get("holderIdentity") == "replica-b" and s,
-                PATIENCE,
-                "replica B to take the machine's Lease",
-            )
-            taken_after = time.monotonic() - cut
+            # Every version of the Lease: B may finish the boot and release it between two
+            # probes (A's Job can have succeeded before the cut).
+            with Recorder(leases, f"lightsout.{NAMESPACE}.split", namespace=NAMESPACE) as watch:
+                proxy.cut()
+                cut = time.monotonic()
+                held = lease_of(lab, "split")  # A's last renewal: it can renew no more
+                expiry = micro(held["renewTime"]) + dt.timedelta(
+                    seconds=held["leaseDurationSeconds"]
+                )
+                seen, taken = wait_for(
+                    lambda: held_by(watch, "replica-b"),
+                    PATIENCE,
+                    "replica B to take the machine's Lease",
+                )
+            taken_after = seen - cut
             assert micro(taken["acquireTime"]) >= expiry, "B acted before A's Lease expired"
             ready = wait_phase(lab.cluster, NAMESPACE, "split", "Ready")
             assert ready["lastOperation"]["job"] == job, "B adopted A's Job"
