@@ -132,6 +132,9 @@ def test_a_power_cycle_is_counted_the_same_in_status_metrics_and_the_cli(
         PRICE,
     )
     segments = [Segment(utc(opened["since"]), OFF_W, SAVING_W)]
+    # Powered on within the second accounting opened, the Off stretch would count 0 s and the
+    # saving (35 W from it) could not be told from a saving the operator never counted.
+    later(segments[0].start, "the Off rate to be counted a whole second")
 
     on = rate_change(
         crds, namespace, name, IDLE_W, lambda: patch_desired(crds, namespace, name, "On")
