@@ -49,7 +49,7 @@ from tests.e2e.conftest import PATIENCE, wait_phase
 from tests.harness import fleet
 from tests.harness.cycle import wait_found_running
 from tests.harness.phases import PhaseWatch
-from tests.harness.wait import events_for, get_json, holds, wait_for, warned
+from tests.harness.wait import events_for, get_json, holds, reasons_until, wait_for, warned
 from tests.harness.workload import web_pdb
 
 TIERS = ("shed", "hold", "last")
@@ -323,7 +323,7 @@ def run_outage(
             PATIENCE,
             "PowerSourceReachable False",
         )
-        assert "PowerSourceUnreachable" in group_reasons(crds, namespace, "shed")
+        reasons_until(crds, namespace, "shed", "PowerSourceUnreachable")
         holds(
             lambda: power_orders(bmc, tiers) == settled,
             time.monotonic() + SLACK_SECONDS,

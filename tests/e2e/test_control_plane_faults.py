@@ -39,7 +39,7 @@ from lightsout_lab.sushy import POWER_OFF, POWER_ON, FakeSystem, SushyEmulator
 from tests.conftest import CRD_NAMES, ROOT
 from tests.e2e.conftest import PATIENCE, patch_desired, running_job, status, wait_phase
 from tests.harness import fleet
-from tests.harness.wait import events_for, get_json, holds, says_ready, wait_for
+from tests.harness.wait import get_json, holds, says_ready, wait_for, warned
 from tests.harness.watching import Recorder
 
 #: One pytest-xdist worker runs them all (`--dist loadgroup`): they share the module's lab,
@@ -418,10 +418,7 @@ def test_flapping_bmc_is_retried_with_backoff_and_sent_one_order(lab: FaultLab) 
     )
     assert unavailable["phase"] == "PoweringOn", unavailable
     assert "HTTP 503" in unavailable["message"] or "closed" in unavailable["message"], unavailable
-    warnings = [
-        e["reason"] for e in events_for(lab.cluster, NAMESPACE, FLAPPY) if e["type"] == "Warning"
-    ]
-    assert "BMCUnavailable" in warnings, warnings
+    warned(lab.cluster, NAMESPACE, FLAPPY, reason="BMCUnavailable")
     # The rest of the flap itself, not a wait for a condition. It ends a second short of
     # FLAP_SECONDS (stopping takes a moment): the bound below is for the length measured.
     time.sleep(max(0.0, FLAP_SECONDS - 1 - (time.monotonic() - flap_start)))

@@ -61,7 +61,7 @@ from tests.harness.previous_release import (
     lost,
     schema_fields,
 )
-from tests.harness.wait import events_for, get_json, says_ready, wait_for
+from tests.harness.wait import get_json, reasons_until, says_ready, wait_for
 from tests.harness.workload import web_deployment, web_pdb
 
 pytestmark = pytest.mark.e2e
@@ -263,8 +263,7 @@ def check_webhook_merges_kubelet_labels(cluster: Cluster, namespace: str, name: 
     # Admission ran before the refusal: the label is there when the POST returns.
     labels = get_json(cluster, "node", name)["metadata"]["labels"]
     assert labels.get(KUBELET_LABEL[0]) == KUBELET_LABEL[1], labels
-    reasons = [e["reason"] for e in events_for(cluster, namespace, name)]
-    assert "KubeletMetadataMerged" in reasons, reasons
+    reasons_until(cluster, namespace, name, "KubeletMetadataMerged")
 
 
 def chart_fields(chart: Path) -> dict[str, dict[str, set[str]]]:

@@ -13,7 +13,7 @@ from lightsout_lab.sushy import POWER_OFF, SushyEmulator
 from tests.e2e.conftest import patch_desired, wait_phase
 from tests.harness import fleet
 from tests.harness.cycle import report
-from tests.harness.wait import events_for, get_json
+from tests.harness.wait import events_for, events_with_reason, get_json, warned
 
 
 @pytest.mark.bmc(power_state="On", disable_power_off=True)
@@ -44,8 +44,8 @@ def test_bmc_refusing_power_off_ends_failed_with_its_message(
     assert bmc.count_power_requests(machine.uuid, reset_types=POWER_OFF) >= 2
     core = get_json(crds, "node", machine.name)
     assert core is not None and core["spec"].get("unschedulable") is True
-    warnings = [e for e in events_for(crds, namespace, machine.name) if e["type"] == "Warning"]
-    assert warnings, "a Warning event explains the failure"
+    # A Warning event explains the failure.
+    warned(crds, namespace, machine.name)
 
 
 def test_wrong_credentials_fail_with_authentication_message_and_leak_nothing(
@@ -72,12 +72,9 @@ def test_wrong_credentials_fail_with_authentication_message_and_leak_nothing(
     secret = f"Secret {namespace}/bmc, keys 'username' and 'password'"
     for text in (op["message"], failed["message"]):
         assert "HTTP 401" in text and f"refused the credentials from {secret}" in text, text
-    warnings = [
-        e["message"]
-        for e in events_for(crds, namespace, machine.name)
-        if (e["type"], e["reason"]) == ("Warning", "AuthenticationFailed")
-    ]
-    assert len(warnings) == 1 and secret in warnings[0], warnings
+    warnings = events_with_reason(crds, namespace, machine.name, "AuthenticationFailed")
+    assert len(warnings) == 1 and warnings[0][0] == "Warning", warnings
+    assert secret in warnings[0][1], warnings
     jobs = get_json(crds, "jobs", "-n", namespace, "-l", f"lightsout.dev/node={machine.name}")
     assert [j["metadata"]["name"] for j in jobs["items"]] == [op["job"]]
     assert bmc.power_state(machine.uuid) == "Off"

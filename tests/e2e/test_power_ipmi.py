@@ -24,7 +24,7 @@ from lightsout_lab.operator_process import OperatorProcess
 from tests.e2e.conftest import patch_desired
 from tests.harness import fleet
 from tests.harness.cycle import patch_and_wait, report, wait_phase
-from tests.harness.wait import events_for, events_with_reason, get_json
+from tests.harness.wait import events_for, events_with_reason, get_json, reasons_until
 
 #: Seconds the site shutdown playbook gives the OS that ignores the soft-off.
 GRACEFUL_SECONDS = 3
@@ -157,9 +157,9 @@ def test_ipmi_machine_powers_on_and_off(
             "Off",
         )
         assert get_json(crds, "node", name) is None, "core Node removed (policy Delete)"
-        reasons = [e["reason"] for e in events_for(crds, namespace, name)]
-        for expected in ("PowerOnRequested", "NodeRegistered", "PowerOffRequested"):
-            assert expected in reasons, reasons
+        reasons_until(
+            crds, namespace, name, "PowerOnRequested", "NodeRegistered", "PowerOffRequested"
+        )
 
         # The OS that ignores the soft-off: given its 3 s, then forced off, and said so.
         forced_off = wait_phase(crds, namespace, stubborn.name, "Off")
@@ -180,4 +180,4 @@ def test_ipmi_machine_powers_on_and_off(
         assert forced == [("Warning", f"shutdown: {hard}")]
         # The machine whose OS obeyed was not forced, and no event says it was.
         assert "forced_after_seconds" not in off["lastOperation"]["values"]
-        assert "ForcedPowerOff" not in reasons
+        assert "ForcedPowerOff" not in [e["reason"] for e in events_for(crds, namespace, name)]

@@ -22,7 +22,7 @@ from lightsout_lab.fakepve import CLONE, DESTROY, SHUTDOWN, START, FakePveCluste
 from lightsout_lab.operator_process import OperatorProcess
 from tests.harness import fleet
 from tests.harness.cycle import patch_and_wait, report, wait_phase
-from tests.harness.wait import events_for, events_with_reason, get_json, wait_for
+from tests.harness.wait import events_with_reason, get_json, reasons_until, wait_for
 
 TEMPLATE = 9000
 PERSISTENT_VMID = 100
@@ -144,8 +144,7 @@ def test_ephemeral_vm_is_cloned_on_power_on_and_destroyed_on_power_off(
         assert (op["action"], op["result"]) == ("provision", "Succeeded")
         assert op["values"]["vmid"] == vmid
         assert ready["clone"] == {"vmid": vmid, "host": clone["node"]}
-        reasons = [e["reason"] for e in events_for(crds, namespace, name)]
-        assert "PowerOnRequested" in reasons and "NodeRegistered" in reasons, reasons
+        reasons_until(crds, namespace, name, "PowerOnRequested", "NodeRegistered")
 
         off, seconds = patch_and_wait(crds, namespace, name, "Off", "Off")
         report("proxmox-ephemeral", "patch Off -> Off", seconds=seconds, pve=pve.summary())
@@ -196,5 +195,4 @@ def test_vm_that_fails_to_start_ends_failed_without_a_core_node(
     assert "QEMU exited" in failed["message"], failed["message"]
     assert failed["message"].startswith(f"removed core Node {name}"), failed["message"]
     wait_for(lambda: get_json(crds, "node", name) is None, 60, f"core Node {name} to be removed")
-    reasons = [e["reason"] for e in events_for(crds, namespace, name)]
-    assert "CoreNodeCreated" in reasons and "CoreNodeRemoved" in reasons, reasons
+    reasons_until(crds, namespace, name, "CoreNodeCreated", "CoreNodeRemoved")

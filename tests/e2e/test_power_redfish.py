@@ -27,7 +27,7 @@ from lightsout_lab.sushy import POWER_OFF, POWER_ON, FakeSystem, SushyEmulator
 from tests.e2e.conftest import PATIENCE, patch_desired, status, wait_phase
 from tests.harness import fleet
 from tests.harness.cycle import report
-from tests.harness.wait import events_for, events_with_reason, get_json, wait_for
+from tests.harness.wait import events_with_reason, get_json, reasons_until, wait_for
 from tests.harness.workload import web_deployment, web_pdb
 
 #: Seconds the OS that ignores the ACPI shutdown is given before the power is forced off.
@@ -121,9 +121,9 @@ def test_power_on_then_drain_and_power_off(
     core = get_json(crds, "node", machine.name)
     assert core["metadata"]["labels"]["lightsout.dev/test"] == "yes"
     assert not core["spec"].get("unschedulable")
-    reasons = [e["reason"] for e in events_for(crds, namespace, machine.name)]
-    for expected in ("PowerOnRequested", "JobSucceeded", "NodeRegistered"):
-        assert expected in reasons, reasons
+    reasons_until(
+        crds, namespace, machine.name, "PowerOnRequested", "JobSucceeded", "NodeRegistered"
+    )
 
     # --- a workload on the machine, protected by a PDB that first forbids any eviction
     spare = f"spare-{namespace}"

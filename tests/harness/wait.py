@@ -120,6 +120,19 @@ def events_until(
     return wait_for(probe, timeout, f"{what} (events of {name})")
 
 
+def reasons_until(
+    cluster: Cluster, namespace: str, name: str, *reasons: str, timeout: float = 30
+) -> list[str]:
+    """The reasons of the object's events, oldest first, once every one of `reasons` is among
+    them."""
+
+    def found(events: list[dict[str, Any]]) -> bool:
+        return set(reasons) <= {e["reason"] for e in events}
+
+    events = events_until(cluster, namespace, name, found, f"events {', '.join(reasons)}", timeout)
+    return [e["reason"] for e in events]
+
+
 def warned(
     cluster: Cluster,
     namespace: str,
