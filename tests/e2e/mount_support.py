@@ -26,7 +26,7 @@ from lightsout_lab.operator_process import OperatorProcess
 from lightsout_lab.sushy import FakeSystem, SushyEmulator
 from tests.e2e.conftest import status
 from tests.harness import fleet
-from tests.harness.wait import events_for, get_json, wait_for
+from tests.harness.wait import get_json, reasons_until, wait_for
 
 SECRET = "bmc-2"
 GROUP = "lab"
@@ -116,7 +116,7 @@ def secret_gone_before_the_mount(
                 120,
                 f"the Job {failed['job']} to be deleted",
             )
-            assert "PodStartFailed" in [e["reason"] for e in events_for(crds, namespace, box.name)]
+            reasons_until(crds, namespace, box.name, "PodStartFailed")
             assert bmc.power_requests(box.uuid) == []
             yield SecretGone(box, bmc, credentials, failed, took)
         finally:

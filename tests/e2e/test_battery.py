@@ -157,6 +157,21 @@ def offs_and_ons(watched: PhaseWatch) -> list[tuple[str, str]]:
         return [(name, what) for _, name, what in sorted(watched.moments)]
 
 
+def seen_going(watched: PhaseWatch, start: int, what: str, count: int) -> list[str]:
+    """The machines `watched` saw go `what` since moment `start`, in order, once there are
+    `count`: its watch may trail the test's own reads of the phase."""
+    found: list[str] = wait_for(
+        lambda: (
+            names
+            if len(names := [n for n, w in offs_and_ons(watched)[start:] if w == what]) >= count
+            else None
+        ),
+        30,
+        f"the watch to see {count} machines go {what}",
+    )
+    return found
+
+
 def power_orders(bmc: SushyEmulator, tiers: Fleet) -> dict[str, tuple[int, int]]:
     """Per machine: (power-on orders, power-off orders) the BMC accepted."""
     return {
@@ -242,7 +257,7 @@ def run_outage(
     assert get_json(crds, "pod", "db", "-n", namespace) is None
     said = [e.get("reason") for e in events_for(crds, namespace, names["last"])]
     assert "DrainDeadline" in said, said
-    order = [name for name, what in offs_and_ons(watched)[start:] if what == "off"]
+    order = seen_going(watched, start, "off", 3)
     assert order == [names["shed"], names["hold"], names["last"]], order
     after = power_orders(bmc, tiers)
     assert {t: after[t][1] - before[t][1] for t in TIERS} == dict.fromkeys(TIERS, 1), after
@@ -263,7 +278,7 @@ def run_outage(
     ups.set(charge=60)
     for name in names.values():
         wait_phase(crds, namespace, name, "Ready")
-    ons = [name for name, what in offs_and_ons(watched)[start:] if what == "on"]
+    ons = seen_going(watched, start, "on", 3)
     assert ons == [names["last"], names["hold"], names["shed"]], ons
     restored = [
         dt.datetime.fromisoformat(e["lastTimestamp"])

@@ -298,8 +298,13 @@ def series_gone(crds: Cluster, namespace: str, first: dt.datetime, end: dt.datet
     gone = series_ready(crds, namespace, "False", "once the ConfigMap is gone")
     missing = f"spec.electricity.series: ConfigMap {namespace}/day-ahead not found"
     assert gone["message"].startswith(missing)
-    said = event(crds, namespace, "house", "PriceSeriesUnreadable")
-    assert said is not None and said.startswith(missing)
+    # Posted right after the condition it explains.
+    said = wait_for(
+        lambda: event(crds, namespace, "house", "PriceSeriesUnreadable"),
+        30,
+        "the PriceSeriesUnreadable event",
+    )
+    assert said.startswith(missing), said
     later = stamp(dt.datetime.now(dt.UTC) + dt.timedelta(hours=2))
     fleet.apply(
         crds,
@@ -439,7 +444,10 @@ def test_a_home_assistant_price_sensor_holds_a_job_for_its_cheap_hour_and_names_
                 "the held Job to be released while the surplus covers its machine",
             )
             assert dt.datetime.now(dt.UTC) < cheap_at, "released before the cheap hour"
-            released = event(crds, namespace, "nightly", "Released") or ""
+            # Posted right after the Job is unsuspended.
+            released = wait_for(
+                lambda: event(crds, namespace, "nightly", "Released"), 30, "the Released event"
+            )
             assert "W of solar surplus spare now" in released, released
         seen = [
             webhook_operator.log_path.read_text(errors="replace"),

@@ -33,7 +33,7 @@ from lightsout_lab.wol import WolListener
 from tests.e2e.conftest import PATIENCE, status, wait_phase
 from tests.e2e.test_cli_power import lightsout
 from tests.harness import fleet
-from tests.harness.wait import events_for, get_json, wait_for
+from tests.harness.wait import events_for, events_with_reason, get_json, wait_for
 
 GROUP = "homelab"
 CRONJOB = cronjob_name(GROUP)
@@ -416,9 +416,9 @@ def test_drift_is_reported_corrected_once_then_given_up_and_adopted(
         assert drifted["observedPowerState"] == "On"
         assert drifted["phase"] == "Off"
         warnings = [
-            e["message"]
-            for e in events_for(crds, namespace, box.name)
-            if e["reason"] == "DriftDetected" and e["type"] == "Warning"
+            message
+            for kind, message in events_with_reason(crds, namespace, box.name, "DriftDetected")
+            if kind == "Warning"
         ]
         assert set(warnings) == {
             "the health check found the machine powered On although its desired power state "
@@ -465,7 +465,7 @@ def test_drift_is_reported_corrected_once_then_given_up_and_adopted(
         print(f"given up: {failed['reason']}: {failed['message']}")
         assert failed["reason"] == "DriftCorrectionsExhausted"
         assert "already corrected 1 times within 86400s (maxCorrections 1)" in failed["message"]
-        assert drift_events(crds, namespace, box.name, "DriftCorrectionsExhausted")
+        assert events_with_reason(crds, namespace, box.name, "DriftCorrectionsExhausted")
         assert len(bmc.power_requests(box.uuid)) == 1  # no second power-off
         assert bmc.power_state(box.uuid) == "On"
         print(crds.kubectl("get", "lsn", "-n", namespace, "-o", "wide").stdout)

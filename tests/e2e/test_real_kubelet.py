@@ -49,7 +49,7 @@ from lightsout_lab.sushy import POWER_ON, FakeSystem, SushyEmulator
 from tests.e2e.mount_support import SECRET, secret_gone_before_the_mount
 from tests.e2e.test_health_check import CRONJOB, GROUP, SCHEDULE, health, run_check, wait_checked
 from tests.harness import fleet
-from tests.harness.wait import events_for, get_json, holds, wait_for
+from tests.harness.wait import events_for, get_json, holds, reasons_until, wait_for
 from tests.harness.watching import Recorder
 
 pytestmark = pytest.mark.e2e
@@ -332,8 +332,7 @@ def _image_cannot_be_pulled(crds: Cluster, namespace: str, tmp_path: Path) -> No
                 120,
                 f"the Job {op['job']} to be deleted",
             )
-            reasons = [e["reason"] for e in events_for(crds, namespace, MACHINE)]
-            assert "PodStartFailed" in reasons, reasons
+            reasons_until(crds, namespace, MACHINE, "PodStartFailed")
             assert bmc.power_requests(system.uuid) == []
         finally:
             operator.stop()
