@@ -18,7 +18,7 @@ from kubernetes import client
 from lightsout_lab import Cluster
 from lightsout_lab.kubelet import JOB_PLACEMENT_ENV, KubeletAgent, runner_image_env
 from lightsout_lab.operator_process import OperatorProcess
-from tests.harness import tiers
+from tests.harness import cputime, tiers
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD_NAMES = ("groups.lightsout.dev", "nodes.lightsout.dev")
@@ -128,6 +128,13 @@ def runner(
     ).start()
     yield agent
     agent.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    # Each test's CPU, with LIGHTSOUT_TEST_CPU_LOG set (tests/harness/cputime.py).
+    with cputime.logged(item.nodeid):
+        yield
 
 
 def pytest_configure(config: pytest.Config) -> None:
