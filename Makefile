@@ -59,7 +59,9 @@ test-e2e: setup binaries cluster-autoscaler images images-previous
 	@$(PRECOMPILE)
 	$(PY) -m pytest $(XDIST) --durations=25 -m e2e tests
 
+# The scenarios start the lab's emulators: ipmi_sim and ipmitool, sshd, dnsmasq (system packages).
 test-molecule: setup
+	@bash tools/ci/system-packages.sh tests
 	$(PY) -m pytest -n 2 -m molecule tests
 
 lint: setup
