@@ -20,6 +20,8 @@ pytestmark = pytest.mark.unit
 
 ROLE = ROOT / "roles/redfish_power"
 INCLUDES = ("ansible.builtin.include_tasks", "ansible.builtin.import_tasks")
+#: The role's one way to send a request to the BMC (its action, action_plugins/).
+REQUEST = "redfish_power_http"
 #: Modules that act on the runner only: no request to the BMC.
 LOCAL = frozenset(
     {
@@ -47,7 +49,7 @@ def role_defaults() -> dict[str, Any]:
 
 
 class PowerOnWalk:
-    """The most requests the role's task files can send for a power-on: every uri task on
+    """The most requests the role's task files can send for a power-on: every request task on
     the path counted as often as its retries let it run, every include followed."""
 
     def __init__(self, *, pxe: bool) -> None:
@@ -97,8 +99,9 @@ class PowerOnWalk:
                 # A file named after a setting (power_{{ redfish_power_state }}.yml).
                 name = self.jinja.from_string(task[include]).render(context)
                 return times * self.file(name, {**context, **inner_vars})
-        if "ansible.builtin.uri" not in task:
-            unknown = {key for key in task if "." in key} - LOCAL  # modules are dotted
+        if REQUEST not in task:
+            # Modules are dotted (a role's own action is not, and the request is the only one).
+            unknown = {key for key in task if "." in key} - LOCAL
             assert not unknown, f"{task['name']}: {unknown} may send requests the walk ignores"
             return 0
         assert "loop" not in task, f"{task['name']}: a loop on the power-on path"
@@ -170,11 +173,12 @@ def test_a_shorter_backoff_allows_more_requests() -> None:
 
 
 def test_the_walk_sees_a_request_added_to_the_role() -> None:
-    """The walk is what keeps the formula honest: one more uri task on the path is counted."""
+    """The walk is what keeps the formula honest: one more request task on the path is
+    counted."""
     walk = PowerOnWalk(pxe=False)
-    extra = {"name": "Read once more", "ansible.builtin.uri": {"url": "x"}}
+    extra = {"name": "Read once more", REQUEST: {"url": "x"}}
     block = {"name": "b", "block": [extra], "always": [extra]}
     assert walk.task(block, role_defaults()) == 2
-    unknown = {"name": "Other", "community.general.redfish_command": {}}
-    with pytest.raises(AssertionError, match="may send requests"):
-        walk.task(unknown, role_defaults())
+    for other in ("community.general.redfish_command", "ansible.builtin.uri"):
+        with pytest.raises(AssertionError, match="may send requests"):
+            walk.task({"name": "Other", other: {}}, role_defaults())
