@@ -20,8 +20,8 @@ pytestmark = pytest.mark.unit
 
 ROLE = ROOT / "roles/redfish_power"
 INCLUDES = ("ansible.builtin.include_tasks", "ansible.builtin.import_tasks")
-#: The role's one way to send a request to the BMC (its action, action_plugins/).
-REQUEST = "redfish_power_http"
+#: The one way the role sends a request to the BMC (roles/http_request's action).
+REQUEST = "http_request"
 #: Modules that act on the runner only: no request to the BMC.
 LOCAL = frozenset(
     {

@@ -1,21 +1,21 @@
 # Copyright Lights-Out authors
 # SPDX-License-Identifier: Apache-2.0
-"""One HTTP(S) request to the BMC, sent from Ansible's worker process: the role's transport.
+"""One HTTP(S) request, sent from Ansible's worker process: the roles' transport to BMCs and plugs.
 
 Why not `ansible.builtin.uri`: uri is a module, so every request starts a new Python that
 unpacks the module's zip and imports ansible's module_utils again, about 0.5 CPU-s a request on
-a small machine, and a Redfish power-on sends five or more. This action runs in the worker that
-Ansible forks for the task anyway, whose module_utils are already imported: a request costs
-what the request costs.
+a small machine, and a Redfish power-on sends five or more (a plug's draw is polled every few
+seconds). This action runs in the worker that Ansible forks for the task anyway, whose
+module_utils are already imported: a request costs what the request costs.
 
-It answers like uri (for the options the role uses: url, method, headers, body with
-body_format json, validate_certs, ca_path, timeout, status_code): `status` (-1 when nothing
-answered), `msg` in uri's words ("OK (N bytes)", "HTTP Error 503: …", "Request failed: <urlopen
-error …>", "Connection failure: …", "Status code was 401 and not [200]: …"), `json` when the
-answer is JSON, the answer's headers lowercased with `-` as `_` (`x_auth_token`, `etag`, and
-`location` made absolute), and `failed` when the status is not in status_code. The operator's
-outage and credential classifiers read those words (planning.machine.outages), so they are the
-same ones uri (that is, ansible.module_utils.urls.fetch_url) uses.
+It answers like uri, for the options the roles use (url, method, headers, body with
+body_format json, return_content, validate_certs, ca_path, timeout, status_code): `status` (-1
+when nothing answered), `msg` in uri's words ("OK (N bytes)", "Status code was 503 and not
+[200]: HTTP Error 503: …", "… Request failed: <urlopen error …>", "… Connection failure: …"),
+`json` when the answer is JSON, `content` with return_content, the answer's headers lowercased
+with `-` as `_` (`x_auth_token`, `etag`, and `location` made absolute), and `failed` when the
+status is not in status_code. The operator's outage and credential classifiers read those words
+(planning.machine.outages), so they are the ones uri (ansible.module_utils.urls.fetch_url) uses.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ ARGUMENT_SPEC: dict[str, Any] = {
     "ca_path": {"type": "path"},
     "timeout": {"type": "int", "default": 30},
     "status_code": {"type": "list", "elements": "int", "default": [200]},
+    "return_content": {"type": "bool", "default": False},
 }
 
 #: Content types whose body is parsed into `json` (application/json, application/problem+json).
@@ -73,6 +74,8 @@ def request(args: dict[str, Any]) -> dict[str, Any]:
             headers["Content-Type"] = "application/json"
     started = time.monotonic()
     answer = send(args, headers, body)
+    if not args.get("return_content"):
+        answer.pop("content", None)
     answer["elapsed"] = int(time.monotonic() - started)
     answer["changed"] = False
     status_code = list(args.get("status_code") or [200])
@@ -135,6 +138,7 @@ def send(args: dict[str, Any], headers: dict[str, str], body: str | None) -> dic
     except Exception as error:
         return {**info, "msg": f"An unknown error occurred: {to_native(error)}"}
     info["redirected"] = info["url"] != url
+    info["content"] = to_text(content)
     if "location" in info:
         info["location"] = urljoin(url, info["location"])
     subtype = content_type.partition("/")[2].lower()

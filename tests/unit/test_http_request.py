@@ -1,9 +1,9 @@
-"""roles/redfish_power's request action (`redfish_power_http`) answers in uri's words.
+"""The roles' request action (roles/http_request: `http_request`) answers in uri's words.
 
-The role's tasks and the operator read what ansible.builtin.uri returned before the action
-replaced it: `status` (-1 when nothing answered), `json`, `x_auth_token`, `location` made
-absolute, `etag`, and `msg`, whose words the outage and credential classifiers know
-(planning.machine.outages). Sent here to a local HTTP server.
+The redfish_power and plug_power tasks and the operator read what ansible.builtin.uri
+returned before the action replaced it: `status` (-1 when nothing answered), `json`,
+`content`, `x_auth_token`, `location` made absolute, `etag`, and `msg`, whose words the outage
+and credential classifiers know (planning.machine.outages). Sent here to a local HTTP server.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ pytestmark = pytest.mark.unit
 
 
 def _load() -> ModuleType:
-    path = ROOT / "roles/redfish_power/action_plugins/redfish_power_http.py"
-    spec = importlib.util.spec_from_file_location("redfish_power_http", path)
+    path = ROOT / "roles/http_request/action_plugins/http_request.py"
+    spec = importlib.util.spec_from_file_location("http_request", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -89,6 +89,13 @@ def test_a_json_answer_is_parsed_with_its_headers(bmc: str) -> None:
     assert answer["etag"] == 'W/"7"'
     assert answer["msg"].startswith("OK (")
     assert "failed" not in answer
+    assert "content" not in answer
+
+
+def test_the_body_is_returned_when_asked(bmc: str) -> None:
+    """A plug's answer is read from `content` too (plug_power asks return_content)."""
+    answer = http_action.request({"url": f"{bmc}/system", "return_content": True})
+    assert json.loads(answer["content"]) == {"PowerState": "On"}
 
 
 def test_a_json_body_is_sent_as_json_and_the_location_made_absolute(bmc: str) -> None:

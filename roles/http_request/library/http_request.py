@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright Lights-Out authors
 # SPDX-License-Identifier: Apache-2.0
-"""The documentation of the role's `redfish_power_http` action (action_plugins/).
+"""The documentation of the `http_request` action (action_plugins/).
 
 Like ansible.builtin.set_fact, the action does its work in Ansible's worker process and this
 file only documents it: no module code is sent or run.
@@ -10,8 +10,8 @@ file only documents it: no module code is sent or run.
 from __future__ import annotations
 
 DOCUMENTATION = r"""
-module: redfish_power_http
-short_description: One HTTP(S) request to a BMC, answered like ansible.builtin.uri
+module: http_request
+short_description: One HTTP(S) request, answered like ansible.builtin.uri
 description:
   - Sends one request from Ansible's worker process (no module process is started) and
     returns what ansible.builtin.uri returns for the same request and options.
@@ -47,6 +47,10 @@ options:
     description: Socket timeout in seconds.
     type: int
     default: 30
+  return_content:
+    description: Whether the answer's body is returned as `content`.
+    type: bool
+    default: false
   status_code:
     description: The statuses that are success; any other sets failed.
     type: list
@@ -58,7 +62,7 @@ author:
 
 EXAMPLES = r"""
 - name: Read the system
-  redfish_power_http:
+  http_request:
     url: https://bmc.example/redfish/v1/Systems/1
     headers: {Accept: application/json}
   register: system
@@ -77,6 +81,10 @@ json:
   description: The parsed body, when the answer is JSON.
   type: raw
   returned: when the answer is JSON
+content:
+  description: The answer's body, with return_content.
+  type: str
+  returned: with return_content
 location:
   description: The Location header, made absolute.
   type: str
